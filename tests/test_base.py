@@ -1,0 +1,120 @@
+"""Tests of the shared conventions: chain drivers, validation, subsampling."""
+import blackjax
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import jaxsub
+from jaxsub import validation
+from jaxsub.subsample import permutation_indices
+
+from helpers import assert_follows_sampling_api, assert_mean_matches, assert_variance_matches
+
+
+def _rwmh(scale=1.0):
+    return blackjax.additive_step_random_walk(lambda x: -0.5 * jnp.sum(x**2), blackjax.mcmc.random_walk.normal(jnp.asarray(scale)))
+
+
+def test_run_chain_matches_manual_loop(rng_key):
+    algo = _rwmh()
+    state = algo.init(jnp.zeros(2))
+    trace = jaxsub.run_chain(rng_key, algo, state, 25, transform=lambda s, i: (s.position, i.is_accepted))
+    keys = jax.random.split(rng_key, 25)
+    manual = state
+    for k in keys:
+        manual, _ = algo.step(k, manual)
+    np.testing.assert_allclose(trace.final_state.position, manual.position, rtol=1e-6)
+    np.testing.assert_allclose(trace.states[-1], manual.position, rtol=1e-6)
+    assert trace.states.shape == (25, 2) and trace.infos.shape == (25,)
+
+
+def test_run_chain_progress_bar_same_result(rng_key):
+    algo = _rwmh()
+    state = algo.init(jnp.zeros(2))
+    plain = jaxsub.run_chain(rng_key, algo, state, 40, transform=lambda s, i: s.position)
+    bar = jaxsub.run_chain(rng_key, algo, state, 40, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=7)
+    np.testing.assert_allclose(plain.states, bar.states, rtol=1e-6)
+    assert plain.infos is None
+
+
+def test_run_chains_vmap_matches_single_chains(rng_key):
+    algo = _rwmh()
+    positions = jnp.stack([jnp.zeros(2), jnp.ones(2), -jnp.ones(2)])
+    states = jax.vmap(algo.init)(positions)
+    trace = jaxsub.run_chains(rng_key, algo, states, 30, transform=lambda s, i: s.position)
+    assert trace.states.shape == (3, 30, 2)
+    chain_keys = jax.random.split(rng_key, 3)
+    for c in range(3):
+        single = jaxsub.run_chain(chain_keys[c], algo, algo.init(positions[c]), 30, transform=lambda s, i: s.position)
+        np.testing.assert_allclose(trace.states[c], single.states, rtol=1e-5, atol=1e-6)
+    bar = jaxsub.run_chains(rng_key, algo, states, 30, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=4)
+    np.testing.assert_allclose(trace.states, bar.states, rtol=1e-6)
+
+
+def test_statistical_helpers_accept_truth_and_reject_bias(rng_key):
+    """The MCSE-based assertions pass on N(0,1) chains and fail on a biased target."""
+    algo = _rwmh(2.4)
+    states = jax.vmap(algo.init)(jnp.zeros((4, 1)))
+    trace = jaxsub.run_chains(rng_key, algo, states, 4000, transform=lambda s, i: s.position)
+    assert_mean_matches(trace.states, jnp.zeros(1))
+    assert_variance_matches(trace.states, jnp.ones(1))
+    with pytest.raises(AssertionError):
+        assert_mean_matches(trace.states, jnp.full(1, 0.3))
+    with pytest.raises(AssertionError, match="ESS gate"):
+        assert_mean_matches(trace.states[:, :50], jnp.zeros(1))
+
+
+def test_blackjax_algorithm_follows_api(rng_key):
+    assert_follows_sampling_api(_rwmh(), jnp.zeros(2), rng_key)
+
+
+@pytest.mark.parametrize("num_items", [1, 2, 3, 7, 64, 1000, 4097])
+def test_permutation_is_bijection(num_items):
+    for seed in range(3):
+        perm = np.asarray(permutation_indices(jax.random.key(seed), jnp.arange(num_items), num_items))
+        assert sorted(perm.tolist()) == list(range(num_items))
+
+
+def test_permutation_is_uniform():
+    """First-position frequencies and pair co-inclusion are uniform within MC error."""
+    n, m, reps = 20, 5, 4000
+    keys = jax.random.split(jax.random.key(1), reps)
+    batches = np.asarray(jax.vmap(lambda k: permutation_indices(k, jnp.arange(m), n))(keys))
+    # inclusion counts: each index lands in the first m positions with prob m/n
+    counts = np.bincount(batches.ravel(), minlength=n)
+    stat = ((counts - reps * m / n) ** 2 / (reps * m / n)).sum()
+    assert stats.chi2.sf(stat, n - 1) > 1e-4
+    first = np.bincount(batches[:, 0], minlength=n)
+    stat = ((first - reps / n) ** 2 / (reps / n)).sum()
+    assert stats.chi2.sf(stat, n - 1) > 1e-4
+    # batches never repeat an index (without replacement)
+    assert all(len(set(b.tolist())) == m for b in batches)
+
+
+def test_permutation_large_population_cheap():
+    jitted = jax.jit(lambda k, t: permutation_indices(k, t, 10**7))
+    out = np.asarray(jitted(jax.random.key(0), jnp.arange(10_000)))
+    assert out.min() >= 0 and out.max() < 10**7 and np.unique(out).size == 10_000
+
+
+def test_validation_messages():
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\); got 1.5"):
+        validation.check_real("delta", 1.5, low=0, high=1)
+    with pytest.raises(ValueError, match=r"batch_size must be an integer in \[2, 10\]; got 1"):
+        validation.check_int("batch_size", 1, low=2, high=10)
+    with pytest.raises(ValueError, match="bound must be one of 'normal', 'ebs'; got 'foo'"):
+        validation.check_choice("bound", "foo", ("normal", "ebs"))
+    with pytest.raises(ValueError, match="shard_probs must sum to 1"):
+        validation.check_probability_vector("shard_probs", [0.5, 0.6])
+    with pytest.raises(ValueError, match="non-negative"):
+        validation.check_probability_vector("shard_probs", [1.5, -0.5])
+    with pytest.raises(ValueError, match="NaN/inf"):
+        validation.check_finite_array("x", np.array([[1.0, np.nan]]))
+    with pytest.raises(ValueError, match="at least 1 row"):
+        validation.check_finite_array("x", np.zeros((0, 3)))
+    assert validation.check_int("n", np.int64(3), low=1) == 3
+    with pytest.raises(ValueError):
+        validation.check_int("n", True)
