@@ -14,8 +14,14 @@ from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
 
+#: Names of the public constructors that return a ``SamplingAlgorithm``-like
+#: ``(init, step)`` pair; ``tests/test_signatures.py`` checks that each one follows
+#: the common API. Every family adds its constructors here.
+PUBLIC_SAMPLERS: tuple[str, ...] = ()
+
 __all__ = [
     "ChainTrace",
+    "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
     "run_chain",
     "run_chains",

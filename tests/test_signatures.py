@@ -1,0 +1,26 @@
+"""Every public sampler follows the common init/step API (see ``helpers.assert_follows_sampling_api``).
+
+Each family registers, in ``CASES``, a builder returning ``(algorithm, position)``
+for a tiny problem, keyed by the public constructor's name in
+``jaxsub.PUBLIC_SAMPLERS``.
+"""
+import jax
+import pytest
+
+import jaxsub
+from helpers import assert_follows_sampling_api
+
+CASES: dict = {
+    # "racing_mh": lambda: (jaxsub.racing_mh(...), position),
+}
+
+
+def test_every_public_sampler_has_a_case():
+    missing = set(jaxsub.PUBLIC_SAMPLERS) - set(CASES)
+    assert not missing, f"public samplers without a signature case: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sampler_follows_common_api(name):
+    algorithm, position = CASES[name]()
+    assert_follows_sampling_api(algorithm, position, jax.random.key(0))
