@@ -10,7 +10,8 @@ only (NOTES.md §2; El Mekkaoui et al. 2021, eq. 3):
     θ ← θ + \frac{ε}{2}\Big[∇\log p(θ) + \frac{N_s}{n f_s}\sum_{x∈B}∇\log p(x|θ)\Big] + η,
     \qquad η ∼ N(0, εI),
 
-with ``B`` a minibatch of ``n = batch_size`` points of shard ``s`` drawn
+with ``ε = step_size`` (the paper's convention; BlackJAX's ``sgld`` step size
+``h`` moves ``θ + h∇ + N(0, 2h)``, so ``h = ε/2``) and ``B`` a minibatch of ``n = batch_size`` points of shard ``s`` drawn
 without replacement in O(n) (:func:`jaxsub.sgmcmc.shards.minibatch_indices`).
 Averaged over ``s ∼ f`` and ``B`` the bracket is the full-data gradient of the
 log-posterior. The bracket is ``blackjax.sgmcmc.gradients.grad_estimator``
@@ -115,7 +116,8 @@ def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, da
     def one_step(pos, key):
         key_batch, key_noise = jax.random.split(key)
         batch = shard_gather(data, shard, minibatch_indices(key_batch, batch_size, shard_size))
-        new = sgld_kernel(key_noise, pos, grad_fn, batch, step_size)
+        # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2 gives the paper's update
+        new = sgld_kernel(key_noise, pos, grad_fn, batch, 0.5 * step_size)
         return new, (new if return_local_positions else None)
 
     return jax.lax.scan(one_step, position, jax.random.split(rng_key, local_steps))
@@ -187,7 +189,8 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         List of per-shard data pytrees (sizes may differ), a stacked pytree
         ``[S, N, ...]`` or a :class:`jaxsub.sgmcmc.Shards`.
     step_size
-        ``ε > 0``.
+        ``ε > 0`` as in the update above (drift ``ε/2``, noise variance ``ε``;
+        BlackJAX's ``sgld`` step size is ``ε/2``).
     batch_size
         ``n``, in ``[1, min_s N_s]``; minibatches are drawn without replacement.
     local_steps

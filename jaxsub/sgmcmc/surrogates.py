@@ -250,7 +250,8 @@ def gaussian_surrogates(
     position
         Initial position of every shard's SGLD chain (pytree).
     step_size
-        SGLD step size ``ε > 0``.
+        SGLD step size ``ε > 0`` in the paper's convention (drift ``ε/2``, noise
+        variance ``ε``), as in :func:`jaxsub.dsgld`.
     batch_size
         Minibatch size (``1..min N_s``).
     num_samples, num_burnin, thinning
@@ -310,7 +311,7 @@ def gaussian_surrogates(
         def step(pos, k):
             kb, kn = jax.random.split(k)
             batch = shard_gather(shards.data, shard, minibatch_indices(kb, batch_size, n_s))
-            new = sgld_kernel(kn, pos, grad_fn, batch, step_size)
+            new = sgld_kernel(kn, pos, grad_fn, batch, 0.5 * step_size)  # ε/2 in blackjax's convention
             return new, ravel_pytree(new)[0]
 
         _, draws = jax.lax.scan(step, position, jax.random.split(key, num_steps))
