@@ -15,7 +15,15 @@ and the constructors are ``jaxsub.dsgld`` and ``jaxsub.cg_dsgld``.
 * :func:`make_shards` -- padded, masked layout for shards of unequal sizes.
 """
 from jaxsub.sgmcmc import cg_dsgld, dsgld, multi_device as multi_device_module, shards, surrogates
-from jaxsub.sgmcmc.multi_device import MultiDeviceInfo, MultiDeviceState, bytes_per_round, multi_device, positions_by_chain
+from jaxsub.sgmcmc.multi_device import (
+    MultiDeviceInfo,
+    MultiDeviceInputs,
+    MultiDeviceState,
+    bytes_per_round,
+    multi_device,
+    multi_device_kernel,
+    positions_by_chain,
+)
 from jaxsub.sgmcmc.shards import Shards, make_shards, minibatch_indices
 from jaxsub.sgmcmc.surrogates import GaussianSurrogates, SurrogateFitInfo, conducive_gradient, gaussian_surrogates
 
@@ -23,6 +31,7 @@ from jaxsub.sgmcmc.surrogates import GaussianSurrogates, SurrogateFitInfo, condu
 __all__ = [
     "GaussianSurrogates",
     "MultiDeviceInfo",
+    "MultiDeviceInputs",
     "MultiDeviceState",
     "Shards",
     "SurrogateFitInfo",
@@ -36,5 +45,6 @@ __all__ = [
     "make_shards",
     "minibatch_indices",
     "multi_device",
+    "multi_device_kernel",
     "positions_by_chain",
 ]

@@ -45,7 +45,7 @@ from jaxsub.sgmcmc.surrogates import ConduciveArrays, check_surrogates, conduciv
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_int, check_real
 
-__all__ = ["MultiDeviceState", "MultiDeviceInfo", "multi_device", "positions_by_chain", "bytes_per_round"]
+__all__ = ["MultiDeviceState", "MultiDeviceInfo", "MultiDeviceInputs", "multi_device", "multi_device_kernel", "positions_by_chain", "bytes_per_round"]
 
 
 class MultiDeviceState(NamedTuple):
@@ -134,36 +134,31 @@ def _device_round(key, positions, data, size, d, step_size, arrays, *, logprior_
     return jax.vmap(one_chain)(jnp.arange(num_chains), positions)
 
 
-def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
-                 batch_size: int, local_steps: int, surrogates=None, exploration: float = 1.0,
-                 chains_per_shard: int = 1, mesh: jax.sharding.Mesh | None = None, axis_name: str = "shards",
-                 shard_probs: Any = None, return_local_positions: bool = False) -> SamplingAlgorithm:
-    r"""DSGLD (``surrogates=None``) or CG-DSGLD with one shard per device and chains hopping between devices.
+class MultiDeviceInputs(NamedTuple):
+    """The arrays a multi-device round reads, placed on the mesh (data and per-shard surrogates sharded).
 
-    Parameters
-    ----------
-    logprior_fn, loglikelihood_fn, shards, step_size, batch_size, local_steps, return_local_positions
-        As in :func:`jaxsub.sgmcmc.dsgld.as_top_level_api`.
-    surrogates, exploration
-        As in :func:`jaxsub.sgmcmc.cg_dsgld.as_top_level_api`; ``None`` gives DSGLD.
-    chains_per_shard
-        ``C``: chains resident on each device (``S·C`` chains in all).
-    mesh
-        A mesh with an axis ``axis_name`` of size ``S`` (number of shards), e.g.
-        ``jax.make_mesh((S,), ('shards',))``; it may span processes. ``None``:
-        the same computation vmapped on the default device.
-    axis_name
-        The mesh axis the shards are placed along.
-    shard_probs
-        Must be uniform (``None`` means uniform here, not ``∝ N_s``): chains hop by uniformly random cyclic
-        shifts, which realises ``f_s = 1/S``.
+    Pass them as *arguments* of the jitted function (``kernel(rng_key, state,
+    inputs)``): a jitted function may not close over an array that spans
+    other processes' devices, and closing over large data embeds it in the
+    compiled program.
+    """
 
-    Returns
-    -------
-    SamplingAlgorithm
-        ``init(position)`` takes leaves with a leading ``S·C`` chain axis and
-        returns a :class:`MultiDeviceState`; ``step(rng_key, state) ->
-        (MultiDeviceState, MultiDeviceInfo)`` runs one round of all chains.
+    data: ArrayTree
+    shard_sizes: Array
+    arrays: ConduciveArrays | None
+
+
+def multi_device_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
+                        batch_size: int, local_steps: int, surrogates=None, exploration: float = 1.0,
+                        chains_per_shard: int = 1, mesh: jax.sharding.Mesh | None = None,
+                        axis_name: str = "shards", shard_probs: Any = None,
+                        return_local_positions: bool = False):
+    """Like :func:`multi_device` but returns ``(init_fn, kernel, inputs)`` with the data as an argument.
+
+    ``kernel(rng_key, state, inputs) -> (state, info)``; ``inputs`` is a
+    :class:`MultiDeviceInputs` already placed on the mesh. Use this form under
+    ``jax.distributed.initialize`` (multi-host) and for large data; see
+    ``examples/multihost_dsgld.py``.
     """
     from jaxsub.sgmcmc.shards import make_shards
 
@@ -201,28 +196,24 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
     C, S = chains_per_shard, num_shards
 
     if mesh is None:
-        data = jax.tree.map(jnp.asarray, shards.data)
-        sizes_arr = jnp.asarray(sizes)
+        inputs = MultiDeviceInputs(jax.tree.map(jnp.asarray, shards.data), jnp.asarray(sizes), arrays)
 
-        def round_all(key, positions, chain_id):
+        def round_all(key, positions, inputs):
             def per_device(d, pos_d, data_d, size_d, arrays_d):
                 return round_fn(key, pos_d, data_d, size_d, d, step_size, arrays_d)
 
-            local_arrays = None
-            arr_axes = None
-            if arrays is not None:
-                local_arrays = ConduciveArrays(arrays.precision[:, None], arrays.shift[:, None],
-                                               arrays.total_precision, arrays.total_shift)
+            local_arrays, arr_axes = None, None
+            if inputs.arrays is not None:
+                a = inputs.arrays
+                local_arrays = ConduciveArrays(a.precision[:, None], a.shift[:, None], a.total_precision, a.total_shift)
                 arr_axes = ConduciveArrays(0, 0, None, None)
-            data_1 = jax.tree.map(lambda x: x[:, None], data)
-            new, local, finite = jax.vmap(per_device, in_axes=(0, 0, 0, 0, arr_axes))(
-                jnp.arange(S), positions, data_1, sizes_arr[:, None], local_arrays)
-            return new, local, finite
+            data_1 = jax.tree.map(lambda x: x[:, None], inputs.data)
+            return jax.vmap(per_device, in_axes=(0, 0, 0, 0, arr_axes))(
+                jnp.arange(S), positions, data_1, inputs.shard_sizes[:, None], local_arrays)
 
         def hop(shifts, tree):
             def roll_slot(x):
-                cols = [jnp.roll(x[:, j], shifts[j], axis=0) for j in range(C)]
-                return jnp.stack(cols, axis=1)
+                return jnp.stack([jnp.roll(x[:, j], shifts[j], axis=0) for j in range(C)], axis=1)
 
             return jax.tree.map(roll_slot, tree)
 
@@ -230,17 +221,16 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
             return tree
     else:
         spec = P(axis_name)
-        data = jax.tree.map(lambda x: x if _is_placed(x, mesh, spec) else jax.device_put(x, NamedSharding(mesh, spec)),
-                            shards.data)
-        sizes_arr = jax.device_put(sizes, NamedSharding(mesh, spec))
-        arrays_placed, arrays_spec = None, None
+
+        def put(x, sp):
+            return x if _is_placed(x, mesh, sp) else jax.device_put(x, NamedSharding(mesh, sp))
+
+        placed_arrays, arrays_spec = None, None
         if arrays is not None:
-            arrays_placed = ConduciveArrays(
-                jax.device_put(arrays.precision, NamedSharding(mesh, spec)),
-                jax.device_put(arrays.shift, NamedSharding(mesh, spec)),
-                jax.device_put(arrays.total_precision, NamedSharding(mesh, P())),
-                jax.device_put(arrays.total_shift, NamedSharding(mesh, P())))
+            placed_arrays = ConduciveArrays(put(arrays.precision, spec), put(arrays.shift, spec),
+                                            put(arrays.total_precision, P()), put(arrays.total_shift, P()))
             arrays_spec = ConduciveArrays(spec, spec, P(), P())
+        inputs = MultiDeviceInputs(jax.tree.map(lambda x: put(x, spec), shards.data), put(sizes, spec), placed_arrays)
 
         def body(key, positions, chain_id, shifts, data_l, size_l, arrays_l):
             d = jax.lax.axis_index(axis_name)
@@ -248,11 +238,11 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
             new, local, finite = round_fn(key, pos, data_l, size_l, d, step_size, arrays_l)
             new = jax.tree.map(lambda x: x[None], new)
             local = jax.tree.map(lambda x: x[None], local)
+            branches = [lambda t: t] + [
+                partial(_ppermute_shift, axis_name=axis_name, num_shards=S, shift=i) for i in range(1, S)]
             moved = []
             for j in range(C):
                 slot = jax.tree.map(lambda x: x[:, j], (new, chain_id))
-                branches = [lambda t: t] + [
-                    partial(_ppermute_shift, axis_name=axis_name, num_shards=S, shift=i) for i in range(1, S)]
                 moved.append(jax.lax.switch(shifts[j], branches, slot))
             new_pos, new_ids = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *moved)
             return new_pos, new_ids, local, finite[None]
@@ -277,20 +267,65 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
         if surrogates is not None:
             from jaxsub.sgmcmc.cg_dsgld import check_surrogate_dim
             check_surrogate_dim(surrogates, jax.tree.map(lambda x: x[0], position))
-        pos = jax.tree.map(lambda x: jnp.reshape(jnp.asarray(x), (S, C) + np.shape(x)[1:]), position)
-        ids = jnp.arange(S * C, dtype=jnp.int32).reshape(S, C)
+        pos = jax.tree.map(lambda x: np.reshape(np.asarray(x), (S, C) + np.shape(x)[1:]), position)
+        ids = np.arange(S * C, dtype=np.int32).reshape(S, C)
+        if mesh is None:
+            pos, ids = jax.tree.map(jnp.asarray, (pos, ids))
         return MultiDeviceState(place(pos), place(ids))
 
-    def step_fn(rng_key: PRNGKey, state: MultiDeviceState):
+    def kernel(rng_key: PRNGKey, state: MultiDeviceState, inputs: MultiDeviceInputs):
         key_shift, key_local = jax.random.split(rng_key)
         shifts = jax.random.randint(key_shift, (C,), 0, S, dtype=jnp.int32)
         if mesh is None:
-            new, local, finite = round_all(key_local, state.position, state.chain_id)
+            new, local, finite = round_all(key_local, state.position, inputs)
             new_pos, new_ids = hop(shifts, (new, state.chain_id))
         else:
             new_pos, new_ids, local, finite = sharded_body(key_local, state.position, state.chain_id, shifts,
-                                                           data, sizes_arr, arrays_placed)
+                                                           inputs.data, inputs.shard_sizes, inputs.arrays)
         return MultiDeviceState(new_pos, new_ids), MultiDeviceInfo(state.chain_id, shifts, local, finite)
+
+    return init_fn, kernel, inputs
+
+
+def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
+                 batch_size: int, local_steps: int, surrogates=None, exploration: float = 1.0,
+                 chains_per_shard: int = 1, mesh: jax.sharding.Mesh | None = None, axis_name: str = "shards",
+                 shard_probs: Any = None, return_local_positions: bool = False) -> SamplingAlgorithm:
+    r"""DSGLD (``surrogates=None``) or CG-DSGLD with one shard per device and chains hopping between devices.
+
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn, shards, step_size, batch_size, local_steps, return_local_positions
+        As in :func:`jaxsub.sgmcmc.dsgld.as_top_level_api`.
+    surrogates, exploration
+        As in :func:`jaxsub.sgmcmc.cg_dsgld.as_top_level_api`; ``None`` gives DSGLD.
+    chains_per_shard
+        ``C``: chains resident on each device (``S·C`` chains in all).
+    mesh
+        A mesh with an axis ``axis_name`` of size ``S`` (number of shards), e.g.
+        ``jax.make_mesh((S,), ('shards',))``. ``None``: the same computation
+        vmapped on the default device. For a mesh spanning several processes use
+        :func:`multi_device_kernel` (data must be a jit argument there).
+    axis_name
+        The mesh axis the shards are placed along.
+    shard_probs
+        Must be uniform (``None`` means uniform here, not ``∝ N_s``): chains hop
+        by uniformly random cyclic shifts, which realises ``f_s = 1/S``.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position)`` takes leaves with a leading ``S·C`` chain axis and
+        returns a :class:`MultiDeviceState`; ``step(rng_key, state) ->
+        (MultiDeviceState, MultiDeviceInfo)`` runs one round of all chains.
+    """
+    init_fn, kernel, inputs = multi_device_kernel(
+        logprior_fn, loglikelihood_fn, shards, step_size=step_size, batch_size=batch_size, local_steps=local_steps,
+        surrogates=surrogates, exploration=exploration, chains_per_shard=chains_per_shard, mesh=mesh,
+        axis_name=axis_name, shard_probs=shard_probs, return_local_positions=return_local_positions)
+
+    def step_fn(rng_key: PRNGKey, state: MultiDeviceState):
+        return kernel(rng_key, state, inputs)
 
     return SamplingAlgorithm(init_fn, step_fn)
 
