@@ -82,7 +82,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     out_dir = Path(out_dir)
     total_steps = 20_000 if quick else 80_000
     burn_steps = 4_000 if quick else 20_000
-    num_chains = 6 if quick else 16
+    num_chains = 4 if quick else 16
     shards, post_mean, post_cov = make_data()
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(
         [x.mean(0) for x in shards], [SHARD_SIZE * np.eye(DIM) for _ in shards])

@@ -36,7 +36,8 @@ from jaxsub.sgmcmc.shards import Shards, check_batch_size, make_shards, minibatc
 from jaxsub.types import Array, ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "gaussian_surrogates", "conducive_gradient", "check_surrogates"]
+__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "gaussian_surrogates", "conducive_gradient", "check_surrogates",
+           "curvature_excess"]
 
 
 class SurrogateFitInfo(NamedTuple):
@@ -179,6 +180,27 @@ def conducive_gradient(position: ArrayLikeTree, shard: Array, shard_prob: Array,
     local = _matvec(lam_s, flat, diagonal) - h_s
     inv_f = (1.0 / shard_prob).astype(dtype)
     return unravel(-total + inv_f * local)
+
+
+def curvature_excess(surrogates: GaussianSurrogates, shard_probs) -> np.ndarray:
+    r"""Per shard, the largest eigenvalue of ``Λ_s / f_s - Λ`` (``Λ = Σ_k Λ_k``): a stability diagnostic.
+
+    During local steps on shard ``s`` CG-DSGLD samples (up to the prior) from
+    ``q(θ) (p_s(θ) / q_s(θ))^{1/f_s}``, whose log has Hessian
+    ``-Λ + (1/f_s)(Λ_s - H_s(θ))`` with ``H_s`` the shard likelihood's curvature.
+    Where this excess is positive the local target is proper only as long as the
+    true likelihood supplies curvature ``H_s >= Λ_s - f_s Λ`` (a Gaussian
+    likelihood does; a logistic likelihood's tails are linear and do not), so
+    long local rounds can diverge. A large positive value flags a poor surrogate
+    (or a shard whose likelihood has no Gaussian approximation, e.g. a separable one).
+    """
+    probs = np.asarray(shard_probs, np.float64)
+    prec = np.asarray(surrogates.precision, np.float64)
+    if surrogates.diagonal:
+        total = prec.sum(0)
+        return np.max(prec / probs[:, None] - total, axis=1)
+    total = prec.sum(0)
+    return np.array([np.linalg.eigvalsh(p / f - total).max() for p, f in zip(prec, probs)])
 
 
 def _prior_natural(prior, dim: int, diagonal: bool):
