@@ -128,13 +128,12 @@ def test_cg_estimator_is_unbiased_over_shards_exactly(diagonal):
         a = rng.normal(size=(3, dim, dim))
         precs = np.einsum("sij,skj->sik", a, a) + np.eye(dim)
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(means, precs)
-    arrays = conducive_arrays(surrogates)
-    theta = {"w": jnp.asarray(rng.normal(size=3), jnp.float32), "b": jnp.asarray(0.3, jnp.float32)}
     alpha = 2.5
+    arrays = conducive_arrays(surrogates, probs, alpha)
+    theta = {"w": jnp.asarray(rng.normal(size=3), jnp.float32), "b": jnp.asarray(0.3, jnp.float32)}
     total = None
     for s in range(3):
-        cfn = lambda p, s=s: jax.tree.map(lambda g: alpha * g, conducive_gradient(
-            p, s, jnp.float32(probs[s]), arrays, diagonal=diagonal))
+        cfn = lambda p, s=s: conducive_gradient(p, s, arrays, diagonal=diagonal)
         est = dsgld_module.shard_gradient_estimator(
             logistic_logprior, logistic_loglik, jnp.int32(shards.sizes[s]), jnp.float32(probs[s]), jnp.float32, cfn)
         g = _full_minibatch_gradient(lambda b: est(theta, b), shards.data, s, shards.sizes[s])
@@ -162,9 +161,17 @@ def test_conducive_gradient_has_zero_mean(diagonal):
     precs = rng.uniform(0.5, 20.0, size=(num_shards, dim))
     if not diagonal:
         precs = np.stack([np.diag(p) + 0.1 for p in precs])
-    arrays = conducive_arrays(jaxsub.sgmcmc.gaussian_surrogates(means, precs))
+    sur = jaxsub.sgmcmc.gaussian_surrogates(means, precs)
+    arrays = conducive_arrays(sur, probs)
     theta = {"a": jnp.asarray(rng.normal(size=2), jnp.float32), "b": jnp.asarray(rng.normal(), jnp.float32)}
-    gs = [conducive_gradient(theta, s, jnp.float32(probs[s]), arrays, diagonal=diagonal) for s in range(num_shards)]
+    gs = [conducive_gradient(theta, s, arrays, diagonal=diagonal) for s in range(num_shards)]
+    # the precomputed affine form equals the definition -Σ_k Λ_k(θ - μ_k) + (1/f_s) Λ_s(θ - μ_s)
+    flat = np.concatenate([np.asarray(theta["a"]), np.asarray(theta["b"])[None]]).astype(np.float64)
+    full = precs if not diagonal else np.stack([np.diag(p) for p in precs])
+    for s in range(num_shards):
+        direct = -sum(full[k] @ (flat - means[k]) for k in range(num_shards)) + full[s] @ (flat - means[s]) / probs[s]
+        got = np.concatenate([np.asarray(gs[s]["a"]), np.asarray(gs[s]["b"])[None]])
+        np.testing.assert_allclose(got, direct, rtol=1e-4, atol=1e-4 * np.abs(direct).max())
     mean = jax.tree.map(lambda *g: sum(p * np.asarray(x, np.float64) for p, x in zip(probs, g)), *gs)
     scale = max(float(np.abs(np.asarray(g["a"])).max()) for g in gs)
     assert scale > 1.0  # the individual terms are far from zero

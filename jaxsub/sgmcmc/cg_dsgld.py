@@ -29,7 +29,7 @@ from jaxsub.base import SamplingAlgorithm
 from jaxsub.sgmcmc import dsgld
 from jaxsub.sgmcmc.dsgld import DSGLDInfo as CGDSGLDInfo
 from jaxsub.sgmcmc.dsgld import DSGLDState as CGDSGLDState
-from jaxsub.sgmcmc.surrogates import ConduciveArrays, check_surrogates, conducive_arrays, conducive_gradient
+from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_surrogates, conducive_arrays
 from jaxsub.types import ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_real
 
@@ -39,18 +39,19 @@ init = dsgld.init
 
 
 def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
-                 diagonal: bool, exploration: float = 1.0, return_local_positions: bool = False) -> Callable:
+                 diagonal: bool, return_local_positions: bool = False) -> Callable:
     """Build the CG-DSGLD round kernel.
 
     Returns
     -------
     ``kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, arrays) -> (state, info)``
-    with ``arrays`` a :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays`.
+    with ``arrays`` a :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` (from
+    ``conducive_arrays(surrogates, shard_probs, exploration)``, which fixes ``f`` and ``α``).
     """
 
-    def conducive(position, shard, shard_prob, arrays: ConduciveArrays):
-        g = conducive_gradient(position, shard, shard_prob, arrays, diagonal=diagonal)
-        return jax.tree.map(lambda x: exploration * x, g)
+    def conducive(shard, arrays: ConduciveArrays):
+        matrix, offset = arrays.matrix[shard], arrays.offset[shard]  # gathered once per round
+        return partial(apply_conducive, matrix=matrix, offset=offset, diagonal=diagonal)
 
     return dsgld.build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
                               return_local_positions=return_local_positions, conducive=conducive)
@@ -95,12 +96,11 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     surrogates = check_surrogates(surrogates, shards.num_shards)
     exploration = check_real("exploration", exploration, low=0.0, low_closed=True)
     kernel = build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
-                          diagonal=surrogates.diagonal, exploration=exploration,
-                          return_local_positions=bool(return_local_positions))
+                          diagonal=surrogates.diagonal, return_local_positions=bool(return_local_positions))
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)
-    arrays = conducive_arrays(surrogates)
+    arrays = conducive_arrays(surrogates, probs, exploration)
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key

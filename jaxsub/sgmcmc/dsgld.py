@@ -138,8 +138,9 @@ def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_siz
     batch_size, local_steps, return_local_positions
         Static settings (see :func:`as_top_level_api`).
     conducive
-        Optional ``conducive(position, shard, shard_prob, extra) -> pytree``
-        added to the gradient (used by :mod:`jaxsub.sgmcmc.cg_dsgld`).
+        Optional ``conducive(shard, extra) -> (position -> pytree)``, called once
+        per round; the returned function is added to the gradient at every local
+        step (used by :mod:`jaxsub.sgmcmc.cg_dsgld`).
 
     Returns
     -------
@@ -154,7 +155,7 @@ def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_siz
         key_shard, key_local = jax.random.split(rng_key)
         shard = jax.random.categorical(key_shard, jnp.log(shard_probs)).astype(jnp.int32)
         shard_size, shard_prob = shard_sizes[shard], shard_probs[shard]
-        cfn = None if conducive is None else (lambda p: conducive(p, shard, shard_prob, extra))
+        cfn = None if conducive is None else conducive(shard, extra)
         grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
         new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
                                           batch_size=batch_size, local_steps=local_steps,

@@ -41,7 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxsub.base import SamplingAlgorithm
 from jaxsub.sgmcmc import dsgld
-from jaxsub.sgmcmc.surrogates import ConduciveArrays, check_surrogates, conducive_arrays, conducive_gradient
+from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_surrogates, conducive_arrays
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_int, check_real
 
@@ -112,7 +112,7 @@ def bytes_per_round(position: ArrayLikeTree, num_shards: int, chains_per_shard: 
 
 
 def _device_round(key, positions, data, size, d, step_size, arrays, *, logprior_fn, loglikelihood_fn,
-                  batch_size, local_steps, num_shards, diagonal, exploration, return_local_positions):
+                  batch_size, local_steps, num_shards, diagonal, return_local_positions):
     """Local steps of the ``C`` chains resident on device ``d`` (data: ``[1, N_max, ...]``, size ``[1]``)."""
     num_chains = jax.tree.leaves(positions)[0].shape[0]
     shard_prob = jnp.asarray(1.0 / num_shards, jnp.float32)
@@ -122,9 +122,7 @@ def _device_round(key, positions, data, size, d, step_size, arrays, *, logprior_
         dtype = ravel_pytree(position)[0].dtype
         cfn = None
         if arrays is not None:
-            def cfn(p):
-                g = conducive_gradient(p, 0, shard_prob, arrays, diagonal=diagonal)
-                return jax.tree.map(lambda x: exploration * x, g)
+            cfn = partial(apply_conducive, matrix=arrays.matrix[0], offset=arrays.offset[0], diagonal=diagonal)
         grad_fn = dsgld.shard_gradient_estimator(logprior_fn, loglikelihood_fn, size[0], shard_prob, dtype, cfn)
         new, local = dsgld.local_round(jax.random.fold_in(device_key, j), position, grad_fn, data, 0, size[0],
                                        step_size, batch_size=batch_size, local_steps=local_steps,
@@ -180,7 +178,7 @@ def multi_device_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, shard
     if surrogates is not None:
         surrogates = check_surrogates(surrogates, num_shards)
         diagonal = surrogates.diagonal
-        arrays = conducive_arrays(surrogates)
+        arrays = conducive_arrays(surrogates, probs, exploration)
     if mesh is not None:
         if axis_name not in mesh.shape:
             raise ValueError(f"mesh has axes {tuple(mesh.shape)}; axis_name {axis_name!r} is not one of them")
@@ -191,7 +189,7 @@ def multi_device_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, shard
             )
     round_fn = partial(_device_round, logprior_fn=logprior_fn, loglikelihood_fn=loglikelihood_fn,
                        batch_size=batch_size, local_steps=local_steps, num_shards=num_shards, diagonal=diagonal,
-                       exploration=exploration, return_local_positions=bool(return_local_positions))
+                       return_local_positions=bool(return_local_positions))
     sizes = np.asarray(shards.sizes, np.int32)
     C, S = chains_per_shard, num_shards
 
@@ -205,8 +203,8 @@ def multi_device_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, shard
             local_arrays, arr_axes = None, None
             if inputs.arrays is not None:
                 a = inputs.arrays
-                local_arrays = ConduciveArrays(a.precision[:, None], a.shift[:, None], a.total_precision, a.total_shift)
-                arr_axes = ConduciveArrays(0, 0, None, None)
+                local_arrays = ConduciveArrays(a.matrix[:, None], a.offset[:, None])
+                arr_axes = ConduciveArrays(0, 0)
             data_1 = jax.tree.map(lambda x: x[:, None], inputs.data)
             return jax.vmap(per_device, in_axes=(0, 0, 0, 0, arr_axes))(
                 jnp.arange(S), positions, data_1, inputs.shard_sizes[:, None], local_arrays)
@@ -227,9 +225,8 @@ def multi_device_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, shard
 
         placed_arrays, arrays_spec = None, None
         if arrays is not None:
-            placed_arrays = ConduciveArrays(put(arrays.precision, spec), put(arrays.shift, spec),
-                                            put(arrays.total_precision, P()), put(arrays.total_shift, P()))
-            arrays_spec = ConduciveArrays(spec, spec, P(), P())
+            placed_arrays = ConduciveArrays(put(arrays.matrix, spec), put(arrays.offset, spec))
+            arrays_spec = ConduciveArrays(spec, spec)
         inputs = MultiDeviceInputs(jax.tree.map(lambda x: put(x, spec), shards.data), put(sizes, spec), placed_arrays)
 
         def body(key, positions, chain_id, shifts, data_l, size_l, arrays_l):

@@ -12,10 +12,11 @@ the *shard likelihood* ``∏_{x∈X_s} p(x|θ)`` (not the local posterior). With
 
 and ``E_{s∼f}[g_s(θ)] = 0`` for every θ: adding ``α g_s`` to the DSGLD
 gradient keeps it unbiased for any α (the paper's Remark 1). We store the
-natural parameters ``Λ_s`` and ``h_s = Λ_s μ_s`` and precompute
-``Λ = Σ_k Λ_k`` and ``h = Σ_k h_k``, so one evaluation costs two
-matrix-vector products, ``O(d^2)`` (``O(d)`` for diagonal surrogates),
-independent of the data size.
+natural parameters ``Λ_s`` and ``h_s = Λ_s μ_s`` and precompute, per shard,
+``M_s = Λ_s/f_s - Λ`` and ``c_s = h - h_s/f_s`` (``Λ = Σ_k Λ_k``,
+``h = Σ_k h_k``), so ``g_s(θ) = M_s θ + c_s`` costs one matrix-vector
+product, ``O(d^2)`` (``O(d)`` for diagonal surrogates), independent of the
+data size.
 
 Positions may be pytrees: surrogates live on the flattened position
 (``jax.flatten_util.ravel_pytree`` order).
@@ -36,8 +37,8 @@ from jaxsub.sgmcmc.shards import Shards, check_batch_size, make_shards, minibatc
 from jaxsub.types import Array, ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "gaussian_surrogates", "conducive_gradient", "check_surrogates",
-           "curvature_excess"]
+__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "ConduciveArrays", "gaussian_surrogates", "conducive_arrays",
+           "conducive_gradient", "apply_conducive", "check_surrogates", "curvature_excess"]
 
 
 class SurrogateFitInfo(NamedTuple):
@@ -134,52 +135,56 @@ def check_surrogates(surrogates: Any, num_shards: int) -> GaussianSurrogates:
 
 
 class ConduciveArrays(NamedTuple):
-    """Arrays the conducive gradient needs: ``Λ_s, h_s`` per shard and the totals ``Λ = ΣΛ_k, h = Σh_k``."""
+    r"""Precomputed affine form of the conducive gradient: ``α g_s(θ) = M_s θ + c_s``.
 
-    precision: Array
-    shift: Array
-    total_precision: Array
-    total_shift: Array
+    ``M_s = α(Λ_s / f_s - Λ)`` (``[S, d, d]``, or ``[S, d]`` for diagonal
+    surrogates) and ``c_s = α(h - h_s / f_s)`` (``[S, d]``), with
+    ``Λ = Σ_k Λ_k``, ``h = Σ_k h_k``. One evaluation is a single
+    matrix-vector product (``O(d²)``, ``O(d)`` diagonal), and the kernels gather
+    ``M_s, c_s`` once per round, not once per local step.
+    """
 
-
-def conducive_arrays(surrogates: GaussianSurrogates) -> ConduciveArrays:
-    return ConduciveArrays(
-        surrogates.precision,
-        surrogates.shift,
-        jnp.sum(surrogates.precision, axis=0),
-        jnp.sum(surrogates.shift, axis=0),
-    )
+    matrix: Array
+    offset: Array
 
 
-def _matvec(precision: Array, x: Array, diagonal: bool) -> Array:
-    return precision * x if diagonal else precision @ x
+def conducive_arrays(surrogates: GaussianSurrogates, shard_probs, exploration: float = 1.0) -> ConduciveArrays:
+    """Build :class:`ConduciveArrays` (in float64, then cast to the surrogates' dtype)."""
+    probs = np.asarray(shard_probs, np.float64)
+    prec = np.asarray(surrogates.precision, np.float64)
+    shift = np.asarray(surrogates.shift, np.float64)
+    total_prec, total_shift = prec.sum(0), shift.sum(0)
+    inv_f = (1.0 / probs).reshape((-1,) + (1,) * (prec.ndim - 1))
+    matrix = exploration * (prec * inv_f - total_prec)
+    offset = exploration * (total_shift - shift / probs[:, None])
+    dtype = surrogates.shift.dtype
+    return ConduciveArrays(jnp.asarray(matrix, dtype), jnp.asarray(offset, dtype))
 
 
-def conducive_gradient(position: ArrayLikeTree, shard: Array, shard_prob: Array, arrays: ConduciveArrays,
-                       *, diagonal: bool) -> ArrayLikeTree:
-    r"""``g_s(θ) = -(Λθ - h) + (1/f_s)(Λ_s θ - h_s)`` as a pytree shaped like ``position``.
+def apply_conducive(position: ArrayLikeTree, matrix: Array, offset: Array, *, diagonal: bool) -> ArrayLikeTree:
+    """``M θ + c`` for one shard's ``(M_s, c_s)``, shaped like ``position``."""
+    flat, unravel = ravel_pytree(position)
+    dtype = flat.dtype
+    matrix, offset = matrix.astype(dtype), offset.astype(dtype)
+    out = (matrix * flat if diagonal else matrix @ flat) + offset
+    return unravel(out)
+
+
+def conducive_gradient(position: ArrayLikeTree, shard: Array, arrays: ConduciveArrays, *, diagonal: bool) -> ArrayLikeTree:
+    r"""``α g_s(θ) = α[-(Λθ - h) + (1/f_s)(Λ_s θ - h_s)]`` as a pytree shaped like ``position``.
 
     Parameters
     ----------
     position
         θ (any pytree; flattened with ``ravel_pytree``).
     shard
-        Index ``s`` into the leading axis of ``arrays.precision``/``arrays.shift``.
-    shard_prob
-        ``f_s``.
+        Index ``s`` into the leading axis of ``arrays``.
     arrays
-        From :func:`conducive_arrays`.
+        From :func:`conducive_arrays` (which fixes ``f`` and ``α``).
     diagonal
-        Static: whether precisions are diagonal.
+        Static: whether the surrogates are diagonal.
     """
-    flat, unravel = ravel_pytree(position)
-    dtype = flat.dtype
-    lam_s = arrays.precision[shard].astype(dtype)
-    h_s = arrays.shift[shard].astype(dtype)
-    total = _matvec(arrays.total_precision.astype(dtype), flat, diagonal) - arrays.total_shift.astype(dtype)
-    local = _matvec(lam_s, flat, diagonal) - h_s
-    inv_f = (1.0 / shard_prob).astype(dtype)
-    return unravel(-total + inv_f * local)
+    return apply_conducive(position, arrays.matrix[shard], arrays.offset[shard], diagonal=diagonal)
 
 
 def curvature_excess(surrogates: GaussianSurrogates, shard_probs) -> np.ndarray:
