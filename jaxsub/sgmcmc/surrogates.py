@@ -278,7 +278,11 @@ def gaussian_surrogates(
         Initial position of every shard's SGLD chain (pytree).
     step_size
         SGLD step size ``ε > 0`` in the paper's convention (drift ``ε/2``, noise
-        variance ``ε``), as in :func:`jaxsub.dsgld`.
+        variance ``ε``), as in :func:`jaxsub.dsgld`; a scalar or one per shard
+        (shards of different sizes and curvatures need different steps). Keep
+        the minibatch-noise inflation of the fitted variances small: it is about
+        ``ε N_s² v / (4 n)`` relative, with ``v`` the per-datum gradient variance,
+        so prefer a large ``batch_size`` for the fit (it runs once).
     batch_size
         Minibatch size (``1..min N_s``).
     num_samples, num_burnin, thinning
@@ -313,7 +317,11 @@ def gaussian_surrogates(
         raise ValueError(f"fitting surrogates needs {', '.join(missing)} (or pass exact means and precisions)")
     covariance = check_choice("covariance", covariance, ("full", "diag"))
     diagonal = covariance == "diag"
-    step_size = check_real("step_size", step_size, low=0.0)
+    step_sizes = np.atleast_1d(np.asarray(step_size, dtype=np.float64))
+    if step_sizes.ndim != 1:
+        raise ValueError(f"step_size must be a scalar or one value per shard; got shape {step_sizes.shape}")
+    for i, eps in enumerate(step_sizes):
+        check_real("step_size" if step_sizes.size == 1 else f"step_size[{i}]", eps, low=0.0)
     num_samples = check_int("num_samples", num_samples, low=2)
     num_burnin = check_int("num_burnin", num_burnin, low=0)
     thinning = check_int("thinning", thinning, low=1)
@@ -322,6 +330,10 @@ def gaussian_surrogates(
     if (logprior_fn is None) != (prior is None):
         raise ValueError("logprior_fn and prior go together: a fit that targets prior x likelihood "
                          "must say which Gaussian prior (mean, precision) to divide out")
+    if step_sizes.size not in (1, shards.num_shards):
+        raise ValueError(f"step_size must be a scalar or one value per shard ({shards.num_shards}); "
+                         f"got {step_sizes.size} values")
+    step_sizes = np.broadcast_to(step_sizes, (shards.num_shards,))
     flat0, unravel = ravel_pytree(position)
     dim = flat0.shape[0]
     prior_nat = _prior_natural(prior, dim, diagonal)
@@ -331,14 +343,14 @@ def gaussian_surrogates(
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     num_steps = num_burnin + num_samples * thinning
 
-    def fit_one(key, shard):
+    def fit_one(key, shard, eps):
         n_s = sizes[shard]
         grad_fn = gradients.grad_estimator(base_prior, loglikelihood_fn, n_s.astype(dtype))
 
         def step(pos, k):
             kb, kn = jax.random.split(k)
             batch = shard_gather(shards.data, shard, minibatch_indices(kb, batch_size, n_s))
-            new = sgld_kernel(kn, pos, grad_fn, batch, 0.5 * step_size)  # ε/2 in blackjax's convention
+            new = sgld_kernel(kn, pos, grad_fn, batch, 0.5 * eps)  # ε/2 in blackjax's convention
             return new, ravel_pytree(new)[0]
 
         _, draws = jax.lax.scan(step, position, jax.random.split(key, num_steps))
@@ -353,7 +365,7 @@ def gaussian_surrogates(
 
     start = time.perf_counter()
     keys = jax.random.split(rng_key, shards.num_shards)
-    mean, cov = jax.jit(jax.vmap(fit_one))(keys, jnp.arange(shards.num_shards))
+    mean, cov = jax.jit(jax.vmap(fit_one))(keys, jnp.arange(shards.num_shards), jnp.asarray(step_sizes, dtype))
     mean, cov = np.asarray(mean, np.float64), np.asarray(cov, np.float64)
     seconds = time.perf_counter() - start
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
