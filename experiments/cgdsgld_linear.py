@@ -77,7 +77,7 @@ def make_data(seed: int = 0):
 
 def run(out_dir: Path, *, quick: bool) -> dict:
     out_dir = Path(out_dir)
-    rounds = 100 if quick else 1_000
+    rounds = 80 if quick else 1_000
     num_chains = 3 if quick else 4
     burn = rounds // 5
     shards, (x_te, y_te), sigma2, post_mean, post_prec, description = make_data()
@@ -102,7 +102,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     sur = jaxsub.sgmcmc.gaussian_surrogates(
         shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(3), position=jnp.zeros(dim),
         step_size=fit_steps,
-        batch_size=BATCH, num_samples=1_000 if quick else 4_000, thinning=10, num_burnin=5_000,
+        batch_size=BATCH, num_samples=500 if quick else 4_000, thinning=10, num_burnin=3_000 if quick else 5_000,
         logprior_fn=logprior, prior=(0.0, 1.0))
     exact_prec = np.stack([x.T @ x / sigma2 for x, _ in shards])
     fit_err = float(np.max(np.linalg.norm(np.asarray(sur.precision) - exact_prec, axis=(1, 2))

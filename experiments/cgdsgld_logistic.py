@@ -166,7 +166,7 @@ def run_sgld_reference(shards, step_size, num_steps, num_chains, key, dim):
 def run(out_dir: Path, *, quick: bool) -> dict:
     out_dir = Path(out_dir)
     shard_size = 2_000 if quick else 10_000
-    rounds = 80 if quick else 1_000
+    rounds = 60 if quick else 1_000
     num_chains = 2 if quick else 4
     test_per_class = 2_500 if quick else 5_000
     burn = rounds // 5
@@ -183,8 +183,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         sur = jaxsub.sgmcmc.gaussian_surrogates(
             shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(1), position=jnp.zeros(dim),
             # fit noise inflation ~ ε N_s² v/(4 n) <= 0.2 N_s / (16 n): <= 2.5% (quick), 12.5% (full)
-            step_size=0.2 / shard_size, batch_size=FIT_BATCH, num_samples=500 if quick else 3_000,
-            thinning=4 if quick else 5, num_burnin=1_000 if quick else 2_000, covariance="full",
+            step_size=0.2 / shard_size, batch_size=FIT_BATCH, num_samples=300 if quick else 3_000,
+            thinning=4 if quick else 5, num_burnin=800 if quick else 2_000, covariance="full",
             logprior_fn=logprior, prior=(0.0, 1.0 / PRIOR_VAR))
         fit = sur.fit_info
         metrics["settings"][f"a={a}"] = {

@@ -80,8 +80,8 @@ def running_errors(draws, post_mean, post_cov):
 
 def run(out_dir: Path, *, quick: bool) -> dict:
     out_dir = Path(out_dir)
-    total_steps = 20_000 if quick else 80_000
-    burn_steps = 4_000 if quick else 20_000
+    total_steps = 12_000 if quick else 80_000
+    burn_steps = 3_000 if quick else 20_000
     num_chains = 4 if quick else 16
     shards, post_mean, post_cov = make_data()
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(
