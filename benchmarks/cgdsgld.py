@@ -7,7 +7,9 @@
     minibatches drawn without replacement with
     ``jaxsub.subsample.permutation_indices`` from a fixed shard. Both jitted
     ``lax.scan`` loops take the data as an argument. Ratio = jaxsub / blackjax
-    time per SGLD step (target <= 1.2).
+    time per SGLD step (target <= 1.2). ``ratio`` compares medians of
+    alternating calls; ``ratio_of_minimums`` compares the fastest calls, the
+    better estimate of the uncontended cost on a shared machine.
 (b) CG-DSGLD vs DSGLD, same settings: extra cost of the conducive term
     (one matrix-vector product per step with Gaussian surrogates; target <= 10%),
     for full and diagonal surrogates and two dimensions.
@@ -109,7 +111,8 @@ def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict
     rows.append({"part": "a", "what": "jaxsub.dsgld vs blackjax.sgld (same work)", "dim": dim, "local_steps": local_steps,
                  "steps": num_steps, "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
                  "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
-                 "ratio": t["candidate_s"] / t["baseline_s"], "target": "<= 1.2"})
+                 "ratio": t["candidate_s"] / t["baseline_s"],
+                 "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]), "target": "<= 1.2"})
     for diagonal in (False, True):
         sur = _surrogates(dim, diagonal)
         cg_kernel = jaxsub.sgmcmc.cg_dsgld.build_kernel(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
@@ -121,7 +124,8 @@ def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict
                      "dim": dim, "local_steps": local_steps, "steps": num_steps,
                      "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
                      "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
-                     "ratio": t["candidate_s"] / t["baseline_s"], "target": "<= 1.10"})
+                     "ratio": t["candidate_s"] / t["baseline_s"],
+                     "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]), "target": "<= 1.10"})
     return rows
 
 

@@ -192,8 +192,20 @@ def minibatch_indices(rng_key: PRNGKey, batch_size: int, num_items: Array) -> Ar
 
 
 def shard_gather(data: ArrayTree, shard: Array, indices: Array) -> ArrayTree:
-    """Rows ``indices`` of shard ``shard``: O(len(indices)) gather, never a copy of the whole shard."""
-    return jax.tree.map(lambda x: jnp.asarray(x)[shard, indices], data)
+    """Rows ``indices`` of shard ``shard``: O(len(indices)) gather, never a copy of the whole shard.
+
+    The ``[S, N_max, ...]`` leaves are viewed as ``[S·N_max, ...]`` (a free reshape) and gathered at
+    ``shard·N_max + indices``: a one-axis gather, which XLA:CPU runs markedly faster than the
+    two-axis gather ``x[shard, indices]`` (about 1.3x per SGLD step at d = 50 in benchmarks/cgdsgld.py).
+    """
+
+    def gather(x):
+        x = jnp.asarray(x)
+        n_max = x.shape[1]
+        flat = x.reshape((x.shape[0] * n_max,) + x.shape[2:])
+        return flat[jnp.asarray(shard, jnp.int32) * n_max + indices]
+
+    return jax.tree.map(gather, data)
 
 
 def check_batch_size(batch_size: Any, sizes: np.ndarray) -> int:
