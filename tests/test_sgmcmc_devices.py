@@ -43,12 +43,13 @@ def test_eight_devices_equal_one_device_and_only_chains_move():
         assert out[f"{name}_max_abs_diff"] <= 1e-5, out
         assert out[f"{name}_chain_ids_equal"]
         assert out[f"{name}_position_devices"] == 8
-        # one collective permute per slot and shift in the program (only one runs per slot and round),
-        # and no gather/reduce of data or states
-        assert out[f"{name}_collective_permutes"] >= 1
-        assert out[f"{name}_other_collectives"] == 0, out
+        if name == "cg_dsgld":
+            # collective permutes (one per leaf, slot and nonzero shift; only one shift runs per slot and
+            # round) and no gather/reduce of data or states
+            assert out[f"{name}_collective_permutes"] >= 1
+            assert out[f"{name}_other_collectives"] == 0, out
         shifts = np.asarray(out[f"{name}_shifts"])
-        assert shifts.shape == (12, 3) and len(np.unique(shifts)) > 1
+        assert shifts.shape == (8, 2) and len(np.unique(shifts)) > 1
 
 
 def _free_port():
@@ -61,7 +62,7 @@ def _free_port():
 def test_two_processes_equal_one_process(tmp_path):
     """Multi-controller JAX on localhost (gloo CPU collectives): 2 processes x 4 devices vs 1 process x 8."""
     script = str(ROOT / "examples" / "multihost_dsgld.py")
-    common = ["--rounds", "15", "--local-steps", "10"]
+    common = ["--rounds", "8", "--local-steps", "5"]
     port = _free_port()
     procs = [
         subprocess.Popen([sys.executable, script, "--num-processes", "2", "--process-id", str(i),
@@ -79,7 +80,7 @@ def test_two_processes_equal_one_process(tmp_path):
     multi, ref = np.load(tmp_path / "multi.npz"), np.load(tmp_path / "single.npz")
     assert int(multi["process_count"]) == 2 and int(ref["process_count"]) == 1
     assert int(multi["device_count"]) == int(ref["device_count"]) == 8
-    assert multi["draws"].shape == (15, 16, 2)
+    assert multi["draws"].shape == (8, 16, 2)
     np.testing.assert_allclose(multi["draws"], ref["draws"], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(multi["chain_ids"], ref["chain_ids"])
 
@@ -96,7 +97,7 @@ def test_multi_device_layout_targets_the_posterior():
     N = sum(sizes)
     post_mean = np.concatenate(shards).mean(0) * N / (N + 0.2)
     state = algo.init(jnp.tile(jnp.asarray(post_mean, jnp.float32), (16, 1)))
-    trace = jaxsub.run_chain(jax.random.key(0), algo, state, 2500, transform=lambda s, i: (s.position, s.chain_id))
+    trace = jaxsub.run_chain(jax.random.key(0), algo, state, 1500, transform=lambda s, i: (s.position, s.chain_id))
     draws = np.asarray(jaxsub.sgmcmc.positions_by_chain(trace.states, trace.infos))  # [T, 16, 2]
     ids = np.asarray(trace.infos)
     assert all(sorted(row.ravel().tolist()) == list(range(16)) for row in ids[::100])
