@@ -10,6 +10,7 @@ Four families, one module each (see ``docs/architecture.md``):
   (Obermeyer, Glidden & Jonas 2014).
 """
 from jaxsub import subsample, validation
+from jaxsub import sgmcmc
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
@@ -18,6 +19,9 @@ __version__ = "0.1.0"
 #: ``(init, step)`` pair; ``tests/test_signatures.py`` checks that each one follows
 #: the common API. Every family adds its constructors here.
 PUBLIC_SAMPLERS: tuple[str, ...] = ()
+PUBLIC_SAMPLERS += ("dsgld", "cg_dsgld")  # issue 5: jaxsub.sgmcmc
+dsgld = sgmcmc.dsgld.as_top_level_api
+cg_dsgld = sgmcmc.cg_dsgld.as_top_level_api
 
 __all__ = [
     "ChainTrace",
@@ -28,3 +32,4 @@ __all__ = [
     "subsample",
     "validation",
 ]
+__all__ += ["cg_dsgld", "dsgld", "sgmcmc"]  # issue 5

@@ -15,6 +15,21 @@ CASES: dict = {
 }
 
 
+def _sgmcmc_case(name):  # issue 5: jaxsub.sgmcmc
+    import jax.numpy as jnp
+    import numpy as np
+
+    shards = [np.ones((n, 2), np.float32) * i for i, n in enumerate((7, 9, 5))]
+    kw = dict(step_size=1e-3, batch_size=3, local_steps=2)
+    args = (lambda p: -0.5 * jnp.sum(p**2), lambda p, x: -0.5 * jnp.sum((x - p) ** 2), shards)
+    if name == "cg_dsgld":
+        kw["surrogates"] = jaxsub.sgmcmc.gaussian_surrogates(np.zeros((3, 2)), np.ones((3, 2)))
+    return getattr(jaxsub, name)(*args, **kw), jnp.zeros(2)
+
+
+CASES.update({name: (lambda name=name: _sgmcmc_case(name)) for name in ("dsgld", "cg_dsgld")})
+
+
 def test_every_public_sampler_has_a_case():
     missing = set(jaxsub.PUBLIC_SAMPLERS) - set(CASES)
     assert not missing, f"public samplers without a signature case: {sorted(missing)}"

@@ -1,0 +1,197 @@
+"""DSGLD / CG-DSGLD cost: (a) vs blackjax.sgld doing the same work, (b) the conducive term, (c) 8 devices.
+
+(a) One device. ``jaxsub.dsgld``'s round kernel (``local_steps`` SGLD steps
+    on a shard chosen by ``f``) against ``blackjax.sgld`` doing the same work:
+    the same number of steps, the same gradient estimator
+    (``blackjax.sgmcmc.gradients.grad_estimator`` with ``data_size = N_s/f_s``),
+    minibatches drawn without replacement with
+    ``jaxsub.subsample.permutation_indices`` from a fixed shard. Both jitted
+    ``lax.scan`` loops take the data as an argument. Ratio = jaxsub / blackjax
+    time per SGLD step (target <= 1.2). ``ratio`` compares medians of
+    alternating calls; ``ratio_of_minimums`` compares the fastest calls, the
+    better estimate of the uncontended cost on a shared machine.
+(b) CG-DSGLD vs DSGLD, same settings: extra cost of the conducive term
+    (one matrix-vector product per step with Gaussian surrogates; target <= 10%),
+    for full and diagonal surrogates and two dimensions.
+(c) ``jaxsub.sgmcmc.multi_device`` with 8 simulated CPU devices (shard_map,
+    chains hopping by collective permutes) vs the same chains vmapped on one
+    device, in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``;
+    and the bytes that cross devices per round. The simulated devices share
+    this machine's cores, so (c) measures the overhead of the sharded program,
+    not a speed-up; no GPU/multi-accelerator machine was available for this run.
+
+Model: Bayesian logistic regression with ``d`` features, ``S = 8`` shards of
+``N_s = 20,000`` synthetic rows, minibatch 100.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxsub
+from benchmarks._common import compare
+from jaxsub.subsample import permutation_indices
+
+TITLE = "DSGLD/CG-DSGLD per-step cost vs blackjax.sgld, conducive overhead, 8 simulated devices"
+
+NUM_SHARDS, SHARD_SIZE, BATCH = 8, 20_000, 100
+
+
+def make_problem(dim: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(NUM_SHARDS, SHARD_SIZE, dim)).astype(np.float32)
+    w = rng.normal(size=dim) / np.sqrt(dim)
+    y = (rng.uniform(size=(NUM_SHARDS, SHARD_SIZE)) < 1 / (1 + np.exp(-(x @ w)))).astype(np.float32)
+
+    def logprior(theta):
+        return -0.5 * jnp.sum(theta**2)
+
+    def loglik(theta, datum):
+        xi, yi = datum
+        logit = xi @ theta
+        return yi * logit - jnp.logaddexp(0.0, logit)
+
+    return (jnp.asarray(x), jnp.asarray(y)), logprior, loglik
+
+
+def _surrogates(dim: int, diagonal: bool, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    means = rng.normal(size=(NUM_SHARDS, dim))
+    if diagonal:
+        return jaxsub.sgmcmc.gaussian_surrogates(means, rng.uniform(100, 1000, size=(NUM_SHARDS, dim)))
+    a = rng.normal(size=(NUM_SHARDS, dim, dim))
+    return jaxsub.sgmcmc.gaussian_surrogates(means, np.einsum("sij,skj->sik", a, a) + dim * np.eye(dim))
+
+
+def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict]:
+    data, logprior, loglik = make_problem(dim)
+    sizes = jnp.full((NUM_SHARDS,), SHARD_SIZE, jnp.int32)
+    probs_np = np.full(NUM_SHARDS, 1.0 / NUM_SHARDS)
+    probs = jnp.asarray(probs_np, jnp.float32)
+    eps = 1e-6
+    num_steps = rounds * local_steps
+    theta0 = jnp.zeros(dim, jnp.float32)
+
+    # blackjax.sgld on one shard, same estimator and minibatch scheme
+    sgld = blackjax.sgld(blackjax.sgmcmc.gradients.grad_estimator(logprior, loglik, SHARD_SIZE * NUM_SHARDS))
+
+    @jax.jit
+    def run_blackjax(key, data):
+        def body(theta, k):
+            kb, kn = jax.random.split(k)
+            idx = permutation_indices(kb, jnp.arange(BATCH), SHARD_SIZE)
+            batch = jax.tree.map(lambda a: a[0, idx], data)
+            return sgld.step(kn, theta, batch, 0.5 * eps), None
+
+        return jax.lax.scan(body, theta0, jax.random.split(key, num_steps))[0]
+
+    def jaxsub_runner(kernel, extra):
+        @jax.jit
+        def run(key, data, extra):
+            def body(state, k):
+                return kernel(k, state, data, sizes, probs, eps, extra)[0], None
+
+            return jax.lax.scan(body, jaxsub.sgmcmc.dsgld.init(theta0), jax.random.split(key, rounds))[0].position
+
+        return lambda key, data: run(key, data, extra)
+
+    ds_kernel = jaxsub.sgmcmc.dsgld.build_kernel(logprior, loglik, batch_size=BATCH, local_steps=local_steps)
+    run_dsgld = jaxsub_runner(ds_kernel, None)
+    keys = lambda i: (jax.random.key(i), data)  # noqa: E731
+    rows = []
+    t = compare(run_blackjax, run_dsgld, keys, keys, repeats=repeats)
+    rows.append({"part": "a", "what": "jaxsub.dsgld vs blackjax.sgld (same work)", "dim": dim, "local_steps": local_steps,
+                 "steps": num_steps, "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
+                 "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
+                 "ratio": t["candidate_s"] / t["baseline_s"],
+                 "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]), "target": "<= 1.2"})
+    for diagonal in (False, True):
+        sur = _surrogates(dim, diagonal)
+        cg_kernel = jaxsub.sgmcmc.cg_dsgld.build_kernel(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                                        diagonal=diagonal)
+        arrays = jaxsub.sgmcmc.surrogates.conducive_arrays(sur, probs_np)
+        run_cg = jaxsub_runner(cg_kernel, arrays)
+        t = compare(run_dsgld, run_cg, keys, keys, repeats=repeats)
+        rows.append({"part": "b", "what": f"cg_dsgld vs dsgld ({'diag' if diagonal else 'full'} surrogates)",
+                     "dim": dim, "local_steps": local_steps, "steps": num_steps,
+                     "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
+                     "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
+                     "ratio": t["candidate_s"] / t["baseline_s"],
+                     "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]), "target": "<= 1.10"})
+    return rows
+
+
+DEVICE_SCRIPT = r"""
+import json, os, sys, time
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+sys.path.insert(0, sys.argv[1])
+import jax, jax.numpy as jnp, numpy as np
+import jaxsub
+from benchmarks.cgdsgld import make_problem, _surrogates, NUM_SHARDS
+from benchmarks._common import compare
+dim, chains, local_steps, rounds, repeats = (int(a) for a in sys.argv[2:7])
+data, logprior, loglik = make_problem(dim)
+shards = jaxsub.sgmcmc.Shards(data, np.full(NUM_SHARDS, data[0].shape[1]))
+sur = _surrogates(dim, False)
+mesh = jax.make_mesh((NUM_SHARDS,), ("shards",))
+runners = {}
+for label, m in (("vmap_1_device", None), ("shard_map_8_devices", mesh)):
+    init_fn, kernel, inputs = jaxsub.sgmcmc.multi_device_kernel(
+        logprior, loglik, shards, step_size=1e-6, batch_size=100, local_steps=local_steps, surrogates=sur,
+        chains_per_shard=chains, mesh=m)
+    state = init_fn(np.zeros((NUM_SHARDS * chains, dim), np.float32))
+
+    def make(kernel=kernel, state=state, inputs=inputs):
+        @jax.jit
+        def run(key, inputs):
+            def body(s, k):
+                return kernel(k, s, inputs)[0], None
+            return jax.lax.scan(body, state, jax.random.split(key, rounds))[0].position
+        return lambda key: run(key, inputs), run, state, inputs
+    runners[label] = make()
+t = compare(runners["vmap_1_device"][0], runners["shard_map_8_devices"][0], lambda i: (jax.random.key(i),),
+            lambda i: (jax.random.key(i),), repeats=repeats)
+run, state, inputs = runners["shard_map_8_devices"][1:]
+hlo = run.lower(jax.random.key(0), inputs).compile().as_text()
+b = jaxsub.sgmcmc.bytes_per_round(np.zeros(dim, np.float32), NUM_SHARDS, chains)
+print("RESULT " + json.dumps({
+    "devices": jax.device_count(), "chains": NUM_SHARDS * chains, "rounds": rounds, "local_steps": local_steps,
+    "vmap_rounds_per_s": rounds / t["baseline_s"], "shard_map_rounds_per_s": rounds / t["candidate_s"],
+    "speedup_8dev_over_1dev": t["speedup"],
+    "collective_permutes_in_program": hlo.count("collective-permute-start") or hlo.count("collective-permute("),
+    "other_collectives_in_program": sum(hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter")),
+    "bytes_per_round_worst": b["worst"], "bytes_per_round_expected": b["expected"],
+    "data_bytes_never_moved": int(sum(np.asarray(a).nbytes for a in data))}))
+"""
+
+
+def part_c(dim: int, chains: int, local_steps: int, rounds: int, repeats: int) -> dict:
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(root), str(dim), str(chains), str(local_steps),
+                           str(rounds), str(repeats)], capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    out = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    out.update({"part": "c", "what": "multi_device: 8 simulated CPU devices vs vmap on 1 device", "dim": dim,
+                "note": "simulated devices share the same CPU cores; no GPU in this run"})
+    return out
+
+
+def run(*, quick: bool) -> list[dict]:
+    repeats = 7 if quick else 15
+    rounds = 50 if quick else 200
+    rows = []
+    for dim in (10, 50):
+        rows += part_a_b(dim, local_steps=100, rounds=rounds, repeats=repeats)
+    rows.append(part_c(dim=10, chains=4, local_steps=20, rounds=rounds, repeats=repeats))
+    return rows

@@ -1,0 +1,224 @@
+r"""Distributed SGLD (DSGLD; Ahn, Shahbaba & Welling 2014) over data shards.
+
+Shards ``s = 1..S`` of sizes ``N_s`` are visited with probabilities ``f_s``
+(``Σ f_s = 1``, default ``f_s ∝ N_s``). One *round* (one call of ``step``)
+draws ``s ∼ Cat(f)`` and takes ``L = local_steps`` SGLD steps on shard ``s``
+only (NOTES.md §2; El Mekkaoui et al. 2021, eq. 3):
+
+.. math::
+
+    θ ← θ + \frac{ε}{2}\Big[∇\log p(θ) + \frac{N_s}{n f_s}\sum_{x∈B}∇\log p(x|θ)\Big] + η,
+    \qquad η ∼ N(0, εI),
+
+with ``ε = step_size`` (the paper's convention; BlackJAX's ``sgld`` step size
+``h`` moves ``θ + h∇ + N(0, 2h)``, so ``h = ε/2``) and ``B`` a minibatch of ``n = batch_size`` points of shard ``s`` drawn
+without replacement in O(n) (:func:`jaxsub.sgmcmc.shards.minibatch_indices`).
+Averaged over ``s ∼ f`` and ``B`` the bracket is the full-data gradient of the
+log-posterior. The bracket is ``blackjax.sgmcmc.gradients.grad_estimator``
+with ``data_size = N_s / f_s`` and the update is ``blackjax.sgld``'s kernel.
+With many local steps on heterogeneous shards the chain drifts towards a
+mixture of local posteriors; :mod:`jaxsub.sgmcmc.cg_dsgld` corrects that.
+
+References
+----------
+Ahn, Shahbaba & Welling, "Distributed stochastic gradient MCMC", ICML 2014.
+El Mekkaoui, Mesquita, Blomstedt & Kaski, "Federated stochastic gradient
+Langevin dynamics", UAI 2021.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from blackjax.sgmcmc import gradients
+from jax.flatten_util import ravel_pytree
+
+from jaxsub.base import SamplingAlgorithm
+from jaxsub.sgmcmc.shards import Shards, check_batch_size, make_shards, minibatch_indices, shard_gather
+from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
+from jaxsub.validation import check_int, check_probability_vector, check_real
+
+__all__ = ["DSGLDState", "DSGLDInfo", "init", "build_kernel", "as_top_level_api",
+           "shard_gradient_estimator", "local_round", "resolve_shard_probs"]
+
+
+class DSGLDState(NamedTuple):
+    """State of one DSGLD chain: the position only (the shard is re-drawn every round)."""
+
+    position: ArrayTree
+
+
+class DSGLDInfo(NamedTuple):
+    """What one round did.
+
+    Attributes
+    ----------
+    shard
+        ``int32`` index of the shard the round ran on.
+    local_positions
+        The positions after each of the ``local_steps`` SGLD steps (leading
+        axis ``local_steps``) when ``return_local_positions=True``, else ``None``.
+    is_finite
+        Whether the new position is finite (NaN/inf signals a too-large step size).
+    """
+
+    shard: Array
+    local_positions: ArrayTree | None
+    is_finite: Array
+
+
+def init(position: ArrayLikeTree) -> DSGLDState:
+    return DSGLDState(position)
+
+
+def resolve_shard_probs(shard_probs: Any, sizes: np.ndarray) -> np.ndarray:
+    """Validate ``shard_probs`` (default ``∝ N_s``); every entry must be > 0 (the estimator divides by ``f_s``)."""
+    if shard_probs is None:
+        return sizes / sizes.sum()
+    probs = check_probability_vector("shard_probs", shard_probs, size=sizes.shape[0])
+    if np.any(probs <= 0):
+        raise ValueError(
+            f"shard_probs must be strictly positive (the gradient is scaled by N_s / f_s); got {probs.tolist()}"
+        )
+    return probs
+
+
+def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, shard_size: Array,
+                             shard_prob: Array, dtype, conducive_fn: Callable | None = None) -> Callable:
+    r"""The DSGLD (or, with ``conducive_fn``, CG-DSGLD) gradient estimator on one shard.
+
+    ``grad(θ, B) = ∇\log p(θ) + (N_s/(n f_s)) Σ_{x∈B} ∇\log p(x|θ) [+ conducive_fn(θ)]``,
+    built with ``blackjax.sgmcmc.gradients.grad_estimator`` (``data_size = N_s/f_s``).
+    """
+    data_size = shard_size.astype(dtype) / shard_prob.astype(dtype)
+    base = gradients.grad_estimator(logprior_fn, loglikelihood_fn, data_size)
+    if conducive_fn is None:
+        return base
+
+    def grad_fn(position, minibatch):
+        return jax.tree.map(jnp.add, base(position, minibatch), conducive_fn(position))
+
+    return grad_fn
+
+
+def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, data: ArrayTree,
+                shard: Array, shard_size: Array, step_size: float, *, batch_size: int,
+                local_steps: int, return_local_positions: bool):
+    """``local_steps`` SGLD steps (``blackjax.sgld`` kernel) on rows ``[0, shard_size)`` of ``data[shard]``.
+
+    Returns ``(new_position, local_positions or None)``.
+    """
+    sgld_kernel = blackjax.sgmcmc.sgld.build_kernel()
+
+    def one_step(pos, key):
+        key_batch, key_noise = jax.random.split(key)
+        batch = shard_gather(data, shard, minibatch_indices(key_batch, batch_size, shard_size))
+        # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2 gives the paper's update
+        new = sgld_kernel(key_noise, pos, grad_fn, batch, 0.5 * step_size)
+        return new, (new if return_local_positions else None)
+
+    return jax.lax.scan(one_step, position, jax.random.split(rng_key, local_steps))
+
+
+def _is_finite(position) -> Array:
+    return jnp.all(jnp.isfinite(ravel_pytree(position)[0]))
+
+
+def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
+                 return_local_positions: bool = False, conducive: Callable | None = None) -> Callable:
+    """Build the DSGLD round kernel.
+
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn
+        ``logprior_fn(position)``, ``loglikelihood_fn(position, datum)``.
+    batch_size, local_steps, return_local_positions
+        Static settings (see :func:`as_top_level_api`).
+    conducive
+        Optional ``conducive(shard, extra) -> (position -> pytree)``, called once
+        per round; the returned function is added to the gradient at every local
+        step (used by :mod:`jaxsub.sgmcmc.cg_dsgld`).
+
+    Returns
+    -------
+    ``kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, extra=None) -> (state, info)``
+    where ``data`` is the padded ``[S, N_max, ...]`` pytree, ``shard_sizes``
+    ``int32 [S]`` and ``shard_probs`` ``[S]``.
+    """
+
+    def kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, extra=None):
+        position = state.position
+        dtype = ravel_pytree(position)[0].dtype
+        key_shard, key_local = jax.random.split(rng_key)
+        shard = jax.random.categorical(key_shard, jnp.log(shard_probs)).astype(jnp.int32)
+        shard_size, shard_prob = shard_sizes[shard], shard_probs[shard]
+        cfn = None if conducive is None else conducive(shard, extra)
+        grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
+        new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
+                                          batch_size=batch_size, local_steps=local_steps,
+                                          return_local_positions=return_local_positions)
+        return DSGLDState(new_position), DSGLDInfo(shard, local, _is_finite(new_position))
+
+    return kernel
+
+
+def validate_config(shards, step_size, batch_size, local_steps, shard_probs):
+    """Shared static checks of DSGLD / CG-DSGLD; returns ``(Shards, step_size, batch_size, local_steps, probs)``."""
+    shards = make_shards(shards)
+    step_size = check_real("step_size", step_size, low=0.0)
+    batch_size = check_batch_size(batch_size, shards.sizes)
+    local_steps = check_int("local_steps", local_steps, low=1)
+    probs = resolve_shard_probs(shard_probs, shards.sizes)
+    return shards, step_size, batch_size, local_steps, probs
+
+
+def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
+                     batch_size: int, local_steps: int, shard_probs: Any = None,
+                     return_local_positions: bool = False) -> SamplingAlgorithm:
+    r"""Distributed SGLD: each ``step`` is one round of ``local_steps`` SGLD steps on one shard.
+
+    Parameters
+    ----------
+    logprior_fn
+        ``logprior_fn(position) -> scalar``.
+    loglikelihood_fn
+        ``loglikelihood_fn(position, datum) -> scalar`` for one datum (BlackJAX SG-MCMC convention).
+    shards
+        List of per-shard data pytrees (sizes may differ), a stacked pytree
+        ``[S, N, ...]`` or a :class:`jaxsub.sgmcmc.Shards`.
+    step_size
+        ``ε > 0`` as in the update above (drift ``ε/2``, noise variance ``ε``;
+        BlackJAX's ``sgld`` step size is ``ε/2``).
+    batch_size
+        ``n``, in ``[1, min_s N_s]``; minibatches are drawn without replacement.
+    local_steps
+        ``L >= 1`` SGLD steps per round.
+    shard_probs
+        ``f``: strictly positive, sums to 1; default ``f_s = N_s / N``.
+    return_local_positions
+        Put the ``L`` local positions in ``info.local_positions``.
+
+    Returns
+    -------
+    SamplingAlgorithm
+        ``init(position) -> DSGLDState``, ``step(rng_key, state) -> (DSGLDState, DSGLDInfo)``.
+    """
+    shards, step_size, batch_size, local_steps, probs = validate_config(
+        shards, step_size, batch_size, local_steps, shard_probs)
+    kernel = build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
+                          return_local_positions=bool(return_local_positions))
+    data = jax.tree.map(jnp.asarray, shards.data)
+    sizes = jnp.asarray(shards.sizes, jnp.int32)
+    probs_arr = jnp.asarray(probs, jnp.float32)
+
+    def init_fn(position: ArrayLikeTree, rng_key=None):
+        del rng_key
+        return init(position)
+
+    def step_fn(rng_key: PRNGKey, state: DSGLDState):
+        return kernel(rng_key, state, data, sizes, probs_arr, step_size)
+
+    return SamplingAlgorithm(init_fn, step_fn)
