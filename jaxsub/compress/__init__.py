@@ -1,0 +1,1 @@
+from jaxsub.compress._cluster import *
