@@ -205,8 +205,11 @@ def _seed_from_key(key) -> int:
 # ----------------------------------------------------------------------------- streaming core
 
 
-def _lsh_buckets(points: np.ndarray, delta: float, rng: np.random.Generator, k: int, tables: int, width: float) -> np.ndarray:
-    """E2LSH bucket ids ``[n, tables]`` (dense ids ``< n``) of ``floor((A x + b) / w)``, ``w = width * delta``."""
+def _lsh_buckets(points: np.ndarray, delta: float, rng: np.random.Generator, k: int, tables: int, width: float, groups=None) -> np.ndarray:
+    """E2LSH bucket ids ``[n, tables]`` (dense ids ``< n``) of ``floor((A x + b) / w)``, ``w = width * delta``.
+
+    With ``groups``, the group is part of the key: points of different groups never share a bucket.
+    """
     n, d = points.shape
     k = min(k, d)
     w = width * delta
@@ -215,25 +218,35 @@ def _lsh_buckets(points: np.ndarray, delta: float, rng: np.random.Generator, k: 
     codes = np.floor((points @ a + b) / w).astype(np.int64)
     out = np.empty((n, tables), dtype=np.int32)
     for t in range(tables):
-        _, inv = np.unique(codes[:, t * k : (t + 1) * k], axis=0, return_inverse=True)
+        table_codes = codes[:, t * k : (t + 1) * k]
+        if groups is not None:
+            table_codes = np.column_stack([table_codes, groups])
+        _, inv = np.unique(table_codes, axis=0, return_inverse=True)
         out[:, t] = inv.ravel()
     return out
 
 
-def _kdtree_neighbours(points: np.ndarray, delta: float, k: int, eps: float) -> np.ndarray:
+def _kdtree_neighbours(points: np.ndarray, delta: float, k: int, eps: float, groups=None) -> np.ndarray:
     """Up to ``k`` approximate nearest *earlier* points within ``2 delta`` (``-1``: none), ``[n, k]``.
 
     SciPy's ``cKDTree.query`` with ``eps``: the j-th returned neighbour is at most
     ``(1 + eps)`` times farther than the true j-th nearest (Arya et al. 1998).
+    With ``groups``, one tree per group: neighbours never cross groups.
     """
     from scipy.spatial import cKDTree
 
     n = points.shape[0]
-    tree = cKDTree(points)
-    _, idx = tree.query(points, k=k + 1, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
-    idx = idx[:, 1:] if idx.ndim == 2 else idx[:, None]
-    earlier = idx < np.arange(n)[:, None]  # also drops the "not found" index n
-    return np.where(earlier, idx, -1).astype(np.int32)
+    out = np.full((n, k), -1, dtype=np.int32)
+    parts = [np.arange(n)] if groups is None else [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    for rows in parts:
+        tree = cKDTree(points[rows])
+        _, idx = tree.query(points[rows], k=k + 1, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
+        idx = idx[:, 1:]
+        found = idx < rows.size
+        glob = np.where(found, rows[np.minimum(idx, rows.size - 1)], n)
+        earlier = glob < rows[:, None]  # drops "not found" (n) and later points
+        out[rows] = np.where(earlier, glob, -1)
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -396,6 +409,26 @@ def _repair(x: np.ndarray, labels: np.ndarray, delta: float):
 # ----------------------------------------------------------------------------- public API
 
 
+def _search_settings(method: str, dim: int, kwargs: dict):
+    """Validated neighbour-search settings (defaults filled in) and the resolved method."""
+    unknown = set(kwargs) - {"lsh_projections", "lsh_tables", "lsh_width", "lsh_slots", "kdtree_neighbours", "kdtree_eps"}
+    if unknown:
+        raise ValueError(f"unknown search setting(s) {sorted(unknown)}")
+    get = lambda name, default: kwargs.get(name, default)  # noqa: E731
+    search = dict(
+        lsh_projections=check_int("lsh_projections", get("lsh_projections", _LSH_PROJECTIONS), low=1),
+        lsh_tables=check_int("lsh_tables", get("lsh_tables", _LSH_TABLES), low=1),
+        lsh_width=check_real("lsh_width", get("lsh_width", _LSH_WIDTH), low=0.0),
+        lsh_slots=check_int("lsh_slots", get("lsh_slots", _LSH_SLOTS), low=1),
+        kdtree_neighbours=check_int("kdtree_neighbours", get("kdtree_neighbours", _KDTREE_NEIGHBOURS), low=1),
+        kdtree_eps=check_real("kdtree_eps", get("kdtree_eps", _KDTREE_EPS), low=0.0, low_closed=True),
+    )
+    method = check_choice("method", method, METHODS)
+    if method == "auto":
+        method = "kdtree" if dim <= _AUTO_KDTREE_MAX_DIM else "lsh"
+    return search, method
+
+
 def cluster(
     x,
     radius: float,
@@ -461,17 +494,19 @@ def cluster(
     """
     delta = check_real("radius", radius, low=0.0)
     method = check_choice("method", method, METHODS)
-    search = dict(
-        lsh_projections=check_int("lsh_projections", lsh_projections, low=1),
-        lsh_tables=check_int("lsh_tables", lsh_tables, low=1),
-        lsh_width=check_real("lsh_width", lsh_width, low=0.0),
-        lsh_slots=check_int("lsh_slots", lsh_slots, low=1),
-        kdtree_neighbours=check_int("kdtree_neighbours", kdtree_neighbours, low=1),
-        kdtree_eps=check_real("kdtree_eps", kdtree_eps, low=0.0, low_closed=True),
-    )
     arr = _as_features(x)
-    if method == "auto":
-        method = "kdtree" if arr.shape[1] <= _AUTO_KDTREE_MAX_DIM else "lsh"
+    search, method = _search_settings(
+        method,
+        arr.shape[1],
+        dict(
+            lsh_projections=lsh_projections,
+            lsh_tables=lsh_tables,
+            lsh_width=lsh_width,
+            lsh_slots=lsh_slots,
+            kdtree_neighbours=kdtree_neighbours,
+            kdtree_eps=kdtree_eps,
+        ),
+    )
     scale = 1.0
     if standardize:
         scale = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max()))
@@ -494,24 +529,28 @@ def cluster(
     )
 
 
-def _cluster_array(arr, delta, method, rng, search) -> np.ndarray:
-    """Labels (not yet exact-checked) for the rows of ``arr``."""
-    uniq, inverse, mult = np.unique(arr, axis=0, return_inverse=True, return_counts=True)
+def _cluster_array(arr, delta, method, rng, search, groups=None) -> np.ndarray:
+    """Labels (not yet exact-checked) for the rows of ``arr``; clusters never mix ``groups``."""
+    keyed = arr if groups is None else np.column_stack([arr, groups])
+    uniq, inverse, mult = np.unique(keyed, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.ravel()
     # keep the stream order of the data: atoms in order of first appearance
     first = np.full(uniq.shape[0], arr.shape[0], dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(arr.shape[0]))
     order = np.argsort(first, kind="stable")
-    atoms = uniq[order]
+    atoms = uniq[order, : arr.shape[1]]
+    atom_groups = None if groups is None else uniq[order, -1]
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     n = atoms.shape[0]
     if method == "lsh":
-        buckets = _lsh_buckets(atoms, delta, rng, search["lsh_projections"], search["lsh_tables"], search["lsh_width"])
+        buckets = _lsh_buckets(
+            atoms, delta, rng, search["lsh_projections"], search["lsh_tables"], search["lsh_width"], atom_groups
+        )
         neighbours = np.full((n, 0), -1, dtype=np.int32)
     else:
         buckets = np.zeros((n, 0), dtype=np.int32)
-        neighbours = _kdtree_neighbours(atoms, delta, search["kdtree_neighbours"], search["kdtree_eps"])
+        neighbours = _kdtree_neighbours(atoms, delta, search["kdtree_neighbours"], search["kdtree_eps"], atom_groups)
     assign = _stream_jax(atoms, mult[order], buckets, neighbours, delta, search["lsh_slots"])
     return assign[rank[inverse]]
 
@@ -580,14 +619,11 @@ def cluster_supervised(
     if standardize:
         scale = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max())) or 1.0
         arr = arr / scale
-    labels = np.empty(arr.shape[0], dtype=np.int64)
-    offset = 0
-    seed = _seed_from_key(key)
-    for cls in np.unique(yarr):
-        rows = np.flatnonzero(yarr == cls)
-        sub = cluster(arr[rows], delta, method=method, key=seed + int(cls), **lsh_kwargs)
-        labels[rows] = sub.labels + offset
-        offset += sub.num_clusters
+    search, method = _search_settings(method, arr.shape[1], lsh_kwargs)
+    _, groups = np.unique(yarr, return_inverse=True)
+    # one stream over all rows; candidates never cross classes (class-keyed LSH
+    # buckets, one k-d tree per class), so every cluster is pure in its label
+    labels = _cluster_array(arr, delta, method, np.random.default_rng(_seed_from_key(key)), search, groups.ravel())
     labels, centroids, counts, radii = _repair(arr, labels, delta)
     first_row = np.full(counts.size, arr.shape[0], dtype=np.int64)
     np.minimum.at(first_row, labels, np.arange(arr.shape[0]))
