@@ -72,6 +72,10 @@ def logdensity(
         * any pytree of data arrays with a leading axis: every datum with
           weight 1, i.e. the *exact* log-posterior (the baseline, same code path).
 
+        May be JAX tracers (build the log-density inside a jitted function that
+        takes the pseudo-data as arguments, so they are not compiled in as
+        constants); then only shapes are validated.
+
     Returns
     -------
     logdensity_fn
@@ -87,20 +91,30 @@ def logdensity(
         negative or non-finite; data leaves with different leading axes; NaN data.
     """
     pseudo = _as_pseudodata(clustering_or_pseudodata)
-    weights = np.asarray(pseudo.weights)
-    if weights.ndim != 1:
-        raise ValueError(f"weights must be 1-D [c]; got shape {weights.shape}")
-    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
-        raise ValueError("weights must be finite and non-negative")
+    traced = any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(pseudo))
+    if traced:
+        # built inside a jitted function with the pseudo-data as arguments (so the
+        # data are not baked into the compiled program as constants): only the
+        # static shapes can be checked here
+        weights = pseudo.weights
+        if jnp.ndim(weights) != 1:
+            raise ValueError(f"weights must be 1-D [c]; got shape {jnp.shape(weights)}")
+    else:
+        weights = np.asarray(pseudo.weights)
+        if weights.ndim != 1:
+            raise ValueError(f"weights must be 1-D [c]; got shape {weights.shape}")
+        if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise ValueError("weights must be finite and non-negative")
     for leaf in jax.tree.leaves(pseudo.data):
-        shape = np.shape(leaf)
+        shape = jnp.shape(leaf)
         if len(shape) == 0 or shape[0] != weights.shape[0]:
             raise ValueError(
                 f"every data leaf must have leading axis c = {weights.shape[0]} (the number of weights); got shape {shape}"
             )
-        arr = np.asarray(leaf)
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            raise ValueError("pseudo-data must be finite; found NaN/inf")
+        if not traced:
+            arr = np.asarray(leaf)
+            if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+                raise ValueError("pseudo-data must be finite; found NaN/inf")
     data = jax.tree.map(jnp.asarray, pseudo.data)
     weights = jnp.asarray(weights)
 
