@@ -561,7 +561,7 @@ def cluster_supervised(
     radius: float,
     *,
     mode: str = "auto",
-    method: str = "lsh",
+    method: str = "auto",
     key=None,
     standardize: bool = False,
     **lsh_kwargs,
