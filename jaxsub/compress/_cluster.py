@@ -61,7 +61,6 @@ gradient methods using raw clusters. NeurIPS 2016.
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 

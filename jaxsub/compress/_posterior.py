@@ -18,7 +18,7 @@ Theorem 1, Lemma 1, §4 (approxKL).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
