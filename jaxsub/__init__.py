@@ -10,7 +10,7 @@ Four families, one module each (see ``docs/architecture.md``):
   (Obermeyer, Glidden & Jonas 2014).
 """
 from jaxsub import subsample, validation
-from jaxsub import sgmcmc
+from jaxsub import compress, sgmcmc
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
@@ -27,6 +27,7 @@ __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
+    "compress",
     "run_chain",
     "run_chains",
     "subsample",

@@ -1,0 +1,27 @@
+"""Compressed posteriors by radius-bounded clustering (Song 2021, arXiv:2111.14219).
+
+Replace every cluster of radius at most ``delta`` by its centroid with
+multiplicity, so each gradient of the log-posterior costs O(c) instead of
+O(N), with ``KL(p || p~) <= K0 delta^2`` (Theorem 1); sample the compressed
+posterior with any BlackJAX algorithm.
+
+* :func:`cluster` / :func:`cluster_supervised` -- Algorithm 1 (streaming,
+  approximate neighbour search, exact radius guarantee) -> :class:`Clustering`;
+* :func:`logdensity` -- ``log p(theta) + sum_j n_j log p(mu_j | theta)`` as a
+  BlackJAX ``logdensity_fn``;
+* :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
+  paper's approxKL (Lemma 1 on moment-matched Gaussians).
+"""
+from jaxsub.compress._cluster import METHODS, Clustering, cluster, cluster_supervised
+from jaxsub.compress._posterior import Pseudodata, gaussian_kl, kl_bound, logdensity
+
+__all__ = [
+    "METHODS",
+    "Clustering",
+    "Pseudodata",
+    "cluster",
+    "cluster_supervised",
+    "gaussian_kl",
+    "kl_bound",
+    "logdensity",
+]

@@ -1,0 +1,312 @@
+"""jaxsub.compress: radius-bounded clustering, compressed log-densities, KL bound, approxKL."""
+import blackjax
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+
+import jaxsub
+from jaxsub import compress
+from jaxsub.compress._cluster import _exact_stats, _repair
+
+from helpers import assert_mean_matches, assert_variance_matches, variants
+
+
+def _blobs(n=3000, d=4, centres=40, spread=0.02, seed=0):
+    rng = np.random.default_rng(seed)
+    c = rng.uniform(-1, 1, size=(centres, d))
+    return c[rng.integers(centres, size=n)] + spread * rng.standard_normal((n, d))
+
+
+def _check_clustering(x, cl, delta):
+    """Independent recomputation of every invariant from the labels."""
+    x = np.asarray(x, np.float64) / cl.scale
+    n = x.shape[0]
+    assert cl.labels.shape == (n,) and cl.counts.sum() == n
+    np.testing.assert_array_equal(np.bincount(cl.labels, minlength=cl.c), cl.counts)
+    assert np.all(cl.counts > 0)
+    for j in np.random.default_rng(1).choice(cl.c, size=min(cl.c, 200), replace=False):
+        members = x[cl.labels == j]
+        np.testing.assert_allclose(cl.centroids[j], members.mean(axis=0), rtol=0, atol=1e-12)
+        radius_j = np.sqrt(((members - members.mean(axis=0)) ** 2).sum(axis=1)).max()
+        np.testing.assert_allclose(cl.radii[j], radius_j, rtol=1e-12, atol=1e-15)
+    # the guarantee, on every cluster, with radii recomputed from the labels
+    dist = np.sqrt(((x - cl.centroids[cl.labels]) ** 2).sum(axis=1))
+    assert dist.max() <= delta
+    assert np.all(cl.radii <= delta) and cl.radius <= delta
+    assert cl.rho == cl.c / n
+
+
+@pytest.mark.parametrize("method", ["lsh", "kdtree"])
+@pytest.mark.parametrize("standardize", [False, True])
+def test_radius_guarantee_counts_and_centroids(method, standardize):
+    x = _blobs()
+    delta = 0.08
+    cl = compress.cluster(x, delta, method=method, standardize=standardize, key=jax.random.key(3))
+    _check_clustering(x, cl, delta)
+    assert cl.method == method and cl.standardized == standardize
+    if standardize:
+        np.testing.assert_allclose(cl.scale, np.sqrt((x**2).sum(axis=1).max()))
+    else:
+        assert cl.scale == 1.0
+    # the blobs are well clustered: compression must actually happen
+    assert cl.rho < 0.2, cl.rho
+
+
+def test_clustering_is_deterministic_given_key():
+    x = _blobs(n=800)
+    a = compress.cluster(x, 0.1, method="lsh", key=jax.random.key(7))
+    b = compress.cluster(x, 0.1, method="lsh", key=jax.random.key(7))
+    np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_repair_splits_oversized_clusters_exactly():
+    x = _blobs(n=500, spread=0.3)
+    delta = 0.2
+    labels = np.zeros(500, dtype=np.int64)  # one huge cluster: radius >> delta
+    labels[::2] = 1
+    _, _, radii0, _ = _exact_stats(x, labels, 2)
+    assert radii0.max() > delta
+    labels, centroids, counts, radii = _repair(x, labels, delta)
+    assert radii.max() <= delta and counts.sum() == 500
+    dist = np.sqrt(((x - centroids[labels]) ** 2).sum(axis=1))
+    assert dist.max() <= delta
+
+
+def test_auto_method_picks_kdtree_in_low_and_lsh_in_high_dimension():
+    assert compress.cluster(_blobs(n=300, d=3), 0.1).method == "kdtree"
+    assert compress.cluster(_blobs(n=300, d=40), 0.1).method == "lsh"
+
+
+def test_supervised_by_label_multiclass():
+    x = _blobs(n=2000, d=3)
+    y = np.random.default_rng(2).integers(0, 4, size=2000)
+    cl = compress.cluster_supervised(x, y, 0.1, standardize=True)
+    assert cl.targets.shape == (cl.c,)
+    for j in range(cl.c):
+        assert np.all(y[cl.labels == j] == cl.targets[j])
+    _check_clustering(x, cl, 0.1)
+    data, targets = cl.pseudodata()
+    assert data.shape == (cl.c, 3) and set(np.unique(targets)) == {0, 1, 2, 3}
+
+
+def test_supervised_joint_regression():
+    x = _blobs(n=1500, d=2)
+    y = x @ np.array([1.0, -2.0]) + 0.01 * np.random.default_rng(0).standard_normal(1500)
+    cl = compress.cluster_supervised(x, y, 0.1)
+    joint = np.column_stack([x, y])
+    for j in range(0, cl.c, 7):
+        np.testing.assert_allclose(cl.targets[j], y[cl.labels == j].mean(), atol=1e-12)
+    dist = np.sqrt(((joint - np.column_stack([cl.centroids, cl.targets])[cl.labels]) ** 2).sum(axis=1))
+    assert dist.max() <= 0.1
+
+
+# ----------------------------------------------------------------------------- log-densities
+
+
+def _logistic_model(d):
+    def logprior(w):
+        return -0.5 * jnp.sum(w**2)
+
+    def loglik(w, datum):
+        x, y = datum
+        logit = jnp.dot(x, w)
+        return jnp.where(y == 1, jax.nn.log_sigmoid(logit), jax.nn.log_sigmoid(-logit))
+
+    return logprior, loglik
+
+
+@pytest.mark.parametrize("jit", ["without_jit", "with_jit"])
+def test_tiny_radius_recovers_exact_logdensity(jit):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((400, 3)).astype(np.float32)
+    y = rng.integers(0, 2, size=400).astype(np.int32)
+    cl = compress.cluster_supervised(x, y, 1e-9)
+    assert cl.c == 400  # delta -> 0: every point its own cluster
+    logprior, loglik = _logistic_model(3)
+    exact = compress.logdensity(logprior, loglik, (jnp.asarray(x), jnp.asarray(y)))
+    comp = compress.logdensity(logprior, loglik, cl)
+    w = jnp.asarray([0.3, -1.2, 0.7], jnp.float32)
+    fe, fc = variants(exact)[jit], variants(comp)[jit]
+    # equal up to float32 summation order (the clusters permute the data)
+    np.testing.assert_allclose(fc(w), fe(w), rtol=2e-6)
+    np.testing.assert_allclose(jax.grad(fc)(w), jax.grad(fe)(w), rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("jit", ["without_jit", "with_jit"])
+def test_exact_duplicates_give_exact_logdensity_and_gradient(jit):
+    rng = np.random.default_rng(5)
+    base = rng.uniform(-1, 1, size=(60, 3))  # well separated (min distance >> delta)
+    reps = rng.integers(1, 30, size=60)
+    x = np.repeat(base, reps, axis=0).astype(np.float32)
+    y = np.repeat(rng.integers(0, 2, size=60), reps).astype(np.int32)
+    perm = rng.permutation(x.shape[0])
+    x, y = x[perm], y[perm]
+    cl = compress.cluster_supervised(x, y, 1e-4)
+    n_unique = np.unique(np.column_stack([x, y]), axis=0).shape[0]
+    assert cl.c == n_unique and cl.radius == 0.0
+    logprior, loglik = _logistic_model(3)
+    exact = variants(compress.logdensity(logprior, loglik, (jnp.asarray(x), jnp.asarray(y))))[jit]
+    comp = variants(compress.logdensity(logprior, loglik, cl))[jit]
+    for w in [jnp.zeros(3, jnp.float32), jnp.asarray([2.0, -1.0, 0.5], jnp.float32)]:
+        np.testing.assert_allclose(comp(w), exact(w), rtol=1e-5)
+        np.testing.assert_allclose(jax.grad(comp)(w), jax.grad(exact)(w), rtol=1e-4, atol=1e-3)
+
+
+def test_logdensity_traces_once_and_vmaps():
+    x = _blobs(n=500, d=3)
+    cl = compress.cluster(x, 0.1)
+    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), cl)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def f(m):
+        return fn(m)
+
+    for i in range(3):
+        f(jnp.full(3, float(i), jnp.float32))
+    chex.clear_trace_counter()
+    batch = jax.vmap(fn)(jnp.zeros((5, 3), jnp.float32))
+    assert batch.shape == (5,)
+
+
+# ----------------------------------------------------------------------------- HMC / NUTS on compressed data
+
+
+def _regression_problem():
+    rng = np.random.default_rng(11)
+    x = _blobs(n=3000, d=2, centres=25, spread=0.1, seed=11)
+    beta = np.array([0.8, -0.5])
+    y = x @ beta + 0.1 * rng.standard_normal(3000)
+    cl = compress.cluster_supervised(x, y, 0.3)
+    sigma2, lam = 0.5**2, 1.0
+    mu, ybar, n = cl.centroids, cl.targets, cl.counts.astype(np.float64)
+    prec = np.eye(2) / lam + (mu * n[:, None]).T @ mu / sigma2
+    cov = np.linalg.inv(prec)
+    mean = cov @ ((n * ybar) @ mu) / sigma2
+    # exact posterior, to check the compression changes something measurable
+    prec_exact = np.eye(2) / lam + x.T @ x / sigma2
+    mean_exact = np.linalg.solve(prec_exact, x.T @ y / sigma2)
+
+    def logprior(b):
+        return -0.5 * jnp.sum(b**2) / lam
+
+    def loglik(b, datum):
+        xi, yi = datum
+        return -0.5 * (yi - jnp.dot(xi, b)) ** 2 / sigma2
+
+    data = (jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.float32))
+    fn = compress.logdensity(logprior, loglik, compress.Pseudodata(data, cl.counts))
+    return cl, fn, mean, cov, mean_exact
+
+
+def test_hmc_on_compressed_linear_regression_matches_analytic_posterior(rng_key):
+    cl, fn, mean, cov, mean_exact = _regression_problem()
+    assert cl.rho < 0.5
+    sd = np.sqrt(np.diag(cov))
+    hmc = blackjax.hmc(fn, step_size=0.4, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32), num_integration_steps=10)
+    init = jax.vmap(hmc.init)(jnp.asarray(mean + sd * np.random.default_rng(0).standard_normal((4, 2)), jnp.float32))
+    trace = jaxsub.run_chains(rng_key, hmc, init, 1500, transform=lambda s, i: s.position)
+    draws = np.asarray(trace.states)[:, 200:]
+    assert_mean_matches(draws, mean, min_ess=400)
+    assert_variance_matches(draws, np.diag(cov), min_ess=300)
+    # the same check rejects the exact posterior's mean: the test can tell the
+    # compressed posterior from the exact one
+    with pytest.raises(AssertionError, match="differs"):
+        assert_mean_matches(draws, mean_exact, min_ess=400)
+
+
+def test_nuts_on_compressed_linear_regression_matches_analytic_mean(rng_key):
+    cl, fn, mean, cov, _ = _regression_problem()
+    nuts = blackjax.nuts(fn, step_size=0.5, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32))
+    init = jax.vmap(nuts.init)(jnp.asarray(np.tile(mean, (4, 1)), jnp.float32))
+    trace = jaxsub.run_chains(rng_key, nuts, init, 500, transform=lambda s, i: s.position)
+    assert_mean_matches(np.asarray(trace.states)[:, 50:], mean, min_ess=300)
+
+
+# ----------------------------------------------------------------------------- KL bound and approxKL
+
+
+def test_kl_bound_formula():
+    assert compress.kl_bound(100, 0.1, 2.0, 3.0, 0.5) == pytest.approx((2 * 2 * 3 * 100 + 100 / 0.5) * 0.01)
+
+
+@pytest.mark.parametrize("delta", [0.05, 0.2, 0.5])
+def test_kl_bound_holds_on_a_computable_toy(delta):
+    """theta on a finite grid in [-B, B], datum x in [-1, 1], log p(x | theta) = log sigmoid(theta x).
+
+    d/dx log p = theta sigmoid(-theta x): |.| <= B (L1 = B); d2/dx2 = -theta^2 s (1 - s),
+    |.| <= B^2 / 4, so log p is (B^2/4)-smooth (gamma = 4 / B^2) and its x-gradient is
+    (B^2/4)-Lipschitz (L2 = B^2 / 4). Both posteriors live on the grid, so KL is exact.
+    """
+    bound_b = 3.0
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=300)
+    cl = compress.cluster(x, delta)
+    grid = np.linspace(-bound_b, bound_b, 601)
+
+    def log_post(data, weights):
+        ll = -np.logaddexp(0.0, -grid[:, None] * np.asarray(data, np.float64)[None, :]) @ weights
+        return ll - logsumexp(ll)
+
+    lp = log_post(x, np.ones(300))
+    lq = log_post(cl.centroids[:, 0], cl.counts.astype(np.float64))
+    kl = float(np.sum(np.exp(lp) * (lp - lq)))
+    bound = compress.kl_bound(300, cl.radius, bound_b, bound_b**2 / 4, 4 / bound_b**2)
+    assert 0 <= kl <= bound, (kl, bound)
+
+
+def _exact_moment_samples(mean, cov, n, seed):
+    """Samples whose sample mean and covariance (ddof=1) equal ``mean`` and ``cov`` exactly."""
+    z = np.random.default_rng(seed).standard_normal((n, mean.size))
+    z -= z.mean(axis=0)
+    z = z @ np.linalg.inv(np.linalg.cholesky(np.cov(z, rowvar=False))).T
+    return mean + z @ np.linalg.cholesky(cov).T
+
+
+def test_gaussian_kl_is_lemma_1_on_the_sample_moments():
+    rng = np.random.default_rng(3)
+    d = 4
+    a = rng.standard_normal((d, d))
+    b = rng.standard_normal((d, d))
+    s1, s2 = a @ a.T + np.eye(d), b @ b.T + 0.5 * np.eye(d)
+    m1, m2 = rng.standard_normal(d), rng.standard_normal(d)
+    p = _exact_moment_samples(m1, s1, 50, 0)
+    q = _exact_moment_samples(m2, s2, 70, 1)
+    inv2 = np.linalg.inv(s2)
+    expected = 0.5 * (
+        np.linalg.slogdet(s2)[1] - np.linalg.slogdet(s1)[1] - d + np.trace(inv2 @ s1) + (m1 - m2) @ inv2 @ (m1 - m2)
+    )
+    assert compress.gaussian_kl(p, q) == pytest.approx(expected, rel=1e-9)
+    assert compress.gaussian_kl(p, p) == pytest.approx(0.0, abs=1e-9)
+    diag = 0.5 * np.sum(np.log(np.diag(s2) / np.diag(s1)) - 1 + np.diag(s1) / np.diag(s2) + (m1 - m2) ** 2 / np.diag(s2))
+    assert compress.gaussian_kl(p, q, diagonal=True) == pytest.approx(diag, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: compress.cluster(np.ones((5, 2)), 0.0), "radius"),
+        (lambda: compress.cluster(np.ones((5, 2)), -1.0), "radius"),
+        (lambda: compress.cluster(np.ones((5, 2)), float("nan")), "radius"),
+        (lambda: compress.cluster(np.zeros((0, 2)), 0.1), "non-empty"),
+        (lambda: compress.cluster(np.ones((2, 2, 2)), 0.1), "shape"),
+        (lambda: compress.cluster(np.array([[0.0, np.nan]]), 0.1), "finite"),
+        (lambda: compress.cluster(np.ones((5, 2)), 0.1, method="faiss"), "method"),
+        (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(4, int), 0.1), "y must have shape"),
+        (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(5), 0.1, mode="by_label"), "integer"),
+        (lambda: compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(4))), "leading axis"),
+        (lambda: compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), -np.ones(3))), "non-negative"),
+        (lambda: compress.kl_bound(10, 0.1, 1.0, 1.0, 0.0), "gamma"),
+        (lambda: compress.gaussian_kl(np.ones((5, 2)), np.ones((5, 3))), "dimension"),
+        (lambda: compress.gaussian_kl(np.random.rand(3, 5), np.random.rand(3, 5)), "singular"),
+    ],
+)
+def test_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
