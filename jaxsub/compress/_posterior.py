@@ -219,9 +219,15 @@ def gaussian_kl(samples_p, samples_q, *, diagonal: bool = False, jitter: float =
     sq = sq + jitter * np.eye(dim)
     sign_p, logdet_p = np.linalg.slogdet(sp)
     sign_q, logdet_q = np.linalg.slogdet(sq)
+    singular_msg = "a sample covariance is singular (num_samples <= dimension?); use diagonal=True or jitter > 0"
     if sign_p <= 0 or sign_q <= 0:
-        raise ValueError("a sample covariance is singular (num_samples <= dimension?); use diagonal=True or jitter > 0")
-    chol = np.linalg.cholesky(sq)
+        raise ValueError(singular_msg)
+    try:
+        chol = np.linalg.cholesky(sq)
+        np.linalg.cholesky(sp)
+    except np.linalg.LinAlgError:
+        # rank-deficient up to round-off: slogdet's sign can still come out positive
+        raise ValueError(singular_msg) from None
     sol = np.linalg.solve(chol, np.column_stack([sp, diff]))
     # tr(Sq^-1 Sp) = ||L^-1 Sp L^-T||_F... computed as tr(L^-T L^-1 Sp) via solves
     a = np.linalg.solve(chol.T, sol[:, :dim])
