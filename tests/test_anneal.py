@@ -36,19 +36,27 @@ def _brute_log_marginal(feature, x):
                                 epsabs=1e-14, epsrel=1e-10)
         return math.log(val)
     if isinstance(feature, an.DirichletCategorical):
-        # 3 levels: integrate the Dirichlet density over the 2-simplex
+        # 3 levels, stick-breaking coordinates: Dirichlet(a, a, a) = (v1, (1 - v1) v2, (1 - v1)(1 - v2))
+        # with v1 ~ Beta(a, 2a), v2 ~ Beta(a, a) independent; integrate each stick numerically.
         assert feature.num_levels == 3
         c = np.bincount(x.astype(int), minlength=3)
         a = feature.alpha
-        dens = lambda t2, t1: stats.dirichlet.pdf([t1, t2, max(1 - t1 - t2, 1e-300)], [a] * 3) * t1 ** c[0] * t2 ** c[1] * max(1 - t1 - t2, 0) ** c[2]  # noqa: E731
-        val, _ = integrate.dblquad(dens, 1e-12, 1, 1e-12, lambda t1: 1 - t1, epsabs=1e-13, epsrel=1e-8)
-        return math.log(val)
-    f = feature  # NIX: integrate over mu and sigma^2
-    def dens(mu, s2):
-        prior_s2 = stats.invgamma.pdf(s2, f.nu0 / 2, scale=f.nu0 * f.sigma2 / 2)
-        prior_mu = stats.norm.pdf(mu, f.mu0, math.sqrt(s2 / f.kappa0))
-        return prior_s2 * prior_mu * np.prod(stats.norm.pdf(x, mu, math.sqrt(s2)))
-    val, _ = integrate.dblquad(dens, 1e-4, 60, -15, 15, epsabs=1e-14, epsrel=1e-7)
+        i1, _ = integrate.quad(lambda v: stats.beta.pdf(v, a, 2 * a) * v ** c[0] * (1 - v) ** (c[1] + c[2]), 0, 1,
+                               epsabs=1e-14, epsrel=1e-10, limit=200)
+        i2, _ = integrate.quad(lambda v: stats.beta.pdf(v, a, a) * v ** c[1] * (1 - v) ** c[2], 0, 1,
+                               epsabs=1e-14, epsrel=1e-10, limit=200)
+        return math.log(i1 * i2)
+    # NIX: given sigma^2, mu is Gaussian, so x ~ N(mu0 1, sigma^2 (I + 1 1^T / kappa0)) (multivariate normal,
+    # no NIX formulas); integrate sigma^2 against its scaled-inverse-chi^2 prior numerically.
+    f = feature
+    n = x.size
+    cov1 = np.eye(n) + np.ones((n, n)) / f.kappa0
+
+    def dens(s2):
+        prior = stats.invgamma.pdf(s2, f.nu0 / 2, scale=f.nu0 * f.sigma2 / 2)
+        return prior * stats.multivariate_normal.pdf(x, np.full(n, f.mu0), s2 * cov1)
+
+    val, _ = integrate.quad(dens, 0, np.inf, epsabs=1e-14, epsrel=1e-10, limit=400)
     return math.log(val)
 
 
@@ -66,10 +74,11 @@ def test_predictive_matches_brute_force_marginal_ratio(which):
         want = _brute_log_marginal(feature, col[members + [6]]) - (
             _brute_log_marginal(feature, col[members]) if members else 0.0
         )
-        np.testing.assert_allclose(scores[k], want, rtol=0, atol=2e-4)
-        # the closed form used by the exact references agrees too
+        np.testing.assert_allclose(scores[k], want, rtol=0, atol=2e-5)
+        # the closed form used by the exact references agrees with the state's score to float32 accuracy
         closed = exact.log_marginal_feature(feature, col[members + [6]]) - exact.log_marginal_feature(feature, col[members])
-        np.testing.assert_allclose(closed, want, atol=2e-5)
+        np.testing.assert_allclose(closed, want, atol=1e-8)
+        np.testing.assert_allclose(scores[k], closed, atol=2e-5)
 
 
 def test_cluster_log_marginals_match_closed_form():
@@ -303,18 +312,18 @@ def test_mismatched_feature_types_raise():
 
 def test_capacity_overflow_raises_or_grows_without_dropping_clusters():
     model = an.MixtureModel(an.CRP(50.0), [an.DirichletCategorical(3, 0.1)])
-    data = np.arange(40)[:, None] % 3
-    sched = an.sequential_gibbs(40, 80)
+    data = np.arange(16)[:, None] % 3
+    sched = an.sequential_gibbs(16, 32)
     with pytest.raises(an.CapacityError, match="max_capacity"):
         an.fit(jax.random.key(0), data, model, sched, capacity=2, max_capacity=4, grids=None, num_checkpoints=2)
-    grown = an.fit(jax.random.key(0), data, model, sched, capacity=2, max_capacity=256, grids=None, num_checkpoints=2)
+    grown = an.fit(jax.random.key(0), data, model, sched, capacity=4, max_capacity=64, grids=None, num_checkpoints=2)
     roomy = an.fit(jax.random.key(0), data, model, sched, capacity=64, max_capacity=64, grids=None, num_checkpoints=2)
-    assert grown.trace.capacity[-1] > 2
+    assert grown.trace.capacity[-1] > 4
     # growing and resuming reproduces the run that had enough slots from the start
     chex.assert_trees_all_equal(grown.state.mixture.assignments, roomy.state.mixture.assignments)
     # the SamplingAlgorithm reports overflow and halts instead of dropping a cluster
     algo = an.collapsed_gibbs(model, data, capacity=2)
-    st = algo.init(jnp.asarray(np.arange(40) % 2, jnp.int32))
+    st = algo.init(jnp.asarray(np.arange(16) % 2, jnp.int32))
     step = jax.jit(algo.step)
     flagged = False
     for i in range(200):
@@ -338,11 +347,11 @@ def test_tick_jit_and_vmap(variant):
     st = an.init(jax.random.key(0), MIXED, enc, 8)
     for i, code in enumerate([an.ADD, an.ADD, an.ADD, an.GIBBS, an.REMOVE, an.ADD_PRIOR]):
         st, info = tick(jax.random.key(i), st, code)
-    assert int(st.num_assigned) == 4 and int(st.cursor) == 6
+    assert int(st.num_assigned) == 3 and int(st.cursor) == 6
     z = np.asarray(st.mixture.assignments)
     ref = an.state_from_assignments(MIXED, enc, jnp.asarray(z), 8)
     chex.assert_trees_all_equal(ref.sizes, st.mixture.sizes)
-    assert set(np.asarray(st.order[:4]).tolist()) == set(np.flatnonzero(z >= 0).tolist())
+    assert set(np.asarray(st.order[:3]).tolist()) == set(np.flatnonzero(z >= 0).tolist())
     batched = jax.vmap(lambda k: an.init(k, MIXED, enc, 8))(jax.random.split(jax.random.key(1), 3))
     out, info = jax.vmap(lambda k, s: an.tick(k, s, an.ADD, 1.0, model=MIXED, data=enc))(
         jax.random.split(jax.random.key(2), 3), batched)
@@ -372,12 +381,13 @@ def test_sweep_traces_once_and_fit_chains_are_consistent():
     np.testing.assert_allclose(np.exp(np.asarray(lp)).sum(), 1.0, rtol=1e-5)
     # the compiled sweep traces once for repeated spans
     enc = an.encode(MIXED, data)
-    sweep = an.build_sweep(MIXED, enc, policy="random", num_ticks=len(sched), span=50)
+    sweep = an.build_sweep(MIXED, policy="random", span=50)
     counted = jax.jit(chex.assert_max_traces(sweep, n=1))
     states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32))(jax.random.split(jax.random.key(0), 2))
     keys = jax.random.split(jax.random.key(1), 2)
     for _ in range(3):
-        states = counted(states, keys, jnp.asarray(sched.codes))
+        windows = an.kernels.schedule_windows(sched.codes, np.asarray(states.cursor), 50)
+        states = counted(states, keys, jnp.asarray(windows), enc)
     assert np.all(np.asarray(states.cursor) == 150)
     chex.clear_trace_counter()
 

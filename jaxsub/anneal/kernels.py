@@ -65,6 +65,7 @@ __all__ = [
     "heldout_score",
     "init",
     "resample_hypers",
+    "schedule_windows",
     "tick",
 ]
 
@@ -316,48 +317,52 @@ def _gated_hypers(key, mixture, need, *, model, grids):
 
 
 # --------------------------------------------------------------------------- sweeps
-def build_sweep(model: MixtureModel, data: EncodedData, *, policy: str, num_ticks: int, energy_ramp: int = 0,
-                grids: HyperGrids | None = None, span: int) -> Callable:
-    """A function ``sweep(states, chain_keys, codes) -> states`` running ``span`` ticks of every chain.
+def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int = 0,
+                grids: HyperGrids | None = None) -> Callable:
+    """A function ``sweep(states, chain_keys, windows, data) -> states`` running ``span`` ticks of every chain.
 
     ``states`` is a batched :class:`AnnealState` (leading chain axis), ``chain_keys``
-    one PRNG key per chain, ``codes`` the schedule's tick codes (``[num_ticks]``).
-    Each chain runs the tick at its own ``cursor`` (so chains that halted on
-    overflow resume where they stopped); ticks past the end are no-ops. It is a
-    ``lax.scan`` over ``span`` ticks of ``vmap(tick)``; the hyperparameter step sits
-    behind a ``lax.cond`` on "any chain finished a cycle", so its grid evaluations
-    are paid only when needed. Tick ``t`` of a chain uses the uniforms of
-    ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the scan).
+    one PRNG key per chain, ``windows`` ``[chains, span]`` the tick codes each chain
+    runs next (codes ``schedule.codes[cursor : cursor + span]``, padded with ``-1``
+    past the end; see :func:`schedule_windows`), ``data`` the :class:`EncodedData`.
+    It is a ``lax.scan`` over ``span`` ticks of ``vmap(tick)``; the
+    hyperparameter step sits behind a ``lax.cond`` on "any chain finished a
+    cycle", so its grid evaluations are paid only when needed. A chain that
+    halts (overflow) does nothing for the rest of the span and resumes at its
+    own cursor in the next call. Tick ``t`` of a chain uses the uniforms of
+    ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
+    scan), so results do not depend on ``span`` or on halts. Nothing here depends
+    on the schedule's length, so one compiled sweep serves every schedule.
     Not jitted here (the caller jits).
     """
     do_hyper = grids is not None and not grids.empty
 
-    def one_tick(state, u, chain_key, codes):
+    def one_tick(state, u, window, base, data):
         cur = state.cursor
-        valid = cur < num_ticks
-        code = jnp.where(valid, codes[jnp.minimum(cur, num_ticks - 1)].astype(jnp.int32), 0)
+        raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
+        past = (cur - base >= span) | (raw < 0)  # -1 pads the window past the schedule's end
+        code = jnp.where(past, 0, raw)
         if energy_ramp > 0:
             beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp)
         else:
             beta = 1.0
         new, _ = _tick_uniforms(u, state, code, beta, model=model, data=data, policy=policy)
-        new = new._replace(cursor=jnp.minimum(new.cursor, num_ticks))
+        new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
         need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
         return new, need
 
     def span_uniforms(chain_key, cursor):
-        # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch;
-        # tick t always uses fold_in(chain_key, t), so a chain that halts and resumes
-        # (or runs in spans of another length) makes the same draws.
+        # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch
         ticks = cursor + jnp.arange(span, dtype=jnp.int32)
         return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (3,)))(ticks)
 
-    def sweep(states, chain_keys, codes):
-        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, states.cursor)  # [span, chains, 3]
+    def sweep(states, chain_keys, windows, data):
+        base = states.cursor
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 3]
         hyper_keys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
 
         def body(states, u):
-            states, need = jax.vmap(one_tick, in_axes=(0, 0, 0, None))(states, u, chain_keys, codes)
+            states, need = jax.vmap(one_tick, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
             if do_hyper:
                 def run_hyper(st):
                     k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
@@ -372,6 +377,23 @@ def build_sweep(model: MixtureModel, data: EncodedData, *, policy: str, num_tick
         return states
 
     return sweep
+
+
+def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int) -> np.ndarray:
+    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side)."""
+    cursors = np.asarray(cursors, np.int64)
+    idx = cursors[:, None] + np.arange(span)[None, :]
+    return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(np.int8)
+
+
+_SWEEPS: dict = {}
+
+
+def _compiled_sweep(model, policy, span, energy_ramp, grids):
+    key = (model, policy, span, energy_ramp, grids)
+    if key not in _SWEEPS:
+        _SWEEPS[key] = jax.jit(build_sweep(model, policy=policy, span=span, energy_ramp=energy_ramp, grids=grids))
+    return _SWEEPS[key]
 
 
 # --------------------------------------------------------------------------- driver
@@ -428,8 +450,8 @@ def heldout_score(model: MixtureModel, state, test: EncodedData, batch_size: int
 
 def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_chains: int = 1,
         capacity: int = 64, max_capacity: int = 4096, grids: HyperGrids | str | None = "default",
-        test_data=None, num_checkpoints: int = 10, initial_assignments=None, dtype=jnp.float32,
-        progress_bar: bool = False) -> FitResult:
+        test_data=None, num_checkpoints: int = 10, span: int | None = None, initial_assignments=None,
+        dtype=jnp.float32, progress_bar: bool = False) -> FitResult:
     """Run a subsample schedule on ``num_chains`` independent chains (vmap) and trace scores.
 
     Parameters
@@ -457,6 +479,10 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
         Optional held-out rows (same layout as ``data``): scored at every checkpoint.
     num_checkpoints
         The schedule is run in this many compiled spans; the trace has one entry per span.
+    span
+        Ticks per compiled span (overrides ``num_checkpoints``). Compiled sweeps are cached
+        per ``(model, policy, span, energy_ramp, grids)`` and array shapes, so runs that share
+        a span (e.g. schedules of different lengths on the same data) compile once.
     initial_assignments
         ``[N]`` or ``[num_chains, N]`` starting labels (required when ``schedule.initial_size > 0``).
     dtype
@@ -510,18 +536,17 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
         states = jax.vmap(lambda k: init(k, model, enc, capacity, policy=schedule.policy, hypers=hypers,
                                          dtype=dtype))(init_keys)
     num_ticks = len(schedule)
-    span = math.ceil(num_ticks / num_checkpoints)
-    codes = jnp.asarray(schedule.codes)
-    compiled: dict[int, Callable] = {}
+    span = math.ceil(num_ticks / num_checkpoints) if span is None else check_int("span", span, low=1)
+    codes = np.asarray(schedule.codes)
+    sweep_fn = _compiled_sweep(model, schedule.policy, span, schedule.energy_ramp, grids)
+    compiled: dict = {}
     compile_seconds = 0.0
 
-    def get_sweep(cap):
+    def get_sweep(cap, windows):
         nonlocal compile_seconds
         if cap not in compiled:
-            fn = jax.jit(build_sweep(model, enc, policy=schedule.policy, num_ticks=num_ticks,
-                                     energy_ramp=schedule.energy_ramp, grids=grids, span=span))
             t0 = time.perf_counter()
-            compiled[cap] = fn.lower(states, chain_keys, codes).compile()
+            compiled[cap] = sweep_fn.lower(states, chain_keys, windows, enc).compile()
             compile_seconds += time.perf_counter() - t0
         return compiled[cap]
 
@@ -539,9 +564,10 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
         bar = tqdm(total=num_ticks, unit="tick", leave=False, desc=schedule.name)
     done = 0
     while True:
-        sweep = get_sweep(capacity)
+        windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
+        sweep = get_sweep(capacity, windows)
         t0 = time.perf_counter()
-        states = sweep(states, chain_keys, codes)
+        states = sweep(states, chain_keys, windows, enc)
         jax.block_until_ready(states)
         elapsed += time.perf_counter() - t0
         cursor = np.asarray(states.cursor)
