@@ -10,6 +10,7 @@ Four families, one module each (see ``docs/architecture.md``):
   (Obermeyer, Glidden & Jonas 2014).
 """
 from jaxsub import subsample, validation
+from jaxsub import anneal
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
@@ -18,11 +19,13 @@ __version__ = "0.1.0"
 #: ``(init, step)`` pair; ``tests/test_signatures.py`` checks that each one follows
 #: the common API. Every family adds its constructors here.
 PUBLIC_SAMPLERS: tuple[str, ...] = ()
+PUBLIC_SAMPLERS += ("anneal.collapsed_gibbs",)
 
 __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
+    "anneal",
     "run_chain",
     "run_chains",
     "subsample",

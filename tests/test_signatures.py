@@ -15,6 +15,20 @@ CASES: dict = {
 }
 
 
+def _anneal_collapsed_gibbs_case():
+    import jax.numpy as jnp
+    import numpy as np
+
+    model = jaxsub.anneal.MixtureModel(
+        jaxsub.anneal.CRP(1.0), [jaxsub.anneal.DirichletCategorical(3), jaxsub.anneal.NormalInverseChiSquared()]
+    )
+    data = np.column_stack([np.arange(8) % 3, np.linspace(-1.0, 1.0, 8)])
+    return jaxsub.anneal.collapsed_gibbs(model, data, capacity=8), jnp.asarray(np.arange(8) % 2, jnp.int32)
+
+
+CASES["anneal.collapsed_gibbs"] = _anneal_collapsed_gibbs_case
+
+
 def test_every_public_sampler_has_a_case():
     missing = set(jaxsub.PUBLIC_SAMPLERS) - set(CASES)
     assert not missing, f"public samplers without a signature case: {sorted(missing)}"

@@ -387,6 +387,18 @@ def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int) -> np.nd
 
 
 _SWEEPS: dict = {}
+_EXECUTABLES: dict = {}  # compiled sweeps by configuration and argument shapes (reused across fit calls)
+_DRIVER_FNS: dict = {}
+
+
+def _driver_fns(model):
+    """Jitted (held-out score, cluster stats) functions, cached per model (data are arguments)."""
+    if model not in _DRIVER_FNS:
+        score = jax.jit(lambda st, test: heldout_score(model, st, test))
+        stats = jax.jit(lambda st: (jax.vmap(mx.num_clusters)(st.mixture),
+                                    jax.vmap(partial(mx.log_joint, model))(st.mixture)))
+        _DRIVER_FNS[model] = (score, stats)
+    return _DRIVER_FNS[model]
 
 
 def _compiled_sweep(model, policy, span, energy_ramp, grids):
@@ -539,22 +551,19 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
     span = math.ceil(num_ticks / num_checkpoints) if span is None else check_int("span", span, low=1)
     codes = np.asarray(schedule.codes)
     sweep_fn = _compiled_sweep(model, schedule.policy, span, schedule.energy_ramp, grids)
-    compiled: dict = {}
     compile_seconds = 0.0
 
-    def get_sweep(cap, windows):
+    def get_sweep(windows):
         nonlocal compile_seconds
-        if cap not in compiled:
+        sig = (model, schedule.policy, span, schedule.energy_ramp, grids,
+               tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, enc))))
+        if sig not in _EXECUTABLES:
             t0 = time.perf_counter()
-            compiled[cap] = sweep_fn.lower(states, chain_keys, windows, enc).compile()
+            _EXECUTABLES[sig] = sweep_fn.lower(states, chain_keys, windows, enc).compile()
             compile_seconds += time.perf_counter() - t0
-        return compiled[cap]
+        return _EXECUTABLES[sig]
 
-    score_fn = jax.jit(lambda st: heldout_score(model, st, test)) if test is not None else None
-    stats_fn = jax.jit(lambda st: (
-        jax.vmap(mx.num_clusters)(st.mixture),
-        jax.vmap(partial(mx.log_joint, model))(st.mixture),
-    ))
+    score_fn, stats_fn = _driver_fns(model)
     rows = []
     elapsed = 0.0
     bar = None
@@ -565,7 +574,7 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
     done = 0
     while True:
         windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
-        sweep = get_sweep(capacity, windows)
+        sweep = get_sweep(windows)
         t0 = time.perf_counter()
         states = sweep(states, chain_keys, windows, enc)
         jax.block_until_ready(states)
@@ -580,7 +589,7 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
             capacity = min(2 * capacity, max_capacity)
             states = mx.grow(states, capacity)._replace(halted=jnp.zeros((num_chains,), bool))
         ncl, lj = stats_fn(states)
-        held = np.asarray(score_fn(states)) if score_fn is not None else np.full(num_chains, np.nan)
+        held = np.asarray(score_fn(states, test)) if test is not None else np.full(num_chains, np.nan)
         h = states.mixture.hypers
         rows.append((cursor.copy(), np.asarray(states.num_assigned), np.asarray(ncl), np.asarray(lj), held,
                      np.asarray(h.alpha), np.asarray(h.discount), elapsed, capacity))

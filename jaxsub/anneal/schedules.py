@@ -235,7 +235,9 @@ def loom(num_rows: int, *, extra_passes: float = 500.0, small: int = 4000, big: 
     ``S = 4000``, ``B = 1e9``); otherwise ``P = extra_passes`` throughout.
     ``final_gibbs`` appends full-data Gibbs ticks.
 
-    The counter is re-read with the current ``P`` at each tick, as loom does.
+    ``P`` is re-evaluated whenever the subsample reaches a new largest size (so it only
+    decreases and every stretch of constant ``P`` grows the subsample); evaluating it at the
+    current size instead can cycle forever at a size where ``P`` changes.
     """
     n = check_int("num_rows", num_rows, low=1)
     p0 = check_real("extra_passes", extra_passes, low=0.0, low_closed=True)
@@ -243,7 +245,7 @@ def loom(num_rows: int, *, extra_passes: float = 500.0, small: int = 4000, big: 
     big = check_int("big", big, low=small + 1)
     extra = check_int("final_gibbs", final_gibbs, low=0)
     out = bytearray()
-    size = 0
+    size = max_size = 0
     p = loom_extra_passes(0, p0, small, big) if accelerate else int(p0)
     counter = 2 * (1 + p)
     while size < n:
@@ -255,7 +257,11 @@ def loom(num_rows: int, *, extra_passes: float = 500.0, small: int = 4000, big: 
             out.append(REMOVE)
             size -= 1
             counter += 1 + p
-        if accelerate:
+        if accelerate and size > max_size:
+            # P follows the largest size reached so far (monotone), not the current size:
+            # re-reading P at the current size can cycle forever where P changes (e.g. an ADD
+            # at P(n) followed by a REMOVE at P(n + 1) returns the counter to where it was).
+            max_size = size
             p = loom_extra_passes(size, p0, small, big)
     codes = np.frombuffer(bytes(out), np.int8)
     if extra:
