@@ -39,7 +39,7 @@ def run(out_dir, *, quick: bool = False) -> dict:
     rng = np.random.default_rng(0)
     perm = rng.permutation(x_all.shape[0])
     if quick:
-        num_rows, budgets, num_chains = 16_000, (1, 2, 4), 6
+        num_rows, budgets, num_chains = 8_000, (1, 2, 4), 4
     else:
         num_rows, budgets, num_chains = x_all.shape[0], (1, 2, 4), 4
     rows_idx = perm[:num_rows]

@@ -20,9 +20,9 @@ def _anneal_collapsed_gibbs_case():
     import numpy as np
 
     model = jaxsub.anneal.MixtureModel(
-        jaxsub.anneal.CRP(1.0), [jaxsub.anneal.DirichletCategorical(3), jaxsub.anneal.NormalInverseChiSquared()]
+        jaxsub.anneal.CRP(1.0), [jaxsub.anneal.DirichletCategorical(3), jaxsub.anneal.BetaBernoulli()]
     )
-    data = np.column_stack([np.arange(8) % 3, np.linspace(-1.0, 1.0, 8)])
+    data = np.column_stack([np.arange(8) % 3, np.arange(8) % 2])
     return jaxsub.anneal.collapsed_gibbs(model, data, capacity=8), jnp.asarray(np.arange(8) % 2, jnp.int32)
 
 
