@@ -182,6 +182,16 @@ def tick(rng_key: PRNGKey, state: AnnealState, code, beta, *, model: MixtureMode
     return _tick_uniforms(u, state, code, beta, model=model, data=data, policy=policy)
 
 
+def _get(x, i):
+    """``x[i]`` as a dynamic slice (XLA keeps in-place updates of ``x`` in loops)."""
+    return jax.lax.dynamic_slice(x, (jnp.asarray(i, jnp.int32),), (1,))[0]
+
+
+def _set(x, i, v):
+    """``x.at[i].set(v)`` as a dynamic-update-slice."""
+    return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
+
+
 def _tick_uniforms(u, state, code, beta, *, model, data, policy):
     """:func:`tick` driven by three uniforms ``u`` (remove pick, add pick, cluster draw)."""
     n_rows = data.cat.shape[0]
@@ -196,8 +206,8 @@ def _tick_uniforms(u, state, code, beta, *, model, data, policy):
         j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
     else:
         j_r = state.head
-    r = order[j_r]
-    k_old = mix.assignments[r]
+    r = _get(order, j_r)
+    k_old = _get(mix.assignments, r)
     singleton = (k_old >= 0) & (mix.sizes[jnp.maximum(k_old, 0)] == 1)
     if model.is_finite:
         can_add = jnp.asarray(True)
@@ -207,31 +217,43 @@ def _tick_uniforms(u, state, code, beta, *, model, data, policy):
     overflow = active & do_add & ~can_add
     go = active & ~overflow
     g_rem = go & do_remove & (m > 0)
-    mix = mx.remove(mix, data, r, g_rem)
+    # All reads of the [N] arrays (order, assignments) happen before any write to them, so
+    # XLA updates them in place inside a scan (a read after a write forces an O(N) copy).
     head = state.head
-    if policy == "random":
-        last = jnp.maximum(m - 1, 0)
-        o_last = order[last]
-        order = order.at[j_r].set(jnp.where(g_rem, o_last, r))
-        order = order.at[last].set(jnp.where(g_rem, r, o_last))
-    else:
-        head = jnp.where(g_rem, (head + 1) % n_rows, head)
     m1 = m - g_rem.astype(jnp.int32)
     g_add = go & do_add & (m1 < n_rows)
     if policy == "random":
+        last = jnp.maximum(m - 1, 0)
+        o_last = _get(order, last)
         free = n_rows - m1
         j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
         j_a = jnp.minimum(j_a, n_rows - 1)
-        a = order[j_a]
         m1c = jnp.minimum(m1, n_rows - 1)
-        o_m1 = order[m1c]
-        order = order.at[j_a].set(jnp.where(g_add, o_m1, a))
-        order = order.at[m1c].set(jnp.where(g_add, a, o_m1))
+
+        def after_removal_swap(pos, original):
+            # value of order[pos] once the removal swap (j_r <-> last) is applied
+            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
+
+        a = after_removal_swap(j_a, _get(order, j_a))
+        o_m1 = after_removal_swap(m1c, _get(order, m1c))
     else:
-        a = order[(head + m1) % n_rows]
+        head = jnp.where(g_rem, (head + 1) % n_rows, head)
+        a = _get(order, (head + m1) % n_rows)
+    a_old = jnp.where(g_rem & (a == r), -1, _get(mix.assignments, a))
+    k_rem = jnp.maximum(k_old, 0)
+    mix = mx.update_stats(mix, data, r, k_rem, -(g_rem & (k_old >= 0)).astype(jnp.int32))
     logits = mx.assign_logits(model, mix, data.cat[a], data.real[a], beta, prior_only)
     k, log_norm = _sample_index(u[2], logits)
-    mix = mx.add(mix, data, a, k, g_add)
+    mix = mx.update_stats(mix, data, a, k, g_add.astype(jnp.int32))
+    # writes
+    assignments = _set(mix.assignments, r, jnp.where(g_rem, -1, k_old))
+    assignments = _set(assignments, a, jnp.where(g_add, k, a_old))
+    mix = mix._replace(assignments=assignments)
+    if policy == "random":
+        order = _set(order, j_r, jnp.where(g_rem, o_last, r))
+        order = _set(order, last, jnp.where(g_rem, r, o_last))
+        order = _set(order, j_a, jnp.where(g_add, o_m1, a))
+        order = _set(order, m1c, jnp.where(g_add, a, o_m1))
     new_state = AnnealState(
         mixture=mix,
         order=order,

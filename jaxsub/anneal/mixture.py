@@ -41,6 +41,7 @@ __all__ = [
     "MixtureState",
     "add",
     "assign_logits",
+    "update_stats",
     "cluster_log_marginals",
     "empty_state",
     "grow",
@@ -141,6 +142,23 @@ def num_clusters(state: MixtureState) -> jnp.ndarray:
 # --------------------------------------------------------------------------- add / remove
 def _row(data: EncodedData, row):
     return data.cat[row], data.real[row]
+
+
+def update_stats(state: MixtureState, data: EncodedData, row, cluster, delta) -> MixtureState:
+    """Add ``delta`` (an int32 scalar: +1, -1 or 0) copies of ``row`` to slot ``cluster``'s statistics.
+
+    Leaves ``assignments`` untouched (the kernels write them after all their reads, which
+    lets XLA update the ``[N]`` arrays in place inside a scan).
+    """
+    cat, real = _row(data, row)
+    delta = jnp.asarray(delta, jnp.int32)
+    sizes = state.sizes.at[cluster].add(delta)
+    counts = state.cat_counts.at[cluster, cat].add(delta) if cat.shape[0] else state.cat_counts
+    real_sums = state.real_sums
+    if real.shape[0]:
+        x = real.astype(real_sums.dtype)
+        real_sums = real_sums.at[cluster].add(jnp.stack([x, x * x], axis=-1) * delta.astype(real_sums.dtype))
+    return state._replace(sizes=sizes, cat_counts=counts, real_sums=real_sums)
 
 
 def add(state: MixtureState, data: EncodedData, row, cluster, gate=True) -> MixtureState:
