@@ -77,7 +77,7 @@ class NumpyGibbs:
 
 def run(*, quick: bool = False) -> list[dict]:
     sizes = (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000)
-    steps = 20_000 if quick else 100_000
+    steps = 20_000
     np_steps = 2_000 if quick else 10_000
     capacity, num_init = 64, 40
     rows = []
