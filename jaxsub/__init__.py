@@ -11,6 +11,7 @@ Four families, one module each (see ``docs/architecture.md``):
 """
 from jaxsub import subsample, validation
 from jaxsub import compress, sgmcmc
+from jaxsub import anneal
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
@@ -22,12 +23,14 @@ PUBLIC_SAMPLERS: tuple[str, ...] = ()
 PUBLIC_SAMPLERS += ("dsgld", "cg_dsgld")  # issue 5: jaxsub.sgmcmc
 dsgld = sgmcmc.dsgld.as_top_level_api
 cg_dsgld = sgmcmc.cg_dsgld.as_top_level_api
+PUBLIC_SAMPLERS += ("anneal.collapsed_gibbs",)
 
 __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
     "compress",
+    "anneal",
     "run_chain",
     "run_chains",
     "subsample",

@@ -29,6 +29,19 @@ def _sgmcmc_case(name):  # issue 5: jaxsub.sgmcmc
 
 CASES.update({name: (lambda name=name: _sgmcmc_case(name)) for name in ("dsgld", "cg_dsgld")})
 
+def _anneal_collapsed_gibbs_case():
+    import jax.numpy as jnp
+    import numpy as np
+
+    model = jaxsub.anneal.MixtureModel(
+        jaxsub.anneal.CRP(1.0), [jaxsub.anneal.DirichletCategorical(3), jaxsub.anneal.BetaBernoulli()]
+    )
+    data = np.column_stack([np.arange(8) % 3, np.arange(8) % 2])
+    return jaxsub.anneal.collapsed_gibbs(model, data, capacity=8), jnp.asarray(np.arange(8) % 2, jnp.int32)
+
+
+CASES["anneal.collapsed_gibbs"] = _anneal_collapsed_gibbs_case
+
 
 def test_every_public_sampler_has_a_case():
     missing = set(jaxsub.PUBLIC_SAMPLERS) - set(CASES)

@@ -1,0 +1,149 @@
+"""Subsample annealing kernel: assignments per second, and anneal vs Prior+Gibbs at equal assignments.
+
+Data: rows of openintro/military (6 categorical features, 3-11 levels), DP mixture,
+capacity 64 cluster slots, random initial assignment to 40 clusters.
+
+* ``kernel``: full-data collapsed Gibbs ticks (remove a random row + reassign it)
+  of the jit-compiled sweep, one chain and 8 vmapped chains, at N in {1e4, 1e5, 1e6};
+  baseline = a NumPy implementation of the same step (same uniforms, same swap
+  bookkeeping), which is also the checker: both must make identical assignments.
+* ``anneal_vs_prior_gibbs``: wall-clock of ``fit`` with ``linear_anneal(N, 2N)``
+  vs ``prior_gibbs(N, 2N)`` (the latter adds N prior ticks, as in the experiments).
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxsub.anneal as an
+from benchmarks._common import compare
+from jaxsub.anneal.kernels import _tick_uniforms
+
+TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
+
+
+def _military_rows(n, seed=0):
+    from jaxsub.datasets import load_military
+
+    ds = load_military()
+    idx = np.random.default_rng(seed).choice(ds.x.shape[0], size=n, replace=False)
+    return ds.x[idx], ds.extras["num_levels"]
+
+
+class NumpyGibbs:
+    """Reference collapsed Gibbs step for a CRP mixture of Dirichlet-categorical features (float32)."""
+
+    def __init__(self, model, enc, z, capacity):
+        self.cat = np.asarray(enc.cat)
+        self.n = self.cat.shape[0]
+        self.z = np.asarray(z, np.int32).copy()
+        self.order = np.arange(self.n, dtype=np.int32)
+        self.sizes = np.bincount(self.z, minlength=capacity).astype(np.int32)
+        self.counts = np.zeros((capacity, model.total_levels), np.int32)
+        np.add.at(self.counts, (self.z[:, None], self.cat), 1)
+        h = an.init_hypers(model)
+        self.beta = np.asarray(h.cat_prior, np.float32)
+        self.total = np.asarray(h.cat_total, np.float32)
+        self.alpha = np.float32(model.prior.alpha)
+
+    def step(self, u):
+        n, m = self.n, self.n
+        j = min(max(int(np.floor(np.float32(u[0]) * np.float32(m))), 0), m - 1)
+        r = self.order[j]
+        self.order[j], self.order[m - 1] = self.order[m - 1], r
+        k = self.z[r]
+        self.sizes[k] -= 1
+        self.counts[k, self.cat[r]] -= 1
+        a = self.order[m - 1]  # the only unassigned row
+        row = self.cat[a]
+        nk = self.sizes.astype(np.float32)
+        lik = np.sum(np.log(self.beta[row] + self.counts[:, row].astype(np.float32))
+                     - np.log(self.total + nk[:, None]), axis=1)
+        occ = self.sizes > 0
+        k_new = int(np.argmax(~occ))
+        prior = np.where(occ, np.log(np.where(occ, nk, 1.0)), -np.inf).astype(np.float32)
+        prior[k_new] = np.log(self.alpha)
+        logits = prior + lik
+        p = np.exp(logits - logits.max())
+        c = np.cumsum(p)
+        knew = int(np.argmax(c > np.float32(u[2]) * c[-1]))
+        self.sizes[knew] += 1
+        self.counts[knew, row] += 1
+        self.z[a] = knew
+
+
+def run(*, quick: bool = False) -> list[dict]:
+    sizes = (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000)
+    steps = 20_000
+    np_steps = 2_000 if quick else 10_000
+    capacity, num_init = 64, 40
+    rows = []
+    for n in sizes:
+        x, levels = _military_rows(n)
+        model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(L) for L in levels])
+        enc = an.encode(model, x)
+        z0 = np.random.default_rng(1).integers(0, num_init, n).astype(np.int32)
+        sweep = jax.jit(an.build_sweep(model, policy="random", span=steps))
+        windows_for = lambda c: jnp.full((c, steps), an.GIBBS, jnp.int8)  # noqa: E731
+        for chains in (1, 8):
+            states = jax.vmap(lambda k: an.init(k, model, enc, capacity, assignments=jnp.asarray(z0)))(
+                jax.random.split(jax.random.key(0), chains))
+            states = states._replace(cursor=jnp.zeros((chains,), jnp.int32))
+            keys = jax.random.split(jax.random.key(1), chains)
+            win = windows_for(chains)
+            t0 = time.perf_counter()
+            out = sweep(states, keys, win, enc)
+            jax.block_until_ready(out)
+            first = time.perf_counter() - t0
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                jax.block_until_ready(sweep(states, keys, win, enc))
+                times.append(time.perf_counter() - t0)
+            best = float(np.median(times))
+            rows.append({"case": "kernel", "N": n, "chains": chains, "steps_per_chain": steps,
+                         "seconds": best, "assignments_per_s": chains * steps / best,
+                         "first_call_s": first})
+        # NumPy reference: checker (identical decisions for the first np_steps) and baseline
+        ref = NumpyGibbs(model, enc, z0, capacity)
+        key = jax.random.split(jax.random.key(1), 1)[0]
+        uniforms = np.asarray(jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(key, t), (3,)))(
+            jnp.arange(np_steps, dtype=jnp.int32)))
+        t0 = time.perf_counter()
+        for t in range(np_steps):
+            ref.step(uniforms[t])
+        np_s = time.perf_counter() - t0
+        short = jax.jit(an.build_sweep(model, policy="random", span=np_steps))
+        st1 = jax.vmap(lambda k: an.init(k, model, enc, capacity, assignments=jnp.asarray(z0)))(
+            jax.random.split(jax.random.key(0), 1))
+        out = short(st1, key[None], jnp.full((1, np_steps), an.GIBBS, jnp.int8), enc)
+        agree = float(np.mean(np.asarray(out.mixture.assignments[0]) == ref.z))
+        jax_rate = [r for r in rows if r["N"] == n and r["chains"] == 1][0]["assignments_per_s"]
+        rows.append({"case": "numpy_reference", "N": n, "chains": 1, "steps_per_chain": np_steps,
+                     "seconds": np_s, "assignments_per_s": np_steps / np_s,
+                     "speedup_jax_1chain_vs_numpy": jax_rate / (np_steps / np_s),
+                     "identical_assignments_fraction": agree})
+    # anneal vs Prior+Gibbs at equal assignment count (N = 1e5 rows, 4 chains, no hyper steps)
+    n = 20_000 if quick else 100_000
+    x, levels = _military_rows(n, seed=2)
+    model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(L) for L in levels])
+    enc = an.encode(model, x)
+    anneal = an.linear_anneal(n, 2 * n)
+    prior = an.prior_gibbs(n, 2 * n)
+
+    def run_fit(sched):
+        def go(i):
+            res = an.fit(jax.random.key(i), enc, model, sched, num_chains=4, grids=None, span=n, capacity=128)
+            return jnp.asarray(res.trace.seconds[-1])
+        return go
+
+    timing = compare(lambda i: run_fit(prior)(i), lambda i: run_fit(anneal)(i), lambda i: (i,), lambda i: (i,),
+                     repeats=3)
+    rows.append({"case": "anneal_vs_prior_gibbs", "N": n, "chains": 4,
+                 "prior_gibbs_ticks": len(prior), "anneal_ticks": len(anneal),
+                 "prior_gibbs_s": timing["baseline_s"], "anneal_s": timing["candidate_s"],
+                 "speedup": timing["speedup"]})
+    return rows

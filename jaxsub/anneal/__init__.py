@@ -1,0 +1,115 @@
+"""Subsample annealing for collapsed Gibbs in Dirichlet-process and Pitman-Yor mixtures.
+
+Obermeyer, Glidden & Jonas, "Scaling nonparametric Bayesian inference via
+subsample-annealing", AISTATS 2014. A collapsed Gibbs step is split into its two
+halves, *remove* a row and *assign* a row from eq. (star)::
+
+    P[row joins cluster k]  propto (n_k - d) p(x | X_k),   P[new cluster] propto (alpha + K d) p(x)
+
+and a *schedule* of removes and adds lets the subsample churn and grow until it
+holds all N rows; the subsample fraction beta(t) acts as an inverse temperature.
+
+Quick start::
+
+    import jax, jaxsub.anneal as an
+    model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.BetaBernoulli()])
+    sched = an.linear_anneal(num_rows=len(x), num_assignments=4 * len(x))
+    result = an.fit(jax.random.key(0), x, model, sched, num_chains=8, test_data=x_test)
+    result.trace.heldout            # [checkpoints, chains] held-out log predictive
+    result.state.mixture.assignments  # [chains, N] final partition
+
+Public API
+----------
+Model (:mod:`jaxsub.anneal.model`)
+    ``CRP(alpha)``, ``PitmanYor(alpha, discount)``, ``Finite(weights)`` partition priors;
+    ``BetaBernoulli(a, b)``, ``DirichletCategorical(num_levels, alpha)``,
+    ``NormalInverseChiSquared(mu0, kappa0, nu0, sigma2)`` features;
+    ``MixtureModel(prior, features)``; ``encode(model, data) -> EncodedData`` (validation:
+    one feature per column, integer in-range categorical codes, finite reals);
+    ``Hypers``/``init_hypers``; ``HyperGrids``/``default_grids`` (discrete hyper grids).
+Mixture state (:mod:`jaxsub.anneal.mixture`)
+    ``MixtureState`` (assignments + per-cluster sizes, level counts, real sums);
+    ``empty_state``, ``state_from_assignments``; ``add(state, data, row, cluster)``,
+    ``remove(state, data, row)`` (pure, O(features)); ``predictive_log_scores``
+    (``log p(x | X_k)`` for every slot, empty slot = new cluster), ``assign_logits``
+    (eq. star); ``log_partition_prior`` (CRP/PY EPPF), ``log_joint``,
+    ``heldout_log_predictive``; ``grow`` (reallocate capacity outside jit), ``CapacityError``.
+Schedules (:mod:`jaxsub.anneal.schedules`), data = tick codes + row policy
+    ``Schedule(codes, num_rows, policy)``, codes ``REMOVE``, ``ADD``, ``GIBBS``, ``ADD_PRIOR``;
+    ``prior_gibbs``, ``sequential_gibbs``, ``linear_anneal`` (section 2.4),
+    ``simulated_annealing`` (energy annealing baseline), ``loom`` (FIFO window with
+    accelerated extra passes, as posterior/loom).
+Kernels and drivers (:mod:`jaxsub.anneal.kernels`)
+    ``init``, ``tick`` (remove + assign, pure, jit/vmap-able), ``resample_hypers``
+    (grid Gibbs), ``build_sweep`` (``lax.scan`` over ticks of ``vmap``-ed chains),
+    ``fit(key, data, model, schedule, ...) -> FitResult(state, trace)``,
+    ``heldout_score``; ``collapsed_gibbs(model, data, capacity)`` -> BlackJAX
+    ``SamplingAlgorithm`` of full-data random-scan collapsed Gibbs.
+Exact references (:mod:`jaxsub.anneal.exact`)
+    ``two_urn_log_posterior`` (the paper's Figure 2 model), ``enumerate_partitions``,
+    ``exact_partition_posterior`` (tiny mixtures, by enumeration).
+
+Cluster capacity is static (a JAX shape). A chain that must open a cluster while all
+slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` doubles
+the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
+``max_capacity``.
+"""
+from jaxsub.anneal import exact, kernels, mixture, model, schedules
+from jaxsub.anneal.kernels import (
+    AnnealState,
+    FitResult,
+    FitTrace,
+    TickInfo,
+    build_sweep,
+    collapsed_gibbs,
+    fit,
+    heldout_score,
+    init,
+    resample_hypers,
+    tick,
+)
+from jaxsub.anneal.mixture import (
+    CapacityError,
+    MixtureState,
+    add,
+    assign_logits,
+    empty_state,
+    grow,
+    heldout_log_predictive,
+    log_joint,
+    log_partition_prior,
+    num_clusters,
+    predictive_log_scores,
+    remove,
+    state_from_assignments,
+)
+from jaxsub.anneal.model import (
+    CRP,
+    BetaBernoulli,
+    DirichletCategorical,
+    EncodedData,
+    Finite,
+    HyperGrids,
+    Hypers,
+    MixtureModel,
+    NormalInverseChiSquared,
+    PitmanYor,
+    default_grids,
+    encode,
+    init_hypers,
+)
+from jaxsub.anneal.schedules import (
+    ADD,
+    ADD_PRIOR,
+    GIBBS,
+    NOOP,
+    REMOVE,
+    Schedule,
+    linear_anneal,
+    loom,
+    prior_gibbs,
+    sequential_gibbs,
+    simulated_annealing,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]
