@@ -19,6 +19,17 @@ __version__ = "0.1.0"
 #: the common API. Every family adds its constructors here.
 PUBLIC_SAMPLERS: tuple[str, ...] = ()
 
+# --- racing MH / Gibbs kernels (issue 4) ---
+from jaxsub import racing_gibbs as _racing_gibbs_module  # noqa: E402
+from jaxsub import racing_mh as _racing_mh_module  # noqa: E402
+from jaxsub import sgld_racing_mh as _sgld_racing_mh_module  # noqa: E402
+from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI  # noqa: E402
+
+racing_mh = _TopLevelAPI(_racing_mh_module)
+racing_gibbs = _TopLevelAPI(_racing_gibbs_module)
+sgld_racing_mh = _TopLevelAPI(_sgld_racing_mh_module)
+PUBLIC_SAMPLERS += ("racing_mh", "racing_gibbs", "sgld_racing_mh")
+
 __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
@@ -27,4 +38,7 @@ __all__ = [
     "run_chains",
     "subsample",
     "validation",
+    "racing_mh",
+    "racing_gibbs",
+    "sgld_racing_mh",
 ]
