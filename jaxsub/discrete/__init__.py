@@ -1,0 +1,29 @@
+"""Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016).
+
+Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states while
+evaluating as few ``log f_n(i)`` as possible, with total-variation error at
+most ``delta`` (Prop. 1). Every constructor returns a pure function
+``sample(rng_key, log_f0) -> (x, info)`` that jit-compiles and vmaps; ``info``
+is a :class:`RacingInfo`.
+
+* :func:`gumbel_max` -- the exact sampler (all N x D factors, in blocks);
+* :func:`racing` -- Alg. 1: Racing-Normal (``bound="normal"``) and Racing-EBS
+  (``bound="ebs"``), pairwise or marginal variances, control variates; the
+  engine of the racing MH / Gibbs kernels;
+* :func:`lil_ucb` -- adapted lil'UCB (§3.2);
+* :func:`b_normal` -- the racing-normal threshold (eq. 9);
+* :func:`taylor_control_variate` -- the second-order Taylor control variate (eq. 11);
+* :func:`pad_populations` -- arms with different population sizes N_i (§5.3).
+"""
+from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
+from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing
+
+__all__ = [
+    "ControlVariate",
+    "RacingInfo",
+    "b_normal",
+    "doubling_schedule",
+    "normal_crossing_probability",
+    "pad_populations",
+    "racing",
+]

@@ -1,0 +1,499 @@
+"""Racing with a finite reward population: Alg. 1 of Chen & Ghahramani (2016).
+
+This module is the *engine* of :mod:`jaxsub.discrete`; the racing MH / Gibbs
+kernels build on :func:`racing` directly.
+
+Problem
+-------
+Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states. With Gumbel
+noise ``eps_i ~ Gumbel(0, 1)`` (eq. 2-3)::
+
+    x = argmax_i mu_i,    mu_i = (1/N) sum_n l_{i,n},
+    l_{i,n} = log f_n(i) + (log f0(i) + eps_i) / N.
+
+Racing (Alg. 1) draws a mini-batch of data indices *shared by all surviving
+arms* without replacement, updates the mean (and variance) estimates, and
+eliminates every arm ``i`` whose estimated gap to the leader ``x`` exceeds the
+uncertainty bound::
+
+    marginal:  mu_x - mu_i > G(delta/D, T, sigma_x, C_x) + G(delta/D, T, sigma_i, C_i)
+    pairwise:  mu_x - mu_i > G(delta/(D-1), T, sigma_{x,i}, C_x + C_i)
+
+with the doubling schedule ``T_t = m1 2^(t-1)`` (clipped to N). Two bounds:
+
+* ``bound="normal"`` (eq. 9): ``G = sigma / sqrt(T) * sqrt(1 - (T-1)/(N-1)) * B_Normal``,
+  with ``B_Normal(delta', N, m1)`` from :func:`jaxsub.discrete.b_normal`;
+* ``bound="ebs"`` (eqs. 6-7): ``G = B_EBS(delta'/(t*-1), T, sigma, C)``, the
+  empirical Bernstein-Serfling bound, which needs the reward range ``C``.
+
+By Prop. 1 and Prop. 3, if the bound holds with probability ``1 - delta`` the
+total-variation distance between the law of the returned state and ``p`` is at
+most ``delta``; at most ``N * D`` rewards are ever computed, and if the race
+reaches ``T = N`` the decision uses exact means.
+
+Implementation notes
+--------------------
+* Indices without replacement: position ``T`` of a keyed pseudo-random
+  permutation of ``[0, N)`` (:func:`jaxsub.subsample.permutation_indices`), so a
+  stage of ``m`` new indices costs O(m), never O(N).
+* Static shapes: the ``t*`` stages are unrolled in Python; stage ``t`` is a
+  ``lax.while_loop`` over chunks of ``min(m_t, max_block_size)`` indices (the
+  last chunk masked). A finished draw runs zero iterations of the remaining
+  stages; under ``vmap`` a stage's loop runs until its slowest draw is done.
+  Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
+  columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
+* Numerics: per chunk the rewards are centred by their per-datum mean over the
+  surviving arms (this leaves every difference ``l_i - l_j`` unchanged, so the
+  gaps and the pairwise variances are exact in exact arithmetic, and removes
+  the common mode that would swamp float32 when arms are strongly correlated),
+  and chunk statistics are merged with Chan et al.'s parallel update (stable
+  for N up to 1e7 in float32).
+* A state with ``log f0 = -inf`` or any ``log f_n = -inf`` has probability 0
+  and is eliminated at once; it is never returned (unless every state has
+  probability 0, which is flagged in ``info.has_nan``). NaN or ``+inf`` rewards
+  stop the race and set ``info.has_nan``: that draw is not a valid sample.
+
+References
+----------
+Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit
+problem", ICML 2016 (Alg. 1, eqs. 2-9, Props. 1, 3).
+R. Bardenet & O.-A. Maillard, "Concentration inequalities for sampling without
+replacement", Bernoulli 2015 (EBS bound).
+T. F. Chan, G. H. Golub & R. J. LeVeque, "Algorithms for computing the sample
+variance", 1979 (parallel variance merge).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.discrete.bounds import KAPPA_EBS, b_normal, doubling_schedule, stage_sd
+from jaxsub.subsample import permutation_indices, permutation_round_keys
+from jaxsub.types import Array, PRNGKey
+from jaxsub.validation import check_choice, check_int, check_real
+
+__all__ = [
+    "ControlVariate",
+    "RacingInfo",
+    "as_control_variate",
+    "pad_populations",
+    "racing",
+]
+
+#: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
+MAX_EVALUATIONS = 2**31 - 1
+
+
+class RacingInfo(NamedTuple):
+    """What every :mod:`jaxsub.discrete` sampler reports with a draw.
+
+    Attributes
+    ----------
+    num_evaluations
+        Number of rewards ``l_{i,n}`` computed for arms still in the race
+        (int32; the paper's count, at most ``N * D``).
+    num_data_used
+        Number of distinct data indices drawn, ``T`` (int32; at most ``N``).
+        ``log_factor_fn`` is called on ``num_data_used`` indices in all (for
+        all ``D`` columns).
+    num_stages
+        Number of racing stages run (int32).
+    is_exact
+        True when the decision used all ``N`` data (exact means).
+    has_nan
+        True when a NaN / ``+inf`` reward or ``log_f0`` was met, or no state had
+        positive probability: the returned state is then *not* a valid sample.
+    num_alive
+        Arms still in the race when it stopped (1, unless it ran to ``T = N``).
+    """
+
+    num_evaluations: Array
+    num_data_used: Array
+    num_stages: Array
+    is_exact: Array
+    has_nan: Array
+    num_alive: Array
+
+
+class ControlVariate(NamedTuple):
+    """A control variate ``h`` for the rewards (§3.4).
+
+    Attributes
+    ----------
+    fn
+        ``fn(indices) -> Array[m, D]``: ``h_{i,n}`` for the data indices given.
+    mean
+        ``Array[D]``: ``(1/N) sum_n h_{i,n}``, known in closed form.
+
+    The racing rewards become ``l_{i,n} - h_{i,n} + mean_i``: same means, smaller
+    variance when ``h ≈ l``.
+    """
+
+    fn: Callable[[Array], Array]
+    mean: Array
+
+
+def as_control_variate(control_variate) -> ControlVariate | None:
+    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair."""
+    if control_variate is None:
+        return None
+    if isinstance(control_variate, ControlVariate):
+        return control_variate
+    try:
+        fn, mean = control_variate
+    except (TypeError, ValueError):
+        raise ValueError(
+            "control_variate must be None, a ControlVariate or a (fn, mean) pair with "
+            f"fn(indices) -> [m, D] and mean of shape [D]; got {control_variate!r}"
+        ) from None
+    if not callable(fn):
+        raise ValueError(f"control_variate's first element must be callable; got {fn!r}")
+    return ControlVariate(fn, mean)
+
+
+def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -> Callable[[Array], Array]:
+    """Arms whose populations differ in size (``N_i`` factors for state ``i``, §5.3).
+
+    ``log p~(i) = log f0(i) + sum_{n < N_i} log f_n(i)``. Padding every arm's
+    population to ``N = max_i N_i`` with factors ``log f_n(i) = 0`` for
+    ``n >= N_i`` leaves every sum, hence the target, unchanged, so the racing
+    and exact samplers apply as they are with ``num_data = max(population_sizes)``.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> [m, D]``; column ``i`` need only be valid
+        for indices ``< N_i`` (other entries are replaced by 0).
+    population_sizes
+        Concrete integers ``N_i >= 1``, one per state.
+
+    Returns
+    -------
+    Callable
+        The padded ``log_factor_fn``; pass ``num_data=max(population_sizes)``.
+
+    Notes
+    -----
+    The padded zeros make the reward populations of small arms a mixture
+    (their variance grows by the spread between 0 and their mean), so racing
+    spends more samples than per-arm schedules would; it stays correct, and
+    keeps the shared indices that the pairwise variance needs.
+    """
+    sizes = np.asarray(population_sizes)
+    if sizes.ndim != 1 or sizes.size < 2 or not np.issubdtype(sizes.dtype, np.integer) or np.any(sizes < 1):
+        raise ValueError(f"population_sizes must be a 1-D array of >= 2 integers >= 1; got {population_sizes!r}")
+    sizes_j = jnp.asarray(sizes, dtype=jnp.int32)
+
+    def padded(indices):
+        values = log_factor_fn(indices)
+        inside = jnp.asarray(indices).astype(jnp.int32)[:, None] < sizes_j[None, :]
+        return jnp.where(inside, values, jnp.zeros((), values.dtype))
+
+    return padded
+
+
+class _RaceState(NamedTuple):
+    count: Array  # int32: indices drawn so far (T)
+    mean_d: Array  # [D] mean of the centred rewards (gaps are exact differences)
+    mean_l: Array  # [D] mean of the raw rewards (marginal variance only)
+    m2: Array  # [D, D] co-moments of centred rewards (pairwise) or [D] of raw rewards (marginal)
+    alive: Array  # [D] bool
+    done: Array  # bool
+    has_nan: Array  # bool
+    num_evaluations: Array  # int32
+    num_stages: Array  # int32
+    chunk: Array  # int32, chunk counter within the current stage
+
+
+def _check_common(num_states, num_data, first_batch_size):
+    num_states = check_int("num_states", num_states, low=2)
+    num_data = check_int("num_data", num_data, low=2)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2, high=num_data)
+    if num_states * num_data > MAX_EVALUATIONS:
+        raise ValueError(
+            f"num_states * num_data must be <= {MAX_EVALUATIONS} (int32 evaluation counters); "
+            f"got {num_states} * {num_data}"
+        )
+    return num_states, num_data, first_batch_size
+
+
+def _reward_range(reward_range, num_states, required: bool):
+    """Concrete ranges are validated; traced ranges (inside a kernel) are passed through."""
+    if reward_range is None:
+        if required:
+            raise ValueError("reward_range is required with bound='ebs' (the range C of the rewards, eq. 6)")
+        return None
+    if isinstance(reward_range, jax.core.Tracer):
+        if jnp.ndim(reward_range) not in (0, 1):
+            raise ValueError(f"reward_range must be a scalar or shape [{num_states}]")
+        return reward_range
+    arr = np.asarray(reward_range, dtype=np.float64)
+    if arr.ndim not in (0, 1) or (arr.ndim == 1 and arr.shape[0] != num_states):
+        raise ValueError(f"reward_range must be a scalar or have shape [{num_states}]; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"reward_range must be finite and >= 0; got {reward_range!r}")
+    return reward_range
+
+
+def _ebs_rho(t: int, n: int) -> float:
+    """rho_n of eq. 6: 1 - (n-1)/N for n <= N/2, else (1 - n/N)(1 + 1/n)."""
+    if t <= n / 2:
+        return 1.0 - (t - 1.0) / n
+    return (1.0 - t / n) * (1.0 + 1.0 / t)
+
+
+def racing(
+    log_factor_fn: Callable[[Array], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int = 4096,
+) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
+    """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``: ``log f_n(i)`` for the data
+        indices ``indices`` (int32 ``[m]``, values in ``[0, N)``) and every state
+        ``i``. It is traced once per stage shape.
+    num_states
+        D >= 2.
+    num_data
+        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``).
+    delta
+        Error level in (0, 1): the total-variation distance to ``p`` is at most
+        ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
+    first_batch_size
+        m1, the first mini-batch, 2 <= m1 <= N. The paper uses 50.
+    bound
+        ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
+    variance
+        ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
+        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
+    reward_range
+        C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
+        (after the control variate). Required by ``bound="ebs"``.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` (see :class:`ControlVariate` and
+        :func:`jaxsub.discrete.taylor_control_variate`): rewards become
+        ``l - h + h_mean`` (§3.4).
+    gumbel_noise
+        If True (default), add ``Gumbel(0, 1)`` noise to ``log_f0`` (a draw from
+        ``p``). If False, no noise is added and ``sample`` returns the argmax of
+        ``log_f0 + sum_n log f_n`` found by racing: e.g. racing MH (eq. 12) with
+        ``D = 2``, ``log_f0 = [log u + log p(x) + log q(x'|x), log p(x') + log q(x|x')]``
+        and per-datum log-likelihoods at ``[x, x']``; 1 means accept.
+    exact
+        If True, never eliminate: every draw uses all N data (the exact result
+        through the racing code path). A tiny ``delta`` tends to this.
+    max_block_size
+        Largest chunk of indices evaluated at once (memory ``max_block_size x D``).
+
+    Returns
+    -------
+    sample
+        ``sample(rng_key, log_f0) -> (x, info)`` with ``log_f0`` of shape ``[D]``
+        (float32 or float64; rewards are computed in its dtype), ``x`` an int32
+        state and ``info`` a :class:`RacingInfo`. Pure: ``jit`` and ``vmap`` it.
+
+    Raises
+    ------
+    ValueError
+        Bad configuration: delta not in (0, 1), first_batch_size < 2 or > N,
+        D < 2, unknown bound/variance, EBS without reward_range, N * D too large.
+
+    References
+    ----------
+    Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
+    """
+    num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    reward_range = _reward_range(reward_range, num_states, required=(bound == "ebs"))
+    if bound == "normal" and reward_range is not None:
+        reward_range = None  # the normal bound does not use C
+    cv = as_control_variate(control_variate)
+    max_block_size = check_int("max_block_size", max_block_size, low=1)
+    if not callable(log_factor_fn):
+        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    gumbel_noise = bool(gumbel_noise)
+    exact = bool(exact)
+
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    pairwise = variance == "pairwise"
+    arm_delta = delta / (D - 1 if pairwise else D)
+
+    # Per-stage coefficients of G(T, sigma, C) = a_t * sigma + b_t * C, t < t*.
+    if exact or num_stages == 1:
+        coef_a = [math.inf] * (num_stages - 1)
+        coef_b = [0.0] * (num_stages - 1)
+    elif bound == "normal":
+        bn = b_normal(arm_delta, N, first_batch_size)
+        coef_a = [float(s) * bn for s in stage_sd(N, sizes[:-1])]
+        coef_b = [0.0] * (num_stages - 1)
+    else:
+        log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
+        coef_a = [math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]]
+        coef_b = [KAPPA_EBS * log_term / t for t in sizes[:-1]]
+
+    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+        log_f0 = jnp.asarray(log_f0)
+        if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
+            raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
+        dtype = log_f0.dtype
+        key_perm, key_gumbel = jax.random.split(rng_key)
+        round_keys = permutation_round_keys(key_perm)
+        offset = log_f0
+        if gumbel_noise:
+            offset = offset + jax.random.gumbel(key_gumbel, (D,), dtype)
+        # Per-datum share of log f0 + eps (eq. 3); the gap is compared on the mean scale.
+        offset_mean = offset / N
+        alive0 = offset > -jnp.inf  # False for -inf and NaN
+        bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
+        h_mean = None if cv is None else jnp.asarray(cv.mean, dtype)
+        crange = None if reward_range is None else jnp.broadcast_to(jnp.asarray(reward_range, dtype), (D,))
+
+        m2_shape = (D, D) if pairwise else (D,)
+        state = _RaceState(
+            count=jnp.zeros((), jnp.int32),
+            mean_d=jnp.zeros((D,), dtype),
+            mean_l=jnp.zeros((D,), dtype),
+            m2=jnp.zeros(m2_shape, dtype),
+            alive=alive0,
+            done=bad0 | (jnp.sum(alive0) <= 1),
+            has_nan=bad0,
+            num_evaluations=jnp.zeros((), jnp.int32),
+            num_stages=jnp.zeros((), jnp.int32),
+            chunk=jnp.zeros((), jnp.int32),
+        )
+
+        def rewards(indices):
+            r = jnp.asarray(log_factor_fn(indices))
+            if r.shape != (indices.shape[0], D):
+                raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={indices.shape[0]}")
+            r = r.astype(dtype)
+            if cv is not None:
+                h = jnp.asarray(cv.fn(indices)).astype(dtype)
+                r = r - h + h_mean[None, :]
+            return r
+
+        def make_body(start: int, stop: int, csize: int):
+            def body(s: _RaceState) -> _RaceState:
+                pos = start + s.chunk * csize + jnp.arange(csize, dtype=jnp.int32)
+                valid = pos < stop
+                indices = permutation_indices(round_keys, jnp.minimum(pos, N - 1), N)
+                r = rewards(indices)
+                vmask = valid[:, None]
+                live = vmask & s.alive[None, :]
+                bad_arm = jnp.any(live & (jnp.isnan(r) | (r == jnp.inf)), axis=0)
+                dead_arm = jnp.any(live & (r == -jnp.inf), axis=0)
+                alive = s.alive & ~dead_arm & ~bad_arm
+                has_nan = s.has_nan | jnp.any(bad_arm)
+                n_new = jnp.sum(valid.astype(jnp.int32))
+                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive.astype(jnp.int32))
+
+                vf = valid.astype(dtype)[:, None]
+                rs = jnp.where(alive[None, :] & vmask, r, jnp.zeros((), dtype))
+                n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
+                ref = jnp.sum(rs, axis=1, keepdims=True) / n_alive
+                d = (rs - ref) * vf
+                nb = n_new.astype(dtype)
+                inv_nb = 1 / jnp.maximum(nb, 1)
+                mean_db = jnp.sum(d, axis=0) * inv_nb
+                na = s.count.astype(dtype)
+                frac = nb / jnp.maximum(na + nb, 1)
+                dd = mean_db - s.mean_d
+                mean_d = s.mean_d + dd * frac
+                if pairwise:
+                    cen = (d - mean_db[None, :]) * vf
+                    m2 = s.m2 + cen.T @ cen + jnp.outer(dd, dd) * (na * frac)
+                    mean_l = s.mean_l
+                else:
+                    mean_lb = jnp.sum(rs, axis=0) * inv_nb
+                    cen = (rs - mean_lb[None, :]) * vf
+                    dl = mean_lb - s.mean_l
+                    mean_l = s.mean_l + dl * frac
+                    m2 = s.m2 + jnp.sum(cen * cen, axis=0) + dl * dl * (na * frac)
+                return _RaceState(
+                    count=s.count + n_new,
+                    mean_d=mean_d,
+                    mean_l=mean_l,
+                    m2=m2,
+                    alive=alive,
+                    done=s.done | jnp.any(bad_arm) | (jnp.sum(alive) <= 1),
+                    has_nan=has_nan,
+                    num_evaluations=num_eval,
+                    num_stages=s.num_stages,
+                    chunk=s.chunk + 1,
+                )
+
+            return body
+
+        def estimates(s: _RaceState) -> Array:
+            return jnp.where(s.alive, s.mean_d + offset_mean, -jnp.inf)
+
+        prev = 0
+        for t, stop in enumerate(sizes):
+            m_t = stop - prev
+            csize = min(m_t, max_block_size)
+            n_chunks = -(-m_t // csize)
+            state = state._replace(
+                chunk=jnp.zeros((), jnp.int32),
+                num_stages=state.num_stages + (~state.done).astype(jnp.int32),
+            )
+            state = jax.lax.while_loop(
+                lambda s, n=n_chunks: ~s.done & (s.chunk < n), make_body(prev, stop, csize), state
+            )
+            prev = stop
+            if t == num_stages - 1:
+                break  # T = N: exact means, decided below
+            mu = estimates(state)
+            best = jnp.argmax(mu)
+            gap = mu[best] - mu
+            T = float(stop)
+            if pairwise:
+                var = (state.m2[best, best] + jnp.diagonal(state.m2) - 2 * state.m2[best]) / T
+                sigma = jnp.sqrt(jnp.maximum(var, 0))
+                threshold = coef_a[t] * sigma
+                if crange is not None:
+                    threshold = threshold + coef_b[t] * (crange[best] + crange)
+            else:
+                sigma = jnp.sqrt(jnp.maximum(state.m2 / T, 0))
+                g = coef_a[t] * sigma
+                if crange is not None:
+                    g = g + coef_b[t] * crange
+                threshold = g[best] + g
+            eliminate = state.alive & (gap > threshold) & ~state.done
+            alive = state.alive & ~eliminate
+            state = state._replace(alive=alive, done=state.done | (jnp.sum(alive) <= 1))
+
+        mu = estimates(state)
+        x = jnp.argmax(mu).astype(jnp.int32)
+        no_state = ~jnp.any(state.alive)
+        info = RacingInfo(
+            num_evaluations=state.num_evaluations,
+            num_data_used=state.count,
+            num_stages=state.num_stages,
+            is_exact=state.count == N,
+            has_nan=state.has_nan | no_state,
+            num_alive=jnp.sum(state.alive.astype(jnp.int32)),
+        )
+        return x, info
+
+    return sample
