@@ -103,8 +103,12 @@ class RacingMHInfo(NamedTuple):
     proposal
         The proposed position ``x'``.
     log_uniform
-        ``log u`` of the MH test, so that the exact decision can be recomputed
-        offline (``log_uniform < log_accept_ratio``) to measure decision errors.
+        ``log u`` of the MH test.
+    log_prior_proposal_ratio
+        ``log p(x') + log q(x|x') - log p(x) - log q(x'|x)``. With ``log_uniform``
+        it lets the exact decision be re-made offline, ``log_uniform <
+        log_prior_proposal_ratio + sum_n [l_n(x') - l_n(x)]``, to measure the
+        empirical decision error rate.
     """
 
     is_accepted: Array
@@ -114,6 +118,7 @@ class RacingMHInfo(NamedTuple):
     has_nan: Array
     proposal: ArrayTree
     log_uniform: Array
+    log_prior_proposal_ratio: Array
 
 
 class ControlVariate(NamedTuple):
@@ -376,7 +381,7 @@ def build_kernel(
             lambda: RacingMHState(proposed, logprior_new.astype(state.logprior.dtype)),
             lambda: state,
         )
-        info = RacingMHInfo(accept, evals, stages, is_exact, has_nan, proposed, log_u)
+        info = RacingMHInfo(accept, evals, stages, is_exact, has_nan, proposed, log_u, log_f0_gap)
         return new_state, info
 
     return kernel
