@@ -42,16 +42,19 @@ Implementation notes
   stages; under ``vmap`` a stage's loop runs until its slowest draw is done.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
-* Numerics: per chunk the rewards are centred by their per-datum mean over the
-  surviving arms (this leaves every difference ``l_i - l_j`` unchanged, so the
-  gaps and the pairwise variances are exact in exact arithmetic, and removes
-  the common mode that would swamp float32 when arms are strongly correlated),
-  and chunk statistics are merged with Chan et al.'s parallel update (stable
-  for N up to 1e7 in float32).
+* Numerics: with pairwise variances each datum's rewards are centred by their
+  mean over the surviving arms (this leaves every difference ``l_i - l_j``,
+  hence the gaps and pairwise variances, unchanged, and removes the common mode
+  that would swamp float32 when arms are strongly correlated). Marginal
+  variances use the raw rewards (the paper's sigma_i); for strongly correlated
+  arms prefer pairwise (or float64). Chunk moments are shifted sums around the
+  running mean, merged with Chan et al.'s parallel update (stable for N up to
+  1e7 in float32). NaN / inf in the running sums is checked once per stage.
 * A state with ``log f0 = -inf`` or any ``log f_n = -inf`` has probability 0
   and is eliminated at once; it is never returned (unless every state has
   probability 0, which is flagged in ``info.has_nan``). NaN or ``+inf`` rewards
-  stop the race and set ``info.has_nan``: that draw is not a valid sample.
+  of a surviving arm stop the race at the end of the stage and set
+  ``info.has_nan``: that draw is not a valid sample.
 
 References
 ----------
@@ -198,9 +201,8 @@ def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -
 
 class _RaceState(NamedTuple):
     count: Array  # int32: indices drawn so far (T)
-    mean_d: Array  # [D] mean of the centred rewards (gaps are exact differences)
-    mean_l: Array  # [D] mean of the raw rewards (marginal variance only)
-    m2: Array  # [D, D] co-moments of centred rewards (pairwise) or [D] of raw rewards (marginal)
+    mean_d: Array  # [D] running means (of per-datum centred rewards when pairwise)
+    m2: Array  # [D, D] co-moments (pairwise) or [D] second central moments (marginal)
     alive: Array  # [D] bool
     done: Array  # bool
     has_nan: Array  # bool
@@ -373,7 +375,6 @@ def racing(
         state = _RaceState(
             count=jnp.zeros((), jnp.int32),
             mean_d=jnp.zeros((D,), dtype),
-            mean_l=jnp.zeros((D,), dtype),
             m2=jnp.zeros(m2_shape, dtype),
             alive=alive0,
             done=bad0 | (jnp.sum(alive0) <= 1),
@@ -400,50 +401,57 @@ def racing(
                 indices = permutation_indices(round_keys, jnp.minimum(pos, N - 1), N)
                 r = rewards(indices)
                 vmask = valid[:, None]
-                live = vmask & s.alive[None, :]
-                bad_arm = jnp.any(live & (jnp.isnan(r) | (r == jnp.inf)), axis=0)
-                dead_arm = jnp.any(live & (r == -jnp.inf), axis=0)
-                alive = s.alive & ~dead_arm & ~bad_arm
-                has_nan = s.has_nan | jnp.any(bad_arm)
+                neg = r == -jnp.inf
+                # A zero factor (log f_n(i) = -inf) gives state i probability 0.
+                dead_arm = jnp.any(neg & vmask, axis=0) & s.alive
                 n_new = jnp.sum(valid.astype(jnp.int32))
                 num_eval = s.num_evaluations + n_new * jnp.sum(s.alive.astype(jnp.int32))
-
-                vf = valid.astype(dtype)[:, None]
-                rs = jnp.where(alive[None, :] & vmask, r, jnp.zeros((), dtype))
-                n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
-                ref = jnp.sum(rs, axis=1, keepdims=True) / n_alive
-                d = (rs - ref) * vf
-                nb = n_new.astype(dtype)
-                inv_nb = 1 / jnp.maximum(nb, 1)
-                mean_db = jnp.sum(d, axis=0) * inv_nb
-                na = s.count.astype(dtype)
-                frac = nb / jnp.maximum(na + nb, 1)
-                dd = mean_db - s.mean_d
-                mean_d = s.mean_d + dd * frac
+                alive = s.alive & ~dead_arm
+                keep = vmask & alive[None, :] & ~neg
+                rz = jnp.where(keep, r, jnp.zeros((), dtype))
+                # Shifted sums ("shifted data" algorithm): shift = running mean, or the
+                # first datum of the first chunk, so the chunk moments are small.
                 if pairwise:
-                    cen = (d - mean_db[None, :]) * vf
-                    m2 = s.m2 + cen.T @ cen + jnp.outer(dd, dd) * (na * frac)
-                    mean_l = s.mean_l
+                    # Centre each datum by its mean over the surviving arms: differences
+                    # l_i - l_j (hence gaps and pairwise variances) are unchanged.
+                    n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
+                    rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
+                    first = rz[0]
                 else:
-                    mean_lb = jnp.sum(rs, axis=0) * inv_nb
-                    cen = (rs - mean_lb[None, :]) * vf
-                    dl = mean_lb - s.mean_l
-                    mean_l = s.mean_l + dl * frac
-                    m2 = s.m2 + jnp.sum(cen * cen, axis=0) + dl * dl * (na * frac)
+                    first = rz[0]
+                old = s.mean_d
+                shift = jnp.where(s.count > 0, old, first)
+                dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
+                nb = n_new.astype(dtype)
+                a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
+                na = s.count.astype(dtype)
+                n = jnp.maximum(na + nb, 1)
+                mean_b = shift + a
+                dd = mean_b - old
+                mean_d = old + dd * (nb / n)
+                if pairwise:
+                    m2 = s.m2 + (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
+                else:
+                    m2 = s.m2 + (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
                 return _RaceState(
                     count=s.count + n_new,
                     mean_d=mean_d,
-                    mean_l=mean_l,
                     m2=m2,
                     alive=alive,
-                    done=s.done | jnp.any(bad_arm) | (jnp.sum(alive) <= 1),
-                    has_nan=has_nan,
+                    done=s.done | (jnp.sum(alive) <= 1),
+                    has_nan=s.has_nan,
                     num_evaluations=num_eval,
                     num_stages=s.num_stages,
                     chunk=s.chunk + 1,
                 )
 
             return body
+
+        def check_finite(s: _RaceState) -> _RaceState:
+            """NaN / +inf rewards poison the running sums: detect them once per stage."""
+            m2_diag = jnp.diagonal(s.m2) if pairwise else s.m2
+            bad = jnp.any(s.alive & ~(jnp.isfinite(s.mean_d) & jnp.isfinite(m2_diag)))
+            return s._replace(has_nan=s.has_nan | bad, done=s.done | bad)
 
         def estimates(s: _RaceState) -> Array:
             return jnp.where(s.alive, s.mean_d + offset_mean, -jnp.inf)
@@ -460,6 +468,7 @@ def racing(
             state = jax.lax.while_loop(
                 lambda s, n=n_chunks: ~s.done & (s.chunk < n), make_body(prev, stop, csize), state
             )
+            state = check_finite(state)
             prev = stop
             if t == num_stages - 1:
                 break  # T = N: exact means, decided below
