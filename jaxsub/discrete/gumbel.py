@@ -51,7 +51,7 @@ def _blocked_sums(log_factor_fn, num_states, num_data, block_size, dtype):
 
     zeros = jnp.zeros((D,), dtype)
     false = jnp.zeros((D,), bool)
-    (total, _, neg_inf), _ = jax.lax.scan(body, (zeros, zeros, false), jnp.arange(num_blocks))
+    (total, _, neg_inf), _ = jax.lax.scan(body, (zeros, zeros, false), jnp.arange(num_blocks, dtype=jnp.int32))
     bad = ~jnp.isfinite(total)  # a NaN / +inf factor anywhere (or +inf and -inf mixed)
     return total, neg_inf, bad
 
@@ -133,7 +133,7 @@ def gumbel_max(
             num_stages=jnp.asarray(1, jnp.int32),
             is_exact=jnp.asarray(True),
             has_nan=jnp.any(nan) | ~jnp.any(possible),
-            num_alive=jnp.sum(possible.astype(jnp.int32)),
+            num_alive=jnp.sum(possible, dtype=jnp.int32),
         )
         return x, info
 

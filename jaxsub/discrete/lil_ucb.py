@@ -94,7 +94,8 @@ def lil_ucb(
     -------
     sample
         ``sample(rng_key, log_f0) -> (x, info)`` (:class:`~jaxsub.discrete.RacingInfo`;
-        ``num_stages`` counts pulls, ``num_evaluations = sum_i T_i``, ``is_exact``
+        ``num_stages`` counts pulls, ``num_evaluations = sum_i T_i``,
+        ``num_data_used = max_i T_i`` (each arm has its own indices), ``is_exact``
         means every arm was fully evaluated).
 
     References
@@ -156,7 +157,7 @@ def lil_ucb(
             mean=mean0,
             alive=alive0,
             has_nan=jnp.any(bad0),
-            stop=jnp.any(bad0) | (jnp.sum(alive0) <= 1),
+            stop=jnp.any(bad0) | (jnp.sum(alive0, dtype=jnp.int32) <= 1),
             winner=jnp.argmax(jnp.where(alive0, offset, -jnp.inf)).astype(jnp.int32),
             steps=jnp.asarray(1, jnp.int32),
         )
@@ -172,15 +173,15 @@ def lil_ucb(
         def check_stop(s):
             bounds, est = ucb(s)
             top = jnp.argmax(bounds).astype(jnp.int32)
-            total = jnp.sum(jnp.where(s.alive, s.pulls, 0))
+            total = jnp.sum(jnp.where(s.alive, s.pulls, 0), dtype=jnp.int32)
             pulls = jnp.where(s.alive, s.pulls, 0)
-            lil_stop = pulls >= 1 + stopping_ratio * (total - pulls).astype(dtype)
+            lil_stop = pulls.astype(dtype) >= 1 + stopping_ratio * (total - pulls).astype(dtype)
             exact_top = s.pulls[top] >= N  # modification 3
             winner = jnp.where(
                 exact_top, top, jnp.argmax(jnp.where(s.alive, s.pulls, -1)).astype(jnp.int32)
             )
-            stop = s.stop | exact_top | jnp.any(lil_stop) | (jnp.sum(s.alive) <= 1)
-            winner = jnp.where(jnp.sum(s.alive) <= 1, jnp.argmax(bounds).astype(jnp.int32), winner)
+            stop = s.stop | exact_top | jnp.any(lil_stop) | (jnp.sum(s.alive, dtype=jnp.int32) <= 1)
+            winner = jnp.where(jnp.sum(s.alive, dtype=jnp.int32) <= 1, jnp.argmax(bounds).astype(jnp.int32), winner)
             return stop, jnp.where(s.stop, s.winner, winner), top
 
         def body(s):
@@ -189,7 +190,7 @@ def lil_ucb(
             valid = pos < N
             idx = permutation_indices(arm_keys[arm], jnp.minimum(pos, N - 1), N)
             r = jnp.take(rewards(idx), arm, axis=1)
-            n_new = jnp.sum(valid.astype(jnp.int32))
+            n_new = jnp.sum(valid, dtype=jnp.int32)
             bad = jnp.any(valid & (jnp.isnan(r) | (r == jnp.inf)))
             dead = jnp.any(valid & (r == -jnp.inf))
             batch_mean = jnp.sum(jnp.where(valid, r, 0)) / jnp.maximum(n_new, 1).astype(dtype)
@@ -210,14 +211,14 @@ def lil_ucb(
         stop, winner, _ = check_stop(state)
         state = state._replace(stop=stop, winner=winner)
         state = jax.lax.while_loop(lambda s: ~s.stop, body, state)
-        num_eval = jnp.sum(state.pulls)
+        num_eval = jnp.sum(state.pulls, dtype=jnp.int32)
         info = RacingInfo(
             num_evaluations=num_eval,
-            num_data_used=num_eval,
+            num_data_used=jnp.max(state.pulls),
             num_stages=state.steps,
             is_exact=jnp.all(state.pulls >= N),
             has_nan=state.has_nan | ~jnp.any(state.alive),
-            num_alive=jnp.sum(state.alive.astype(jnp.int32)),
+            num_alive=jnp.sum(state.alive, dtype=jnp.int32),
         )
         return state.winner, info
 

@@ -377,7 +377,7 @@ def racing(
             mean_d=jnp.zeros((D,), dtype),
             m2=jnp.zeros(m2_shape, dtype),
             alive=alive0,
-            done=bad0 | (jnp.sum(alive0) <= 1),
+            done=bad0 | (jnp.sum(alive0, dtype=jnp.int32) <= 1),
             has_nan=bad0,
             num_evaluations=jnp.zeros((), jnp.int32),
             num_stages=jnp.zeros((), jnp.int32),
@@ -404,8 +404,8 @@ def racing(
                 neg = r == -jnp.inf
                 # A zero factor (log f_n(i) = -inf) gives state i probability 0.
                 dead_arm = jnp.any(neg & vmask, axis=0) & s.alive
-                n_new = jnp.sum(valid.astype(jnp.int32))
-                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive.astype(jnp.int32))
+                n_new = jnp.sum(valid, dtype=jnp.int32)
+                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
                 alive = s.alive & ~dead_arm
                 keep = vmask & alive[None, :] & ~neg
                 rz = jnp.where(keep, r, jnp.zeros((), dtype))
@@ -438,7 +438,7 @@ def racing(
                     mean_d=mean_d,
                     m2=m2,
                     alive=alive,
-                    done=s.done | (jnp.sum(alive) <= 1),
+                    done=s.done | (jnp.sum(alive, dtype=jnp.int32) <= 1),
                     has_nan=s.has_nan,
                     num_evaluations=num_eval,
                     num_stages=s.num_stages,
@@ -490,7 +490,7 @@ def racing(
                 threshold = g[best] + g
             eliminate = state.alive & (gap > threshold) & ~state.done
             alive = state.alive & ~eliminate
-            state = state._replace(alive=alive, done=state.done | (jnp.sum(alive) <= 1))
+            state = state._replace(alive=alive, done=state.done | (jnp.sum(alive, dtype=jnp.int32) <= 1))
 
         mu = estimates(state)
         x = jnp.argmax(mu).astype(jnp.int32)
@@ -501,7 +501,7 @@ def racing(
             num_stages=state.num_stages,
             is_exact=state.count == N,
             has_nan=state.has_nan | no_state,
-            num_alive=jnp.sum(state.alive.astype(jnp.int32)),
+            num_alive=jnp.sum(state.alive, dtype=jnp.int32),
         )
         return x, info
 
