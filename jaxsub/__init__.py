@@ -10,6 +10,7 @@ Four families, one module each (see ``docs/architecture.md``):
   (Obermeyer, Glidden & Jonas 2014).
 """
 from jaxsub import subsample, validation
+from jaxsub import discrete
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
+    "discrete",
     "run_chain",
     "run_chains",
     "subsample",

@@ -16,14 +16,22 @@ is a :class:`RacingInfo`.
 * :func:`pad_populations` -- arms with different population sizes N_i (§5.3).
 """
 from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
+from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
+from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
+from jaxsub.discrete.lil_ucb import lil_ucb
 from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing
 
 __all__ = [
     "ControlVariate",
     "RacingInfo",
     "b_normal",
+    "data_moments",
     "doubling_schedule",
+    "exact_log_weights",
+    "gumbel_max",
+    "lil_ucb",
     "normal_crossing_probability",
     "pad_populations",
     "racing",
+    "taylor_control_variate",
 ]

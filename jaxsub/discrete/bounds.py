@@ -125,6 +125,8 @@ def _b_normal_cached(delta: float, num_data: int, first_batch_size: int) -> floa
         return 0.0  # T_1 = N: the first stage is already exact, no test is made.
     fn = lambda b: normal_crossing_probability(b, num_data, first_batch_size) - delta  # noqa: E731
     lo = float(-special.ndtri(delta))  # single-stage quantile: P(z_1 > lo) = delta <= crossing prob
+    if fn(lo) <= 0:  # one tested stage (t* = 2): the quantile itself
+        return lo
     hi = lo + 1.0
     while fn(hi) > 0:  # the crossing probability falls to 0 as B grows
         hi += 1.0

@@ -36,22 +36,27 @@ Implementation notes
 * Indices without replacement: position ``T`` of a keyed pseudo-random
   permutation of ``[0, N)`` (:func:`jaxsub.subsample.permutation_indices`), so a
   stage of ``m`` new indices costs O(m), never O(N).
-* Static shapes: the ``t*`` stages are unrolled in Python; stage ``t`` is a
-  ``lax.while_loop`` over chunks of ``min(m_t, max_block_size)`` indices (the
-  last chunk masked). A finished draw runs zero iterations of the remaining
-  stages; under ``vmap`` a stage's loop runs until its slowest draw is done.
+* Static shapes: stage ``t`` reads its ``m_t`` new indices in chunks of a
+  static size ``m1 * 4^k <= m_t`` (capped at ``max_block_size``; the last,
+  clipped stage masks its final chunk); consecutive stages with the same chunk
+  size share one ``lax.while_loop`` whose body eliminates at stage ends, so a
+  few loop bodies are compiled, not ``t*``. A finished draw runs zero further
+  iterations; under ``vmap`` each loop runs until its slowest draw is done.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
-* Numerics: per chunk the rewards are centred by their per-datum mean over the
-  surviving arms (this leaves every difference ``l_i - l_j`` unchanged, so the
-  gaps and the pairwise variances are exact in exact arithmetic, and removes
-  the common mode that would swamp float32 when arms are strongly correlated),
-  and chunk statistics are merged with Chan et al.'s parallel update (stable
-  for N up to 1e7 in float32).
+* Numerics: with pairwise variances each datum's rewards are centred by their
+  mean over the surviving arms (this leaves every difference ``l_i - l_j``,
+  hence the gaps and pairwise variances, unchanged, and removes the common mode
+  that would swamp float32 when arms are strongly correlated). Marginal
+  variances use the raw rewards (the paper's sigma_i); for strongly correlated
+  arms prefer pairwise (or float64). Chunk moments are shifted sums around the
+  running mean, merged with Chan et al.'s parallel update (stable for N up to
+  1e7 in float32). NaN / inf in the running sums is checked once per stage.
 * A state with ``log f0 = -inf`` or any ``log f_n = -inf`` has probability 0
   and is eliminated at once; it is never returned (unless every state has
   probability 0, which is flagged in ``info.has_nan``). NaN or ``+inf`` rewards
-  stop the race and set ``info.has_nan``: that draw is not a valid sample.
+  of a surviving arm stop the race at the end of the stage and set
+  ``info.has_nan``: that draw is not a valid sample.
 
 References
 ----------
@@ -198,15 +203,13 @@ def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -
 
 class _RaceState(NamedTuple):
     count: Array  # int32: indices drawn so far (T)
-    mean_d: Array  # [D] mean of the centred rewards (gaps are exact differences)
-    mean_l: Array  # [D] mean of the raw rewards (marginal variance only)
-    m2: Array  # [D, D] co-moments of centred rewards (pairwise) or [D] of raw rewards (marginal)
+    mean_d: Array  # [D] running means (of per-datum centred rewards when pairwise)
+    m2: Array  # [D, D] co-moments (pairwise) or [D] second central moments (marginal)
     alive: Array  # [D] bool
     done: Array  # bool
     has_nan: Array  # bool
     num_evaluations: Array  # int32
-    num_stages: Array  # int32
-    chunk: Array  # int32, chunk counter within the current stage
+    stage: Array  # int32, index of the current stage (0-based)
 
 
 def _check_common(num_states, num_data, first_batch_size):
@@ -244,6 +247,36 @@ def _ebs_rho(t: int, n: int) -> float:
     if t <= n / 2:
         return 1.0 - (t - 1.0) / n
     return (1.0 - t / n) * (1.0 + 1.0 / t)
+
+
+#: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
+#: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
+#: stage below the cap), so only a handful of distinct loop bodies are compiled.
+LADDER = 4
+
+
+def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tuple[int, int]]:
+    """``[(chunk_size, last_stage_index), ...]``: consecutive stages sharing a chunk size.
+
+    Stage t reads ``m_t = T_t - T_{t-1}`` new indices in chunks of
+    ``c_t = max{m1 * LADDER^k <= min(m_t, max_block_size)}``. For t < t*,
+    ``m_t`` and ``T_{t-1}`` are ``m1`` times powers of two, so chunks tile the
+    stage exactly; the last stage (clipped to N) masks its final chunk.
+    """
+    ladder = [first_batch_size]
+    while ladder[-1] * LADDER <= max_block_size:
+        ladder.append(ladder[-1] * LADDER)
+    groups: list[tuple[int, int]] = []
+    prev = 0
+    for t, stop in enumerate(sizes):
+        m_t = stop - prev
+        prev = stop
+        c = max(c for c in ladder if c <= max(m_t, first_batch_size))
+        if groups and groups[-1][0] == c:
+            groups[-1] = (c, t)
+        else:
+            groups.append((c, t))
+    return groups
 
 
 def racing(
@@ -300,7 +333,8 @@ def racing(
         If True, never eliminate: every draw uses all N data (the exact result
         through the racing code path). A tiny ``delta`` tends to this.
     max_block_size
-        Largest chunk of indices evaluated at once (memory ``max_block_size x D``).
+        Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
+        at least ``first_batch_size``.
 
     Returns
     -------
@@ -327,7 +361,7 @@ def racing(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(control_variate)
-    max_block_size = check_int("max_block_size", max_block_size, low=1)
+    max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     gumbel_noise = bool(gumbel_noise)
@@ -340,9 +374,9 @@ def racing(
     arm_delta = delta / (D - 1 if pairwise else D)
 
     # Per-stage coefficients of G(T, sigma, C) = a_t * sigma + b_t * C, t < t*.
-    if exact or num_stages == 1:
-        coef_a = [math.inf] * (num_stages - 1)
-        coef_b = [0.0] * (num_stages - 1)
+    can_eliminate = not exact and num_stages > 1
+    if not can_eliminate:
+        coef_a = coef_b = []
     elif bound == "normal":
         bn = b_normal(arm_delta, N, first_batch_size)
         coef_a = [float(s) * bn for s in stage_sd(N, sizes[:-1])]
@@ -351,6 +385,8 @@ def racing(
         log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
         coef_a = [math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]]
         coef_b = [KAPPA_EBS * log_term / t for t in sizes[:-1]]
+
+    groups = _chunk_groups(sizes, first_batch_size, max_block_size)
 
     def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
         log_f0 = jnp.asarray(log_f0)
@@ -373,15 +409,17 @@ def racing(
         state = _RaceState(
             count=jnp.zeros((), jnp.int32),
             mean_d=jnp.zeros((D,), dtype),
-            mean_l=jnp.zeros((D,), dtype),
             m2=jnp.zeros(m2_shape, dtype),
             alive=alive0,
-            done=bad0 | (jnp.sum(alive0) <= 1),
+            done=bad0 | (jnp.sum(alive0, dtype=jnp.int32) <= 1),
             has_nan=bad0,
             num_evaluations=jnp.zeros((), jnp.int32),
-            num_stages=jnp.zeros((), jnp.int32),
-            chunk=jnp.zeros((), jnp.int32),
+            stage=jnp.zeros((), jnp.int32),
         )
+        stage_ends = jnp.asarray(sizes, jnp.int32)
+        if can_eliminate:
+            coef_a_arr = jnp.asarray(coef_a, dtype)
+            coef_b_arr = jnp.asarray(coef_b, dtype)
 
         def rewards(indices):
             r = jnp.asarray(log_factor_fn(indices))
@@ -393,106 +431,105 @@ def racing(
                 r = r - h + h_mean[None, :]
             return r
 
-        def make_body(start: int, stop: int, csize: int):
+        def estimates(mean_d, alive):
+            return jnp.where(alive, mean_d + offset_mean, -jnp.inf)
+
+        def eliminate(mean_d, m2, alive, stage, count):
+            """Alg. 1's elimination step at the end of stage ``stage`` (T = count)."""
+            mu = estimates(mean_d, alive)
+            best = jnp.argmax(mu)
+            gap = mu[best] - mu
+            T = count.astype(dtype)
+            a_t = coef_a_arr[stage]
+            if pairwise:
+                var = (m2[best, best] + jnp.diagonal(m2) - 2 * m2[best]) / T
+                threshold = a_t * jnp.sqrt(jnp.maximum(var, 0))
+                if crange is not None:
+                    threshold = threshold + coef_b_arr[stage] * (crange[best] + crange)
+            else:
+                g = a_t * jnp.sqrt(jnp.maximum(m2 / T, 0))
+                if crange is not None:
+                    g = g + coef_b_arr[stage] * crange
+                threshold = g[best] + g
+            return alive & ~(gap > threshold)
+
+        def make_body(csize: int):
             def body(s: _RaceState) -> _RaceState:
-                pos = start + s.chunk * csize + jnp.arange(csize, dtype=jnp.int32)
+                stop = stage_ends[s.stage]
+                pos = s.count + jnp.arange(csize, dtype=jnp.int32)
                 valid = pos < stop
                 indices = permutation_indices(round_keys, jnp.minimum(pos, N - 1), N)
                 r = rewards(indices)
                 vmask = valid[:, None]
-                live = vmask & s.alive[None, :]
-                bad_arm = jnp.any(live & (jnp.isnan(r) | (r == jnp.inf)), axis=0)
-                dead_arm = jnp.any(live & (r == -jnp.inf), axis=0)
-                alive = s.alive & ~dead_arm & ~bad_arm
-                has_nan = s.has_nan | jnp.any(bad_arm)
-                n_new = jnp.sum(valid.astype(jnp.int32))
-                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive.astype(jnp.int32))
-
-                vf = valid.astype(dtype)[:, None]
-                rs = jnp.where(alive[None, :] & vmask, r, jnp.zeros((), dtype))
-                n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
-                ref = jnp.sum(rs, axis=1, keepdims=True) / n_alive
-                d = (rs - ref) * vf
-                nb = n_new.astype(dtype)
-                inv_nb = 1 / jnp.maximum(nb, 1)
-                mean_db = jnp.sum(d, axis=0) * inv_nb
-                na = s.count.astype(dtype)
-                frac = nb / jnp.maximum(na + nb, 1)
-                dd = mean_db - s.mean_d
-                mean_d = s.mean_d + dd * frac
+                neg = r == -jnp.inf
+                # A zero factor (log f_n(i) = -inf) gives state i probability 0.
+                dead_arm = jnp.any(neg & vmask, axis=0) & s.alive
+                n_new = jnp.sum(valid, dtype=jnp.int32)
+                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
+                alive = s.alive & ~dead_arm
+                keep = vmask & alive[None, :] & ~neg
+                rz = jnp.where(keep, r, jnp.zeros((), dtype))
                 if pairwise:
-                    cen = (d - mean_db[None, :]) * vf
-                    m2 = s.m2 + cen.T @ cen + jnp.outer(dd, dd) * (na * frac)
-                    mean_l = s.mean_l
+                    # Centre each datum by its mean over the surviving arms: differences
+                    # l_i - l_j (hence gaps and pairwise variances) are unchanged.
+                    n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
+                    rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
+                # Shifted sums ("shifted data" algorithm): shift = running mean, or the
+                # first datum of the first chunk, so the chunk moments stay small.
+                old = s.mean_d
+                shift = jnp.where(s.count > 0, old, rz[0])
+                dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
+                nb = n_new.astype(dtype)
+                a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
+                na = s.count.astype(dtype)
+                n = jnp.maximum(na + nb, 1)
+                dd = shift + a - old
+                mean_d = old + dd * (nb / n)  # Chan et al. merge
+                if pairwise:
+                    m2 = s.m2 + (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
                 else:
-                    mean_lb = jnp.sum(rs, axis=0) * inv_nb
-                    cen = (rs - mean_lb[None, :]) * vf
-                    dl = mean_lb - s.mean_l
-                    mean_l = s.mean_l + dl * frac
-                    m2 = s.m2 + jnp.sum(cen * cen, axis=0) + dl * dl * (na * frac)
+                    m2 = s.m2 + (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+                count = s.count + n_new
+
+                # End of a stage: NaN / +inf check (they poison the running sums),
+                # then elimination (stages t < t*) or the exact decision (t = t*).
+                at_end = count >= stop
+                is_final = s.stage == num_stages - 1
+                m2_diag = jnp.diagonal(m2) if pairwise else m2
+                bad = at_end & jnp.any(alive & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)))
+                if can_eliminate:
+                    stage_c = jnp.minimum(s.stage, num_stages - 2)
+                    kept = eliminate(mean_d, m2, alive, stage_c, count)
+                    alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
+                done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
                 return _RaceState(
-                    count=s.count + n_new,
+                    count=count,
                     mean_d=mean_d,
-                    mean_l=mean_l,
                     m2=m2,
                     alive=alive,
-                    done=s.done | jnp.any(bad_arm) | (jnp.sum(alive) <= 1),
-                    has_nan=has_nan,
+                    done=done,
+                    has_nan=s.has_nan | bad,
                     num_evaluations=num_eval,
-                    num_stages=s.num_stages,
-                    chunk=s.chunk + 1,
+                    stage=s.stage + (at_end & ~done).astype(jnp.int32),
                 )
 
             return body
 
-        def estimates(s: _RaceState) -> Array:
-            return jnp.where(s.alive, s.mean_d + offset_mean, -jnp.inf)
-
-        prev = 0
-        for t, stop in enumerate(sizes):
-            m_t = stop - prev
-            csize = min(m_t, max_block_size)
-            n_chunks = -(-m_t // csize)
-            state = state._replace(
-                chunk=jnp.zeros((), jnp.int32),
-                num_stages=state.num_stages + (~state.done).astype(jnp.int32),
-            )
+        # Stages with the same chunk size share one while_loop (few loops: short compile).
+        for chunk_size, last_stage in groups:
             state = jax.lax.while_loop(
-                lambda s, n=n_chunks: ~s.done & (s.chunk < n), make_body(prev, stop, csize), state
+                lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size), state
             )
-            prev = stop
-            if t == num_stages - 1:
-                break  # T = N: exact means, decided below
-            mu = estimates(state)
-            best = jnp.argmax(mu)
-            gap = mu[best] - mu
-            T = float(stop)
-            if pairwise:
-                var = (state.m2[best, best] + jnp.diagonal(state.m2) - 2 * state.m2[best]) / T
-                sigma = jnp.sqrt(jnp.maximum(var, 0))
-                threshold = coef_a[t] * sigma
-                if crange is not None:
-                    threshold = threshold + coef_b[t] * (crange[best] + crange)
-            else:
-                sigma = jnp.sqrt(jnp.maximum(state.m2 / T, 0))
-                g = coef_a[t] * sigma
-                if crange is not None:
-                    g = g + coef_b[t] * crange
-                threshold = g[best] + g
-            eliminate = state.alive & (gap > threshold) & ~state.done
-            alive = state.alive & ~eliminate
-            state = state._replace(alive=alive, done=state.done | (jnp.sum(alive) <= 1))
 
-        mu = estimates(state)
-        x = jnp.argmax(mu).astype(jnp.int32)
+        x = jnp.argmax(estimates(state.mean_d, state.alive)).astype(jnp.int32)
         no_state = ~jnp.any(state.alive)
         info = RacingInfo(
             num_evaluations=state.num_evaluations,
             num_data_used=state.count,
-            num_stages=state.num_stages,
+            num_stages=jnp.where(state.count > 0, state.stage + 1, 0).astype(jnp.int32),
             is_exact=state.count == N,
             has_nan=state.has_nan | no_state,
-            num_alive=jnp.sum(state.alive.astype(jnp.int32)),
+            num_alive=jnp.sum(state.alive, dtype=jnp.int32),
         )
         return x, info
 
