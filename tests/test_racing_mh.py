@@ -263,11 +263,6 @@ def test_nan_likelihood_is_reported_and_rejected():
     np.testing.assert_array_equal(np.asarray(state.position), np.zeros(2))
 
 
-@pytest.mark.xfail(
-    reason="issue-3 engine: jaxsub/discrete/racing.py adds an int64 jnp.sum to an int32 counter under x64 "
-    "(num_evaluations), so the while_loop carry changes dtype; passes once the engine casts to int32",
-    strict=False,
-)
 def test_float64():
     with jax.enable_x64(True):
         y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=300)
