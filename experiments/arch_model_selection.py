@@ -178,7 +178,8 @@ def _exact_decision_errors(data, pilot, recs, limit):
         key = jax.random.wrap_key_data(key_data)
         _, key_gumbel = jax.random.split(key)  # the racing engine's key layout
         gumbel = jax.random.gumbel(key_gumbel, (NUM_MODELS,), log_f0.dtype)
-        sums = jnp.sum(all_models_loglik(thetas, data.data, idx_all), axis=0)
+        ll = all_models_loglik(thetas, data.data, idx_all)
+        sums = jnp.sum(ll - ll[:, :1], axis=0)  # differences to arm 0: same argmax, less float32 round-off
         return jnp.argmax(log_f0 + gumbel + sums).astype(jnp.int32)
 
     def mh_exact(k, w_old, w_prop, log_u, log_ratio):
