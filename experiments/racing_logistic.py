@@ -253,8 +253,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     axes[0].legend(fontsize=8)
     for label, r in results.items():
         ev = np.asarray(r["evals"], np.float64).ravel() / n
-        axes[1].hist(np.log10(np.maximum(ev, 1e-6)), bins=40, alpha=0.5, label=label)
-    axes[1].set(xlabel="log10(likelihood evaluations per step / N)", ylabel="steps", title=f"Cost per step (N = {n:,})")
+        axes[1].hist(np.log10(np.maximum(ev, 1e-6)), bins=np.linspace(-4.5, 0.5, 51), alpha=0.5, weights=np.full(ev.size, 1.0 / ev.size), label=label)
+    axes[1].set(yscale="log", xlabel="log10(likelihood evaluations per step / N)", ylabel="fraction of steps", title=f"Cost per step (N = {n:,})")
     axes[1].legend(fontsize=7)
     errors_png = savefig(fig, out_dir, "decision_errors_and_cost.png")
 
