@@ -211,7 +211,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     data = load_arch_data(2000 if quick else None)
     n = data.num_data
     adapt_sweeps = 200 if quick else 3000
-    fixed_sweeps = 400 if quick else 20_000
+    fixed_sweeps = 400 if quick else 8_000
     num_runs = 2 if quick else 5
     check = 200 if quick else 5000
 
