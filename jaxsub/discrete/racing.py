@@ -87,6 +87,7 @@ __all__ = [
     "as_control_variate",
     "pad_populations",
     "racing",
+    "racing_coefficients",
 ]
 
 #: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
@@ -371,24 +372,15 @@ def racing(
     sizes = doubling_schedule(N, first_batch_size)
     num_stages = len(sizes)
     pairwise = variance == "pairwise"
-    arm_delta = delta / (D - 1 if pairwise else D)
 
-    # Per-stage coefficients of G(T, sigma, C) = a_t * sigma + b_t * C, t < t*.
     can_eliminate = not exact and num_stages > 1
-    if not can_eliminate:
-        coef_a = coef_b = []
-    elif bound == "normal":
-        bn = b_normal(arm_delta, N, first_batch_size)
-        coef_a = [float(s) * bn for s in stage_sd(N, sizes[:-1])]
-        coef_b = [0.0] * (num_stages - 1)
-    else:
-        log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
-        coef_a = [math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]]
-        coef_b = [KAPPA_EBS * log_term / t for t in sizes[:-1]]
-
+    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance)
     groups = _chunk_groups(sizes, first_batch_size, max_block_size)
 
     def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+        return sample_with_coefficients(rng_key, log_f0, coef_a, coef_b)
+
+    def sample_with_coefficients(rng_key, log_f0, coef_a, coef_b):
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
             raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
@@ -418,8 +410,8 @@ def racing(
         )
         stage_ends = jnp.asarray(sizes, jnp.int32)
         if can_eliminate:
-            coef_a_arr = jnp.asarray(coef_a, dtype)
-            coef_b_arr = jnp.asarray(coef_b, dtype)
+            coef_a_arr = jnp.asarray(coef_a).astype(dtype)
+            coef_b_arr = jnp.asarray(coef_b).astype(dtype)
 
         def rewards(indices):
             r = jnp.asarray(log_factor_fn(indices))
@@ -533,4 +525,39 @@ def racing(
         )
         return x, info
 
+    # Lower-level entry point: the threshold coefficients of racing_coefficients()
+    # as (traceable) arguments, so one compiled sampler serves many deltas (used by
+    # experiments/racing_synthetic.py to vmap over delta).
+    sample.with_coefficients = sample_with_coefficients
     return sample
+
+
+def racing_coefficients(
+    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal", variance: str = "pairwise"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
+
+    * normal (eq. 9): ``a_t = sqrt((1/T_t)(1 - (T_t - 1)/(N - 1))) B_Normal(delta')``, ``b_t = 0``;
+    * EBS (eqs. 6-7): ``a_t = sqrt(2 rho_T log(5/delta'') / T_t)``,
+      ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
+
+    where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
+    Returns float64 arrays of length ``t* - 1``.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    arm_delta = delta / (D - 1 if variance == "pairwise" else D)
+    if num_stages == 1:
+        return np.zeros(0), np.zeros(0)
+    if bound == "normal":
+        bn = b_normal(arm_delta, N, first_batch_size)
+        return stage_sd(N, sizes[:-1]) * bn, np.zeros(num_stages - 1)
+    log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
+    a = np.array([math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]])
+    b = np.array([KAPPA_EBS * log_term / t for t in sizes[:-1]])
+    return a, b
