@@ -69,11 +69,11 @@ def _single_rows(kind, N, D, repeats):
     log_f0 = jnp.zeros(D, jnp.float32)
     exact_j, race_j = jax.jit(exact), jax.jit(race)
     keys = jax.random.split(jax.random.key(1), 1000)
-    # Evaluation counts over 200 draws (not timed).
+    timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0), repeats=repeats)
+    # Evaluation counts over 200 further draws (not timed).
     infos = [race_j(keys[500 + i], log_f0)[1] for i in range(200)]
     evals = np.mean([int(i.num_evaluations) for i in infos])
     used = np.mean([int(i.num_data_used) for i in infos])
-    timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0), repeats=repeats)
     return dict(
         factor=kind, mode="single", N=N, D=D, draws=1,
         eval_ratio=N * D / evals, data_ratio=N / used,
@@ -105,11 +105,11 @@ def _vmap_rows(kind, N, D, draws, repeats):
         shifts = jnp.asarray(rng.uniform(-0.05, 0.05, draws), jnp.float32)
         return keys, shifts, jnp.zeros((draws, D), jnp.float32)
 
-    _, info = race_v(*args(0))
+    timing = compare(exact_v, race_v, args, repeats=repeats)
+    _, info = race_v(*args(repeats + 1))
     evals = float(np.mean(np.asarray(info.num_evaluations)))
     used = float(np.mean(np.asarray(info.num_data_used)))
     slowest = float(np.max(np.asarray(info.num_data_used)))
-    timing = compare(exact_v, race_v, args, repeats=repeats)
     return dict(
         factor=kind, mode=f"vmap{draws}", N=N, D=D, draws=draws,
         eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,

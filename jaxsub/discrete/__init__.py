@@ -19,7 +19,7 @@ from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_
 from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
 from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
 from jaxsub.discrete.lil_ucb import lil_ucb
-from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing
+from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing, racing_coefficients
 
 __all__ = [
     "ControlVariate",
@@ -33,5 +33,6 @@ __all__ = [
     "normal_crossing_probability",
     "pad_populations",
     "racing",
+    "racing_coefficients",
     "taylor_control_variate",
 ]
