@@ -136,6 +136,32 @@ def test_lil_ucb_within_delta_in_tv(rng_key):
     assert_tv_within(x, exact_probs(table), slack=0.05)
 
 
+@pytest.mark.parametrize("variance", ["pairwise", pytest.param("marginal", marks=pytest.mark.slow)])
+def test_compact_states_path_matches_full_path(rng_key, variance):
+    """With log_factor_states_fn, racing evaluates only the <= K surviving arms; the
+    statistics are the same, so every draw and every count must agree with the
+    all-D path (same keys)."""
+    probs = np.exp(-0.3 * np.arange(8))
+    N, D = 2000, 8
+    table = reward_table(probs / probs.sum(), N, 3e-3, seed=15)
+    t = jnp.asarray(table, jnp.float32)
+    calls = []
+
+    def states_fn(idx, states):
+        calls.append(states.shape)
+        return t[idx[:, None], states[None, :]]
+
+    full = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance)
+    compact = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, log_factor_states_fn=states_fn, num_compact_states=3)
+    xa, ia = draw(full, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    xb, ib = draw(compact, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    assert calls and all(c == (3,) for c in calls)
+    np.testing.assert_array_equal(xa, xb)
+    np.testing.assert_array_equal(ia.num_evaluations, ib.num_evaluations)
+    assert ia.num_evaluations.mean() < 0.5 * N * D
+    assert_tv_within(xb, exact_probs(table), slack=0.05)
+
+
 # --------------------------------------------------------------------------- exact path, MH mode
 
 
@@ -389,6 +415,8 @@ def test_other_bad_configurations():
         discrete.lil_ucb(_fn, 3, 100, delta=0.1)
     with pytest.raises(ValueError, match="num_states \\* num_data"):
         discrete.racing(_fn, 1000, 10**7, delta=0.1)
+    with pytest.raises(ValueError, match="num_compact_states"):
+        discrete.racing(_fn, 3, 100, delta=0.1, log_factor_states_fn=lambda i, s: i, num_compact_states=3)
     with pytest.raises(ValueError, match="population_sizes"):
         discrete.pad_populations(_fn, [10])
     sample = discrete.racing(_fn, 3, 100, delta=0.1)

@@ -294,6 +294,8 @@ def racing(
     gumbel_noise: bool = True,
     exact: bool = False,
     max_block_size: int = 4096,
+    log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
+    num_compact_states: int | None = None,
 ) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
@@ -336,6 +338,15 @@ def racing(
     max_block_size
         Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
         at least ``first_batch_size``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
+        the given states only. When given, once at most ``K`` arms survive only
+        those are evaluated, so the wall-clock work follows ``num_evaluations``
+        instead of ``num_data_used * D`` (eliminated arms cost nothing, as in
+        the paper). Must agree with ``log_factor_fn``.
+    num_compact_states
+        K, the static number of states passed to ``log_factor_states_fn``
+        (``2 <= K < D``; default ``min(4, D - 1)``).
 
     Returns
     -------
@@ -367,6 +378,14 @@ def racing(
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     gumbel_noise = bool(gumbel_noise)
     exact = bool(exact)
+    compact_enabled = log_factor_states_fn is not None and num_states > 2
+    K = num_states
+    if log_factor_states_fn is not None:
+        if not callable(log_factor_states_fn):
+            raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
+        if num_states > 2:
+            default_k = min(4, num_states - 1)
+            K = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
 
     D, N = num_states, num_data
     sizes = doubling_schedule(N, first_batch_size)
@@ -423,6 +442,15 @@ def racing(
                 r = r - h + h_mean[None, :]
             return r
 
+        def rewards_states(indices, arms):
+            r = jnp.asarray(log_factor_states_fn(indices, arms))
+            if r.shape != (indices.shape[0], K):
+                raise ValueError(f"log_factor_states_fn must return shape [m, {K}]; got {r.shape}")
+            r = r.astype(dtype)
+            if cv is not None:  # the control variate is evaluated for all D states, then gathered
+                r = r - jnp.asarray(cv.fn(indices)).astype(dtype)[:, arms] + h_mean[arms][None, :]
+            return r
+
         def estimates(mean_d, alive):
             return jnp.where(alive, mean_d + offset_mean, -jnp.inf)
 
@@ -445,42 +473,59 @@ def racing(
                 threshold = g[best] + g
             return alive & ~(gap > threshold)
 
-        def make_body(csize: int):
+        def make_body(csize: int, compact: bool):
+            """One chunk of ``csize`` indices. ``compact``: only the first ``K`` surviving
+            arms (all of them, since the loop runs when ``n_alive <= K``) are evaluated,
+            through ``log_factor_states_fn``; statistics live in the full [D] arrays."""
+
             def body(s: _RaceState) -> _RaceState:
                 stop = stage_ends[s.stage]
                 pos = s.count + jnp.arange(csize, dtype=jnp.int32)
                 valid = pos < stop
                 indices = permutation_indices(round_keys, jnp.minimum(pos, N - 1), N)
-                r = rewards(indices)
+                if compact:
+                    arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)  # alive arms first
+                    r = rewards_states(indices, arms)
+                    alive_c = s.alive[arms]
+                    mean_c = s.mean_d[arms]
+                else:
+                    r = rewards(indices)
+                    alive_c = s.alive
+                    mean_c = s.mean_d
                 vmask = valid[:, None]
                 neg = r == -jnp.inf
                 # A zero factor (log f_n(i) = -inf) gives state i probability 0.
-                dead_arm = jnp.any(neg & vmask, axis=0) & s.alive
+                dead_c = jnp.any(neg & vmask, axis=0) & alive_c
                 n_new = jnp.sum(valid, dtype=jnp.int32)
                 num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
-                alive = s.alive & ~dead_arm
-                keep = vmask & alive[None, :] & ~neg
+                alive_c = alive_c & ~dead_c
+                keep = vmask & alive_c[None, :] & ~neg
                 rz = jnp.where(keep, r, jnp.zeros((), dtype))
                 if pairwise:
                     # Centre each datum by its mean over the surviving arms: differences
                     # l_i - l_j (hence gaps and pairwise variances) are unchanged.
-                    n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
+                    n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
                     rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
                 # Shifted sums ("shifted data" algorithm): shift = running mean, or the
                 # first datum of the first chunk, so the chunk moments stay small.
-                old = s.mean_d
-                shift = jnp.where(s.count > 0, old, rz[0])
+                shift = jnp.where(s.count > 0, mean_c, rz[0])
                 dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
                 nb = n_new.astype(dtype)
                 a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
                 na = s.count.astype(dtype)
                 n = jnp.maximum(na + nb, 1)
-                dd = shift + a - old
-                mean_d = old + dd * (nb / n)  # Chan et al. merge
+                dd = shift + a - mean_c
+                new_mean_c = mean_c + dd * (nb / n)  # Chan et al. merge
                 if pairwise:
-                    m2 = s.m2 + (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
+                    dm2 = (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
                 else:
-                    m2 = s.m2 + (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+                    dm2 = (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+                if compact:
+                    mean_d = s.mean_d.at[arms].set(new_mean_c)
+                    m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if pairwise else s.m2.at[arms].add(dm2)
+                    alive = s.alive & ~jnp.zeros((D,), bool).at[arms].set(dead_c)
+                else:
+                    mean_d, m2, alive = new_mean_c, s.m2 + dm2, alive_c
                 count = s.count + n_new
 
                 # End of a stage: NaN / +inf check (they poison the running sums),
@@ -508,10 +553,22 @@ def racing(
             return body
 
         # Stages with the same chunk size share one while_loop (few loops: short compile).
+        # With log_factor_states_fn, a second loop per group evaluates only the <= K
+        # surviving arms once no more than K remain.
         for chunk_size, last_stage in groups:
-            state = jax.lax.while_loop(
-                lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size), state
-            )
+            if compact_enabled:
+                state = jax.lax.while_loop(
+                    lambda s, last=last_stage: ~s.done & (s.stage <= last) & (jnp.sum(s.alive, dtype=jnp.int32) > K),
+                    make_body(chunk_size, False),
+                    state,
+                )
+                state = jax.lax.while_loop(
+                    lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, True), state
+                )
+            else:
+                state = jax.lax.while_loop(
+                    lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, False), state
+                )
 
         x = jnp.argmax(estimates(state.mean_d, state.alive)).astype(jnp.int32)
         no_state = ~jnp.any(state.alive)
