@@ -44,6 +44,8 @@ Implementation notes
   iterations; under ``vmap`` each loop runs until its slowest draw is done.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
+  With ``log_factor_states_fn``, a second loop per chunk size evaluates only the
+  ``K`` surviving arms once no more remain, so the work follows the count.
 * Numerics: with pairwise variances each datum's rewards are centred by their
   mean over the surviving arms (this leaves every difference ``l_i - l_j``,
   hence the gaps and pairwise variances, unchanged, and removes the common mode
