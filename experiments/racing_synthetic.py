@@ -147,6 +147,7 @@ def _plot(rows, title, out_dir, name, group_key, label_fn):
     ax2.set(xscale="log", yscale="log", xlabel="delta", ylabel="proportion of rewards evaluated", title=title)
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=7)
+    fig.tight_layout()
     return savefig(fig, out_dir, name)
 
 
