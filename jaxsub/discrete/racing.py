@@ -252,6 +252,9 @@ def _ebs_rho(t: int, n: int) -> float:
     return (1.0 - t / n) * (1.0 + 1.0 / t)
 
 
+#: Default cap on the chunk of indices evaluated at once.
+DEFAULT_MAX_BLOCK = 4096
+
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
 #: stage below the cap), so only a handful of distinct loop bodies are compiled.
@@ -295,7 +298,7 @@ def racing(
     control_variate=None,
     gumbel_noise: bool = True,
     exact: bool = False,
-    max_block_size: int = 4096,
+    max_block_size: int | None = None,
     log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
     num_compact_states: int | None = None,
 ) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
@@ -339,7 +342,7 @@ def racing(
         through the racing code path). A tiny ``delta`` tends to this.
     max_block_size
         Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
-        at least ``first_batch_size``.
+        at least ``first_batch_size``; default ``max(4096, first_batch_size)``.
     log_factor_states_fn
         Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
         the given states only. When given, once at most ``K`` arms survive only
@@ -375,6 +378,8 @@ def racing(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(control_variate)
+    if max_block_size is None:
+        max_block_size = max(DEFAULT_MAX_BLOCK, first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
