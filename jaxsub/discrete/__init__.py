@@ -10,6 +10,8 @@ is a :class:`RacingInfo`.
 * :func:`racing` -- Alg. 1: Racing-Normal (``bound="normal"``) and Racing-EBS
   (``bound="ebs"``), pairwise or marginal variances, control variates; the
   engine of the racing MH / Gibbs kernels;
+* :func:`racing_batch` -- many draws at once (per-draw parameters), work proportional to
+  the unfinished draws;
 * :func:`lil_ucb` -- adapted lil'UCB (§3.2);
 * :func:`b_normal` -- the racing-normal threshold (eq. 9);
 * :func:`taylor_control_variate` -- the second-order Taylor control variate (eq. 11);
@@ -19,7 +21,7 @@ from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_
 from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
 from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
 from jaxsub.discrete.lil_ucb import lil_ucb
-from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing
+from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing, racing_batch, racing_coefficients
 
 __all__ = [
     "ControlVariate",
@@ -33,5 +35,7 @@ __all__ = [
     "normal_crossing_probability",
     "pad_populations",
     "racing",
+    "racing_batch",
+    "racing_coefficients",
     "taylor_control_variate",
 ]

@@ -120,10 +120,13 @@ def lil_ucb(
         sigma_spec, factor = _reward_range(scale, num_states, required=True), 1.0
     cv = as_control_variate(control_variate)
     D, N, b = num_states, num_data, batch_size
-    delta_l = delta / 5.0  # heuristic setting of Jamieson et al. (2014), §5
     bonus_coef = (1.0 + beta) * (1.0 + math.sqrt(epsilon)) * math.sqrt(2.0 * (1.0 + epsilon))
 
     def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+        return sample_with_delta(rng_key, log_f0, delta)
+
+    def sample_with_delta(rng_key, log_f0, delta):
+        delta_l = delta / 5.0  # heuristic setting of Jamieson et al. (2014), §5
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
             raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
@@ -222,4 +225,6 @@ def lil_ucb(
         )
         return state.winner, info
 
+    # Lower-level entry point with a traceable delta (one compiled sampler for many deltas).
+    sample.with_delta = sample_with_delta
     return sample

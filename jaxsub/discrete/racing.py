@@ -44,6 +44,8 @@ Implementation notes
   iterations; under ``vmap`` each loop runs until its slowest draw is done.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
+  With ``log_factor_states_fn``, a second loop per chunk size evaluates only the
+  ``K`` surviving arms once no more remain, so the work follows the count.
 * Numerics: with pairwise variances each datum's rewards are centred by their
   mean over the surviving arms (this leaves every difference ``l_i - l_j``,
   hence the gaps and pairwise variances, unchanged, and removes the common mode
@@ -87,6 +89,8 @@ __all__ = [
     "as_control_variate",
     "pad_populations",
     "racing",
+    "racing_batch",
+    "racing_coefficients",
 ]
 
 #: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
@@ -249,6 +253,9 @@ def _ebs_rho(t: int, n: int) -> float:
     return (1.0 - t / n) * (1.0 + 1.0 / t)
 
 
+#: Default cap on the chunk of indices evaluated at once.
+DEFAULT_MAX_BLOCK = 4096
+
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
 #: stage below the cap), so only a handful of distinct loop bodies are compiled.
@@ -292,7 +299,10 @@ def racing(
     control_variate=None,
     gumbel_noise: bool = True,
     exact: bool = False,
-    max_block_size: int = 4096,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
+    num_compact_states: int | None = None,
+    group_size: int = 16,
 ) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
@@ -334,7 +344,18 @@ def racing(
         through the racing code path). A tiny ``delta`` tends to this.
     max_block_size
         Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
-        at least ``first_batch_size``.
+        at least ``first_batch_size``; default ``max(4096, first_batch_size)``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
+        the given states only. When given, once at most ``K`` arms survive only
+        those are evaluated, so the wall-clock work follows ``num_evaluations``
+        instead of ``num_data_used * D`` (eliminated arms cost nothing, as in
+        the paper). Must agree with ``log_factor_fn``.
+    num_compact_states
+        K, the static number of states passed to ``log_factor_states_fn``
+        (``2 <= K < D``; default ``min(4, D - 1)``).
+    group_size
+        Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
 
     Returns
     -------
@@ -342,6 +363,9 @@ def racing(
         ``sample(rng_key, log_f0) -> (x, info)`` with ``log_f0`` of shape ``[D]``
         (float32 or float64; rewards are computed in its dtype), ``x`` an int32
         state and ``info`` a :class:`RacingInfo`. Pure: ``jit`` and ``vmap`` it.
+        ``sample.batched(rng_keys [B], log_f0s [B, D]) -> (x [B], info)`` draws B
+        samples with work proportional to the unfinished draws (same results as
+        ``jax.vmap(sample)``, which runs every loop until its slowest draw is done).
 
     Raises
     ------
@@ -353,6 +377,122 @@ def racing(
     ----------
     Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
     """
+    single, batched, coef_a, coef_b = _build_racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, with_params=False,
+    )
+
+    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, None, coef_a, coef_b)
+
+    def sample_with_coefficients(rng_key, log_f0, coef_a, coef_b):
+        return single(rng_key, log_f0, None, coef_a, coef_b)
+
+    def sample_batched(rng_keys: PRNGKey, log_f0s: Array) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b)
+
+    # Lower-level entry point: the threshold coefficients of racing_coefficients()
+    # as (traceable) arguments, so one compiled sampler serves many deltas (used by
+    # experiments/racing_synthetic.py to vmap over delta).
+    sample.with_coefficients = sample_with_coefficients
+    # Many draws at once, work proportional to the unfinished draws (see racing_batch).
+    sample.batched = sample_batched
+    return sample
+
+
+def racing_batch(
+    log_factor_fn: Callable[[Array, object], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    group_size: int = 16,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array, object], Array] | None = None,
+    num_compact_states: int | None = None,
+) -> Callable[[PRNGKey, Array, object], tuple[Array, RacingInfo]]:
+    """Racing for a batch of B draws whose targets differ by per-draw parameters.
+
+    ``jax.vmap(racing(...))`` runs every loop until the slowest of the B draws
+    finishes, so a batch costs about B times its slowest draw (with a few hundred
+    draws, some draw needs all N data). ``racing_batch`` runs the same stage
+    bodies (one engine: :func:`racing`'s) on the *unfinished* draws only: each
+    round moves the active draws to the front and advances them one chunk, in
+    ``vmap``-ed groups of ``group_size`` plus single draws for the remainder, so
+    the work is the sum over draws of what each one needs.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices [m], params) -> Array[m, D]``: ``log f_n(i)`` of
+        one draw's target, ``params`` being that draw's slice of the ``params``
+        pytree passed to ``sample_batch`` (e.g. the chain's current state in a
+        Gibbs sweep). It is ``vmap``-ed over groups of draws.
+    num_states, num_data, delta, first_batch_size, bound, variance, reward_range, gumbel_noise, exact, max_block_size, num_compact_states
+        As in :func:`racing`.
+    group_size
+        g >= 1, the static number of draws advanced together (memory
+        ``g * max_block_size * D``); the default 16 amortises the per-iteration
+        overhead on small chunks while wasting nothing on finished draws.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` with ``h_fn(indices, params) -> [m, D]`` and
+        ``h_mean`` an array ``[D]`` or a function ``h_mean(params) -> [D]``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K], params) -> Array[m, K]`` (see :func:`racing`).
+
+    Returns
+    -------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params) -> (x [B], info)``
+        with ``info`` a :class:`RacingInfo` of ``[B]`` arrays; every leaf of
+        ``params`` has leading axis B (``params=None`` for a shared target).
+        Draw b equals ``sample_batch.single(rng_keys[b], log_f0s[b], params_b)``,
+        the single-draw sampler. Pure; ``jit`` it (B is static).
+        For a ``log_factor_fn(indices)`` shared by all draws, use
+        ``racing(...).batched(rng_keys, log_f0s)``.
+
+    Notes
+    -----
+    Plain ``jax.vmap(racing(...))`` is not redirected here: ``log_factor_fn``
+    may close over batched values, which a batching rule cannot gather per group.
+    Pass them as ``params`` instead.
+    """
+    single, batched, coef_a, coef_b = _build_racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, with_params=True,
+    )
+
+    def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, params, coef_a, coef_b)
+
+    def sample_single(rng_key: PRNGKey, log_f0: Array, params=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, params, coef_a, coef_b)
+
+    sample_batch.single = sample_single
+    return sample_batch
+
+
+def _build_racing(
+    log_factor_fn, num_states, num_data, *, delta, first_batch_size, bound, variance, reward_range, control_variate,
+    gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, with_params,
+):
+    """Validate the configuration and build the engine (see :func:`racing`, :func:`racing_batch`).
+
+    Returns ``(single, batched, coef_a, coef_b)``: ``single(key, log_f0, params, a, b)`` and
+    ``batched(keys, log_f0s, params, a, b)``; ``params`` is ``None`` unless ``with_params``
+    (then ``log_factor_fn(indices, params)`` etc.).
+    """
     num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     bound = check_choice("bound", bound, ("normal", "ebs"))
@@ -361,34 +501,53 @@ def racing(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(control_variate)
+    if max_block_size is None:
+        max_block_size = max(DEFAULT_MAX_BLOCK, first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     gumbel_noise = bool(gumbel_noise)
     exact = bool(exact)
+    compact_enabled = log_factor_states_fn is not None and num_states > 2
+    K = num_states
+    if log_factor_states_fn is not None:
+        if not callable(log_factor_states_fn):
+            raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
+        if num_states > 2:
+            default_k = min(4, num_states - 1)
+            K = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
 
     D, N = num_states, num_data
     sizes = doubling_schedule(N, first_batch_size)
     num_stages = len(sizes)
     pairwise = variance == "pairwise"
-    arm_delta = delta / (D - 1 if pairwise else D)
 
-    # Per-stage coefficients of G(T, sigma, C) = a_t * sigma + b_t * C, t < t*.
     can_eliminate = not exact and num_stages > 1
-    if not can_eliminate:
-        coef_a = coef_b = []
-    elif bound == "normal":
-        bn = b_normal(arm_delta, N, first_batch_size)
-        coef_a = [float(s) * bn for s in stage_sd(N, sizes[:-1])]
-        coef_b = [0.0] * (num_stages - 1)
-    else:
-        log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
-        coef_a = [math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]]
-        coef_b = [KAPPA_EBS * log_term / t for t in sizes[:-1]]
-
+    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance)
     groups = _chunk_groups(sizes, first_batch_size, max_block_size)
+    group_size = check_int("group_size", group_size, low=1)
+    h_mean_fn = None
+    if cv is not None and with_params and callable(cv.mean):
+        h_mean_fn = cv.mean  # per-draw mean h_mean(params) -> [D]
 
-    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+    def call_factor(indices, params):
+        return log_factor_fn(indices, params) if with_params else log_factor_fn(indices)
+
+    def call_states(indices, arms, params):
+        return log_factor_states_fn(indices, arms, params) if with_params else log_factor_states_fn(indices, arms)
+
+    def call_cv(indices, params):
+        return cv.fn(indices, params) if with_params else cv.fn(indices)
+
+    # ------------------------------------------------------------------ engine
+    # One draw is a (_RaceState, _Ctx) pair. ``init`` builds it, the stage body
+    # ``make_body(chunk, compact)(s, c)`` advances it by one chunk of indices,
+    # ``loop_specs`` lists the (cond, body) of the chunk-size loops in order, and
+    # ``finish`` reads the decision. The single-draw path runs each loop as a
+    # ``lax.while_loop``; the batched path (``_run_batched``) runs the same bodies
+    # on groups of unfinished draws only.
+
+    def init(rng_key, log_f0, params, coef_a, coef_b):
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
             raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
@@ -402,9 +561,13 @@ def racing(
         offset_mean = offset / N
         alive0 = offset > -jnp.inf  # False for -inf and NaN
         bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
-        h_mean = None if cv is None else jnp.asarray(cv.mean, dtype)
+        if cv is None:
+            h_mean = None
+        else:
+            h_mean = jnp.asarray(h_mean_fn(params) if h_mean_fn is not None else cv.mean).astype(dtype)
+            if h_mean.shape != (D,):
+                raise ValueError(f"control_variate mean must have shape ({D},); got {h_mean.shape}")
         crange = None if reward_range is None else jnp.broadcast_to(jnp.asarray(reward_range, dtype), (D,))
-
         m2_shape = (D, D) if pairwise else (D,)
         state = _RaceState(
             count=jnp.zeros((), jnp.int32),
@@ -416,112 +579,156 @@ def racing(
             num_evaluations=jnp.zeros((), jnp.int32),
             stage=jnp.zeros((), jnp.int32),
         )
-        stage_ends = jnp.asarray(sizes, jnp.int32)
-        if can_eliminate:
-            coef_a_arr = jnp.asarray(coef_a, dtype)
-            coef_b_arr = jnp.asarray(coef_b, dtype)
+        ctx = _Ctx(
+            round_keys=round_keys,
+            offset_mean=offset_mean,
+            h_mean=h_mean,
+            crange=crange,
+            coef_a=jnp.asarray(coef_a).astype(dtype) if can_eliminate else None,
+            coef_b=jnp.asarray(coef_b).astype(dtype) if can_eliminate else None,
+            params=params,
+        )
+        return state, ctx
 
-        def rewards(indices):
-            r = jnp.asarray(log_factor_fn(indices))
-            if r.shape != (indices.shape[0], D):
-                raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={indices.shape[0]}")
-            r = r.astype(dtype)
-            if cv is not None:
-                h = jnp.asarray(cv.fn(indices)).astype(dtype)
-                r = r - h + h_mean[None, :]
-            return r
+    stage_ends_np = np.asarray(sizes, np.int32)
 
-        def estimates(mean_d, alive):
-            return jnp.where(alive, mean_d + offset_mean, -jnp.inf)
+    def rewards(indices, c, dtype):
+        r = jnp.asarray(call_factor(indices, c.params))
+        if r.shape != (indices.shape[0], D):
+            raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={indices.shape[0]}")
+        r = r.astype(dtype)
+        if cv is not None:
+            h = jnp.asarray(call_cv(indices, c.params)).astype(dtype)
+            r = r - h + c.h_mean[None, :]
+        return r
 
-        def eliminate(mean_d, m2, alive, stage, count):
-            """Alg. 1's elimination step at the end of stage ``stage`` (T = count)."""
-            mu = estimates(mean_d, alive)
-            best = jnp.argmax(mu)
-            gap = mu[best] - mu
-            T = count.astype(dtype)
-            a_t = coef_a_arr[stage]
-            if pairwise:
-                var = (m2[best, best] + jnp.diagonal(m2) - 2 * m2[best]) / T
-                threshold = a_t * jnp.sqrt(jnp.maximum(var, 0))
-                if crange is not None:
-                    threshold = threshold + coef_b_arr[stage] * (crange[best] + crange)
+    def rewards_states(indices, arms, c, dtype):
+        r = jnp.asarray(call_states(indices, arms, c.params))
+        if r.shape != (indices.shape[0], K):
+            raise ValueError(f"log_factor_states_fn must return shape [m, {K}]; got {r.shape}")
+        r = r.astype(dtype)
+        if cv is not None:  # the control variate is evaluated for all D states, then gathered
+            r = r - jnp.asarray(call_cv(indices, c.params)).astype(dtype)[:, arms] + c.h_mean[arms][None, :]
+        return r
+
+    def estimates(mean_d, alive, c):
+        return jnp.where(alive, mean_d + c.offset_mean, -jnp.inf)
+
+    def eliminate(mean_d, m2, alive, stage, count, c):
+        """Alg. 1's elimination step at the end of stage ``stage`` (T = count)."""
+        mu = estimates(mean_d, alive, c)
+        best = jnp.argmax(mu)
+        gap = mu[best] - mu
+        T = count.astype(mean_d.dtype)
+        a_t = c.coef_a[stage]
+        if pairwise:
+            var = (m2[best, best] + jnp.diagonal(m2) - 2 * m2[best]) / T
+            threshold = a_t * jnp.sqrt(jnp.maximum(var, 0))
+            if c.crange is not None:
+                threshold = threshold + c.coef_b[stage] * (c.crange[best] + c.crange)
+        else:
+            g = a_t * jnp.sqrt(jnp.maximum(m2 / T, 0))
+            if c.crange is not None:
+                g = g + c.coef_b[stage] * c.crange
+            threshold = g[best] + g
+        return alive & ~(gap > threshold)
+
+    def make_body(csize: int, compact: bool):
+        """One chunk of ``csize`` indices. ``compact``: only the first ``K`` surviving
+        arms (all of them, since the loop runs when ``n_alive <= K``) are evaluated,
+        through ``log_factor_states_fn``; statistics live in the full [D] arrays."""
+
+        def body(s: _RaceState, c: _Ctx) -> _RaceState:
+            dtype = s.mean_d.dtype
+            stop = jnp.asarray(stage_ends_np)[s.stage]
+            pos = s.count + jnp.arange(csize, dtype=jnp.int32)
+            valid = pos < stop
+            indices = permutation_indices(c.round_keys, jnp.minimum(pos, N - 1), N)
+            if compact:
+                arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)  # alive arms first
+                r = rewards_states(indices, arms, c, dtype)
+                alive_c = s.alive[arms]
+                mean_c = s.mean_d[arms]
             else:
-                g = a_t * jnp.sqrt(jnp.maximum(m2 / T, 0))
-                if crange is not None:
-                    g = g + coef_b_arr[stage] * crange
-                threshold = g[best] + g
-            return alive & ~(gap > threshold)
+                r = rewards(indices, c, dtype)
+                alive_c = s.alive
+                mean_c = s.mean_d
+            vmask = valid[:, None]
+            neg = r == -jnp.inf
+            # A zero factor (log f_n(i) = -inf) gives state i probability 0.
+            dead_c = jnp.any(neg & vmask, axis=0) & alive_c
+            n_new = jnp.sum(valid, dtype=jnp.int32)
+            num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
+            alive_c = alive_c & ~dead_c
+            keep = vmask & alive_c[None, :] & ~neg
+            rz = jnp.where(keep, r, jnp.zeros((), dtype))
+            if pairwise:
+                # Centre each datum by its mean over the surviving arms: differences
+                # l_i - l_j (hence gaps and pairwise variances) are unchanged.
+                n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
+                rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
+            # Shifted sums ("shifted data" algorithm): shift = running mean, or the
+            # first datum of the first chunk, so the chunk moments stay small.
+            shift = jnp.where(s.count > 0, mean_c, rz[0])
+            dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
+            nb = n_new.astype(dtype)
+            a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
+            na = s.count.astype(dtype)
+            n = jnp.maximum(na + nb, 1)
+            dd = shift + a - mean_c
+            new_mean_c = mean_c + dd * (nb / n)  # Chan et al. merge
+            if pairwise:
+                dm2 = (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
+            else:
+                dm2 = (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+            if compact:
+                mean_d = s.mean_d.at[arms].set(new_mean_c)
+                m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if pairwise else s.m2.at[arms].add(dm2)
+                alive = s.alive & ~jnp.zeros((D,), bool).at[arms].set(dead_c)
+            else:
+                mean_d, m2, alive = new_mean_c, s.m2 + dm2, alive_c
+            count = s.count + n_new
 
-        def make_body(csize: int):
-            def body(s: _RaceState) -> _RaceState:
-                stop = stage_ends[s.stage]
-                pos = s.count + jnp.arange(csize, dtype=jnp.int32)
-                valid = pos < stop
-                indices = permutation_indices(round_keys, jnp.minimum(pos, N - 1), N)
-                r = rewards(indices)
-                vmask = valid[:, None]
-                neg = r == -jnp.inf
-                # A zero factor (log f_n(i) = -inf) gives state i probability 0.
-                dead_arm = jnp.any(neg & vmask, axis=0) & s.alive
-                n_new = jnp.sum(valid, dtype=jnp.int32)
-                num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
-                alive = s.alive & ~dead_arm
-                keep = vmask & alive[None, :] & ~neg
-                rz = jnp.where(keep, r, jnp.zeros((), dtype))
-                if pairwise:
-                    # Centre each datum by its mean over the surviving arms: differences
-                    # l_i - l_j (hence gaps and pairwise variances) are unchanged.
-                    n_alive = jnp.maximum(jnp.sum(alive.astype(dtype)), 1)
-                    rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
-                # Shifted sums ("shifted data" algorithm): shift = running mean, or the
-                # first datum of the first chunk, so the chunk moments stay small.
-                old = s.mean_d
-                shift = jnp.where(s.count > 0, old, rz[0])
-                dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
-                nb = n_new.astype(dtype)
-                a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
-                na = s.count.astype(dtype)
-                n = jnp.maximum(na + nb, 1)
-                dd = shift + a - old
-                mean_d = old + dd * (nb / n)  # Chan et al. merge
-                if pairwise:
-                    m2 = s.m2 + (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
-                else:
-                    m2 = s.m2 + (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
-                count = s.count + n_new
-
-                # End of a stage: NaN / +inf check (they poison the running sums),
-                # then elimination (stages t < t*) or the exact decision (t = t*).
-                at_end = count >= stop
-                is_final = s.stage == num_stages - 1
-                m2_diag = jnp.diagonal(m2) if pairwise else m2
-                bad = at_end & jnp.any(alive & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)))
-                if can_eliminate:
-                    stage_c = jnp.minimum(s.stage, num_stages - 2)
-                    kept = eliminate(mean_d, m2, alive, stage_c, count)
-                    alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
-                done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
-                return _RaceState(
-                    count=count,
-                    mean_d=mean_d,
-                    m2=m2,
-                    alive=alive,
-                    done=done,
-                    has_nan=s.has_nan | bad,
-                    num_evaluations=num_eval,
-                    stage=s.stage + (at_end & ~done).astype(jnp.int32),
-                )
-
-            return body
-
-        # Stages with the same chunk size share one while_loop (few loops: short compile).
-        for chunk_size, last_stage in groups:
-            state = jax.lax.while_loop(
-                lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size), state
+            # End of a stage: NaN / +inf check (they poison the running sums),
+            # then elimination (stages t < t*) or the exact decision (t = t*).
+            at_end = count >= stop
+            is_final = s.stage == num_stages - 1
+            m2_diag = jnp.diagonal(m2) if pairwise else m2
+            bad = at_end & jnp.any(alive & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)))
+            if can_eliminate:
+                stage_c = jnp.minimum(s.stage, num_stages - 2)
+                kept = eliminate(mean_d, m2, alive, stage_c, count, c)
+                alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
+            done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
+            return _RaceState(
+                count=count,
+                mean_d=mean_d,
+                m2=m2,
+                alive=alive,
+                done=done,
+                has_nan=s.has_nan | bad,
+                num_evaluations=num_eval,
+                stage=s.stage + (at_end & ~done).astype(jnp.int32),
             )
 
-        x = jnp.argmax(estimates(state.mean_d, state.alive)).astype(jnp.int32)
+        return body
+
+    # Stages with the same chunk size share one loop (few loops: short compile).
+    # With log_factor_states_fn, a second loop per group evaluates only the <= K
+    # surviving arms once no more than K remain.
+    loop_specs = []
+    for chunk_size, last_stage in groups:
+        if compact_enabled:
+            loop_specs.append((
+                lambda s, last=last_stage: ~s.done & (s.stage <= last) & (jnp.sum(s.alive, dtype=jnp.int32) > K),
+                make_body(chunk_size, False),
+            ))
+            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, True)))
+        else:
+            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, False)))
+
+    def finish(state, c):
+        x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
         no_state = ~jnp.any(state.alive)
         info = RacingInfo(
             num_evaluations=state.num_evaluations,
@@ -533,4 +740,112 @@ def racing(
         )
         return x, info
 
-    return sample
+    def single(rng_key, log_f0, params, coef_a, coef_b):
+        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b)
+        for cond, body in loop_specs:
+            state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
+        return finish(state, ctx)
+
+    def batched(rng_keys, log_f0s, params, coef_a, coef_b):
+        log_f0s = jnp.asarray(log_f0s)
+        if log_f0s.ndim != 2 or log_f0s.shape[1] != D or not jnp.issubdtype(log_f0s.dtype, jnp.floating):
+            raise ValueError(f"log_f0s must be a float array of shape (B, {D}); got {log_f0s.shape} {log_f0s.dtype}")
+        B = log_f0s.shape[0]
+        lead = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves((rng_keys, params))}
+        if lead != {B}:
+            raise ValueError(f"rng_keys and every params leaf must have leading axis {B} (= log_f0s.shape[0])")
+        states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None))(rng_keys, log_f0s, params, coef_a, coef_b)
+        for cond, body in loop_specs:
+            states = _run_batched(cond, body, states, ctxs, min(group_size, B))
+        return jax.vmap(finish)(states, ctxs)
+
+    return single, batched, coef_a, coef_b
+
+
+class _Ctx(NamedTuple):
+    """Per-draw constants of a race (the stage body's second argument)."""
+
+    round_keys: Array  # uint32 keys of the Feistel permutation
+    offset_mean: Array  # [D] (log f0 + Gumbel noise) / N
+    h_mean: Array | None  # [D] control-variate mean
+    crange: Array | None  # [D] reward ranges C_i (EBS)
+    coef_a: Array | None  # per-stage threshold coefficients a_t
+    coef_b: Array | None  # per-stage b_t
+    params: object  # per-draw parameters of log_factor_fn (racing_batch), or None
+
+
+def _run_batched(cond, body, states, ctxs, group_size: int):
+    """Run ``while cond(s): s = body(s, c)`` for every draw of a batch, paying only for unfinished draws.
+
+    Each *round* advances every draw with ``cond`` true by one chunk: the active
+    draws are moved to the front (a stable ``argsort`` of the B flags, O(B log B)),
+    then a ``while_loop`` over the ``n_active // g`` full groups gathers ``g``
+    draws, runs the stage body ``vmap``-ed over them and scatters them back; the
+    ``n_active % g`` remaining draws go one at a time, so no work is spent on
+    finished draws. Under plain ``vmap`` every draw would pay for the slowest.
+    Results are those of the single-draw loop for each draw.
+    """
+    B = jax.tree.leaves(states)[0].shape[0]
+    g = group_size
+    body_g = jax.vmap(body)
+    cond_b = jax.vmap(cond)
+
+    def gather(tree, sel):
+        return jax.tree.map(lambda a: a[sel], tree)
+
+    def scatter(tree, sel, new):
+        return jax.tree.map(lambda a, v: a.at[sel].set(v), tree, new)
+
+    def round_(states):
+        active = cond_b(states)
+        order = jnp.argsort(~active, stable=True).astype(jnp.int32)  # active draws first
+        n_active = jnp.sum(active, dtype=jnp.int32)
+        n_full = n_active // g
+
+        def full_group(j, st):
+            sel = jax.lax.dynamic_slice(order, (j * g,), (g,))
+            return scatter(st, sel, body_g(gather(st, sel), gather(ctxs, sel)))
+
+        states = jax.lax.fori_loop(0, n_full, full_group, states)
+        if g > 1:
+
+            def one(j, st):
+                i = order[j]
+                new = body(gather(st, i), gather(ctxs, i))
+                return jax.tree.map(lambda a, v: a.at[i].set(v), st, new)
+
+            states = jax.lax.fori_loop(n_full * g, n_active, one, states)
+        return states
+
+    return jax.lax.while_loop(lambda st: jnp.any(cond_b(st)), round_, states)
+
+
+def racing_coefficients(
+    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal", variance: str = "pairwise"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
+
+    * normal (eq. 9): ``a_t = sqrt((1/T_t)(1 - (T_t - 1)/(N - 1))) B_Normal(delta')``, ``b_t = 0``;
+    * EBS (eqs. 6-7): ``a_t = sqrt(2 rho_T log(5/delta'') / T_t)``,
+      ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
+
+    where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
+    Returns float64 arrays of length ``t* - 1``.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    arm_delta = delta / (D - 1 if variance == "pairwise" else D)
+    if num_stages == 1:
+        return np.zeros(0), np.zeros(0)
+    if bound == "normal":
+        bn = b_normal(arm_delta, N, first_batch_size)
+        return stage_sd(N, sizes[:-1]) * bn, np.zeros(num_stages - 1)
+    log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
+    a = np.array([math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]])
+    b = np.array([KAPPA_EBS * log_term / t for t in sizes[:-1]])
+    return a, b
