@@ -26,6 +26,11 @@ vmap rows draw 256 samples at once, each with its own per-draw shift of the
 candidate means (256 chains in different states), so neither sampler can share
 work across draws. With identical targets the exact sums would be computed once
 and shared by all draws (XLA hoists them), which is no test of racing.
+Two racing rows per setting: ``vmap256`` is ``jax.vmap`` of the single-draw
+sampler (every loop runs until the slowest of the 256 draws is done);
+``batch256`` is :func:`jaxsub.discrete.racing_batch` with the shift as per-draw
+``params`` (work proportional to the unfinished draws). Both are timed against
+the same vmapped exact sampler.
 """
 from __future__ import annotations
 
@@ -97,13 +102,20 @@ def _single_rows(kind, N, D, repeats):
 
 
 def _vmap_rows(kind, N, D, draws, repeats):
+    """Two rows: ``jax.vmap`` of the single-draw sampler (mode ``vmap<B>``) and
+    :func:`jaxsub.discrete.racing_batch` (mode ``batch<B>``, the per-draw shift as
+    ``params``), each against the same vmapped exact sampler, in one run."""
     y, mus0 = _problem(N, D)
     rng = np.random.default_rng(2)
+    ym, ycov = discrete.data_moments(y)
+
+    def cv_for(mus):
+        return discrete.taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov)
 
     def build(shift):
         mus = mus0 + shift
         fn = _gauss_fn(y, mus)
-        cv = discrete.taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov) if kind == "gauss+cv" else None
+        cv = cv_for(mus) if kind == "gauss+cv" else None
         return (
             discrete.gumbel_max(fn, D, N, block_size=1 << 15),
             discrete.racing(
@@ -112,27 +124,41 @@ def _vmap_rows(kind, N, D, draws, repeats):
             ),
         )
 
-    ym, ycov = discrete.data_moments(y)
+    # The batched sampler: the same target, the shift passed as per-draw params.
+    batch_cv = None
+    if kind == "gauss+cv":
+        batch_cv = (lambda idx, sh: cv_for(mus0 + sh).fn(idx), lambda sh: cv_for(mus0 + sh).mean)
+    race_b = discrete.racing_batch(
+        lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]), D, N, delta=DELTA,
+        control_variate=batch_cv, max_block_size=1 << 14,
+        log_factor_states_fn=None if batch_cv is not None else (
+            lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
+    )
     exact_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[0](k, f0)))
     race_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[1](k, f0)))
+    batch_j = jax.jit(lambda k, s, f0: race_b(k, f0, s))
 
     def args(i):
         keys = jax.random.split(jax.random.key(100 + i), draws)
         shifts = jnp.asarray(rng.uniform(-0.05, 0.05, draws), jnp.float32)
         return keys, shifts, jnp.zeros((draws, D), jnp.float32)
 
-    timing = compare(exact_v, race_v, args, repeats=repeats)
-    _, info = race_v(*args(repeats + 1))
-    evals = float(np.mean(np.asarray(info.num_evaluations)))
-    used = float(np.mean(np.asarray(info.num_data_used)))
-    slowest = float(np.max(np.asarray(info.num_data_used)))
-    return dict(
-        factor=kind, mode=f"vmap{draws}", N=N, D=D, draws=draws,
-        eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
-        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"],
-    )
+    rows = []
+    count_args = args(10_000)  # the same draws give both rows' evaluation counts
+    for mode, candidate in ((f"vmap{draws}", race_v), (f"batch{draws}", batch_j)):
+        timing = compare(exact_v, candidate, args, repeats=repeats)
+        _, info = candidate(*count_args)
+        evals = float(np.mean(np.asarray(info.num_evaluations)))
+        used = float(np.mean(np.asarray(info.num_data_used)))
+        slowest = float(np.max(np.asarray(info.num_data_used)))
+        rows.append(dict(
+            factor=kind, mode=mode, N=N, D=D, draws=draws,
+            eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
+            exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
+            exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
+            repeats=timing["repeats"],
+        ))
+    return rows
 
 
 def run(*, quick: bool) -> list[dict]:
@@ -147,6 +173,7 @@ def run(*, quick: bool) -> list[dict]:
     # D = 100 uses N / 10 to keep one baseline call under a minute on 2 CPU cores.
     for D, n in ((10, N), (100, N // 10)):
         for kind in ("gauss", "gauss+cv"):
-            rows.append(_vmap_rows(kind, n, D, 256 if not quick else 64, 3 if not quick else 2))
-            print(rows[-1])
+            for row in _vmap_rows(kind, n, D, 256 if not quick else 64, 3 if not quick else 2):
+                rows.append(row)
+                print(row)
     return rows

@@ -42,6 +42,10 @@ Implementation notes
   size share one ``lax.while_loop`` whose body eliminates at stage ends, so a
   few loop bodies are compiled, not ``t*``. A finished draw runs zero further
   iterations; under ``vmap`` each loop runs until its slowest draw is done.
+  :func:`racing_batch` (and ``sample.batched``) run the same loop bodies on
+  many draws, in rounds that advance only the unfinished draws (compacted to
+  the front, in ``vmap``-ed groups of a static size), so a batch costs the
+  sum of its draws' work, not B times the slowest.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
   With ``log_factor_states_fn``, a second loop per chunk size evaluates only the
