@@ -9,31 +9,50 @@ Four families, one module each (see ``docs/architecture.md``):
 * :mod:`jaxsub.anneal` -- subsample annealing for collapsed Gibbs in DP/PY mixtures
   (Obermeyer, Glidden & Jonas 2014).
 """
-from jaxsub import subsample, validation
-from jaxsub import compress, sgmcmc
-from jaxsub import anneal
+from jaxsub import anneal, compress, discrete, sgmcmc, subsample, validation
+from jaxsub import racing_gibbs as _racing_gibbs_module
+from jaxsub import racing_mh as _racing_mh_module
+from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
+from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
 __version__ = "0.1.0"
 
+# Top-level constructors, BlackJAX style: ``jaxsub.racing_mh(...)`` returns a
+# ``SamplingAlgorithm`` while ``jaxsub.racing_mh.build_kernel`` / ``.init`` stay reachable.
+racing_mh = _TopLevelAPI(_racing_mh_module)
+racing_gibbs = _TopLevelAPI(_racing_gibbs_module)
+sgld_racing_mh = _TopLevelAPI(_sgld_racing_mh_module)
+dsgld = _TopLevelAPI(sgmcmc.dsgld)
+cg_dsgld = _TopLevelAPI(sgmcmc.cg_dsgld)
+
 #: Names of the public constructors that return a ``SamplingAlgorithm``-like
 #: ``(init, step)`` pair; ``tests/test_signatures.py`` checks that each one follows
 #: the common API. Every family adds its constructors here.
-PUBLIC_SAMPLERS: tuple[str, ...] = ()
-PUBLIC_SAMPLERS += ("dsgld", "cg_dsgld")  # issue 5: jaxsub.sgmcmc
-dsgld = sgmcmc.dsgld.as_top_level_api
-cg_dsgld = sgmcmc.cg_dsgld.as_top_level_api
-PUBLIC_SAMPLERS += ("anneal.collapsed_gibbs",)
+PUBLIC_SAMPLERS: tuple[str, ...] = (
+    "racing_mh",
+    "racing_gibbs",
+    "sgld_racing_mh",
+    "dsgld",
+    "cg_dsgld",
+    "anneal.collapsed_gibbs",
+)
 
 __all__ = [
     "ChainTrace",
     "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
-    "compress",
     "anneal",
+    "cg_dsgld",
+    "compress",
+    "discrete",
+    "dsgld",
+    "racing_gibbs",
+    "racing_mh",
     "run_chain",
     "run_chains",
+    "sgld_racing_mh",
+    "sgmcmc",
     "subsample",
     "validation",
 ]
-__all__ += ["cg_dsgld", "dsgld", "sgmcmc"]  # issue 5

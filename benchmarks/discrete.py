@@ -1,0 +1,179 @@
+"""Racing-Normal vs the exact Gumbel-max sampler (jaxsub.discrete), ratios in one run.
+
+Target: ``x ~ p(x) ∝ prod_n N(y_n | mu_x, 1)`` over D candidate means ``mu_x``
+(a discretised location parameter: the Gibbs step of a model with a discrete
+parameter), N data. Three factors:
+
+* ``gauss``: ``log_factor_fn`` computes the Gaussian log-likelihood of the
+  gathered data under all D candidates (the realistic case: work ~ data x D);
+* ``gauss+cv``: the same with the second-order Taylor control variate of eq. 11
+  (exact for a Gaussian likelihood, so rewards have ~zero variance);
+* ``table``: precomputed factors, ``log_factor_fn`` is a gather from an [N, D] table.
+
+Racing gets ``log_factor_states_fn`` (the same factors for a subset of states)
+so that once at most K = 4 arms survive only those are evaluated (without it the
+wall-clock limit is ``data_ratio``: every index drawn costs D factors). With the
+control variate every race ends after the first stage, so it is not needed there.
+
+Columns: ``eval_ratio = N D / mean(num_evaluations)`` (the paper's count, the
+physical limit of the speedup when eliminated arms cost nothing);
+``data_ratio = N / mean(num_data_used)`` (the limit when every index drawn
+costs all D factors); ``speedup`` =
+median wall-clock of the jitted exact sampler / median of jitted racing
+(alternating calls, fresh keys each call, compile time apart).
+
+vmap rows draw 256 samples at once, each with its own per-draw shift of the
+candidate means (256 chains in different states), so neither sampler can share
+work across draws. With identical targets the exact sums would be computed once
+and shared by all draws (XLA hoists them), which is no test of racing.
+Two racing rows per setting: ``vmap256`` is ``jax.vmap`` of the single-draw
+sampler (every loop runs until the slowest of the 256 draws is done);
+``batch256`` is :func:`jaxsub.discrete.racing_batch` with the shift as per-draw
+``params`` (work proportional to the unfinished draws). Both are timed against
+the same vmapped exact sampler.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks._common import compare
+from jaxsub import discrete
+
+TITLE = "Racing-Normal vs exact Gumbel-max: wall-clock and evaluation ratios (N = 1e6, D in {10, 100})"
+
+DELTA = 0.05
+
+
+def _problem(N: int, D: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    y = jnp.asarray(rng.standard_normal(N) * 1.0 + 0.1234, jnp.float32)
+    mus = jnp.asarray(np.linspace(-0.5, 0.5, D), jnp.float32)
+    return y, mus
+
+
+def _loglik(theta, yn):
+    return -0.5 * (yn - theta) ** 2
+
+
+def _gauss_fn(y, mus):
+    return lambda idx: _loglik(mus[None, :], y[idx][:, None])
+
+
+def _gauss_states_fn(y, mus):
+    return lambda idx, states: _loglik(mus[states][None, :], y[idx][:, None])
+
+
+def _samplers(kind, y, mus, N, D):
+    if kind == "table":
+        table = _loglik(mus[None, :], y[:, None])  # [N, D], precomputed once
+        fn = lambda idx: table[idx]  # noqa: E731
+        states_fn = lambda idx, states: table[idx[:, None], states[None, :]]  # noqa: E731
+    else:
+        fn, states_fn = _gauss_fn(y, mus), _gauss_states_fn(y, mus)
+    cv = discrete.taylor_control_variate(_loglik, mus, y) if kind == "gauss+cv" else None
+    exact = discrete.gumbel_max(fn, D, N, block_size=1 << 15)
+    race = discrete.racing(
+        fn, D, N, delta=DELTA, control_variate=cv, max_block_size=1 << 14,
+        log_factor_states_fn=None if cv is not None else states_fn,
+    )
+    return exact, race
+
+
+def _single_rows(kind, N, D, repeats):
+    y, mus = _problem(N, D)
+    exact, race = _samplers(kind, y, mus, N, D)
+    log_f0 = jnp.zeros(D, jnp.float32)
+    exact_j, race_j = jax.jit(exact), jax.jit(race)
+    keys = jax.random.split(jax.random.key(1), 1000)
+    timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0), repeats=repeats)
+    # Evaluation counts over 200 further draws (not timed).
+    infos = [race_j(keys[500 + i], log_f0)[1] for i in range(200)]
+    evals = np.mean([int(i.num_evaluations) for i in infos])
+    used = np.mean([int(i.num_data_used) for i in infos])
+    return dict(
+        factor=kind, mode="single", N=N, D=D, draws=1,
+        eval_ratio=N * D / evals, data_ratio=N / used,
+        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
+        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
+        repeats=timing["repeats"],
+    )
+
+
+def _vmap_rows(kind, N, D, draws, repeats):
+    """Two rows: ``jax.vmap`` of the single-draw sampler (mode ``vmap<B>``) and
+    :func:`jaxsub.discrete.racing_batch` (mode ``batch<B>``, the per-draw shift as
+    ``params``), each against the same vmapped exact sampler, in one run."""
+    y, mus0 = _problem(N, D)
+    rng = np.random.default_rng(2)
+    ym, ycov = discrete.data_moments(y)
+
+    def cv_for(mus):
+        return discrete.taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov)
+
+    def build(shift):
+        mus = mus0 + shift
+        fn = _gauss_fn(y, mus)
+        cv = cv_for(mus) if kind == "gauss+cv" else None
+        return (
+            discrete.gumbel_max(fn, D, N, block_size=1 << 15),
+            discrete.racing(
+                fn, D, N, delta=DELTA, control_variate=cv, max_block_size=1 << 14,
+                log_factor_states_fn=None if cv is not None else _gauss_states_fn(y, mus),
+            ),
+        )
+
+    # The batched sampler: the same target, the shift passed as per-draw params.
+    batch_cv = None
+    if kind == "gauss+cv":
+        batch_cv = (lambda idx, sh: cv_for(mus0 + sh).fn(idx), lambda sh: cv_for(mus0 + sh).mean)
+    race_b = discrete.racing_batch(
+        lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]), D, N, delta=DELTA,
+        control_variate=batch_cv, max_block_size=1 << 14,
+        log_factor_states_fn=None if batch_cv is not None else (
+            lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
+    )
+    exact_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[0](k, f0)))
+    race_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[1](k, f0)))
+    batch_j = jax.jit(lambda k, s, f0: race_b(k, f0, s))
+
+    def args(i):
+        keys = jax.random.split(jax.random.key(100 + i), draws)
+        shifts = jnp.asarray(rng.uniform(-0.05, 0.05, draws), jnp.float32)
+        return keys, shifts, jnp.zeros((draws, D), jnp.float32)
+
+    rows = []
+    count_args = args(10_000)  # the same draws give both rows' evaluation counts
+    for mode, candidate in ((f"vmap{draws}", race_v), (f"batch{draws}", batch_j)):
+        timing = compare(exact_v, candidate, args, repeats=repeats)
+        _, info = candidate(*count_args)
+        evals = float(np.mean(np.asarray(info.num_evaluations)))
+        used = float(np.mean(np.asarray(info.num_data_used)))
+        slowest = float(np.max(np.asarray(info.num_data_used)))
+        rows.append(dict(
+            factor=kind, mode=mode, N=N, D=D, draws=draws,
+            eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
+            exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
+            exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
+            repeats=timing["repeats"],
+        ))
+    return rows
+
+
+def run(*, quick: bool) -> list[dict]:
+    N = 10**5 if quick else 10**6
+    repeats = 3 if quick else 7
+    rows = []
+    for D in (10, 100):
+        for kind in ("gauss", "gauss+cv", "table"):
+            rows.append(_single_rows(kind, N, D, repeats))
+            print(rows[-1])
+    # vmap over 256 draws: the exact baseline does 256 N D evaluations per call, so
+    # D = 100 uses N / 10 to keep one baseline call under a minute on 2 CPU cores.
+    for D, n in ((10, N), (100, N // 10)):
+        for kind in ("gauss", "gauss+cv"):
+            for row in _vmap_rows(kind, n, D, 256 if not quick else 64, 3 if not quick else 2):
+                rows.append(row)
+                print(row)
+    return rows

@@ -1,0 +1,41 @@
+"""Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016).
+
+Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states while
+evaluating as few ``log f_n(i)`` as possible, with total-variation error at
+most ``delta`` (Prop. 1). Every constructor returns a pure function
+``sample(rng_key, log_f0) -> (x, info)`` that jit-compiles and vmaps; ``info``
+is a :class:`RacingInfo`.
+
+* :func:`gumbel_max` -- the exact sampler (all N x D factors, in blocks);
+* :func:`racing` -- Alg. 1: Racing-Normal (``bound="normal"``) and Racing-EBS
+  (``bound="ebs"``), pairwise or marginal variances, control variates; the
+  engine of the racing MH / Gibbs kernels;
+* :func:`racing_batch` -- many draws at once (per-draw parameters), work proportional to
+  the unfinished draws;
+* :func:`lil_ucb` -- adapted lil'UCB (§3.2);
+* :func:`b_normal` -- the racing-normal threshold (eq. 9);
+* :func:`taylor_control_variate` -- the second-order Taylor control variate (eq. 11);
+* :func:`pad_populations` -- arms with different population sizes N_i (§5.3).
+"""
+from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
+from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
+from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
+from jaxsub.discrete.lil_ucb import lil_ucb
+from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing, racing_batch, racing_coefficients
+
+__all__ = [
+    "ControlVariate",
+    "RacingInfo",
+    "b_normal",
+    "data_moments",
+    "doubling_schedule",
+    "exact_log_weights",
+    "gumbel_max",
+    "lil_ucb",
+    "normal_crossing_probability",
+    "pad_populations",
+    "racing",
+    "racing_batch",
+    "racing_coefficients",
+    "taylor_control_variate",
+]

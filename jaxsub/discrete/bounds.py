@@ -1,0 +1,170 @@
+"""Uncertainty bounds of the racing algorithm (Chen & Ghahramani 2016, §3.3).
+
+Everything here is static configuration, computed once in NumPy/SciPy at
+construction time (outside ``jit``) and inserted into the traced sampler as
+Python floats.
+
+* :func:`doubling_schedule` -- the cumulative sample sizes ``T_t = m1 2^(t-1)``
+  clipped to ``N`` (Alg. 1 with the doubling schedule).
+* :func:`b_normal` -- the constant ``B_Normal(delta; N, m1)`` of eq. 9, the
+  solution of ``P(max_{t < t*} z_t > B) = delta`` for the Gaussian random walk
+  of Corollary 4 (NOTES.md §1), by a 1-D quadrature recursion and Brent's method.
+* :func:`normal_crossing_probability` -- the left-hand side of that equation.
+* :data:`KAPPA_EBS` -- the constant of the empirical Bernstein-Serfling bound (eq. 6).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from scipy import optimize, special
+
+from jaxsub.validation import check_int, check_real
+
+__all__ = ["KAPPA_EBS", "b_normal", "doubling_schedule", "normal_crossing_probability", "stage_sd"]
+
+#: kappa = 7/3 + 3/sqrt(2) of the empirical Bernstein-Serfling bound, eq. 6
+#: (Bardenet & Maillard 2013, Thm. 3).
+KAPPA_EBS = 7.0 / 3.0 + 3.0 / math.sqrt(2.0)
+
+#: Lower end of the quadrature grid for the standardised walk z_t. Each z_t is
+#: marginally N(0, 1) and P(z < -9) = 1.1e-19, far below any delta we solve for.
+_Z_LOW = -9.0
+#: Grid spacing of the trapezoid rule. The transition kernel of the walk has
+#: standard deviation sqrt(1 - rho^2) >= 0.57 for a doubling schedule, so
+#: h = 0.04 resolves it with >= 14 points per sd: the crossing probability
+#: agrees with a 4x finer grid to a relative 1e-4 for delta in [1e-5, 0.1]
+#: (and with direct Monte Carlo in tests/test_discrete_bounds.py).
+_Z_STEP = 0.04
+
+
+def doubling_schedule(num_data: int, first_batch_size: int) -> tuple[int, ...]:
+    """Cumulative sample sizes ``(T_1, ..., T_t*)`` of the doubling schedule.
+
+    ``T_t = m1 * 2^(t-1)`` clipped to ``N``, with ``t* = ceil(log2(N / m1)) + 1``
+    so that ``T_t* = N`` (Alg. 1 and §3.3 of the paper).
+    """
+    n = check_int("num_data", num_data, low=1)
+    m1 = check_int("first_batch_size", first_batch_size, low=1, high=n)
+    sizes = [m1]
+    while sizes[-1] < n:
+        sizes.append(min(2 * sizes[-1], n))
+    return tuple(sizes)
+
+
+def stage_sd(num_data: int, sizes) -> np.ndarray:
+    """``sd_t = sqrt((1/T_t)(1 - (T_t - 1)/(N - 1)))``: the standard deviation of
+    the mean of ``T_t`` draws without replacement from a unit-variance population
+    of size ``N`` (Remark 5). Zero at ``T_t = N``."""
+    t = np.asarray(sizes, dtype=np.float64)
+    if num_data == 1:
+        return np.zeros_like(t)
+    return np.sqrt(np.clip((1.0 / t) * (1.0 - (t - 1.0) / (num_data - 1.0)), 0.0, None))
+
+
+def _walk(num_data: int, first_batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """AR(1) coefficients of the standardised walk over stages t < t*.
+
+    ``z_t = (mu_hat_t - mu) / sd_t`` has ``corr(z_s, z_t) = sd_t / sd_s`` for
+    ``s < t`` (nested samples: Cov(mu_hat_s, mu_hat_t) = Var(mu_hat_t)), so
+    ``z_t | z_{t-1} ~ N(rho_t z_{t-1}, 1 - rho_t^2)`` with ``rho_t = sd_t / sd_{t-1}``.
+    Returns ``(rho, s)`` for the transitions into stages ``2 .. t*-1``.
+    """
+    sizes = doubling_schedule(num_data, first_batch_size)
+    sd = stage_sd(num_data, sizes[:-1])  # stages t < t*: sd > 0
+    rho = sd[1:] / sd[:-1]
+    return rho, np.sqrt(np.clip(1.0 - rho**2, 1e-300, None))
+
+
+def normal_crossing_probability(bound: float, num_data: int, first_batch_size: int) -> float:
+    """``P(max_{t < t*} z_t > bound)`` for the Gaussian walk of Corollary 4.
+
+    Computed as ``sum_t P(z_1..z_{t-1} <= B, z_t > B)`` by propagating the
+    sub-density of the surviving walk on a grid (trapezoid rule), so small
+    probabilities are not lost to cancellation in ``1 - P(survive)``.
+
+    Parameters
+    ----------
+    bound
+        The threshold B.
+    num_data, first_batch_size
+        N and m1, which fix the schedule (and hence the correlations).
+
+    Returns
+    -------
+    float
+        The crossing probability (0 when the schedule has a single stage, T_1 = N).
+    """
+    sizes = doubling_schedule(num_data, first_batch_size)
+    if len(sizes) == 1:
+        return 0.0
+    rho, s = _walk(num_data, first_batch_size)
+    b = float(bound)
+    total = float(special.ndtr(-b))  # P(z_1 > B)
+    if rho.size == 0:
+        return total
+    num = max(int(math.ceil((b - _Z_LOW) / _Z_STEP)), 2) + 1
+    z = np.linspace(_Z_LOW, b, num)
+    h = z[1] - z[0]
+    w = np.full(num, h)
+    w[0] = w[-1] = h / 2  # trapezoid weights
+    dens = np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)  # sub-density of z_1 on (-inf, B]
+    for r, sd in zip(rho, s):
+        mass = dens * w
+        # P(z_t > B | z_{t-1}) integrated against the surviving sub-density.
+        total += float(mass @ special.ndtr((r * z - b) / sd))
+        kernel = np.exp(-0.5 * ((z[:, None] - r * z[None, :]) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+        dens = kernel @ mass
+    return total
+
+
+@functools.lru_cache(maxsize=1024)
+def _b_normal_cached(delta: float, num_data: int, first_batch_size: int) -> float:
+    if len(doubling_schedule(num_data, first_batch_size)) == 1:
+        return 0.0  # T_1 = N: the first stage is already exact, no test is made.
+    fn = lambda b: normal_crossing_probability(b, num_data, first_batch_size) - delta  # noqa: E731
+    lo = float(-special.ndtri(delta))  # single-stage quantile: P(z_1 > lo) = delta <= crossing prob
+    if fn(lo) <= 0:  # one tested stage (t* = 2): the quantile itself
+        return lo
+    hi = lo + 1.0
+    while fn(hi) > 0:  # the crossing probability falls to 0 as B grows
+        hi += 1.0
+    return float(optimize.brentq(fn, lo, hi, xtol=1e-5, rtol=1e-8))
+
+
+def b_normal(delta: float, num_data: int, first_batch_size: int = 50) -> float:
+    """The racing-normal threshold ``B_Normal(delta; N, m1)`` (eq. 9, Appx. B).
+
+    Solves ``P(max_{t < t*} z_t > B) = delta`` where ``z_t`` is the standardised
+    mean after ``T_t = m1 2^(t-1)`` draws without replacement from a population
+    of ``N`` (Corollary 4 / NOTES.md §1). The ``z_t`` form a Gaussian Markov
+    chain with ``corr(z_{t-1}, z_t) = sd_t / sd_{t-1}``, so the probability is a
+    1-D recursion (:func:`normal_crossing_probability`); ``B`` is found with
+    Brent's method. Results are cached per ``(delta, N, m1)``; one call takes a
+    few tens of milliseconds.
+
+    Parameters
+    ----------
+    delta
+        Target probability in (0, 1): for racing, ``delta / D`` (marginal) or
+        ``delta / (D - 1)`` (pairwise variances).
+    num_data
+        Population size N >= 1.
+    first_batch_size
+        m1, with 1 <= m1 <= N.
+
+    Returns
+    -------
+    float
+        ``B_Normal``; 0 when ``m1 = N`` (one exact stage).
+
+    References
+    ----------
+    Chen & Ghahramani, "Scalable discrete sampling as a multi-armed bandit
+    problem", ICML 2016, eqs. 8-9, Corollary 4, Appendix B.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    num_data = check_int("num_data", num_data, low=1)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=1, high=num_data)
+    return _b_normal_cached(delta, num_data, first_batch_size)

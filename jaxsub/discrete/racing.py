@@ -1,0 +1,855 @@
+"""Racing with a finite reward population: Alg. 1 of Chen & Ghahramani (2016).
+
+This module is the *engine* of :mod:`jaxsub.discrete`; the racing MH / Gibbs
+kernels build on :func:`racing` directly.
+
+Problem
+-------
+Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states. With Gumbel
+noise ``eps_i ~ Gumbel(0, 1)`` (eq. 2-3)::
+
+    x = argmax_i mu_i,    mu_i = (1/N) sum_n l_{i,n},
+    l_{i,n} = log f_n(i) + (log f0(i) + eps_i) / N.
+
+Racing (Alg. 1) draws a mini-batch of data indices *shared by all surviving
+arms* without replacement, updates the mean (and variance) estimates, and
+eliminates every arm ``i`` whose estimated gap to the leader ``x`` exceeds the
+uncertainty bound::
+
+    marginal:  mu_x - mu_i > G(delta/D, T, sigma_x, C_x) + G(delta/D, T, sigma_i, C_i)
+    pairwise:  mu_x - mu_i > G(delta/(D-1), T, sigma_{x,i}, C_x + C_i)
+
+with the doubling schedule ``T_t = m1 2^(t-1)`` (clipped to N). Two bounds:
+
+* ``bound="normal"`` (eq. 9): ``G = sigma / sqrt(T) * sqrt(1 - (T-1)/(N-1)) * B_Normal``,
+  with ``B_Normal(delta', N, m1)`` from :func:`jaxsub.discrete.b_normal`;
+* ``bound="ebs"`` (eqs. 6-7): ``G = B_EBS(delta'/(t*-1), T, sigma, C)``, the
+  empirical Bernstein-Serfling bound, which needs the reward range ``C``.
+
+By Prop. 1 and Prop. 3, if the bound holds with probability ``1 - delta`` the
+total-variation distance between the law of the returned state and ``p`` is at
+most ``delta``; at most ``N * D`` rewards are ever computed, and if the race
+reaches ``T = N`` the decision uses exact means.
+
+Implementation notes
+--------------------
+* Indices without replacement: position ``T`` of a keyed pseudo-random
+  permutation of ``[0, N)`` (:func:`jaxsub.subsample.permutation_indices`), so a
+  stage of ``m`` new indices costs O(m), never O(N).
+* Static shapes: stage ``t`` reads its ``m_t`` new indices in chunks of a
+  static size ``m1 * 4^k <= m_t`` (capped at ``max_block_size``; the last,
+  clipped stage masks its final chunk); consecutive stages with the same chunk
+  size share one ``lax.while_loop`` whose body eliminates at stage ends, so a
+  few loop bodies are compiled, not ``t*``. A finished draw runs zero further
+  iterations; under ``vmap`` each loop runs until its slowest draw is done.
+  :func:`racing_batch` (and ``sample.batched``) run the same loop bodies on
+  many draws, in rounds that advance only the unfinished draws (compacted to
+  the front, in ``vmap``-ed groups of a static size), so a batch costs the
+  sum of its draws' work, not B times the slowest.
+  Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
+  columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
+  With ``log_factor_states_fn``, a second loop per chunk size evaluates only the
+  ``K`` surviving arms once no more remain, so the work follows the count.
+* Numerics: with pairwise variances each datum's rewards are centred by their
+  mean over the surviving arms (this leaves every difference ``l_i - l_j``,
+  hence the gaps and pairwise variances, unchanged, and removes the common mode
+  that would swamp float32 when arms are strongly correlated). Marginal
+  variances use the raw rewards (the paper's sigma_i); for strongly correlated
+  arms prefer pairwise (or float64). Chunk moments are shifted sums around the
+  running mean, merged with Chan et al.'s parallel update (stable for N up to
+  1e7 in float32). NaN / inf in the running sums is checked once per stage.
+* A state with ``log f0 = -inf`` or any ``log f_n = -inf`` has probability 0
+  and is eliminated at once; it is never returned (unless every state has
+  probability 0, which is flagged in ``info.has_nan``). NaN or ``+inf`` rewards
+  of a surviving arm stop the race at the end of the stage and set
+  ``info.has_nan``: that draw is not a valid sample.
+
+References
+----------
+Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit
+problem", ICML 2016 (Alg. 1, eqs. 2-9, Props. 1, 3).
+R. Bardenet & O.-A. Maillard, "Concentration inequalities for sampling without
+replacement", Bernoulli 2015 (EBS bound).
+T. F. Chan, G. H. Golub & R. J. LeVeque, "Algorithms for computing the sample
+variance", 1979 (parallel variance merge).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.discrete.bounds import KAPPA_EBS, b_normal, doubling_schedule, stage_sd
+from jaxsub.subsample import permutation_indices, permutation_round_keys
+from jaxsub.types import Array, PRNGKey
+from jaxsub.validation import check_choice, check_int, check_real
+
+__all__ = [
+    "ControlVariate",
+    "RacingInfo",
+    "as_control_variate",
+    "pad_populations",
+    "racing",
+    "racing_batch",
+    "racing_coefficients",
+]
+
+#: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
+MAX_EVALUATIONS = 2**31 - 1
+
+
+class RacingInfo(NamedTuple):
+    """What every :mod:`jaxsub.discrete` sampler reports with a draw.
+
+    Attributes
+    ----------
+    num_evaluations
+        Number of rewards ``l_{i,n}`` computed for arms still in the race
+        (int32; the paper's count, at most ``N * D``).
+    num_data_used
+        Number of distinct data indices drawn, ``T`` (int32; at most ``N``).
+        ``log_factor_fn`` is called on ``num_data_used`` indices in all (for
+        all ``D`` columns).
+    num_stages
+        Number of racing stages run (int32).
+    is_exact
+        True when the decision used all ``N`` data (exact means).
+    has_nan
+        True when a NaN / ``+inf`` reward or ``log_f0`` was met, or no state had
+        positive probability: the returned state is then *not* a valid sample.
+    num_alive
+        Arms still in the race when it stopped (1, unless it ran to ``T = N``).
+    """
+
+    num_evaluations: Array
+    num_data_used: Array
+    num_stages: Array
+    is_exact: Array
+    has_nan: Array
+    num_alive: Array
+
+
+class ControlVariate(NamedTuple):
+    """A control variate ``h`` for the rewards (§3.4).
+
+    Attributes
+    ----------
+    fn
+        ``fn(indices) -> Array[m, D]``: ``h_{i,n}`` for the data indices given.
+    mean
+        ``Array[D]``: ``(1/N) sum_n h_{i,n}``, known in closed form.
+
+    The racing rewards become ``l_{i,n} - h_{i,n} + mean_i``: same means, smaller
+    variance when ``h ≈ l``.
+    """
+
+    fn: Callable[[Array], Array]
+    mean: Array
+
+
+def as_control_variate(control_variate) -> ControlVariate | None:
+    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair."""
+    if control_variate is None:
+        return None
+    if isinstance(control_variate, ControlVariate):
+        return control_variate
+    try:
+        fn, mean = control_variate
+    except (TypeError, ValueError):
+        raise ValueError(
+            "control_variate must be None, a ControlVariate or a (fn, mean) pair with "
+            f"fn(indices) -> [m, D] and mean of shape [D]; got {control_variate!r}"
+        ) from None
+    if not callable(fn):
+        raise ValueError(f"control_variate's first element must be callable; got {fn!r}")
+    return ControlVariate(fn, mean)
+
+
+def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -> Callable[[Array], Array]:
+    """Arms whose populations differ in size (``N_i`` factors for state ``i``, §5.3).
+
+    ``log p~(i) = log f0(i) + sum_{n < N_i} log f_n(i)``. Padding every arm's
+    population to ``N = max_i N_i`` with factors ``log f_n(i) = 0`` for
+    ``n >= N_i`` leaves every sum, hence the target, unchanged, so the racing
+    and exact samplers apply as they are with ``num_data = max(population_sizes)``.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> [m, D]``; column ``i`` need only be valid
+        for indices ``< N_i`` (other entries are replaced by 0).
+    population_sizes
+        Concrete integers ``N_i >= 1``, one per state.
+
+    Returns
+    -------
+    Callable
+        The padded ``log_factor_fn``; pass ``num_data=max(population_sizes)``.
+
+    Notes
+    -----
+    The padded zeros make the reward populations of small arms a mixture
+    (their variance grows by the spread between 0 and their mean), so racing
+    spends more samples than per-arm schedules would; it stays correct, and
+    keeps the shared indices that the pairwise variance needs.
+    """
+    sizes = np.asarray(population_sizes)
+    if sizes.ndim != 1 or sizes.size < 2 or not np.issubdtype(sizes.dtype, np.integer) or np.any(sizes < 1):
+        raise ValueError(f"population_sizes must be a 1-D array of >= 2 integers >= 1; got {population_sizes!r}")
+    sizes_j = jnp.asarray(sizes, dtype=jnp.int32)
+
+    def padded(indices):
+        values = log_factor_fn(indices)
+        inside = jnp.asarray(indices).astype(jnp.int32)[:, None] < sizes_j[None, :]
+        return jnp.where(inside, values, jnp.zeros((), values.dtype))
+
+    return padded
+
+
+class _RaceState(NamedTuple):
+    count: Array  # int32: indices drawn so far (T)
+    mean_d: Array  # [D] running means (of per-datum centred rewards when pairwise)
+    m2: Array  # [D, D] co-moments (pairwise) or [D] second central moments (marginal)
+    alive: Array  # [D] bool
+    done: Array  # bool
+    has_nan: Array  # bool
+    num_evaluations: Array  # int32
+    stage: Array  # int32, index of the current stage (0-based)
+
+
+def _check_common(num_states, num_data, first_batch_size):
+    num_states = check_int("num_states", num_states, low=2)
+    num_data = check_int("num_data", num_data, low=2)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2, high=num_data)
+    if num_states * num_data > MAX_EVALUATIONS:
+        raise ValueError(
+            f"num_states * num_data must be <= {MAX_EVALUATIONS} (int32 evaluation counters); "
+            f"got {num_states} * {num_data}"
+        )
+    return num_states, num_data, first_batch_size
+
+
+def _reward_range(reward_range, num_states, required: bool):
+    """Concrete ranges are validated; traced ranges (inside a kernel) are passed through."""
+    if reward_range is None:
+        if required:
+            raise ValueError("reward_range is required with bound='ebs' (the range C of the rewards, eq. 6)")
+        return None
+    if isinstance(reward_range, jax.core.Tracer):
+        if jnp.ndim(reward_range) not in (0, 1):
+            raise ValueError(f"reward_range must be a scalar or shape [{num_states}]")
+        return reward_range
+    arr = np.asarray(reward_range, dtype=np.float64)
+    if arr.ndim not in (0, 1) or (arr.ndim == 1 and arr.shape[0] != num_states):
+        raise ValueError(f"reward_range must be a scalar or have shape [{num_states}]; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"reward_range must be finite and >= 0; got {reward_range!r}")
+    return reward_range
+
+
+def _ebs_rho(t: int, n: int) -> float:
+    """rho_n of eq. 6: 1 - (n-1)/N for n <= N/2, else (1 - n/N)(1 + 1/n)."""
+    if t <= n / 2:
+        return 1.0 - (t - 1.0) / n
+    return (1.0 - t / n) * (1.0 + 1.0 / t)
+
+
+#: Default cap on the chunk of indices evaluated at once.
+DEFAULT_MAX_BLOCK = 4096
+
+#: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
+#: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
+#: stage below the cap), so only a handful of distinct loop bodies are compiled.
+LADDER = 4
+
+
+def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tuple[int, int]]:
+    """``[(chunk_size, last_stage_index), ...]``: consecutive stages sharing a chunk size.
+
+    Stage t reads ``m_t = T_t - T_{t-1}`` new indices in chunks of
+    ``c_t = max{m1 * LADDER^k <= min(m_t, max_block_size)}``. For t < t*,
+    ``m_t`` and ``T_{t-1}`` are ``m1`` times powers of two, so chunks tile the
+    stage exactly; the last stage (clipped to N) masks its final chunk.
+    """
+    ladder = [first_batch_size]
+    while ladder[-1] * LADDER <= max_block_size:
+        ladder.append(ladder[-1] * LADDER)
+    groups: list[tuple[int, int]] = []
+    prev = 0
+    for t, stop in enumerate(sizes):
+        m_t = stop - prev
+        prev = stop
+        c = max(c for c in ladder if c <= max(m_t, first_batch_size))
+        if groups and groups[-1][0] == c:
+            groups[-1] = (c, t)
+        else:
+            groups.append((c, t))
+    return groups
+
+
+def racing(
+    log_factor_fn: Callable[[Array], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
+    num_compact_states: int | None = None,
+    group_size: int = 16,
+) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
+    """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``: ``log f_n(i)`` for the data
+        indices ``indices`` (int32 ``[m]``, values in ``[0, N)``) and every state
+        ``i``. It is traced once per stage shape.
+    num_states
+        D >= 2.
+    num_data
+        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``).
+    delta
+        Error level in (0, 1): the total-variation distance to ``p`` is at most
+        ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
+    first_batch_size
+        m1, the first mini-batch, 2 <= m1 <= N. The paper uses 50.
+    bound
+        ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
+    variance
+        ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
+        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
+    reward_range
+        C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
+        (after the control variate). Required by ``bound="ebs"``.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` (see :class:`ControlVariate` and
+        :func:`jaxsub.discrete.taylor_control_variate`): rewards become
+        ``l - h + h_mean`` (§3.4).
+    gumbel_noise
+        If True (default), add ``Gumbel(0, 1)`` noise to ``log_f0`` (a draw from
+        ``p``). If False, no noise is added and ``sample`` returns the argmax of
+        ``log_f0 + sum_n log f_n`` found by racing: e.g. racing MH (eq. 12) with
+        ``D = 2``, ``log_f0 = [log u + log p(x) + log q(x'|x), log p(x') + log q(x|x')]``
+        and per-datum log-likelihoods at ``[x, x']``; 1 means accept.
+    exact
+        If True, never eliminate: every draw uses all N data (the exact result
+        through the racing code path). A tiny ``delta`` tends to this.
+    max_block_size
+        Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
+        at least ``first_batch_size``; default ``max(4096, first_batch_size)``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
+        the given states only. When given, once at most ``K`` arms survive only
+        those are evaluated, so the wall-clock work follows ``num_evaluations``
+        instead of ``num_data_used * D`` (eliminated arms cost nothing, as in
+        the paper). Must agree with ``log_factor_fn``.
+    num_compact_states
+        K, the static number of states passed to ``log_factor_states_fn``
+        (``2 <= K < D``; default ``min(4, D - 1)``).
+    group_size
+        Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
+
+    Returns
+    -------
+    sample
+        ``sample(rng_key, log_f0) -> (x, info)`` with ``log_f0`` of shape ``[D]``
+        (float32 or float64; rewards are computed in its dtype), ``x`` an int32
+        state and ``info`` a :class:`RacingInfo`. Pure: ``jit`` and ``vmap`` it.
+        ``sample.batched(rng_keys [B], log_f0s [B, D]) -> (x [B], info)`` draws B
+        samples with work proportional to the unfinished draws (same results as
+        ``jax.vmap(sample)``, which runs every loop until its slowest draw is done).
+
+    Raises
+    ------
+    ValueError
+        Bad configuration: delta not in (0, 1), first_batch_size < 2 or > N,
+        D < 2, unknown bound/variance, EBS without reward_range, N * D too large.
+
+    References
+    ----------
+    Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
+    """
+    single, batched, coef_a, coef_b = _build_racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, with_params=False,
+    )
+
+    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, None, coef_a, coef_b)
+
+    def sample_with_coefficients(rng_key, log_f0, coef_a, coef_b):
+        return single(rng_key, log_f0, None, coef_a, coef_b)
+
+    def sample_batched(rng_keys: PRNGKey, log_f0s: Array) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b)
+
+    # Lower-level entry point: the threshold coefficients of racing_coefficients()
+    # as (traceable) arguments, so one compiled sampler serves many deltas (used by
+    # experiments/racing_synthetic.py to vmap over delta).
+    sample.with_coefficients = sample_with_coefficients
+    # Many draws at once, work proportional to the unfinished draws (see racing_batch).
+    sample.batched = sample_batched
+    return sample
+
+
+def racing_batch(
+    log_factor_fn: Callable[[Array, object], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    group_size: int = 16,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array, object], Array] | None = None,
+    num_compact_states: int | None = None,
+) -> Callable[[PRNGKey, Array, object], tuple[Array, RacingInfo]]:
+    """Racing for a batch of B draws whose targets differ by per-draw parameters.
+
+    ``jax.vmap(racing(...))`` runs every loop until the slowest of the B draws
+    finishes, so a batch costs about B times its slowest draw (with a few hundred
+    draws, some draw needs all N data). ``racing_batch`` runs the same stage
+    bodies (one engine: :func:`racing`'s) on the *unfinished* draws only: each
+    round moves the active draws to the front and advances them one chunk, in
+    ``vmap``-ed groups of ``group_size`` plus single draws for the remainder, so
+    the work is the sum over draws of what each one needs.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices [m], params) -> Array[m, D]``: ``log f_n(i)`` of
+        one draw's target, ``params`` being that draw's slice of the ``params``
+        pytree passed to ``sample_batch`` (e.g. the chain's current state in a
+        Gibbs sweep). It is ``vmap``-ed over groups of draws.
+    num_states, num_data, delta, first_batch_size, bound, variance, reward_range, gumbel_noise, exact, max_block_size, num_compact_states
+        As in :func:`racing`.
+    group_size
+        g >= 1, the static number of draws advanced together (memory
+        ``g * max_block_size * D``); the default 16 amortises the per-iteration
+        overhead on small chunks while wasting nothing on finished draws.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` with ``h_fn(indices, params) -> [m, D]`` and
+        ``h_mean`` an array ``[D]`` or a function ``h_mean(params) -> [D]``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K], params) -> Array[m, K]`` (see :func:`racing`).
+
+    Returns
+    -------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params) -> (x [B], info)``
+        with ``info`` a :class:`RacingInfo` of ``[B]`` arrays; every leaf of
+        ``params`` has leading axis B (``params=None`` for a shared target).
+        Draw b equals ``sample_batch.single(rng_keys[b], log_f0s[b], params_b)``,
+        the single-draw sampler. Pure; ``jit`` it (B is static).
+        For a ``log_factor_fn(indices)`` shared by all draws, use
+        ``racing(...).batched(rng_keys, log_f0s)``.
+
+    Notes
+    -----
+    Plain ``jax.vmap(racing(...))`` is not redirected here: ``log_factor_fn``
+    may close over batched values, which a batching rule cannot gather per group.
+    Pass them as ``params`` instead.
+    """
+    single, batched, coef_a, coef_b = _build_racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, with_params=True,
+    )
+
+    def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, params, coef_a, coef_b)
+
+    def sample_single(rng_key: PRNGKey, log_f0: Array, params=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, params, coef_a, coef_b)
+
+    sample_batch.single = sample_single
+    return sample_batch
+
+
+def _build_racing(
+    log_factor_fn, num_states, num_data, *, delta, first_batch_size, bound, variance, reward_range, control_variate,
+    gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, with_params,
+):
+    """Validate the configuration and build the engine (see :func:`racing`, :func:`racing_batch`).
+
+    Returns ``(single, batched, coef_a, coef_b)``: ``single(key, log_f0, params, a, b)`` and
+    ``batched(keys, log_f0s, params, a, b)``; ``params`` is ``None`` unless ``with_params``
+    (then ``log_factor_fn(indices, params)`` etc.).
+    """
+    num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    reward_range = _reward_range(reward_range, num_states, required=(bound == "ebs"))
+    if bound == "normal" and reward_range is not None:
+        reward_range = None  # the normal bound does not use C
+    cv = as_control_variate(control_variate)
+    if max_block_size is None:
+        max_block_size = max(DEFAULT_MAX_BLOCK, first_batch_size)
+    max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
+    if not callable(log_factor_fn):
+        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    gumbel_noise = bool(gumbel_noise)
+    exact = bool(exact)
+    compact_enabled = log_factor_states_fn is not None and num_states > 2
+    K = num_states
+    if log_factor_states_fn is not None:
+        if not callable(log_factor_states_fn):
+            raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
+        if num_states > 2:
+            default_k = min(4, num_states - 1)
+            K = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
+
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    pairwise = variance == "pairwise"
+
+    can_eliminate = not exact and num_stages > 1
+    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance)
+    groups = _chunk_groups(sizes, first_batch_size, max_block_size)
+    group_size = check_int("group_size", group_size, low=1)
+    h_mean_fn = None
+    if cv is not None and with_params and callable(cv.mean):
+        h_mean_fn = cv.mean  # per-draw mean h_mean(params) -> [D]
+
+    def call_factor(indices, params):
+        return log_factor_fn(indices, params) if with_params else log_factor_fn(indices)
+
+    def call_states(indices, arms, params):
+        return log_factor_states_fn(indices, arms, params) if with_params else log_factor_states_fn(indices, arms)
+
+    def call_cv(indices, params):
+        return cv.fn(indices, params) if with_params else cv.fn(indices)
+
+    # ------------------------------------------------------------------ engine
+    # One draw is a (_RaceState, _Ctx) pair. ``init`` builds it, the stage body
+    # ``make_body(chunk, compact)(s, c)`` advances it by one chunk of indices,
+    # ``loop_specs`` lists the (cond, body) of the chunk-size loops in order, and
+    # ``finish`` reads the decision. The single-draw path runs each loop as a
+    # ``lax.while_loop``; the batched path (``_run_batched``) runs the same bodies
+    # on groups of unfinished draws only.
+
+    def init(rng_key, log_f0, params, coef_a, coef_b):
+        log_f0 = jnp.asarray(log_f0)
+        if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
+            raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
+        dtype = log_f0.dtype
+        key_perm, key_gumbel = jax.random.split(rng_key)
+        round_keys = permutation_round_keys(key_perm)
+        offset = log_f0
+        if gumbel_noise:
+            offset = offset + jax.random.gumbel(key_gumbel, (D,), dtype)
+        # Per-datum share of log f0 + eps (eq. 3); the gap is compared on the mean scale.
+        offset_mean = offset / N
+        alive0 = offset > -jnp.inf  # False for -inf and NaN
+        bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
+        if cv is None:
+            h_mean = None
+        else:
+            h_mean = jnp.asarray(h_mean_fn(params) if h_mean_fn is not None else cv.mean).astype(dtype)
+            if h_mean.shape != (D,):
+                raise ValueError(f"control_variate mean must have shape ({D},); got {h_mean.shape}")
+        crange = None if reward_range is None else jnp.broadcast_to(jnp.asarray(reward_range, dtype), (D,))
+        m2_shape = (D, D) if pairwise else (D,)
+        state = _RaceState(
+            count=jnp.zeros((), jnp.int32),
+            mean_d=jnp.zeros((D,), dtype),
+            m2=jnp.zeros(m2_shape, dtype),
+            alive=alive0,
+            done=bad0 | (jnp.sum(alive0, dtype=jnp.int32) <= 1),
+            has_nan=bad0,
+            num_evaluations=jnp.zeros((), jnp.int32),
+            stage=jnp.zeros((), jnp.int32),
+        )
+        ctx = _Ctx(
+            round_keys=round_keys,
+            offset_mean=offset_mean,
+            h_mean=h_mean,
+            crange=crange,
+            coef_a=jnp.asarray(coef_a).astype(dtype) if can_eliminate else None,
+            coef_b=jnp.asarray(coef_b).astype(dtype) if can_eliminate else None,
+            params=params,
+        )
+        return state, ctx
+
+    stage_ends_np = np.asarray(sizes, np.int32)
+
+    def rewards(indices, c, dtype):
+        r = jnp.asarray(call_factor(indices, c.params))
+        if r.shape != (indices.shape[0], D):
+            raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={indices.shape[0]}")
+        r = r.astype(dtype)
+        if cv is not None:
+            h = jnp.asarray(call_cv(indices, c.params)).astype(dtype)
+            r = r - h + c.h_mean[None, :]
+        return r
+
+    def rewards_states(indices, arms, c, dtype):
+        r = jnp.asarray(call_states(indices, arms, c.params))
+        if r.shape != (indices.shape[0], K):
+            raise ValueError(f"log_factor_states_fn must return shape [m, {K}]; got {r.shape}")
+        r = r.astype(dtype)
+        if cv is not None:  # the control variate is evaluated for all D states, then gathered
+            r = r - jnp.asarray(call_cv(indices, c.params)).astype(dtype)[:, arms] + c.h_mean[arms][None, :]
+        return r
+
+    def estimates(mean_d, alive, c):
+        return jnp.where(alive, mean_d + c.offset_mean, -jnp.inf)
+
+    def eliminate(mean_d, m2, alive, stage, count, c):
+        """Alg. 1's elimination step at the end of stage ``stage`` (T = count)."""
+        mu = estimates(mean_d, alive, c)
+        best = jnp.argmax(mu)
+        gap = mu[best] - mu
+        T = count.astype(mean_d.dtype)
+        a_t = c.coef_a[stage]
+        if pairwise:
+            var = (m2[best, best] + jnp.diagonal(m2) - 2 * m2[best]) / T
+            threshold = a_t * jnp.sqrt(jnp.maximum(var, 0))
+            if c.crange is not None:
+                threshold = threshold + c.coef_b[stage] * (c.crange[best] + c.crange)
+        else:
+            g = a_t * jnp.sqrt(jnp.maximum(m2 / T, 0))
+            if c.crange is not None:
+                g = g + c.coef_b[stage] * c.crange
+            threshold = g[best] + g
+        return alive & ~(gap > threshold)
+
+    def make_body(csize: int, compact: bool):
+        """One chunk of ``csize`` indices. ``compact``: only the first ``K`` surviving
+        arms (all of them, since the loop runs when ``n_alive <= K``) are evaluated,
+        through ``log_factor_states_fn``; statistics live in the full [D] arrays."""
+
+        def body(s: _RaceState, c: _Ctx) -> _RaceState:
+            dtype = s.mean_d.dtype
+            stop = jnp.asarray(stage_ends_np)[s.stage]
+            pos = s.count + jnp.arange(csize, dtype=jnp.int32)
+            valid = pos < stop
+            indices = permutation_indices(c.round_keys, jnp.minimum(pos, N - 1), N)
+            if compact:
+                arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)  # alive arms first
+                r = rewards_states(indices, arms, c, dtype)
+                alive_c = s.alive[arms]
+                mean_c = s.mean_d[arms]
+            else:
+                r = rewards(indices, c, dtype)
+                alive_c = s.alive
+                mean_c = s.mean_d
+            vmask = valid[:, None]
+            neg = r == -jnp.inf
+            # A zero factor (log f_n(i) = -inf) gives state i probability 0.
+            dead_c = jnp.any(neg & vmask, axis=0) & alive_c
+            n_new = jnp.sum(valid, dtype=jnp.int32)
+            num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
+            alive_c = alive_c & ~dead_c
+            keep = vmask & alive_c[None, :] & ~neg
+            rz = jnp.where(keep, r, jnp.zeros((), dtype))
+            if pairwise:
+                # Centre each datum by its mean over the surviving arms: differences
+                # l_i - l_j (hence gaps and pairwise variances) are unchanged.
+                n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
+                rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
+            # Shifted sums ("shifted data" algorithm): shift = running mean, or the
+            # first datum of the first chunk, so the chunk moments stay small.
+            shift = jnp.where(s.count > 0, mean_c, rz[0])
+            dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
+            nb = n_new.astype(dtype)
+            a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
+            na = s.count.astype(dtype)
+            n = jnp.maximum(na + nb, 1)
+            dd = shift + a - mean_c
+            new_mean_c = mean_c + dd * (nb / n)  # Chan et al. merge
+            if pairwise:
+                dm2 = (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
+            else:
+                dm2 = (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+            if compact:
+                mean_d = s.mean_d.at[arms].set(new_mean_c)
+                m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if pairwise else s.m2.at[arms].add(dm2)
+                alive = s.alive & ~jnp.zeros((D,), bool).at[arms].set(dead_c)
+            else:
+                mean_d, m2, alive = new_mean_c, s.m2 + dm2, alive_c
+            count = s.count + n_new
+
+            # End of a stage: NaN / +inf check (they poison the running sums),
+            # then elimination (stages t < t*) or the exact decision (t = t*).
+            at_end = count >= stop
+            is_final = s.stage == num_stages - 1
+            m2_diag = jnp.diagonal(m2) if pairwise else m2
+            bad = at_end & jnp.any(alive & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)))
+            if can_eliminate:
+                stage_c = jnp.minimum(s.stage, num_stages - 2)
+                kept = eliminate(mean_d, m2, alive, stage_c, count, c)
+                alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
+            done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
+            return _RaceState(
+                count=count,
+                mean_d=mean_d,
+                m2=m2,
+                alive=alive,
+                done=done,
+                has_nan=s.has_nan | bad,
+                num_evaluations=num_eval,
+                stage=s.stage + (at_end & ~done).astype(jnp.int32),
+            )
+
+        return body
+
+    # Stages with the same chunk size share one loop (few loops: short compile).
+    # With log_factor_states_fn, a second loop per group evaluates only the <= K
+    # surviving arms once no more than K remain.
+    loop_specs = []
+    for chunk_size, last_stage in groups:
+        if compact_enabled:
+            loop_specs.append((
+                lambda s, last=last_stage: ~s.done & (s.stage <= last) & (jnp.sum(s.alive, dtype=jnp.int32) > K),
+                make_body(chunk_size, False),
+            ))
+            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, True)))
+        else:
+            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, False)))
+
+    def finish(state, c):
+        x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
+        no_state = ~jnp.any(state.alive)
+        info = RacingInfo(
+            num_evaluations=state.num_evaluations,
+            num_data_used=state.count,
+            num_stages=jnp.where(state.count > 0, state.stage + 1, 0).astype(jnp.int32),
+            is_exact=state.count == N,
+            has_nan=state.has_nan | no_state,
+            num_alive=jnp.sum(state.alive, dtype=jnp.int32),
+        )
+        return x, info
+
+    def single(rng_key, log_f0, params, coef_a, coef_b):
+        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b)
+        for cond, body in loop_specs:
+            state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
+        return finish(state, ctx)
+
+    def batched(rng_keys, log_f0s, params, coef_a, coef_b):
+        log_f0s = jnp.asarray(log_f0s)
+        if log_f0s.ndim != 2 or log_f0s.shape[1] != D or not jnp.issubdtype(log_f0s.dtype, jnp.floating):
+            raise ValueError(f"log_f0s must be a float array of shape (B, {D}); got {log_f0s.shape} {log_f0s.dtype}")
+        B = log_f0s.shape[0]
+        lead = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves((rng_keys, params))}
+        if lead != {B}:
+            raise ValueError(f"rng_keys and every params leaf must have leading axis {B} (= log_f0s.shape[0])")
+        states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None))(rng_keys, log_f0s, params, coef_a, coef_b)
+        for cond, body in loop_specs:
+            states = _run_batched(cond, body, states, ctxs, min(group_size, B))
+        return jax.vmap(finish)(states, ctxs)
+
+    return single, batched, coef_a, coef_b
+
+
+class _Ctx(NamedTuple):
+    """Per-draw constants of a race (the stage body's second argument)."""
+
+    round_keys: Array  # uint32 keys of the Feistel permutation
+    offset_mean: Array  # [D] (log f0 + Gumbel noise) / N
+    h_mean: Array | None  # [D] control-variate mean
+    crange: Array | None  # [D] reward ranges C_i (EBS)
+    coef_a: Array | None  # per-stage threshold coefficients a_t
+    coef_b: Array | None  # per-stage b_t
+    params: object  # per-draw parameters of log_factor_fn (racing_batch), or None
+
+
+def _run_batched(cond, body, states, ctxs, group_size: int):
+    """Run ``while cond(s): s = body(s, c)`` for every draw of a batch, paying only for unfinished draws.
+
+    Each *round* advances every draw with ``cond`` true by one chunk: the active
+    draws are moved to the front (a stable ``argsort`` of the B flags, O(B log B)),
+    then a ``while_loop`` over the ``n_active // g`` full groups gathers ``g``
+    draws, runs the stage body ``vmap``-ed over them and scatters them back; the
+    ``n_active % g`` remaining draws go one at a time, so no work is spent on
+    finished draws. Under plain ``vmap`` every draw would pay for the slowest.
+    Results are those of the single-draw loop for each draw.
+    """
+    B = jax.tree.leaves(states)[0].shape[0]
+    g = group_size
+    body_g = jax.vmap(body)
+    cond_b = jax.vmap(cond)
+
+    def gather(tree, sel):
+        return jax.tree.map(lambda a: a[sel], tree)
+
+    def scatter(tree, sel, new):
+        return jax.tree.map(lambda a, v: a.at[sel].set(v), tree, new)
+
+    def round_(states):
+        active = cond_b(states)
+        order = jnp.argsort(~active, stable=True).astype(jnp.int32)  # active draws first
+        n_active = jnp.sum(active, dtype=jnp.int32)
+        n_full = n_active // g
+
+        def full_group(j, st):
+            sel = jax.lax.dynamic_slice(order, (j * g,), (g,))
+            return scatter(st, sel, body_g(gather(st, sel), gather(ctxs, sel)))
+
+        states = jax.lax.fori_loop(0, n_full, full_group, states)
+        if g > 1:
+
+            def one(j, st):
+                i = order[j]
+                new = body(gather(st, i), gather(ctxs, i))
+                return jax.tree.map(lambda a, v: a.at[i].set(v), st, new)
+
+            states = jax.lax.fori_loop(n_full * g, n_active, one, states)
+        return states
+
+    return jax.lax.while_loop(lambda st: jnp.any(cond_b(st)), round_, states)
+
+
+def racing_coefficients(
+    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal", variance: str = "pairwise"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
+
+    * normal (eq. 9): ``a_t = sqrt((1/T_t)(1 - (T_t - 1)/(N - 1))) B_Normal(delta')``, ``b_t = 0``;
+    * EBS (eqs. 6-7): ``a_t = sqrt(2 rho_T log(5/delta'') / T_t)``,
+      ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
+
+    where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
+    Returns float64 arrays of length ``t* - 1``.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    arm_delta = delta / (D - 1 if variance == "pairwise" else D)
+    if num_stages == 1:
+        return np.zeros(0), np.zeros(0)
+    if bound == "normal":
+        bn = b_normal(arm_delta, N, first_batch_size)
+        return stage_sd(N, sizes[:-1]) * bn, np.zeros(num_stages - 1)
+    log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
+    a = np.array([math.sqrt(2.0 * _ebs_rho(t, N) * log_term / t) for t in sizes[:-1]])
+    b = np.array([KAPPA_EBS * log_term / t for t in sizes[:-1]])
+    return a, b

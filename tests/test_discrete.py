@@ -1,0 +1,434 @@
+"""jaxsub.discrete: exact Gumbel-max, racing (normal / EBS, pairwise / marginal), lil'UCB.
+
+Statistical checks compare the empirical law of many independent draws with
+the exact p(x) (float64 sums): a sampler with error level delta must be within
+delta in total variation (Prop. 1), plus the Monte Carlo tolerance of
+``helpers.tv_tolerance`` (false-alarm probability 1e-4 per check). Every
+problem is chosen so that the samplers do eliminate arms (mean evaluations well
+below N * D, asserted), otherwise the TV check would be vacuous.
+"""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsub
+from discrete_problems import exact_probs, factor_fn, reward_table
+from helpers import assert_discrete_matches, assert_tv_within, variants
+from jaxsub import discrete
+
+NUM_DRAWS = 20_000
+
+
+def draw(sample, rng_key, log_f0, num_draws=NUM_DRAWS, jit=True):
+    keys = jax.random.split(rng_key, num_draws)
+    fn = jax.vmap(sample, in_axes=(0, None))
+    if jit:
+        fn = jax.jit(fn)
+    x, info = fn(keys, log_f0)
+    return np.asarray(x), jax.tree.map(np.asarray, info)
+
+
+def check_budget(info, N, D):
+    assert np.all(info.num_evaluations <= N * D)
+    assert np.all(info.num_evaluations >= 0)
+    assert np.all(info.num_data_used <= N)
+    assert not info.has_nan.any()
+
+
+# --------------------------------------------------------------------------- exact sampler
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_gumbel_max_matches_softmax(rng_key, dtype):
+    probs = np.array([0.05, 0.4, 0.25, 0.2, 0.1])
+    N, D = 3000, probs.size
+    table = reward_table(probs, N, sigma=0.05, seed=1)
+    log_f0 = np.array([0.3, -0.2, 0.0, 0.1, -1.0])
+    p = exact_probs(table, log_f0)
+    with jax.enable_x64(dtype == jnp.float64):
+        sample = discrete.gumbel_max(factor_fn(table, dtype), D, N, block_size=700)  # last block masked
+        weights = discrete.exact_log_weights(factor_fn(table, dtype), D, N, jnp.asarray(log_f0, dtype), block_size=700)
+        np.testing.assert_allclose(np.asarray(jax.nn.softmax(weights), np.float64), p, rtol=1e-4 if dtype == jnp.float32 else 1e-10)
+        x, info = draw(sample, rng_key, jnp.asarray(log_f0, dtype))
+    assert_discrete_matches(x, p)
+    assert np.all(info.num_evaluations == N * D) and info.is_exact.all()
+
+
+def test_exact_sums_stable_in_float32_for_large_n():
+    """N = 2^23 float32 rewards of magnitude ~2 whose sums differ by O(1): the
+    centred, Kahan-compensated float32 sums match the float64 sums of the same
+    float32 values to 0.05, and the exact racing path decides like float64."""
+    N, D = 2**23, 2
+
+    def fn(idx):
+        t = idx.astype(jnp.float32)
+        b = jnp.sin(jnp.float32(0.001) * t) + 1.5  # strongly positive common component
+        c = jnp.cos(jnp.float32(0.37) * t)
+        return jnp.stack([b, b + c + 2.0 / N], axis=1)
+
+    values = np.asarray(jax.jit(fn)(jnp.arange(N, dtype=jnp.int32)), np.float64)
+    gap = float(values[:, 1].sum() - values[:, 0].sum())
+    naive = np.cumsum(values.astype(np.float32), axis=0, dtype=np.float32)[-1]
+    naive_error = abs(float(naive[1]) - float(naive[0]) - gap)
+    w = jax.jit(lambda f0: discrete.exact_log_weights(fn, D, N, f0, block_size=1 << 16))(jnp.zeros(D, jnp.float32))
+    error = abs(float(w[1] - w[0]) - gap)
+    assert error < 0.05 and error < naive_error / 10, (error, naive_error)
+    sample = discrete.racing(fn, D, N, delta=0.1, exact=True, gumbel_noise=False, max_block_size=1 << 16)
+    for shift, expected in ((-0.5, 0), (0.5, 1)):
+        x, info = jax.jit(sample)(jax.random.key(0), jnp.array([0.0, -gap + shift], jnp.float32))
+        assert int(x) == expected and bool(info.is_exact)
+
+
+# --------------------------------------------------------------------------- racing: TV within delta
+
+RACING_CASES = {
+    # name: (dist, probs, sigma, delta, options)
+    "normal_pairwise": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="pairwise")),
+    "normal_marginal": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="marginal")),
+    "heavy_tailed_lognormal": ("lognormal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal")),
+    "two_states": ("normal", [0.3, 0.7], 1e-2, 0.05, dict(bound="normal")),
+    "uniform_ebs": ("uniform", [0.2, 0.5, 0.3], 1e-3, 0.05, dict(bound="ebs", variance="pairwise")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RACING_CASES))
+def test_racing_within_delta_in_tv(rng_key, name):
+    dist, probs, sigma, delta, opts = RACING_CASES[name]
+    N, D = 4000, len(probs)
+    table = reward_table(probs, N, sigma, dist=dist, seed=2)
+    if opts.get("bound") == "ebs":
+        opts = dict(opts, reward_range=table.max(axis=0) - table.min(axis=0))
+    sample = discrete.racing(factor_fn(table), D, N, delta=delta, **opts)
+    x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32))
+    check_budget(info, N, D)
+    frac = info.num_evaluations.mean() / (N * D)
+    assert frac < 0.8, f"racing evaluated {frac:.2f} of the rewards: test would be vacuous"
+    assert_tv_within(x, exact_probs(table), slack=delta)
+
+
+@pytest.mark.slow
+def test_racing_correlated_arms_pairwise_beats_marginal(rng_key):
+    """Strongly correlated arms: pairwise variances need far fewer evaluations."""
+    probs = [0.2, 0.5, 0.3]
+    N, D = 4000, 3
+    table = reward_table(probs, N, sigma=0.05, seed=3, correlated=0.999)
+    out = {}
+    for variance in ("pairwise", "marginal"):
+        sample = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance)
+        x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=5000)
+        check_budget(info, N, D)
+        assert_tv_within(x, exact_probs(table), slack=0.05)
+        out[variance] = info.num_evaluations.mean()
+    assert out["pairwise"] < 0.5 * out["marginal"], out
+
+
+def test_lil_ucb_within_delta_in_tv(rng_key):
+    probs = [0.2, 0.5, 0.3]
+    N, D = 2000, 3
+    table = reward_table(probs, N, sigma=2e-4, dist="uniform", seed=4)
+    C = float((table.max(axis=0) - table.min(axis=0)).max())
+    sample = discrete.lil_ucb(factor_fn(table), D, N, delta=0.05, reward_range=C, batch_size=8)
+    x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
+    check_budget(info, N, D)
+    assert info.num_evaluations.mean() < 0.8 * N * D
+    assert_tv_within(x, exact_probs(table), slack=0.05)
+
+
+@pytest.mark.parametrize("variance", ["pairwise", pytest.param("marginal", marks=pytest.mark.slow)])
+def test_compact_states_path_matches_full_path(rng_key, variance):
+    """With log_factor_states_fn, racing evaluates only the <= K surviving arms; the
+    statistics are the same, so every draw and every count must agree with the
+    all-D path (same keys)."""
+    probs = np.exp(-0.3 * np.arange(8))
+    N, D = 2000, 8
+    table = reward_table(probs / probs.sum(), N, 3e-3, seed=15)
+    t = jnp.asarray(table, jnp.float32)
+    calls = []
+
+    def states_fn(idx, states):
+        calls.append(states.shape)
+        return t[idx[:, None], states[None, :]]
+
+    full = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance)
+    compact = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, log_factor_states_fn=states_fn, num_compact_states=3)
+    xa, ia = draw(full, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    xb, ib = draw(compact, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    assert calls and all(c == (3,) for c in calls)
+    np.testing.assert_array_equal(xa, xb)
+    np.testing.assert_array_equal(ia.num_evaluations, ib.num_evaluations)
+    assert ia.num_evaluations.mean() < 0.5 * N * D
+    assert_tv_within(xb, exact_probs(table), slack=0.05)
+
+
+# --------------------------------------------------------------------------- exact path, MH mode
+
+
+def test_exact_option_uses_all_data_and_tiny_delta_is_exact_in_law(rng_key):
+    probs = [0.1, 0.35, 0.3, 0.15, 0.1]
+    N, D = 600, 5
+    table = reward_table(probs, N, 4e-3, seed=5)
+    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=0.5, exact=True), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    assert info.is_exact.all() and np.all(info.num_data_used == N)
+    assert_discrete_matches(x, exact_probs(table))
+    # delta -> 0: B_Normal grows (about 37 at 1e-300) and only overwhelming gaps eliminate.
+    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=1e-300), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    assert info.is_exact.mean() > 0.5
+    assert_discrete_matches(x, exact_probs(table))
+
+
+@pytest.mark.parametrize("control_variate", [False, True])
+def test_mh_mode_without_gumbel_noise(rng_key, control_variate):
+    """Racing MH (eq. 12, D = 2): returned 1 = accept. Decisions agree with the exact
+    test except with probability <= delta; with gumbel_noise=False no noise is added."""
+    N = 4000
+    rng = np.random.default_rng(6)
+    y = rng.standard_t(df=5, size=N).astype(np.float32) + 0.3
+
+    def loglik(theta, yn):  # Student-t(5) location model, per datum
+        return -3.0 * jnp.log1p((yn - theta) ** 2 / 5.0)
+
+    num_cases = 400
+    keys = jax.random.split(rng_key, num_cases)
+    thetas = 0.3 + 0.02 * rng.standard_normal((num_cases, 2)).astype(np.float32)
+    log_u = np.log(rng.uniform(size=num_cases)).astype(np.float32)
+    yj = jnp.asarray(y)
+
+    def one(key, pair, lu):
+        fn = lambda idx: loglik(pair[None, :], yj[idx][:, None])  # noqa: E731
+        cv = discrete.taylor_control_variate(loglik, pair, yj) if control_variate else None
+        sample = discrete.racing(fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv)
+        return sample(key, jnp.stack([lu, jnp.zeros((), jnp.float32)]))
+
+    x, info = jax.jit(jax.vmap(one))(keys, jnp.asarray(thetas), jnp.asarray(log_u))
+    x, info = np.asarray(x), jax.tree.map(np.asarray, info)
+    ll = np.asarray(loglik(thetas[:, None, :].astype(np.float64), y.astype(np.float64)[None, :, None])).sum(axis=1)
+    exact_accept = (ll[:, 1] > ll[:, 0] + log_u).astype(int)
+    errors = int(np.sum(x != exact_accept))
+    # Binomial(400, <= 0.05): P(errors > 45) < 1e-4.
+    assert errors <= 45, errors
+    assert np.all(info.num_evaluations <= 2 * N) and not info.has_nan.any()
+    assert info.num_evaluations.mean() < 0.9 * 2 * N
+
+
+# --------------------------------------------------------------------------- control variates, ragged arms
+
+
+def test_taylor_control_variate_mean_and_zero_variance_for_gaussian(rng_key):
+    N, D = 2000, 4
+    rng = np.random.default_rng(7)
+    y = jnp.asarray(rng.normal(1.0, 2.0, size=(N, 2)), jnp.float32)
+    thetas = jnp.asarray(rng.normal(1.0, 0.05, size=(D, 2)), jnp.float32)
+
+    def loglik(theta, yn):
+        return -0.5 * jnp.sum((yn - theta) ** 2)
+
+    cv = discrete.taylor_control_variate(loglik, thetas, y)
+    h_all = np.asarray(cv.fn(jnp.arange(N)), np.float64)
+    np.testing.assert_allclose(np.asarray(cv.mean), h_all.mean(axis=0), rtol=1e-4, atol=1e-4)
+    l_all = np.asarray(jax.vmap(lambda th: jax.vmap(lambda yn: loglik(th, yn))(y), out_axes=1)(thetas))
+    # eq. 11 is exact for a quadratic log-likelihood: residual variance ~ 0.
+    assert np.abs(l_all - h_all).max() < 1e-3
+    fn = lambda idx: jax.vmap(lambda th: jax.vmap(lambda yn: loglik(th, yn))(y[idx]), out_axes=1)(thetas)  # noqa: E731
+    sample = discrete.racing(fn, D, N, delta=0.05, control_variate=cv)
+    x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
+    # With zero-variance rewards the race ends after the first stage.
+    assert np.all(info.num_data_used == 50)
+    w = l_all.astype(np.float64).sum(axis=0)
+    p = np.exp(w - w.max()) / np.exp(w - w.max()).sum()
+    assert_tv_within(x, p, slack=0.05)
+
+
+def test_pad_populations_matches_exact_ragged_target(rng_key):
+    sizes = [300, 2000, 1200]
+    N, D = max(sizes), 3
+    rng = np.random.default_rng(8)
+    table = np.zeros((N, D))
+    for i, (n_i, target) in enumerate(zip(sizes, [-1.0, 0.0, -0.5])):
+        z = rng.standard_normal(n_i)
+        table[:n_i, i] = target / n_i + 3e-3 * (z - z.mean())
+        table[n_i:, i] = rng.standard_normal(N - n_i)  # garbage beyond N_i: must be ignored
+    p = exact_probs(np.where(np.arange(N)[:, None] < np.array(sizes)[None, :], table, 0.0))
+    fn = discrete.pad_populations(factor_fn(table), sizes)
+    for sample in (discrete.racing(fn, D, N, delta=0.05), discrete.gumbel_max(fn, D, N)):
+        x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
+        check_budget(info, N, D)
+        assert_tv_within(x, p, slack=0.05)
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize("which", ["racing", pytest.param("lil_ucb", marks=pytest.mark.slow), "gumbel_max"])
+def test_minus_inf_state_never_returned(rng_key, which):
+    probs = [0.1, 0.6, 0.2, 0.1]
+    N, D = 1000, 4
+    table = reward_table(probs, N, 4e-3, seed=9)
+    table[:, 2] = -np.inf  # zero factors: state 2 has probability 0
+    if which == "gumbel_max":
+        table[17, 3] = -np.inf  # the exact sampler also sees a single zero factor
+    log_f0 = jnp.array([0.0, -jnp.inf, 0.0, 0.0], jnp.float32)  # the likeliest state excluded by f0
+    make = dict(
+        racing=lambda: discrete.racing(factor_fn(table), D, N, delta=0.1),
+        lil_ucb=lambda: discrete.lil_ucb(factor_fn(table), D, N, delta=0.1, reward_range=1.0, batch_size=16),
+        gumbel_max=lambda: discrete.gumbel_max(factor_fn(table), D, N),
+    )[which]
+    x, info = draw(make(), rng_key, log_f0, num_draws=2000)
+    assert not np.isin(x, [1, 2]).any(), np.bincount(x)
+    if which == "gumbel_max":
+        assert np.all(x == 0)
+    assert not info.has_nan.any()
+
+
+@pytest.mark.parametrize("which", ["racing", pytest.param("lil_ucb", marks=pytest.mark.slow), "gumbel_max"])
+def test_nan_rewards_are_flagged(rng_key, which):
+    probs = [0.3, 0.4, 0.3]
+    N, D = 1000, 3
+    table = reward_table(probs, N, 4e-3, seed=10)
+    table[:, 1] = np.nan
+    make = dict(
+        racing=lambda: discrete.racing(factor_fn(table), D, N, delta=0.1),
+        lil_ucb=lambda: discrete.lil_ucb(factor_fn(table), D, N, delta=0.1, reward_range=1.0),
+        gumbel_max=lambda: discrete.gumbel_max(factor_fn(table), D, N),
+    )[which]
+    sample = jax.jit(jax.vmap(make(), in_axes=(0, None)))
+    keys = jax.random.split(rng_key, 64)
+    _, info = sample(keys, jnp.zeros(D, jnp.float32))
+    assert np.asarray(info.has_nan).all()
+    # A NaN in log_f0 is flagged too.
+    _, info = sample(keys, jnp.array([0.0, jnp.nan, 0.0], jnp.float32))
+    assert np.asarray(info.has_nan).all()
+
+
+def test_nan_single_datum_flagged_by_racing_when_reached(rng_key):
+    """A corrupt datum (NaN for every state) is flagged exactly in the draws whose
+    race reached its position in that draw's permutation."""
+    from jaxsub.subsample import permutation_indices, permutation_round_keys
+
+    probs = [0.3, 0.4, 0.3]
+    N, D, bad = 1000, 3, 123
+    table = reward_table(probs, N, 0.05, seed=11)
+    table[bad, :] = np.nan
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.1)
+    keys = jax.random.split(rng_key, 200)
+    x, info = jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(D, jnp.float32))
+    # Position of the bad datum in each draw's permutation (white box: racing uses
+    # the first half of split(rng_key) for the permutation).
+    perms = jax.vmap(lambda k: permutation_indices(permutation_round_keys(jax.random.split(k)[0]), jnp.arange(N), N))(keys)
+    position = np.argmax(np.asarray(perms) == bad, axis=1)
+    reached = np.asarray(info.num_data_used) > position
+    assert 0 < reached.sum() < reached.size  # both kinds of draws occur
+    np.testing.assert_array_equal(np.asarray(info.has_nan), reached)
+
+
+# --------------------------------------------------------------------------- jit / vmap / dtypes
+
+
+@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+def test_jit_and_vmap_variants_agree(rng_key, variant):
+    probs = [0.2, 0.5, 0.3]
+    N, D = 400, 3
+    table = reward_table(probs, N, 4e-3, seed=12)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05)
+    batched = variants(jax.vmap(sample))[variant]
+    keys = jax.random.split(rng_key, 4)
+    log_f0s = jnp.zeros((4, D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, 4))
+    x, info = batched(keys, log_f0s)
+    single = jax.jit(sample)
+    for k in range(4):  # vmapped draws equal single draws with the same key
+        xk, ik = single(keys[k], log_f0s[k])
+        assert int(xk) == int(x[k]) and int(ik.num_evaluations) == int(info.num_evaluations[k])
+
+
+def test_no_retracing(rng_key):
+    probs = [0.2, 0.5, 0.3]
+    N, D = 500, 3
+    table = reward_table(probs, N, 4e-3, seed=13)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(key, log_f0):
+        return sample(key, log_f0)
+
+    for i in range(3):
+        run(jax.random.fold_in(rng_key, i), jnp.full((D,), float(i), jnp.float32))
+    chex.clear_trace_counter()
+
+
+@pytest.mark.parametrize(
+    "name", ["racing_normal", pytest.param("racing_ebs_marginal", marks=pytest.mark.slow), pytest.param("lil_ucb", marks=pytest.mark.slow)]
+)
+def test_float64(rng_key, name):
+    probs = [0.2, 0.5, 0.3]
+    N, D = 2000, 3
+    table = reward_table(probs, N, 3e-3, dist="uniform", seed=14)
+    with jax.enable_x64(True):
+        fn = factor_fn(table, jnp.float64)
+        C = table.max(axis=0) - table.min(axis=0)
+        sample = dict(
+            racing_normal=lambda: discrete.racing(fn, D, N, delta=0.05),
+            racing_ebs_marginal=lambda: discrete.racing(fn, D, N, delta=0.05, bound="ebs", variance="marginal", reward_range=C),
+            lil_ucb=lambda: discrete.lil_ucb(fn, D, N, delta=0.05, reward_range=float(C.max()), batch_size=8),
+        )[name]()
+        x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float64), num_draws=3000)
+    check_budget(info, N, D)
+    assert_tv_within(x, exact_probs(table), slack=0.05)
+
+
+# --------------------------------------------------------------------------- configuration errors
+
+
+def _fn(idx):
+    return jnp.zeros((idx.shape[0], 3))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(delta=0.0), "delta"),
+        (dict(delta=1.0), "delta"),
+        (dict(delta=-0.1), "delta"),
+        (dict(delta=0.1, first_batch_size=1), "first_batch_size"),
+        (dict(delta=0.1, first_batch_size=101), "first_batch_size"),
+        (dict(delta=0.1, bound="hoeffding"), "bound"),
+        (dict(delta=0.1, variance="joint"), "variance"),
+        (dict(delta=0.1, bound="ebs"), "reward_range"),
+        (dict(delta=0.1, bound="ebs", reward_range=-1.0), "reward_range"),
+        (dict(delta=0.1, max_block_size=0), "max_block_size"),
+        (dict(delta=0.1, control_variate=3), "control_variate"),
+    ],
+)
+def test_racing_bad_configuration(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        discrete.racing(_fn, 3, 100, **kwargs)
+
+
+def test_other_bad_configurations():
+    with pytest.raises(ValueError, match="num_states"):
+        discrete.racing(_fn, 1, 100, delta=0.1)
+    with pytest.raises(ValueError, match="num_states"):
+        discrete.gumbel_max(_fn, 1, 100)
+    with pytest.raises(ValueError, match="delta"):
+        discrete.lil_ucb(_fn, 3, 100, delta=1.5, reward_range=1.0)
+    with pytest.raises(ValueError, match="reward_range"):
+        discrete.lil_ucb(_fn, 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="num_states \\* num_data"):
+        discrete.racing(_fn, 1000, 10**7, delta=0.1)
+    with pytest.raises(ValueError, match="num_compact_states"):
+        discrete.racing(_fn, 3, 100, delta=0.1, log_factor_states_fn=lambda i, s: i, num_compact_states=3)
+    with pytest.raises(ValueError, match="population_sizes"):
+        discrete.pad_populations(_fn, [10])
+    sample = discrete.racing(_fn, 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="log_f0"):
+        sample(jax.random.key(0), jnp.zeros(4))
+    bad_shape = discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 2)), 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="shape"):
+        bad_shape(jax.random.key(0), jnp.zeros(3))
+
+
+def test_exported():
+    assert jaxsub.discrete is discrete
+    for name in ("gumbel_max", "racing", "lil_ucb", "b_normal", "taylor_control_variate", "pad_populations"):
+        assert callable(getattr(discrete, name))

@@ -1,0 +1,91 @@
+"""B_Normal (eq. 9) against a direct Monte Carlo simulation of the crossing event,
+and the doubling schedule."""
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import Z_CRITICAL
+from jaxsub import discrete
+from jaxsub.discrete.bounds import doubling_schedule, stage_sd
+from jaxsub.subsample import permutation_indices
+
+
+def test_doubling_schedule():
+    assert doubling_schedule(1000, 50) == (50, 100, 200, 400, 800, 1000)
+    assert doubling_schedule(800, 50) == (50, 100, 200, 400, 800)
+    assert doubling_schedule(50, 50) == (50,)
+    sizes = doubling_schedule(10**7, 50)
+    assert len(sizes) == int(np.ceil(np.log2(10**7 / 50))) + 1  # t* of §3.3
+    assert stage_sd(10**7, [10**7])[0] == 0.0
+
+
+@pytest.mark.parametrize("delta, N, m1", [(0.05, 10**5, 50), (0.01, 2000, 20), (2e-3, 10**6, 50)])
+def test_b_normal_matches_monte_carlo_of_the_gaussian_walk(delta, N, m1):
+    """Simulate z_t = (mu_hat_t - mu)/sd_t as jointly Gaussian with corr sd_t/sd_s
+    (built from the covariance directly, not from the AR recursion) and count
+    max_{t<t*} z_t > B_Normal."""
+    B = discrete.b_normal(delta, N, m1)
+    sizes = np.asarray(doubling_schedule(N, m1)[:-1], np.float64)
+    sd = stage_sd(N, sizes)
+    cov = np.minimum.outer(sd, sd) / np.maximum.outer(sd, sd)  # corr(z_s, z_t) = sd_t / sd_s, s < t
+    rng = np.random.default_rng(0)
+    num = 400_000
+    z = rng.multivariate_normal(np.zeros(sizes.size), cov, size=num, method="cholesky")
+    p_hat = float((z.max(axis=1) > B).mean())
+    se = np.sqrt(delta * (1 - delta) / num)
+    assert abs(p_hat - delta) <= Z_CRITICAL * se, (p_hat, delta, se)
+
+
+def test_b_normal_matches_actual_sampling_without_replacement():
+    """The Gaussian walk is an approximation of the real nested means: check it on a
+    real finite population drawn without replacement through jaxsub's permutation."""
+    N, m1, delta = 4096, 32, 0.05
+    B = discrete.b_normal(delta, N, m1)
+    rng = np.random.default_rng(1)
+    pop = rng.standard_normal(N)
+    pop = (pop - pop.mean()) / pop.std()
+    sizes = np.asarray(doubling_schedule(N, m1)[:-1])
+    sd = stage_sd(N, sizes)
+    popj = jnp.asarray(pop, jnp.float32)
+
+    def crossed(key):
+        x = popj[permutation_indices(key, jnp.arange(sizes[-1], dtype=jnp.int32), N)]
+        means = jnp.stack([jnp.mean(x[:t]) for t in sizes])
+        return jnp.any(means / jnp.asarray(sd, jnp.float32) > B)
+
+    num = 20_000
+    hits = np.asarray(jax.jit(jax.vmap(crossed))(jax.random.split(jax.random.key(2), num)))
+    se = np.sqrt(delta * (1 - delta) / num)
+    assert abs(hits.mean() - delta) <= Z_CRITICAL * se, (hits.mean(), delta)
+
+
+def test_b_normal_is_fast_cached_and_monotone():
+    from jaxsub.discrete.bounds import _b_normal_cached
+
+    _b_normal_cached.cache_clear()
+    start = time.perf_counter()
+    b = discrete.b_normal(1e-4, 10**7, 50)
+    assert time.perf_counter() - start < 1.0
+    start = time.perf_counter()
+    assert discrete.b_normal(1e-4, 10**7, 50) == b
+    assert time.perf_counter() - start < 1e-3
+    values = [discrete.b_normal(d, 10**5, 50) for d in (0.1, 0.05, 0.01, 1e-3)]
+    assert np.all(np.diff(values) > 0)
+    # Sequence-level correction: above the single-stage quantile (one stage only: equal).
+    from scipy.stats import norm
+
+    assert values[1] > norm.isf(0.05)
+    assert discrete.b_normal(0.05, 100, 50) == pytest.approx(norm.isf(0.05), rel=1e-6)
+    assert discrete.b_normal(0.05, 50, 50) == 0.0
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [((0.0, 100, 10), "delta"), ((1.0, 100, 10), "delta"), ((0.1, 100, 0), "first_batch_size"), ((0.1, 100, 101), "first_batch_size"), ((0.1, 0, 1), "num_data")],
+)
+def test_b_normal_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        discrete.b_normal(*args)

@@ -1,0 +1,126 @@
+"""Racing Gibbs (jaxsub.racing_gibbs): exact conditionals, TV within delta, composition, config errors."""
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+import jaxsub
+from helpers import assert_discrete_matches, assert_tv_within
+
+
+def _categorical_problem(num_data=400, num_states=4, seed=0, scale=1.0):
+    """Conditional of a D-state variable with N Gaussian-likelihood factors: p(i) ∝ f0(i) ∏_n N(y_n; c_i, 1)."""
+    rng = np.random.default_rng(seed)
+    centres = np.linspace(0.0, 0.12, num_states) * scale
+    y = rng.standard_normal(num_data) + 0.05
+    log_f0 = np.log(np.arange(1, num_states + 1) / np.arange(1, num_states + 1).sum())
+    log_factors = -0.5 * (y[:, None] - centres[None, :]) ** 2
+    probs = softmax(log_f0 + log_factors.sum(axis=0))
+    y_j, c_j = jnp.asarray(y, jnp.float32), jnp.asarray(centres, jnp.float32)
+
+    def log_factor_fn(indices):
+        return -0.5 * (y_j[indices][:, None] - c_j[None, :]) ** 2
+
+    return jnp.asarray(log_f0, jnp.float32), log_factor_fn, probs
+
+
+def _draws(gibbs, num_draws, seed=0):
+    keys = jax.random.split(jax.random.key(seed), num_draws)
+    state = gibbs.init(0)
+    new, info = jax.jit(jax.vmap(gibbs.step, in_axes=(0, None)))(keys, state)
+    return np.asarray(new.position), info
+
+
+def test_exact_gibbs_matches_conditional():
+    log_f0, log_factor_fn, probs = _categorical_problem()
+    gibbs = jaxsub.racing_gibbs(log_f0, log_factor_fn, 400, delta=None, exact=True)
+    assert probs.min() > 0.05  # a non-degenerate conditional
+    draws, info = _draws(gibbs, 20000)
+    assert_discrete_matches(draws, probs)
+    assert np.all(np.asarray(info.num_evaluations) == 400 * 4) and np.all(np.asarray(info.is_exact))
+    # the un-jitted step gives the same draws for the same keys
+    state = gibbs.init(0)
+    for i in range(3):
+        key = jax.random.split(jax.random.key(0), 20000)[i]
+        assert int(gibbs.step(key, state)[0].position) == int(draws[i])
+
+
+@pytest.mark.parametrize("delta", [1e-6, 0.05])
+def test_racing_gibbs_within_delta_of_exact_conditional(delta):
+    log_f0, log_factor_fn, probs = _categorical_problem(num_data=1000, scale=1.0)
+    gibbs = jaxsub.racing_gibbs(log_f0, log_factor_fn, 1000, delta=delta)
+    draws, info = _draws(gibbs, 10000, seed=1)
+    assert_tv_within(draws, probs, slack=delta)
+    if delta < 1e-3:
+        assert_discrete_matches(draws, probs)
+    evals = np.asarray(info.num_evaluations)
+    assert evals.max() <= 1000 * 4
+    assert evals.mean() < 1000 * 4  # it subsampled
+
+
+def test_racing_gibbs_in_sweep_with_blackjax_hmc():
+    """Two-component mixture with known weight: z_k | mu by racing Gibbs over the data, mu | z by blackjax.hmc.
+
+    y_n ~ N(mu_z, 1) with z ∈ {0, 1} a *global* switch (model indicator) and mu_0 = -mu_1 = mu.
+    The exact marginal posterior of z is computed on a grid over mu.
+    """
+    rng = np.random.default_rng(3)
+    n = 400
+    y = rng.standard_normal(n) + 0.15
+    y_j = jnp.asarray(y, jnp.float32)
+    signs = jnp.asarray([1.0, -1.0], jnp.float32)
+    prior_var = 1.0
+    # exact p(z) by quadrature on mu
+    grid = np.linspace(-1, 1, 4001)
+    logp = np.stack([-0.5 * grid**2 / prior_var - 0.5 * ((y[:, None] - s * grid[None, :]) ** 2).sum(0) for s in (1.0, -1.0)])
+    m = logp.max()
+    pz = np.exp(logp - m).sum(1)
+    pz = pz / pz.sum()
+    # symmetric: mu and z are confounded, p(z) = 1/2, but E[mu | z] = ±0.15ish; check E[mu * sign(z)]
+    w = np.exp(logp - m)
+    expected_signed_mu = float((w * grid[None, :] * np.array([[1.0], [-1.0]])).sum() / w.sum())
+
+    def sweep(key, carry):
+        z, mu = carry
+        key_z, key_mu = jax.random.split(key)
+        log_f0 = jnp.zeros(2, jnp.float32)
+        gibbs = jaxsub.racing_gibbs(log_f0, lambda idx: -0.5 * (y_j[idx][:, None] - signs[None, :] * mu) ** 2, n, delta=0.05)
+        z_state, _ = gibbs.step(key_z, gibbs.init(z))
+        s = signs[z_state.position]
+        logdensity = lambda v: -0.5 * v**2 / prior_var - 0.5 * jnp.sum((y_j - s * v) ** 2)  # noqa: E731
+        hmc = blackjax.hmc(logdensity, step_size=0.04, inverse_mass_matrix=jnp.ones(1), num_integration_steps=5)
+        mu_state, _ = hmc.step(key_mu, hmc.init(mu))
+        return (z_state.position, mu_state.position), s * mu_state.position
+
+    def chain(key):
+        return jax.lax.scan(lambda c, k: sweep(k, c), (jnp.asarray(0, jnp.int32), jnp.zeros((), jnp.float32)), jax.random.split(key, 1500))[1]
+
+    signed = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(4), 4)))[:, 100:]
+    from helpers import assert_mean_matches
+
+    assert_mean_matches(signed[..., None], np.array([expected_signed_mu]), min_ess=300)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(delta=0.0), "delta"),
+        (dict(delta=0.05, first_batch_size=1), "first_batch_size"),
+        (dict(delta=0.05, bound="hoeffding"), "bound"),
+        (dict(delta=0.05, variance="joint"), "variance"),
+    ],
+)
+def test_bad_configuration_raises(kwargs, match):
+    log_f0, log_factor_fn, _ = _categorical_problem()
+    with pytest.raises(ValueError, match=match):
+        jaxsub.racing_gibbs(log_f0, log_factor_fn, 400, **kwargs)
+
+
+def test_bad_shapes_raise():
+    _, log_factor_fn, _ = _categorical_problem()
+    with pytest.raises(ValueError, match="log_f0"):
+        jaxsub.racing_gibbs(jnp.zeros(1), log_factor_fn, 400, delta=0.05)
+    with pytest.raises(ValueError, match="log_factor_fn"):
+        jaxsub.racing_gibbs(jnp.zeros(3), None, 400, delta=0.05)

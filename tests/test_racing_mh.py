@@ -1,0 +1,273 @@
+"""Racing MH (jaxsub.racing_mh): exactness, stationarity, decision errors, composition, config errors."""
+import blackjax
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from blackjax.mcmc.random_walk import normal
+
+import jaxsub
+from _racing_problems import PRIOR_VAR, full_logdensity, gaussian_mean_problem
+from helpers import Z_CRITICAL, assert_mean_matches, assert_variance_matches
+from jaxsub.racing_mh import mh_decision, taylor_control_variate
+
+
+def _positions(trace):
+    return trace.states.position
+
+
+def _run_pair(algo, rw, key, num_steps, position):
+    keep = lambda s, i: (s.position, i.is_accepted)  # noqa: E731
+    a = jaxsub.run_chain(key, algo, algo.init(position), num_steps, transform=keep)
+    b = jaxsub.run_chain(key, rw, rw.init(position), num_steps, transform=keep)
+    return a, b
+
+
+@pytest.mark.parametrize("use_jit", [False, True], ids=["without_jit", "with_jit"])
+def test_exact_option_is_step_for_step_blackjax_rmh(use_jit):
+    y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=300)
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=None, exact=True, step_size=0.05)
+    rw = blackjax.additive_step_random_walk(full_logdensity(logprior, loglik, y), normal(jnp.asarray(0.05)))
+    state_a, state_b = algo.init(jnp.zeros(2)), rw.init(jnp.zeros(2))
+    step_a = jax.jit(algo.step) if use_jit else algo.step
+    step_b = jax.jit(rw.step) if use_jit else rw.step
+    accepted = []
+    for i in range(25):
+        key = jax.random.fold_in(jax.random.key(3), i)
+        state_a, info_a = step_a(key, state_a)
+        state_b, info_b = step_b(key, state_b)
+        assert bool(info_a.is_accepted) == bool(info_b.is_accepted)
+        np.testing.assert_array_equal(np.asarray(state_a.position), np.asarray(state_b.position))
+        assert int(info_a.num_evaluations) == 2 * 300 and bool(info_a.is_exact)
+        accepted.append(bool(info_a.is_accepted))
+    assert 0 < sum(accepted) < len(accepted)  # both kinds of decision were compared
+
+
+def test_tiny_delta_reproduces_exact_mh_with_same_keys():
+    """delta = 1e-7: the racing chain equals blackjax's exact RMH chain step for step."""
+    y, logprior, loglik, _, post_var = gaussian_mean_problem(num_data=1000)
+    step = 2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2)
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=1e-7, step_size=step)
+    rw = blackjax.additive_step_random_walk(full_logdensity(logprior, loglik, y), normal(jnp.asarray(step, jnp.float32)))
+    start = jnp.asarray([-1.0, 1.0], jnp.float32)
+    keep = lambda s, i: (s.position, (i.is_accepted, getattr(i, "num_evaluations", 0)))  # noqa: E731
+    a = jaxsub.run_chain(jax.random.key(7), algo, algo.init(start), 300, transform=keep)
+    b = jaxsub.run_chain(jax.random.key(7), rw, rw.init(start), 300, transform=lambda s, i: (s.position, i.is_accepted))
+    np.testing.assert_array_equal(np.asarray(a.infos[0]), np.asarray(b.infos))
+    np.testing.assert_allclose(np.asarray(a.states), np.asarray(b.states), rtol=0, atol=0)
+    acc = np.asarray(b.infos)
+    assert 0.1 < acc.mean() < 0.9
+    # the race is not trivially exact: some decisions stopped before reading all data
+    # (with delta = 1e-7 most random-walk decisions do need all of them)
+    assert np.any(np.asarray(a.infos[1]) < 2 * 1000)
+
+
+@pytest.mark.parametrize("with_cv", [False, True], ids=["plain", "control_variate"])
+def test_stationary_distribution_matches_conjugate_posterior(with_cv):
+    """Racing MH is approximate: its bias grows with delta. Without a control variate,
+    delta = 0.05 inflates the posterior variance of this random walk by ~18% (measured:
+    decision error rate 0.020 <= delta, but false accepts outnumber false rejects), which
+    4000 x 4 draws detect; delta = 0.01 (error rate 0.004) is within Monte Carlo error.
+    With the Taylor control variate the race is decided exactly at m_1 (the proxy is exact
+    for a Gaussian likelihood), so delta = 0.05 costs no bias."""
+    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=1000)
+    step = 2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2)
+    cv = taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32)) if with_cv else None
+    delta = 0.05 if with_cv else 0.01
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=step, control_variate=cv)
+    starts = jnp.asarray(post_mean, jnp.float32) + jnp.sqrt(post_var[0]) * jax.random.normal(jax.random.key(1), (4, 2))
+    keep = lambda s, i: (s.position, i.num_evaluations)  # noqa: E731
+    trace = jaxsub.run_chains(jax.random.key(11), algo, jax.vmap(algo.init)(starts), 4000, transform=keep)
+    samples = np.asarray(trace.states)[:, 400:]
+    assert_mean_matches(samples, post_mean, min_ess=300)
+    assert_variance_matches(samples, post_var, min_ess=300)
+    frac = float(np.mean(np.asarray(trace.infos))) / (2 * 1000)
+    assert frac < 1.0  # it subsampled
+    if with_cv:
+        # the Taylor proxy is exact to 2nd order for a Gaussian likelihood: the race stops at m_1
+        assert frac < 50 / 1000 * 1.01
+
+
+def test_decision_error_rate_at_most_delta():
+    """Hard decisions (threshold within ±3 first-stage standard errors): errors <= delta + MC error."""
+    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=2000)
+    n = y.shape[0]
+    x = jnp.asarray(post_mean, jnp.float32)
+    x_new = x + jnp.asarray([1.0, -0.5], jnp.float32) * jnp.sqrt(post_var[0]).astype(jnp.float32)
+    ll = jax.vmap(loglik, in_axes=(None, 0))
+    diffs = ll(x_new, y) - ll(x, y)
+    total, sd = float(jnp.sum(diffs)), float(jnp.std(diffs))
+    delta, num_trials = 0.1, 3000
+    # log u placed so that the exact gap (per-datum mean scale) is uniform in ±3 sd/sqrt(m1)
+    offsets = np.random.default_rng(0).uniform(-3, 3, num_trials) * sd / np.sqrt(50) * n
+    log_u = jnp.asarray(total - offsets, jnp.float32)
+    exact = np.asarray(log_u) < total
+
+    def pair(indices):
+        return jnp.stack([ll(x, y[indices]), ll(x_new, y[indices])], axis=-1)
+
+    def decide(key, lu):
+        accept, evals, *_ = mh_decision(
+            key, jnp.zeros((), jnp.float32), lu, pair, n, delta=delta, first_batch_size=50, bound="normal", exact=False
+        )
+        return accept, evals
+
+    keys = jax.random.split(jax.random.key(5), num_trials)
+    accept, evals = jax.jit(jax.vmap(decide))(keys, log_u)
+    errors = np.asarray(accept) != exact
+    rate = errors.mean()
+    allowed = delta + Z_CRITICAL * np.sqrt(delta * (1 - delta) / num_trials)
+    assert rate <= allowed, f"decision error rate {rate:.4f} > {allowed:.4f}"
+    assert np.mean(np.asarray(evals)) < 2 * n  # not vacuous: many races stopped early
+    assert errors.sum() > 0 or np.mean(np.asarray(evals) < 2 * n) > 0.5
+
+
+def test_vmap_over_chains_equals_single_chains_and_runs_in_blackjax_driver():
+    y, logprior, loglik, _, post_var = gaussian_mean_problem(num_data=300)
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05)
+    starts = jnp.asarray([[0.0, 0.0], [1.0, -1.0], [-0.5, 0.5]], jnp.float32)
+    keys = jax.random.split(jax.random.key(2), 3)
+
+    def one_chain(key, position):
+        final, (positions, evals) = blackjax.util.run_inference_algorithm(
+            key, algo, 50, initial_position=position, transform=lambda s, i: (s.position, i.num_evaluations)
+        )
+        return final.position, positions, evals
+
+    batched = jax.jit(jax.vmap(one_chain))(keys, starts)
+    single_fn = jax.jit(one_chain)
+    for c in (0, 2):
+        single = single_fn(keys[c], starts[c])
+        for b, s in zip(batched, single):
+            np.testing.assert_allclose(np.asarray(b[c]), np.asarray(s), rtol=1e-6, atol=1e-6)
+    assert batched[1].shape == (3, 50, 2)
+
+
+def test_step_traces_once():
+    y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=200)
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.1)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(key, state):
+        return algo.step(key, state)
+
+    state = algo.init(jnp.zeros(2))
+    for i in range(4):
+        state, _ = step(jax.random.key(i), state)
+    chex.clear_trace_counter()
+
+
+def test_gibbs_sweep_alternating_with_blackjax_hmc():
+    """Two-block Gibbs for y_n ~ N(a + b t_n, 1): a by racing MH, b by blackjax.hmc; analytic posterior."""
+    rng = np.random.default_rng(4)
+    n = 500
+    t = rng.uniform(-1, 1, n)
+    obs = 0.3 + 1.5 * t + rng.standard_normal(n)
+    data = (jnp.asarray(t, jnp.float32), jnp.asarray(obs, jnp.float32))
+    design = np.column_stack([np.ones(n), t])
+    precision = design.T @ design + np.eye(2) / PRIOR_VAR
+    post_cov = np.linalg.inv(precision)
+    post_mean = post_cov @ design.T @ obs
+
+    def loglik_a(b):
+        return lambda a, datum: -0.5 * (datum[1] - a - b * datum[0]) ** 2
+
+    def logdensity_b(a):
+        def logdensity(b):
+            return -0.5 * b**2 / PRIOR_VAR - 0.5 * jnp.sum((data[1] - a - b * data[0]) ** 2)
+
+        return logdensity
+
+    prior = lambda v: -0.5 * v**2 / PRIOR_VAR  # noqa: E731
+    sd = np.sqrt(np.diag(post_cov))
+
+    def sweep(key, ab):
+        a, b = ab
+        key_a, key_b = jax.random.split(key)
+        mh = jaxsub.racing_mh(prior, loglik_a(b), data, delta=0.05, step_size=float(2.4 * sd[0]))
+        a_state, _ = mh.step(key_a, mh.init(a))
+        hmc = blackjax.hmc(logdensity_b(a_state.position), step_size=float(sd[1]), inverse_mass_matrix=jnp.ones(1), num_integration_steps=3)
+        b_state, _ = hmc.step(key_b, hmc.init(b))
+        return jnp.stack([a_state.position, b_state.position])
+
+    def chain(key, start):
+        def body(ab, k):
+            new = sweep(k, ab)
+            return new, new
+
+        return jax.lax.scan(body, start, jax.random.split(key, 2500))[1]
+
+    starts = jnp.asarray(post_mean, jnp.float32) + jnp.asarray([[0.01, -0.01], [-0.01, 0.02], [0.0, 0.0], [0.02, 0.0]], jnp.float32)
+    samples = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(8), 4), starts)
+    samples = np.asarray(samples)[:, 200:]
+    assert_mean_matches(samples, post_mean, min_ess=300)
+    # correlation between the blocks is captured (Gibbs, not mean-field)
+    emp_cov = np.cov(samples.reshape(-1, 2).T)
+    assert abs(emp_cov[0, 1] - post_cov[0, 1]) < 0.25 * np.sqrt(post_cov[0, 0] * post_cov[1, 1])
+
+
+def test_taylor_control_variate_mean_is_exact_and_residual_small():
+    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=300)
+    center = jnp.asarray(post_mean, jnp.float32)
+    cv = taylor_control_variate(loglik, y, center, block_size=64)
+    theta = center + 0.01
+    idx = jnp.arange(300)
+    np.testing.assert_allclose(float(jnp.mean(cv.value_fn(theta, idx))), float(cv.mean_fn(theta)), rtol=1e-5)
+    exact = jax.vmap(loglik, in_axes=(None, 0))(theta, y)
+    np.testing.assert_allclose(np.asarray(cv.value_fn(theta, idx)), np.asarray(exact), rtol=1e-4, atol=1e-4)
+    cv1 = taylor_control_variate(loglik, y, center, order=1)
+    assert float(jnp.max(jnp.abs(cv1.value_fn(theta, idx) - exact))) > 1e-6  # first order misses the quadratic
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(delta=0.0, step_size=0.1), "delta"),
+        (dict(delta=1.5, step_size=0.1), "delta"),
+        (dict(delta=0.05, step_size=0.1, first_batch_size=1), "first_batch_size"),
+        (dict(delta=0.05, step_size=0.1, first_batch_size=1000), "first_batch_size"),
+        (dict(delta=0.05, step_size=0.1, bound="student"), "bound"),
+        (dict(delta=0.05), "proposal or a step_size"),
+        (dict(delta=0.05, step_size=-1.0), "step_size"),
+        (dict(delta=0.05, proposal="rw"), "proposal"),
+        (dict(delta=0.05, step_size=0.1, control_variate=lambda x: x), "control_variate"),
+        (dict(delta=None, step_size=0.1), "delta"),
+        (dict(delta=0.05, step_size=0.1, exact="yes"), "exact"),
+    ],
+)
+def test_bad_configuration_raises(kwargs, match):
+    y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=100)
+    with pytest.raises(ValueError, match=match):
+        jaxsub.racing_mh(logprior, loglik, y, **kwargs)
+
+
+def test_bad_data_raises():
+    _, logprior, loglik, _, _ = gaussian_mean_problem(num_data=10)
+    with pytest.raises(ValueError, match="leading"):
+        jaxsub.racing_mh(logprior, loglik, (jnp.zeros((10, 2)), jnp.zeros(9)), delta=0.05, step_size=0.1)
+    with pytest.raises(ValueError, match="num_data"):
+        jaxsub.racing_mh(logprior, loglik, jnp.zeros((1, 2)), delta=0.05, step_size=0.1)
+
+
+def test_nan_likelihood_is_reported_and_rejected():
+    y, logprior, _, _, _ = gaussian_mean_problem(num_data=200)
+
+    def bad_loglik(theta, datum):
+        return jnp.where(theta[0] > 0.5, jnp.nan, -0.5 * jnp.sum((datum - theta) ** 2))
+
+    algo = jaxsub.racing_mh(logprior, bad_loglik, y, delta=0.05, proposal=lambda k, x: (x + 1.0, jnp.zeros(())))
+    state, info = jax.jit(algo.step)(jax.random.key(0), algo.init(jnp.zeros(2, jnp.float32)))
+    assert bool(info.has_nan) and not bool(info.is_accepted)
+    np.testing.assert_array_equal(np.asarray(state.position), np.zeros(2))
+
+
+def test_float64():
+    with jax.enable_x64(True):
+        y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=300)
+        y = y.astype(jnp.float64)
+        algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05)
+        state = algo.init(jnp.zeros(2, jnp.float64))
+        state, info = jax.jit(algo.step)(jax.random.key(0), state)
+        assert state.position.dtype == jnp.float64
