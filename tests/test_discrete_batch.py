@@ -76,7 +76,7 @@ def test_batched_equals_vmap_of_single_draws_jit_nojit_no_retracing(rng_key):
     does, with and without jit; the jitted batch is traced once for new keys / log_f0s."""
     N, D, B = 400, 3, 6
     table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=12)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, group_size=4)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, group_size=4, max_block_size=50)  # one loop to compile
     reference = jax.jit(jax.vmap(sample))
     batched = variants(chex.assert_max_traces(sample.batched, n=1))
     for i in range(2):
@@ -102,7 +102,7 @@ def test_batched_compact_states_and_control_variate_equal_single(rng_key):
     h_mean = jnp.mean(h, axis=0)
     cv = (lambda idx, p: h[idx] + p, lambda p: h_mean + p)
     sample = discrete.racing_batch(
-        lambda idx, p: t[idx], D, N, delta=0.05, group_size=4, control_variate=cv, max_block_size=200,
+        lambda idx, p: t[idx], D, N, delta=0.05, group_size=4, control_variate=cv, max_block_size=50,
         log_factor_states_fn=lambda idx, states, p: t[idx[:, None], states[None, :]], num_compact_states=3,
     )
     keys = jax.random.split(rng_key, B)
