@@ -403,6 +403,9 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
     scan), so results do not depend on ``span`` or on halts. Nothing here depends
     on the schedule's length, so one compiled sweep serves every schedule.
+    Each tick's writes to the ``[N]`` arrays (``order``, assignments) are carried
+    to the start of the next scan step and applied before that step's reads (and
+    once more after the scan), so XLA updates them in place: O(1) per tick in N.
     Not jitted here (the caller jits).
     """
     do_hyper = grids is not None and not grids.empty
