@@ -192,8 +192,54 @@ def _set(x, i, v):
     return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
 
 
+class _Writes(NamedTuple):
+    """Pending writes to the ``[N]`` arrays of a tick, applied in order by :func:`_apply_writes`.
+
+    ``order_pos`` / ``order_val``: ``[4]`` (policy ``"random"``) or ``[0]`` (``"fifo"``);
+    ``assign_pos`` / ``assign_val``: ``[2]``. An inactive move writes back the value it read.
+    """
+
+    order_pos: jnp.ndarray
+    order_val: jnp.ndarray
+    assign_pos: jnp.ndarray
+    assign_val: jnp.ndarray
+
+
+def _apply_writes(state: AnnealState, w: _Writes) -> AnnealState:
+    """Apply a tick's pending ``[N]``-array writes (sequential dynamic-update-slices)."""
+    assignments = state.mixture.assignments
+    for i in range(w.assign_pos.shape[0]):
+        assignments = _set(assignments, w.assign_pos[i], w.assign_val[i])
+    order = state.order
+    for i in range(w.order_pos.shape[0]):
+        order = _set(order, w.order_pos[i], w.order_val[i])
+    return state._replace(mixture=state.mixture._replace(assignments=assignments), order=order)
+
+
+def _noop_writes(state: AnnealState, policy: str) -> _Writes:
+    """Writes that change nothing (re-write element 0 of each array), for one chain."""
+    z = jnp.zeros((), jnp.int32)
+    n_order = 4 if policy == "random" else 0
+    return _Writes(jnp.zeros((n_order,), jnp.int32), jnp.full((n_order,), _get(state.order, z), jnp.int32),
+                   jnp.zeros((2,), jnp.int32), jnp.full((2,), _get(state.mixture.assignments, z), jnp.int32))
+
+
 def _tick_uniforms(u, state, code, beta, *, model, data, policy):
     """:func:`tick` driven by three uniforms ``u`` (remove pick, add pick, cluster draw)."""
+    new, writes, info = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
+    return _apply_writes(new, writes), info
+
+
+def _tick_plan(u, state, code, beta, *, model, data, policy):
+    """The tick without its ``[N]``-array writes: ``(state, writes, info)``.
+
+    ``state`` keeps the input ``order`` and ``assignments``; applying ``writes``
+    (:func:`_apply_writes`) completes the tick. :func:`build_sweep` applies them at the
+    *start* of the next scan step, so within a step every read of the ``[N]`` arrays
+    follows every write to them. XLA:CPU duplicates cheap scalar reads into the fusions
+    that consume them; when such a read of the old array landed after the in-place write,
+    XLA had to copy both ``[N]`` arrays on every tick (O(N) per tick).
+    """
     n_rows = data.cat.shape[0]
     mix = state.mixture
     code = jnp.asarray(code, jnp.int32)
@@ -245,15 +291,17 @@ def _tick_uniforms(u, state, code, beta, *, model, data, policy):
     logits = mx.assign_logits(model, mix, data.cat[a], data.real[a], beta, prior_only)
     k, log_norm = _sample_index(u[2], logits)
     mix = mx.update_stats(mix, data, a, k, g_add.astype(jnp.int32))
-    # writes
-    assignments = _set(mix.assignments, r, jnp.where(g_rem, -1, k_old))
-    assignments = _set(assignments, a, jnp.where(g_add, k, a_old))
-    mix = mix._replace(assignments=assignments)
+    # writes (deferred: see _tick_plan)
+    i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
+    assign_pos = i32(r, a)
+    assign_val = i32(jnp.where(g_rem, -1, k_old), jnp.where(g_add, k, a_old))
     if policy == "random":
-        order = _set(order, j_r, jnp.where(g_rem, o_last, r))
-        order = _set(order, last, jnp.where(g_rem, r, o_last))
-        order = _set(order, j_a, jnp.where(g_add, o_m1, a))
-        order = _set(order, m1c, jnp.where(g_add, a, o_m1))
+        order_pos = i32(j_r, last, j_a, m1c)
+        order_val = i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
+                        jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1))
+    else:
+        order_pos = order_val = jnp.zeros((0,), jnp.int32)
+    writes = _Writes(order_pos, order_val, assign_pos, assign_val)
     new_state = AnnealState(
         mixture=mix,
         order=order,
@@ -270,7 +318,7 @@ def _tick_uniforms(u, state, code, beta, *, model, data, policy):
         log_normalizer=jnp.where(g_add, log_norm, 0.0),
         overflow=overflow,
     )
-    return new_state, info
+    return new_state, writes, info
 
 
 # --------------------------------------------------------------------------- hyperparameters
@@ -355,6 +403,9 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
     scan), so results do not depend on ``span`` or on halts. Nothing here depends
     on the schedule's length, so one compiled sweep serves every schedule.
+    Each tick's writes to the ``[N]`` arrays (``order``, assignments) are carried
+    to the start of the next scan step and applied before that step's reads (and
+    once more after the scan), so XLA updates them in place: O(1) per tick in N.
     Not jitted here (the caller jits).
     """
     do_hyper = grids is not None and not grids.empty
@@ -368,10 +419,10 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
             beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp)
         else:
             beta = 1.0
-        new, _ = _tick_uniforms(u, state, code, beta, model=model, data=data, policy=policy)
+        new, writes, _ = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
         need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
-        return new, need
+        return new, writes, need
 
     def span_uniforms(chain_key, cursor):
         # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch
@@ -383,8 +434,11 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
         uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 3]
         hyper_keys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
 
-        def body(states, u):
-            states, need = jax.vmap(one_tick, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
+        def body(carry, u):
+            states, pending = carry
+            # the previous tick's [N]-array writes first, then this tick's reads (no copies)
+            states = jax.vmap(_apply_writes)(states, pending)
+            states, pending, need = jax.vmap(one_tick, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
             if do_hyper:
                 def run_hyper(st):
                     k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
@@ -393,10 +447,11 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
                                        since_hyper=jnp.where(need, 0, st.since_hyper))
 
                 states = jax.lax.cond(jnp.any(need), run_hyper, lambda st: st, states)
-            return states, None
+            return (states, pending), None
 
-        states, _ = jax.lax.scan(body, states, uniforms)
-        return states
+        pending = jax.vmap(partial(_noop_writes, policy=policy))(states)
+        (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
+        return jax.vmap(_apply_writes)(states, pending)
 
     return sweep
 

@@ -147,8 +147,8 @@ def _row(data: EncodedData, row):
 def update_stats(state: MixtureState, data: EncodedData, row, cluster, delta) -> MixtureState:
     """Add ``delta`` (an int32 scalar: +1, -1 or 0) copies of ``row`` to slot ``cluster``'s statistics.
 
-    Leaves ``assignments`` untouched (the kernels write them after all their reads, which
-    lets XLA update the ``[N]`` arrays in place inside a scan).
+    Leaves ``assignments`` untouched (the kernels write them separately, see
+    ``kernels._tick_plan``, which lets XLA update the ``[N]`` arrays in place inside a scan).
     """
     cat, real = _row(data, row)
     delta = jnp.asarray(delta, jnp.int32)
