@@ -62,15 +62,29 @@ def _write_index(out_root: Path, summary, quick: bool) -> None:
     lines = [
         "# jaxsub experiment results",
         "",
-        f"Mode: {'quick' if quick else 'full'}. Each row links the experiment's report; "
+        f"Mode of this run: {'quick' if quick else 'full'}. Each row links the experiment's report; "
         "figures and metrics.json sit beside it.",
         "",
         "| experiment | status | seconds | what |",
         "|---|---|---|---|",
     ]
-    for name, status, elapsed, title in summary:
+    rows = {name: (status, f"{elapsed:.1f}", title) for name, status, elapsed, title in summary}
+    # Keep earlier results of experiments not run this time (e.g. `python -m experiments NAME`).
+    for metrics_file in sorted(out_root.glob("*/metrics.json")):
+        name = metrics_file.parent.name
+        if name in rows:
+            continue
+        try:
+            runner = json.loads(metrics_file.read_text()).get("_runner", {})
+        except (OSError, ValueError):
+            continue
+        mode = "quick" if runner.get("quick") else "full"
+        title = getattr(load(name), "TITLE", "") if name in registry() else ""
+        rows[name] = (f"{runner.get('status', '?')} (earlier {mode} run)", f"{runner.get('seconds', float('nan')):.1f}", title)
+    for name in sorted(rows):
+        status, seconds, title = rows[name]
         link = f"[{name}]({name}/report.md)" if (out_root / name / "report.md").exists() else name
-        lines.append(f"| {link} | {status} | {elapsed:.1f} | {title} |")
+        lines.append(f"| {link} | {status} | {seconds} | {title} |")
     if not summary:
         lines.append("| (no experiments registered) | | | |")
     (out_root / "index.md").write_text("\n".join(lines) + "\n")
