@@ -9,7 +9,7 @@ from scipy.special import logsumexp
 
 import jaxsub
 from jaxsub import compress
-from jaxsub.compress._cluster import _exact_stats, _repair
+from jaxsub.compress._cluster import _KDTREE_FIRST_BLOCK, _exact_stats, _kdtree_neighbours, _repair
 
 from helpers import assert_mean_matches, assert_variance_matches, variants
 
@@ -310,3 +310,43 @@ def test_gaussian_kl_is_lemma_1_on_the_sample_moments():
 def test_clear_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_kdtree_candidates_are_earlier_points_including_the_nearest_prefix_point(grouped):
+    # block-incremental search: every candidate of point i was streamed before i (so it
+    # already has a cluster), lies within 2 delta, stays in i's group, and with eps = 0 the
+    # nearest point of the prefix before i's block is always among the candidates
+    rng = np.random.default_rng(4)
+    n, delta, k = 3000, 0.15, 4
+    x = rng.uniform(-1, 1, size=(n, 3))
+    groups = rng.integers(0, 3, size=n) if grouped else np.zeros(n, dtype=np.int64)
+    nb = _kdtree_neighbours(x, delta, k, 0.0, groups if grouped else None)
+    assert nb.shape == (n, 2 * k)
+    rows, cols = np.nonzero(nb >= 0)
+    cand = nb[rows, cols]
+    assert np.all(cand < rows)
+    assert np.all(groups[cand] == groups[rows])
+    assert np.all(np.linalg.norm(x[cand] - x[rows], axis=1) <= 2 * delta)
+    checked = 0
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        for pos in range(_KDTREE_FIRST_BLOCK, idx.size, 37):
+            start = 1 << int(np.floor(np.log2(pos)))  # block [start, 2 start) of the doubling scheme
+            start = start if start >= _KDTREE_FIRST_BLOCK else 0
+            prefix = idx[:start]
+            dist = np.linalg.norm(x[prefix] - x[idx[pos]], axis=1)
+            if dist.min() <= 2 * delta:
+                assert prefix[np.argmin(dist)] in nb[idx[pos]]
+                checked += 1
+    assert checked > 50
+
+
+def test_kdtree_compression_has_no_floor_on_a_shuffled_stream():
+    # 20,000 points in 40 tight blobs in random order: Algorithm 1 needs about one cluster
+    # per blob. A search over the whole set (candidates = earlier ones among the 8 nearest)
+    # opens a new cluster whenever all 8 nearest come later, ~1/9 of the points (rho ~ 0.11)
+    x = _blobs(n=20000, d=4, centres=40, spread=0.005, seed=5)
+    cl = compress.cluster(x, 0.08, method="kdtree")
+    _check_clustering(x, cl, 0.08)
+    assert cl.rho < 0.01, cl.rho

@@ -37,11 +37,14 @@ Neighbour search (``method``):
   clusters that a streamed point hashed into it joined (Find-Nearest-Neighbor
   over the already-streamed points, deduplicated by cluster). Candidates of
   ``x_i`` are the clusters in its ``L`` buckets.
-* ``"kdtree"``: SciPy's ``cKDTree`` over the (deduplicated) points, queried
-  once, vectorised, for the ``k`` approximate nearest points within
-  ``2 delta``; the candidates of ``x_i`` are the clusters of those neighbours
-  already streamed. Far better compression than LSH at d = 9, but slow at
-  d = 784: see ``benchmarks/compress.py``.
+* ``"kdtree"``: SciPy ``cKDTree`` queries, vectorised, over block-incremental
+  trees (stream cut into blocks of doubling length): each point gets its ``k``
+  approximate nearest points within ``2 delta`` among the points of earlier
+  blocks, plus the earlier ones among its ``k`` nearest in its own block. Every
+  candidate point was streamed before ``x_i``, so the candidates of ``x_i`` are
+  the existing clusters of those points, and the result does not depend on the
+  stream order more than Algorithm 1 itself does. Far better compression than
+  LSH at d = 9, but slow at d = 784: see ``benchmarks/compress.py``.
 * ``"auto"`` (default): k-d tree for ``d <= 16``, LSH above.
 
 All candidates are checked at once: the nearest centroid within ``2 delta``
@@ -93,12 +96,16 @@ _LSH_TABLES = 3
 _LSH_WIDTH = 4.0
 _LSH_SLOTS = 16
 
-#: k-d tree settings: ``k`` nearest points queried per point (only the earlier
-#: ones are candidates, about half), approximation factor ``eps`` of SciPy's
+#: k-d tree settings: ``k`` nearest points queried per point and per tree (the
+#: prefix tree and the point's own block; up to 2k candidates), approximation factor ``eps`` of SciPy's
 #: cKDTree.query (returned j-th neighbour within (1 + eps) x the true j-th
 #: distance); eps = 1 halves the query time on flights with no measurable loss.
 _KDTREE_NEIGHBOURS = 8
 _KDTREE_EPS = 1.0
+
+#: First block of the block-incremental k-d-tree search (_earlier_neighbours);
+#: later blocks double, so there are about log2(N / 256) prefix trees.
+_KDTREE_FIRST_BLOCK = 256
 
 
 class Clustering(NamedTuple):
@@ -232,26 +239,65 @@ def _lsh_buckets(points: np.ndarray, delta: float, rng: np.random.Generator, k: 
     return out
 
 
-def _kdtree_neighbours(points: np.ndarray, delta: float, k: int, eps: float, groups=None) -> np.ndarray:
-    """Up to ``k`` approximate nearest *earlier* points within ``2 delta`` (``-1``: none), ``[n, k]``.
+def _earlier_neighbours(points: np.ndarray, delta: float, k: int, eps: float) -> np.ndarray:
+    """Up to ``2 k`` approximate nearest *earlier* points within ``2 delta``, ``[n, 2 k]`` (``-1``: none).
 
-    SciPy's ``cKDTree.query`` with ``eps``: the j-th returned neighbour is at most
-    ``(1 + eps)`` times farther than the true j-th nearest (Arya et al. 1998).
-    With ``groups``, one tree per group: neighbours never cross groups.
+    Block-incremental k-d trees, so that every point's candidates have already
+    been streamed (and so already have a cluster). The stream is cut into blocks
+    ``[s, e)`` of doubling length (``e = 2 s``, first block ``_KDTREE_FIRST_BLOCK``
+    points). For a block, (a) a tree on the prefix ``points[:s]`` gives each block
+    point its ``k`` nearest prefix points, all earlier; (b) a tree on the block
+    gives its ``k`` nearest block points, of which the earlier ones are kept
+    (points that open clusters in a region the prefix does not cover are found
+    by the later points of their block). Doubling keeps the cost at about two
+    queries per point plus O(log N) tree builds of total size O(N).
+
+    (A single tree over the whole set, queried once, returns about half later
+    points: with a random stream order a point whose k nearest all come later
+    opens a new cluster, which puts a floor of ~1/(k+1) under rho.)
     """
     from scipy.spatial import cKDTree
 
     n = points.shape[0]
-    out = np.full((n, k), -1, dtype=np.int32)
-    parts = [np.arange(n)] if groups is None else [np.flatnonzero(groups == g) for g in np.unique(groups)]
-    for rows in parts:
-        tree = cKDTree(points[rows])
-        _, idx = tree.query(points[rows], k=k + 1, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
-        idx = idx[:, 1:]
-        found = idx < rows.size
-        glob = np.where(found, rows[np.minimum(idx, rows.size - 1)], n)
-        earlier = glob < rows[:, None]  # drops "not found" (n) and later points
-        out[rows] = np.where(earlier, glob, -1)
+    out = np.full((n, 2 * k), -1, dtype=np.int32)
+    s = 0
+    while s < n:
+        e = min(n, max(2 * s, _KDTREE_FIRST_BLOCK))
+        block = points[s:e]
+        m = e - s
+        kk = min(k + 1, m)
+        _, idx = cKDTree(block).query(block, k=kk, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
+        idx = np.asarray(idx).reshape(m, kk)
+        earlier = idx < np.arange(m)[:, None]  # drops "not found" (m), itself and later points
+        # up to k earlier block points per row (the query returns k + 1 including the point
+        # itself); move the valid ones to the front (order is irrelevant: all are checked)
+        row = np.where(earlier, idx + s, -1)
+        row = -np.sort(-row, axis=1)[:, : min(k, kk)]
+        out[s:e, : row.shape[1]] = row
+        if s > 0:
+            kp = min(k, s)
+            _, idx = cKDTree(points[:s]).query(block, k=kp, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
+            idx = np.asarray(idx).reshape(m, kp)
+            out[s:e, k : k + kp] = np.where(idx < s, idx, -1)
+        s = e
+    return out
+
+
+def _kdtree_neighbours(points: np.ndarray, delta: float, k: int, eps: float, groups=None) -> np.ndarray:
+    """Candidate earlier points for every point, ``[n, 2 k]`` (``-1``: none); see :func:`_earlier_neighbours`.
+
+    SciPy's ``cKDTree.query`` with ``eps``: the j-th returned neighbour is at most
+    ``(1 + eps)`` times farther than the true j-th nearest (Arya et al. 1998).
+    With ``groups``, the search runs per group: neighbours never cross groups.
+    """
+    n = points.shape[0]
+    if groups is None:
+        return _earlier_neighbours(points, delta, k, eps)
+    out = np.full((n, 2 * k), -1, dtype=np.int32)
+    for g in np.unique(groups):
+        rows = np.flatnonzero(groups == g)  # ascending: stream order within the group
+        local = _earlier_neighbours(points[rows], delta, k, eps)
+        out[rows] = np.where(local >= 0, rows[np.maximum(local, 0)], -1)
     return out
 
 
@@ -467,8 +513,8 @@ def cluster(
         :math:`\delta > 0`, in the clustering space (after standardisation).
     method
         Neighbour search: ``"lsh"`` (E2LSH, as in the paper), ``"kdtree"``
-        (SciPy ``cKDTree``, approximate k nearest earlier points within
-        :math:`2\delta`) or ``"auto"`` (k-d tree for ``d <= 16``, else LSH).
+        (SciPy ``cKDTree`` on block-incremental trees: approximate k nearest
+        earlier points within :math:`2\delta`) or ``"auto"`` (k-d tree for ``d <= 16``, else LSH).
     key
         JAX PRNG key or integer seed for the LSH projections (``None``: seed 0).
         The clustering is a deterministic function of ``(x, radius, key)``.
