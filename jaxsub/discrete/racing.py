@@ -259,6 +259,14 @@ def _ebs_rho(t: int, n: int) -> float:
 
 #: Default cap on the chunk of indices evaluated at once.
 DEFAULT_MAX_BLOCK = 4096
+#: Default cap when ``num_states <= SMALL_D``: each chunk is one ``while_loop``
+#: iteration with a fixed cost of tens of microseconds on CPU (index permutation
+#: with its cycle-walking loop, end-of-stage elimination, loop bookkeeping), so
+#: with few states 4x larger chunks cut the per-datum cost of late stages
+#: (measured 1.2-1.3x faster at N = 1e6, D = 10) while a chunk stays
+#: ``16384 x 16`` floats (1 MiB in float32).
+DEFAULT_MAX_BLOCK_SMALL_D = 16384
+SMALL_D = 16
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
@@ -348,7 +356,8 @@ def racing(
         through the racing code path). A tiny ``delta`` tends to this.
     max_block_size
         Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
-        at least ``first_batch_size``; default ``max(4096, first_batch_size)``.
+        at least ``first_batch_size``; default ``max(16384, first_batch_size)`` for ``num_states <= 16``,
+        else ``max(4096, first_batch_size)``.
     log_factor_states_fn
         Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
         the given states only. When given, once at most ``K`` arms survive only
@@ -506,7 +515,8 @@ def _build_racing(
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(control_variate)
     if max_block_size is None:
-        max_block_size = max(DEFAULT_MAX_BLOCK, first_batch_size)
+        default_block = DEFAULT_MAX_BLOCK_SMALL_D if num_states <= SMALL_D else DEFAULT_MAX_BLOCK
+        max_block_size = max(default_block, first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
@@ -669,8 +679,10 @@ def _build_racing(
             if pairwise:
                 # Centre each datum by its mean over the surviving arms: differences
                 # l_i - l_j (hence gaps and pairwise variances) are unchanged.
+                # The row mean is a mat-vec with the weights 1 / n_alive: on CPU, XLA's
+                # row reduction over a short minor axis costs ~3x a mat-vec here.
                 n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
-                rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive
+                rz = rz - (rz @ jnp.full((rz.shape[1],), 1, dtype) / n_alive)[:, None]
             # Shifted sums ("shifted data" algorithm): shift = running mean, or the
             # first datum of the first chunk, so the chunk moments stay small.
             shift = jnp.where(s.count > 0, mean_c, rz[0])
