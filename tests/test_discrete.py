@@ -162,6 +162,31 @@ def test_compact_states_path_matches_full_path(rng_key, variance):
     assert_tv_within(xb, exact_probs(table), slack=0.05)
 
 
+def test_column_compaction_matches_states_path(rng_key):
+    """Without log_factor_states_fn and D >= 32, once at most K = D // 4 arms survive
+    only their columns enter the pairwise co-moments: the statistics equal those of
+    the log_factor_states_fn path with K = D // 4, so draws and counts agree exactly."""
+    probs = np.exp(-0.15 * np.arange(40))
+    N, D = 2000, 40
+    table = reward_table(probs / probs.sum(), N, 3e-3, seed=16)
+    t = jnp.asarray(table, jnp.float32)
+    calls = []
+
+    def states_fn(idx, states):
+        calls.append(states.shape)
+        return t[idx[:, None], states[None, :]]
+
+    columns = discrete.racing(factor_fn(table), D, N, delta=0.05)
+    states = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=D // 4)
+    xa, ia = draw(columns, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    xb, ib = draw(states, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    assert calls and all(c == (D // 4,) for c in calls)
+    np.testing.assert_array_equal(xa, xb)
+    np.testing.assert_array_equal(ia.num_evaluations, ib.num_evaluations)
+    assert ia.num_evaluations.mean() < 0.5 * N * D
+    assert_tv_within(xa, exact_probs(table), slack=0.05)
+
+
 # --------------------------------------------------------------------------- exact path, MH mode
 
 

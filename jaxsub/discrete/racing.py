@@ -267,6 +267,9 @@ DEFAULT_MAX_BLOCK = 4096
 #: ``16384 x 16`` floats (1 MiB in float32).
 DEFAULT_MAX_BLOCK_SMALL_D = 16384
 SMALL_D = 16
+#: Without ``log_factor_states_fn``, the pairwise co-moments are restricted to the
+#: surviving columns (K = D // 4) once at most K arms are alive, for D >= this.
+COLUMN_COMPACT_MIN_D = 32
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
@@ -363,7 +366,10 @@ def racing(
         the given states only. When given, once at most ``K`` arms survive only
         those are evaluated, so the wall-clock work follows ``num_evaluations``
         instead of ``num_data_used * D`` (eliminated arms cost nothing, as in
-        the paper). Must agree with ``log_factor_fn``.
+        the paper). Must agree with ``log_factor_fn``. Without it, for
+        ``variance="pairwise"`` and ``D >= 32``, all D columns are evaluated but
+        once at most ``D // 4`` arms survive only theirs enter the co-moment
+        update (same statistics, ``(D // 4)^2`` instead of ``D^2`` work per datum).
     num_compact_states
         K, the static number of states passed to ``log_factor_states_fn``
         (``2 <= K < D``; default ``min(4, D - 1)``).
@@ -530,6 +536,12 @@ def _build_racing(
         if num_states > 2:
             default_k = min(4, num_states - 1)
             K = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
+    elif variance == "pairwise" and num_states >= COLUMN_COMPACT_MIN_D:
+        # No per-state factor: all D columns are still evaluated, but once at most
+        # K = D // 4 arms survive only their columns enter the K x K co-moment
+        # update (the D x D one dominates the cost per datum for large D).
+        compact_enabled = True
+        K = num_states // 4
 
     D, N = num_states, num_data
     sizes = doubling_schedule(N, first_batch_size)
@@ -617,6 +629,8 @@ def _build_racing(
         return r
 
     def rewards_states(indices, arms, c, dtype):
+        if log_factor_states_fn is None:  # column compaction only
+            return rewards(indices, c, dtype)[:, arms]
         r = jnp.asarray(call_states(indices, arms, c.params))
         if r.shape != (indices.shape[0], K):
             raise ValueError(f"log_factor_states_fn must return shape [m, {K}]; got {r.shape}")
