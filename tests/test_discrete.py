@@ -108,6 +108,58 @@ def test_racing_within_delta_in_tv(rng_key, name):
     assert_tv_within(x, exact_probs(table), slack=delta)
 
 
+def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
+    """``exact_pass_cost``: a race still running at T >= N/4 reads all N data in
+    order for its survivors. Draws that ended earlier are the same draws as
+    without the pass; draws that took it are exact and cost at most N * D."""
+    probs = [0.1, 0.35, 0.3, 0.15, 0.1]
+    N, D, delta = 4000, 5, 0.05
+    table = reward_table(probs, N, 4e-3, seed=2)
+    with_pass = discrete.racing(factor_fn(table), D, N, delta=delta)
+    without = discrete.racing(factor_fn(table), D, N, delta=delta, exact_pass_cost=None)
+    x, info = draw(with_pass, rng_key, jnp.zeros(D, jnp.float32))
+    x0, info0 = draw(without, rng_key, jnp.zeros(D, jnp.float32))
+    check_budget(info, N, D)
+    # Stages end at T = 50, 100, ..., 1600, 3200, 4000: the stage 1600 -> 3200 is
+    # the first adding >= N / 4 random data, so races alive at T = 1600 take the pass.
+    # (A race with all 5 arms alive there stays random: the pass would push its
+    # count past N * D; it then continues exactly as without the pass.)
+    took = info.is_exact & (info.num_stages == 7)
+    assert 0.05 < took.mean() < 0.95, took.mean()
+    assert np.all(info0.num_data_used[took] > 1600)
+    np.testing.assert_array_equal(x[~took], x0[~took])
+    np.testing.assert_array_equal(info.num_evaluations[~took], info0.num_evaluations[~took])
+    np.testing.assert_array_equal(info.num_data_used[~took], info0.num_data_used[~took])
+    assert np.all(info.num_data_used[took] == N)
+    # The pass reads N data for every survivor on top of the race's count.
+    assert np.all(info.num_evaluations[took] >= N * info.num_alive[took])
+    assert_tv_within(x, exact_probs(table), slack=delta)
+    # Racing to the end at random instead: the same law within delta.
+    assert_tv_within(x0, exact_probs(table), slack=delta)
+
+
+def test_exact_pass_finds_zero_factor_of_a_survivor(rng_key):
+    """A single -inf factor of the best arm, at a datum the race rarely reaches,
+    makes that arm impossible: the pass must see it (column sum -inf)."""
+    probs = [0.2, 0.5, 0.3]
+    N, D = 4000, 3
+    table = reward_table(probs, N, 4e-3, seed=5)
+    table[N - 1, 1] = -np.inf
+    target = np.array([0.4, 0.0, 0.6])
+    # exact_pass_cost=0.01: races alive after their first stage take the pass.
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=0.01)
+    x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
+    assert not info.has_nan.any()
+    assert np.sum(target > 0) == 2  # arm 1 is impossible
+    took = info.is_exact
+    assert took.mean() > 0.1  # (races with all 3 arms alive stay random: count <= N * D)
+    assert not np.any(x[took] == 1)
+    # Without the pass the race would return the impossible arm 1 in most draws.
+    sample0 = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=None)
+    x0, _ = draw(sample0, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
+    assert np.mean(x0 == 1) > 0.2
+
+
 @pytest.mark.slow
 def test_racing_correlated_arms_pairwise_beats_marginal(rng_key):
     """Strongly correlated arms: pairwise variances need far fewer evaluations."""
@@ -423,6 +475,8 @@ def _fn(idx):
         (dict(delta=0.1, bound="ebs", reward_range=-1.0), "reward_range"),
         (dict(delta=0.1, max_block_size=0), "max_block_size"),
         (dict(delta=0.1, control_variate=3), "control_variate"),
+        (dict(delta=0.1, exact_pass_cost=0.0), "exact_pass_cost"),
+        (dict(delta=0.1, exact_pass_cost=1.5), "exact_pass_cost"),
     ],
 )
 def test_racing_bad_configuration(kwargs, match):

@@ -22,41 +22,43 @@ __all__ = ["gumbel_max", "exact_log_weights"]
 def _blocked_sums(log_factor_fn, num_states, num_data, block_size, dtype):
     """``sum_n (log f_n(i) - ref_n)`` for every i, and flags for -inf / NaN columns.
 
-    ``ref_n`` is the mean of row n (``-inf`` entries read as 0): subtracting it
-    leaves every difference between states unchanged and removes the common
-    mode (so the sums stay O(differences) and float32 keeps its precision);
-    block sums are added with Kahan compensation.
+    ``ref_n`` is the row's first entry when it is finite (else 0): subtracting a
+    per-datum constant leaves every difference between states unchanged and
+    removes the common level of the factors, so the sums stay on the scale of
+    the differences (float32 keeps its precision); block sums are added with
+    Kahan compensation. A ``-inf`` factor is not tested element by element: it
+    makes its column's sum ``-inf`` (a zero factor, probability 0), and NaN or
+    ``+inf`` make it NaN / ``+inf`` (flagged). This keeps the pass to one fused
+    subtract-and-sum per block, within ~1.5x of an unblocked ``jnp.sum`` over
+    all ``N x D`` factors (measured at N = 1e6, D in {10, 100}).
     """
     D, N = num_states, num_data
     num_blocks = -(-N // block_size)
 
     def body(carry, b):
-        total, comp, neg_inf = carry
+        total, comp = carry
         pos = b * block_size + jnp.arange(block_size, dtype=jnp.int32)
         valid = (pos < N)[:, None]
         r = jnp.asarray(log_factor_fn(jnp.minimum(pos, N - 1)))
         if r.shape != (block_size, D):
             raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={block_size}")
         r = r.astype(dtype)
-        neg = r == -jnp.inf
-        neg_inf = neg_inf | jnp.any(valid & neg, axis=0)
-        # -inf entries are recorded above and zeroed here so they do not poison the
-        # per-datum reference; NaN / +inf propagate into the sums and are caught there.
-        rs = jnp.where(valid & ~neg, r, jnp.zeros((), dtype))
-        d = jnp.where(valid, rs - jnp.mean(rs, axis=1, keepdims=True), jnp.zeros((), dtype))
-        y = jnp.sum(d, axis=0) - comp  # Kahan summation across blocks
+        ref = r[:, :1]
+        ref = jnp.where(jnp.isfinite(ref), ref, jnp.zeros((), dtype))
+        y = jnp.sum(jnp.where(valid, r - ref, jnp.zeros((), dtype)), axis=0) - comp  # Kahan summation
         t = total + y
-        comp = (t - total) - y
-        return (t, comp, neg_inf), None
+        # A non-finite total (a -inf / NaN column) would make the compensation NaN.
+        comp = jnp.where(jnp.isfinite(t), (t - total) - y, jnp.zeros((), dtype))
+        return (t, comp), None
 
     zeros = jnp.zeros((D,), dtype)
-    false = jnp.zeros((D,), bool)
-    (total, _, neg_inf), _ = jax.lax.scan(body, (zeros, zeros, false), jnp.arange(num_blocks, dtype=jnp.int32))
-    bad = ~jnp.isfinite(total)  # a NaN / +inf factor anywhere (or +inf and -inf mixed)
+    (total, _), _ = jax.lax.scan(body, (zeros, zeros), jnp.arange(num_blocks, dtype=jnp.int32))
+    neg_inf = total == -jnp.inf
+    bad = jnp.isnan(total) | (total == jnp.inf)  # a NaN / +inf factor (or +inf and -inf mixed)
     return total, neg_inf, bad
 
 
-def exact_log_weights(log_factor_fn, num_states: int, num_data: int, log_f0: Array, *, block_size: int = 8192):
+def exact_log_weights(log_factor_fn, num_states: int, num_data: int, log_f0: Array, *, block_size: int = 32768):
     """``log f0(i) + sum_n log f_n(i)`` up to a constant common to all states.
 
     Returns the (unnormalised) log-probabilities, ``-inf`` for states with a zero
@@ -77,7 +79,7 @@ def gumbel_max(
     num_states: int,
     num_data: int,
     *,
-    block_size: int = 8192,
+    block_size: int = 32768,
     gumbel_noise: bool = True,
 ) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
     """Exact sampler: Gumbel-max over all ``N x D`` factors (eq. 2).

@@ -218,6 +218,8 @@ class _RaceState(NamedTuple):
     has_nan: Array  # bool
     num_evaluations: Array  # int32
     stage: Array  # int32, index of the current stage (0-based)
+    exact_pass: Array  # bool: finishing with the contiguous exact pass (``exact_pass_cost``)
+    pass_comp: Array  # [D] Kahan compensation of the exact pass's sums
 
 
 def _check_common(num_states, num_data, first_batch_size):
@@ -258,7 +260,7 @@ def _ebs_rho(t: int, n: int) -> float:
 
 
 #: Default cap on the chunk of indices evaluated at once.
-DEFAULT_MAX_BLOCK = 4096
+DEFAULT_MAX_BLOCK = 16384
 #: Default cap when ``num_states <= SMALL_D``: each chunk is one ``while_loop``
 #: iteration with a fixed cost of tens of microseconds on CPU (index permutation
 #: with its cycle-walking loop, end-of-stage elimination, loop bookkeeping), so
@@ -270,6 +272,13 @@ SMALL_D = 16
 #: Without ``log_factor_states_fn``, the pairwise co-moments are restricted to the
 #: surviving columns (K = D // 4) once at most K arms are alive, for D >= this.
 COLUMN_COMPACT_MIN_D = 32
+
+#: Default ``exact_pass_cost``: a datum read in index order costs about a quarter
+#: of a datum drawn at random (permutation, random gather, D x D co-moments),
+#: measured on CPU at N = 1e6 with the Gaussian factor of benchmarks/discrete.py,
+#: so from the stage that would add >= N / 4 random data on, one contiguous pass
+#: over all N is cheaper than the stage (and every later one).
+DEFAULT_EXACT_PASS_COST = 0.25
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
@@ -318,6 +327,7 @@ def racing(
     log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
     num_compact_states: int | None = None,
     group_size: int = 16,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
 ) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
@@ -375,6 +385,18 @@ def racing(
         (``2 <= K < D``; default ``min(4, D - 1)``).
     group_size
         Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
+    exact_pass_cost
+        c in (0, 1], or None to disable. The cost of one pass over all N data in
+        index order (contiguous reads, no permutation, no co-moments), relative
+        to drawing N data at random. At the first stage t >= 2 whose new random
+        data would cost more, ``m_t = T_t - T_{t-1} >= c N``, a race still
+        running stops drawing at random and computes the exact means of the
+        surviving arms in that pass, then returns their argmax. This only
+        removes error events (the decision among survivors becomes exact), so
+        the TV bound of Prop. 1 still holds; ``info.num_evaluations`` counts
+        the pass's ``N x (surviving arms)`` rewards on top of the race's. The
+        default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
+        Ignored when ``exact=True``.
 
     Returns
     -------
@@ -400,7 +422,7 @@ def racing(
         log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
         variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
         exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
-        num_compact_states=num_compact_states, group_size=group_size, with_params=False,
+        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=False,
     )
 
     def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
@@ -438,6 +460,7 @@ def racing_batch(
     max_block_size: int | None = None,
     log_factor_states_fn: Callable[[Array, Array, object], Array] | None = None,
     num_compact_states: int | None = None,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
 ) -> Callable[[PRNGKey, Array, object], tuple[Array, RacingInfo]]:
     """Racing for a batch of B draws whose targets differ by per-draw parameters.
 
@@ -467,6 +490,8 @@ def racing_batch(
         ``h_mean`` an array ``[D]`` or a function ``h_mean(params) -> [D]``.
     log_factor_states_fn
         Optional ``fn(indices [m], states [K], params) -> Array[m, K]`` (see :func:`racing`).
+    exact_pass_cost
+        As in :func:`racing`.
 
     Returns
     -------
@@ -489,7 +514,7 @@ def racing_batch(
         log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
         variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
         exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
-        num_compact_states=num_compact_states, group_size=group_size, with_params=True,
+        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=True,
     )
 
     def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None) -> tuple[Array, RacingInfo]:
@@ -504,7 +529,8 @@ def racing_batch(
 
 def _build_racing(
     log_factor_fn, num_states, num_data, *, delta, first_batch_size, bound, variance, reward_range, control_variate,
-    gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, with_params,
+    gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, exact_pass_cost,
+    with_params,
 ):
     """Validate the configuration and build the engine (see :func:`racing`, :func:`racing_batch`).
 
@@ -549,6 +575,16 @@ def _build_racing(
     pairwise = variance == "pairwise"
 
     can_eliminate = not exact and num_stages > 1
+    # Stage at which a still-running race switches to one contiguous exact pass
+    # (see ``exact_pass_cost``); None: the race runs all its stages at random.
+    switch_stage = None
+    if exact_pass_cost is not None:
+        exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
+        if can_eliminate:
+            for t in range(1, num_stages):
+                if sizes[t] - sizes[t - 1] >= exact_pass_cost * N:
+                    switch_stage = t
+                    break
     coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance)
     groups = _chunk_groups(sizes, first_batch_size, max_block_size)
     group_size = check_int("group_size", group_size, low=1)
@@ -604,6 +640,8 @@ def _build_racing(
             has_nan=bad0,
             num_evaluations=jnp.zeros((), jnp.int32),
             stage=jnp.zeros((), jnp.int32),
+            exact_pass=jnp.zeros((), bool),
+            pass_comp=jnp.zeros((D,), dtype),
         )
         ctx = _Ctx(
             round_keys=round_keys,
@@ -730,7 +768,7 @@ def _build_racing(
                 kept = eliminate(mean_d, m2, alive, stage_c, count, c)
                 alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
             done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
-            return _RaceState(
+            return s._replace(
                 count=count,
                 mean_d=mean_d,
                 m2=m2,
@@ -743,19 +781,108 @@ def _build_racing(
 
         return body
 
+    def make_pass_body(csize: int, compact: bool):
+        """One chunk of the exact pass: indices ``count, ..., count + csize - 1`` in
+        order (up to N), plain sums of the surviving arms' rewards in ``mean_d``.
+
+        As in :func:`jaxsub.discrete.gumbel_max`, each datum's rewards are taken
+        relative to its first evaluated column (a per-datum constant: differences
+        are unchanged, the common level is removed), chunk sums are added with
+        Kahan compensation, and a ``-inf`` reward shows as a ``-inf`` sum (read
+        at the end of the pass) instead of an element-wise test. The alive set is
+        fixed during the pass, so ``compact`` evaluates the same K arms throughout.
+        """
+
+        def body(s: _RaceState, c: _Ctx) -> _RaceState:
+            dtype = s.mean_d.dtype
+            pos = s.count + jnp.arange(csize, dtype=jnp.int32)
+            valid = (pos < N)[:, None]
+            indices = jnp.minimum(pos, N - 1)
+            if compact:
+                arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)
+                r = rewards_states(indices, arms, c, dtype)
+            else:
+                r = rewards(indices, c, dtype)
+            ref = r[:, :1]
+            ref = jnp.where(jnp.isfinite(ref), ref, jnp.zeros((), dtype))
+            y = jnp.sum(jnp.where(valid, r - ref, jnp.zeros((), dtype)), axis=0)
+            if compact:
+                y = jnp.zeros((D,), dtype).at[arms].set(jnp.where(s.alive[arms], y, 0))
+            y = jnp.where(s.alive, y, jnp.zeros((), dtype)) - s.pass_comp  # Kahan summation
+            total = s.mean_d + y
+            comp = jnp.where(jnp.isfinite(total), (total - s.mean_d) - y, jnp.zeros((), dtype))
+            n_new = jnp.minimum(N - s.count, csize).astype(jnp.int32)
+            count = s.count + n_new
+            num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
+            at_end = count >= N
+            # End of the pass: totals -> means; -inf sums are zero factors; NaN / +inf are flagged.
+            dead = at_end & (total == -jnp.inf)
+            alive = s.alive & ~dead
+            bad = at_end & jnp.any(alive & ~jnp.isfinite(total))
+            mean_d = jnp.where(at_end, jnp.where(alive, total / N, jnp.zeros((), dtype)), total)
+            return s._replace(
+                count=count, mean_d=mean_d, alive=alive, pass_comp=comp,
+                done=s.done | at_end | bad | ~jnp.any(alive), has_nan=s.has_nan | bad, num_evaluations=num_eval,
+            )
+
+        return body
+
     # Stages with the same chunk size share one loop (few loops: short compile).
     # With log_factor_states_fn, a second loop per group evaluates only the <= K
     # surviving arms once no more than K remain.
     loop_specs = []
-    for chunk_size, last_stage in groups:
+
+    def race_specs(first_stage: int, last_stage: int, chunk_size: int, skip_pass: bool):
+        """Loops over stages first_stage..last_stage with one chunk size; with
+        ``skip_pass``, draws finishing with the exact pass are left alone."""
+
+        def running(s):
+            r = ~s.done & (s.stage <= last_stage)
+            return r & ~s.exact_pass if skip_pass else r
+
         if compact_enabled:
             loop_specs.append((
-                lambda s, last=last_stage: ~s.done & (s.stage <= last) & (jnp.sum(s.alive, dtype=jnp.int32) > K),
-                make_body(chunk_size, False),
+                lambda s: running(s) & (jnp.sum(s.alive, dtype=jnp.int32) > K), make_body(chunk_size, False)
             ))
-            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, True)))
+            loop_specs.append((running, make_body(chunk_size, True)))
         else:
-            loop_specs.append((lambda s, last=last_stage: ~s.done & (s.stage <= last), make_body(chunk_size, False)))
+            loop_specs.append((running, make_body(chunk_size, False)))
+
+    first = 0
+    after_switch = []  # the stages >= switch_stage, for races that do not take the pass
+    for chunk_size, last_stage in groups:
+        if switch_stage is None or last_stage < switch_stage:
+            race_specs(first, last_stage, chunk_size, False)
+        else:
+            if first < switch_stage:
+                race_specs(first, switch_stage - 1, chunk_size, False)
+            after_switch.append((max(first, switch_stage), last_stage, chunk_size))
+        first = last_stage + 1
+    if switch_stage is not None:
+        # A race still running at ``switch_stage`` takes the exact pass when that
+        # keeps its count within the exact sampler's (num_evaluations <= N * D):
+        # it restarts its means at T = 0 and reads all N data in order for its
+        # surviving arms. Other races go on with the random stages.
+        def start_pass(s, c):
+            n_alive = jnp.sum(s.alive, dtype=jnp.int32)
+            take = ~s.done & (n_alive * N <= N * D - s.num_evaluations)
+            return s._replace(
+                count=jnp.where(take, 0, s.count).astype(jnp.int32),
+                mean_d=jnp.where(take, jnp.zeros_like(s.mean_d), s.mean_d),  # the pass's running sums
+                exact_pass=take,
+            )
+
+        loop_specs.append(("map", start_pass))
+        for first_stage, last_stage, chunk_size in after_switch:
+            race_specs(first_stage, last_stage, chunk_size, True)
+        in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
+        if compact_enabled:
+            loop_specs.append((
+                lambda s: in_pass(s) & (jnp.sum(s.alive, dtype=jnp.int32) > K), make_pass_body(max_block_size, False)
+            ))
+            loop_specs.append((in_pass, make_pass_body(max_block_size, True)))
+        else:
+            loop_specs.append((in_pass, make_pass_body(max_block_size, False)))
 
     def finish(state, c):
         x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
@@ -773,7 +900,10 @@ def _build_racing(
     def single(rng_key, log_f0, params, coef_a, coef_b):
         state, ctx = init(rng_key, log_f0, params, coef_a, coef_b)
         for cond, body in loop_specs:
-            state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
+            if cond == "map":
+                state = body(state, ctx)
+            else:
+                state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
         return finish(state, ctx)
 
     def batched(rng_keys, log_f0s, params, coef_a, coef_b):
@@ -786,7 +916,10 @@ def _build_racing(
             raise ValueError(f"rng_keys and every params leaf must have leading axis {B} (= log_f0s.shape[0])")
         states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None))(rng_keys, log_f0s, params, coef_a, coef_b)
         for cond, body in loop_specs:
-            states = _run_batched(cond, body, states, ctxs, min(group_size, B))
+            if cond == "map":
+                states = jax.vmap(body)(states, ctxs)
+            else:
+                states = _run_batched(cond, body, states, ctxs, min(group_size, B))
         return jax.vmap(finish)(states, ctxs)
 
     return single, batched, coef_a, coef_b
