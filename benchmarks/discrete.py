@@ -1,19 +1,29 @@
 """Racing-Normal vs the exact Gumbel-max sampler (jaxsub.discrete), ratios in one run.
 
-Target: ``x ~ p(x) ∝ prod_n N(y_n | mu_x, 1)`` over D candidate means ``mu_x``
-(a discretised location parameter: the Gibbs step of a model with a discrete
-parameter), N data. Three factors:
+Target: ``x ~ p(x) ∝ prod_n f_n(x)`` over D candidate parameters, N = 1e6 data.
+Four factors, from the cheapest to a realistic per-arm model:
 
-* ``gauss``: ``log_factor_fn`` computes the Gaussian log-likelihood of the
-  gathered data under all D candidates (the realistic case: work ~ data x D);
+* ``gauss``: ``log f_n(i) = -(y_n - mu_i)^2 / 2``, D candidate means of a
+  Gaussian location (a discretised parameter: the Gibbs step of a model with
+  a discrete parameter). Three flops per reward: the exact sampler runs at
+  SIMD / memory speed (~0.1-0.5 ns per reward), the hardest case for racing,
+  whose every datum costs a permutation, a random gather and the moments.
 * ``gauss+cv``: the same with the second-order Taylor control variate of eq. 11
   (exact for a Gaussian likelihood, so rewards have ~zero variance);
-* ``table``: precomputed factors, ``log_factor_fn`` is a gather from an [N, D] table.
+* ``table``: precomputed factors, ``log_factor_fn`` is a gather from an [N, D] table;
+* ``logistic``: ``log f_n(i) = log sigmoid(t_n x_n . w_i)``, D candidate weight
+  vectors ``w_i`` in R^32 (candidate models of a logistic regression, each
+  reward a 32-dimensional dot product and a log-sigmoid): the regime the paper
+  has in mind, where a reward costs far more than the racing bookkeeping.
 
 Racing gets ``log_factor_states_fn`` (the same factors for a subset of states)
 so that once at most K = 4 arms survive only those are evaluated (without it the
 wall-clock limit is ``data_ratio``: every index drawn costs D factors). With the
 control variate every race ends after the first stage, so it is not needed there.
+
+The data are passed to the jitted samplers as arguments (closed-over arrays
+would be compile-time constants, which XLA may fold). The exact baseline is
+``jaxsub.discrete.gumbel_max`` (blocks of 32768 data, one fused pass per block).
 
 Columns: ``eval_ratio = N D / mean(num_evaluations)`` (the paper's count, the
 physical limit of the speedup when eliminated arms cost nothing);
@@ -46,11 +56,31 @@ TITLE = "Racing-Normal vs exact Gumbel-max: wall-clock and evaluation ratios (N 
 DELTA = 0.05
 
 
+NUM_FEATURES = 32
+
+
 def _problem(N: int, D: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     y = jnp.asarray(rng.standard_normal(N) * 1.0 + 0.1234, jnp.float32)
     mus = jnp.asarray(np.linspace(-0.5, 0.5, D), jnp.float32)
     return y, mus
+
+
+def _logistic_problem(N: int, D: int, seed: int = 0):
+    """Labels ``t_n = +-1`` from a logistic model with unit-norm weights ``w*``;
+    the D candidates are ``w* + c_i v`` along a random unit direction ``v`` with
+    ``c_i`` on a grid over [-2, 2] shifted so that no candidate is ``w*``."""
+    rng = np.random.default_rng(seed)
+    d = NUM_FEATURES
+    x = rng.standard_normal((N, d)).astype(np.float32)
+    w_true = rng.standard_normal(d)
+    w_true /= np.linalg.norm(w_true)
+    t = np.where(rng.uniform(size=N) < 1 / (1 + np.exp(-(x @ w_true))), 1.0, -1.0).astype(np.float32)
+    v = rng.standard_normal(d)
+    v /= np.linalg.norm(v)
+    c = np.linspace(-2.0, 2.0, D) + 0.1234
+    w = (w_true[:, None] + v[:, None] * c[None, :]).astype(np.float32)  # [d, D]
+    return jnp.asarray(x * t[:, None]), jnp.asarray(w)  # rows t_n x_n
 
 
 def _loglik(theta, yn):
@@ -65,31 +95,44 @@ def _gauss_states_fn(y, mus):
     return lambda idx, states: _loglik(mus[states][None, :], y[idx][:, None])
 
 
-def _samplers(kind, y, mus, N, D):
-    if kind == "table":
-        table = _loglik(mus[None, :], y[:, None])  # [N, D], precomputed once
+def _build(kind, data, N, D):
+    """``(exact, racing)`` samplers of ``kind`` over the arrays ``data`` (traced)."""
+    if kind == "logistic":
+        tx, w = data
+        fn = lambda idx: jax.nn.log_sigmoid(tx[idx] @ w)  # noqa: E731
+        states_fn = lambda idx, states: jax.nn.log_sigmoid(tx[idx] @ w[:, states])  # noqa: E731
+    elif kind == "table":
+        table = data[0]
         fn = lambda idx: table[idx]  # noqa: E731
         states_fn = lambda idx, states: table[idx[:, None], states[None, :]]  # noqa: E731
     else:
+        y, mus = data
         fn, states_fn = _gauss_fn(y, mus), _gauss_states_fn(y, mus)
-    cv = discrete.taylor_control_variate(_loglik, mus, y) if kind == "gauss+cv" else None
-    exact = discrete.gumbel_max(fn, D, N, block_size=1 << 15)
+    cv = None
+    if kind == "gauss+cv":
+        y, mus = data
+        cv = discrete.taylor_control_variate(_loglik, mus, y)
+    exact = discrete.gumbel_max(fn, D, N)
     race = discrete.racing(
-        fn, D, N, delta=DELTA, control_variate=cv, max_block_size=1 << 14,
+        fn, D, N, delta=DELTA, control_variate=cv,
         log_factor_states_fn=None if cv is not None else states_fn,
     )
     return exact, race
 
 
 def _single_rows(kind, N, D, repeats):
-    y, mus = _problem(N, D)
-    exact, race = _samplers(kind, y, mus, N, D)
+    if kind == "logistic":
+        data = _logistic_problem(N, D)
+    else:
+        y, mus = _problem(N, D)
+        data = (_loglik(mus[None, :], y[:, None]),) if kind == "table" else (y, mus)  # table: [N, D] once
+    exact_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[0](k, f0))
+    race_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[1](k, f0))
     log_f0 = jnp.zeros(D, jnp.float32)
-    exact_j, race_j = jax.jit(exact), jax.jit(race)
     keys = jax.random.split(jax.random.key(1), 1000)
-    timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0), repeats=repeats)
+    timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
     # Evaluation counts over 200 further draws (not timed).
-    infos = [race_j(keys[500 + i], log_f0)[1] for i in range(200)]
+    infos = [race_j(keys[500 + i], log_f0, data)[1] for i in range(200)]
     evals = np.mean([int(i.num_evaluations) for i in infos])
     used = np.mean([int(i.num_data_used) for i in infos])
     return dict(
@@ -107,41 +150,47 @@ def _vmap_rows(kind, N, D, draws, repeats):
     ``params``), each against the same vmapped exact sampler, in one run."""
     y, mus0 = _problem(N, D)
     rng = np.random.default_rng(2)
-    ym, ycov = discrete.data_moments(y)
+    ym, ycov = discrete.data_moments(y)  # computed once, passed in (as a user would)
 
-    def cv_for(mus):
+    def cv_for(mus, data):
+        y, ym, ycov = data
         return discrete.taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov)
 
-    def build(shift):
+    def build(shift, data):
+        y = data[0]
         mus = mus0 + shift
         fn = _gauss_fn(y, mus)
-        cv = cv_for(mus) if kind == "gauss+cv" else None
+        cv = cv_for(mus, data) if kind == "gauss+cv" else None
         return (
-            discrete.gumbel_max(fn, D, N, block_size=1 << 15),
+            discrete.gumbel_max(fn, D, N),
             discrete.racing(
-                fn, D, N, delta=DELTA, control_variate=cv, max_block_size=1 << 14,
+                fn, D, N, delta=DELTA, control_variate=cv,
                 log_factor_states_fn=None if cv is not None else _gauss_states_fn(y, mus),
             ),
         )
 
-    # The batched sampler: the same target, the shift passed as per-draw params.
-    batch_cv = None
-    if kind == "gauss+cv":
-        batch_cv = (lambda idx, sh: cv_for(mus0 + sh).fn(idx), lambda sh: cv_for(mus0 + sh).mean)
-    race_b = discrete.racing_batch(
-        lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]), D, N, delta=DELTA,
-        control_variate=batch_cv, max_block_size=1 << 14,
-        log_factor_states_fn=None if batch_cv is not None else (
-            lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
-    )
-    exact_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[0](k, f0)))
-    race_v = jax.jit(jax.vmap(lambda k, s, f0: build(s)[1](k, f0)))
-    batch_j = jax.jit(lambda k, s, f0: race_b(k, f0, s))
+    def build_batch(data):
+        """The batched sampler: the same target, the shift passed as per-draw params."""
+        y = data[0]
+        batch_cv = None
+        if kind == "gauss+cv":
+            batch_cv = (lambda idx, sh: cv_for(mus0 + sh, data).fn(idx), lambda sh: cv_for(mus0 + sh, data).mean)
+        return discrete.racing_batch(
+            lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]), D, N, delta=DELTA,
+            control_variate=batch_cv,
+            log_factor_states_fn=None if batch_cv is not None else (
+                lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
+        )
+
+    data = (y, ym, ycov)
+    exact_v = jax.jit(lambda k, s, f0, data: jax.vmap(lambda k, s, f0: build(s, data)[0](k, f0))(k, s, f0))
+    race_v = jax.jit(lambda k, s, f0, data: jax.vmap(lambda k, s, f0: build(s, data)[1](k, f0))(k, s, f0))
+    batch_j = jax.jit(lambda k, s, f0, data: build_batch(data)(k, f0, s))
 
     def args(i):
         keys = jax.random.split(jax.random.key(100 + i), draws)
         shifts = jnp.asarray(rng.uniform(-0.05, 0.05, draws), jnp.float32)
-        return keys, shifts, jnp.zeros((draws, D), jnp.float32)
+        return keys, shifts, jnp.zeros((draws, D), jnp.float32), data
 
     rows = []
     count_args = args(10_000)  # the same draws give both rows' evaluation counts
@@ -166,7 +215,7 @@ def run(*, quick: bool) -> list[dict]:
     repeats = 3 if quick else 7
     rows = []
     for D in (10, 100):
-        for kind in ("gauss", "gauss+cv", "table"):
+        for kind in ("gauss", "gauss+cv", "table", "logistic"):
             rows.append(_single_rows(kind, N, D, repeats))
             print(rows[-1])
     # vmap over 256 draws: the exact baseline does 256 N D evaluations per call, so

@@ -237,6 +237,15 @@ def test_column_compaction_matches_states_path(rng_key):
     np.testing.assert_array_equal(ia.num_evaluations, ib.num_evaluations)
     assert ia.num_evaluations.mean() < 0.5 * N * D
     assert_tv_within(xa, exact_probs(table), slack=0.05)
+    # Two compaction levels (D // 4 = 10, then K = 2): the same draws again.
+    assert discrete.racing.__globals__["_compaction_levels"](D, 2) == [10, 2]
+    calls.clear()
+    levels = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2)
+    xc, ic = draw(levels, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
+    assert set(calls) == {(10,), (2,)}
+    np.testing.assert_array_equal(xa, xc)
+    np.testing.assert_array_equal(ia.num_evaluations, ic.num_evaluations)
+    np.testing.assert_array_equal(ia.num_data_used, ic.num_data_used)
 
 
 # --------------------------------------------------------------------------- exact path, MH mode

@@ -48,8 +48,10 @@ Implementation notes
   sum of its draws' work, not B times the slowest.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
-  With ``log_factor_states_fn``, a second loop per chunk size evaluates only the
-  ``K`` surviving arms once no more remain, so the work follows the count.
+  With ``log_factor_states_fn``, further loops per chunk size evaluate only the
+  ``K_j`` first surviving arms once no more than ``K_j`` remain, for the
+  compaction levels ``K_j = D // 4, D // 16, ..., K`` (:func:`_compaction_levels`),
+  so the work (evaluations and ``K_j^2`` co-moments per datum) follows the count.
 * Numerics: with pairwise variances each datum's rewards are centred by their
   mean over the surviving arms (this leaves every difference ``l_i - l_j``,
   hence the gaps and pairwise variances, unchanged, and removes the common mode
@@ -270,7 +272,8 @@ DEFAULT_MAX_BLOCK = 16384
 DEFAULT_MAX_BLOCK_SMALL_D = 16384
 SMALL_D = 16
 #: Without ``log_factor_states_fn``, the pairwise co-moments are restricted to the
-#: surviving columns (K = D // 4) once at most K arms are alive, for D >= this.
+#: surviving columns (levels D // 4, D // 16, ..., 4) once at most that many arms
+#: are alive, for D >= this.
 COLUMN_COMPACT_MIN_D = 32
 
 #: Default ``exact_pass_cost``: a datum read in index order costs about a quarter
@@ -308,6 +311,18 @@ def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tup
         else:
             groups.append((c, t))
     return groups
+
+
+def _compaction_levels(num_states: int, k_min: int) -> list[int]:
+    """``[D // 4, D // 16, ..., k_min]``: each level a quarter of the previous one
+    (co-moment work per datum drops 16x per level), stopping before a level
+    would be under twice ``k_min``; at least ``[k_min]``."""
+    levels = []
+    k = num_states // LADDER
+    while k >= 2 * k_min:
+        levels.append(k)
+        k //= LADDER
+    return levels + [k_min]
 
 
 def racing(
@@ -370,18 +385,20 @@ def racing(
     max_block_size
         Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
         at least ``first_batch_size``; default ``max(16384, first_batch_size)`` for ``num_states <= 16``,
-        else ``max(4096, first_batch_size)``.
+        else ``max(16384, first_batch_size)``.
     log_factor_states_fn
-        Optional ``fn(indices [m], states [K]) -> Array[m, K]``: ``log f_n(i)`` for
-        the given states only. When given, once at most ``K`` arms survive only
-        those are evaluated, so the wall-clock work follows ``num_evaluations``
-        instead of ``num_data_used * D`` (eliminated arms cost nothing, as in
-        the paper). Must agree with ``log_factor_fn``. Without it, for
-        ``variance="pairwise"`` and ``D >= 32``, all D columns are evaluated but
-        once at most ``D // 4`` arms survive only theirs enter the co-moment
-        update (same statistics, ``(D // 4)^2`` instead of ``D^2`` work per datum).
+        Optional ``fn(indices [m], states [k]) -> Array[m, k]``: ``log f_n(i)`` for
+        the given states only. When given, once at most ``k`` arms survive only
+        those are evaluated, for the static levels ``k = D // 4, D // 16, ...,
+        K`` (each a quarter of the previous, none under ``2 K`` but the last),
+        so the wall-clock work follows ``num_evaluations`` instead of
+        ``num_data_used * D`` (eliminated arms cost nothing, as in the paper).
+        Must agree with ``log_factor_fn``; it is traced once per level. Without
+        it, for ``variance="pairwise"`` and ``D >= 32``, all D columns are
+        evaluated but once at most ``k`` arms survive only theirs enter the
+        co-moment update (same statistics, ``k^2`` instead of ``D^2`` work per datum).
     num_compact_states
-        K, the static number of states passed to ``log_factor_states_fn``
+        K, the smallest number of states passed to ``log_factor_states_fn``
         (``2 <= K < D``; default ``min(4, D - 1)``).
     group_size
         Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
@@ -554,20 +571,23 @@ def _build_racing(
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     gumbel_noise = bool(gumbel_noise)
     exact = bool(exact)
-    compact_enabled = log_factor_states_fn is not None and num_states > 2
-    K = num_states
+    # Compaction levels K_1 > K_2 > ... > K_last: while more than K_1 arms are alive
+    # every column is used; once at most K_j are, only the first K_j alive arms are
+    # evaluated (with log_factor_states_fn) and enter the K_j x K_j co-moments.
+    levels: list[int] = []
     if log_factor_states_fn is not None:
         if not callable(log_factor_states_fn):
             raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
         if num_states > 2:
             default_k = min(4, num_states - 1)
-            K = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
+            k_min = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
+            levels = _compaction_levels(num_states, k_min)
     elif variance == "pairwise" and num_states >= COLUMN_COMPACT_MIN_D:
         # No per-state factor: all D columns are still evaluated, but once at most
-        # K = D // 4 arms survive only their columns enter the K x K co-moment
-        # update (the D x D one dominates the cost per datum for large D).
-        compact_enabled = True
-        K = num_states // 4
+        # K_j arms survive only their columns enter the K_j x K_j co-moment update
+        # (the D x D one dominates the cost per datum for large D).
+        levels = _compaction_levels(num_states, 4)
+    compact_enabled = bool(levels)
 
     D, N = num_states, num_data
     sizes = doubling_schedule(N, first_batch_size)
@@ -670,8 +690,8 @@ def _build_racing(
         if log_factor_states_fn is None:  # column compaction only
             return rewards(indices, c, dtype)[:, arms]
         r = jnp.asarray(call_states(indices, arms, c.params))
-        if r.shape != (indices.shape[0], K):
-            raise ValueError(f"log_factor_states_fn must return shape [m, {K}]; got {r.shape}")
+        if r.shape != (indices.shape[0], arms.shape[0]):
+            raise ValueError(f"log_factor_states_fn must return shape [m, {arms.shape[0]}]; got {r.shape}")
         r = r.astype(dtype)
         if cv is not None:  # the control variate is evaluated for all D states, then gathered
             r = r - jnp.asarray(call_cv(indices, c.params)).astype(dtype)[:, arms] + c.h_mean[arms][None, :]
@@ -699,10 +719,12 @@ def _build_racing(
             threshold = g[best] + g
         return alive & ~(gap > threshold)
 
-    def make_body(csize: int, compact: bool):
-        """One chunk of ``csize`` indices. ``compact``: only the first ``K`` surviving
-        arms (all of them, since the loop runs when ``n_alive <= K``) are evaluated,
-        through ``log_factor_states_fn``; statistics live in the full [D] arrays."""
+    def make_body(csize: int, k: int | None):
+        """One chunk of ``csize`` indices. ``k`` (a compaction level): only the first
+        ``k`` surviving arms (all of them, since the loop runs when ``n_alive <= k``)
+        are evaluated, through ``log_factor_states_fn``; statistics live in the
+        full [D] arrays. ``k = None``: all D columns."""
+        compact = k is not None
 
         def body(s: _RaceState, c: _Ctx) -> _RaceState:
             dtype = s.mean_d.dtype
@@ -711,7 +733,7 @@ def _build_racing(
             valid = pos < stop
             indices = permutation_indices(c.round_keys, jnp.minimum(pos, N - 1), N)
             if compact:
-                arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)  # alive arms first
+                arms = jnp.argsort(~s.alive, stable=True)[:k].astype(jnp.int32)  # alive arms first
                 r = rewards_states(indices, arms, c, dtype)
                 alive_c = s.alive[arms]
                 mean_c = s.mean_d[arms]
@@ -781,7 +803,7 @@ def _build_racing(
 
         return body
 
-    def make_pass_body(csize: int, compact: bool):
+    def make_pass_body(csize: int, k: int | None):
         """One chunk of the exact pass: indices ``count, ..., count + csize - 1`` in
         order (up to N), plain sums of the surviving arms' rewards in ``mean_d``.
 
@@ -790,8 +812,9 @@ def _build_racing(
         are unchanged, the common level is removed), chunk sums are added with
         Kahan compensation, and a ``-inf`` reward shows as a ``-inf`` sum (read
         at the end of the pass) instead of an element-wise test. The alive set is
-        fixed during the pass, so ``compact`` evaluates the same K arms throughout.
+        fixed during the pass, so a level ``k`` evaluates the same k arms throughout.
         """
+        compact = k is not None
 
         def body(s: _RaceState, c: _Ctx) -> _RaceState:
             dtype = s.mean_d.dtype
@@ -799,7 +822,7 @@ def _build_racing(
             valid = (pos < N)[:, None]
             indices = jnp.minimum(pos, N - 1)
             if compact:
-                arms = jnp.argsort(~s.alive, stable=True)[:K].astype(jnp.int32)
+                arms = jnp.argsort(~s.alive, stable=True)[:k].astype(jnp.int32)
                 r = rewards_states(indices, arms, c, dtype)
             else:
                 r = rewards(indices, c, dtype)
@@ -828,9 +851,22 @@ def _build_racing(
         return body
 
     # Stages with the same chunk size share one loop (few loops: short compile).
-    # With log_factor_states_fn, a second loop per group evaluates only the <= K
-    # surviving arms once no more than K remain.
+    # With compaction levels, one more loop per group and level evaluates only the
+    # <= K_j surviving arms once no more than K_j remain.
     loop_specs = []
+
+    def n_alive(s):
+        return jnp.sum(s.alive, dtype=jnp.int32)
+
+    def level_specs(running, make):
+        """(cond, body) for all D columns, then each compaction level in turn."""
+        if not levels:
+            loop_specs.append((running, make(None)))
+            return
+        loop_specs.append((lambda s: running(s) & (n_alive(s) > levels[0]), make(None)))
+        for j, k in enumerate(levels):
+            below = levels[j + 1] if j + 1 < len(levels) else 0
+            loop_specs.append((lambda s, below=below: running(s) & (n_alive(s) > below), make(k)))
 
     def race_specs(first_stage: int, last_stage: int, chunk_size: int, skip_pass: bool):
         """Loops over stages first_stage..last_stage with one chunk size; with
@@ -840,13 +876,7 @@ def _build_racing(
             r = ~s.done & (s.stage <= last_stage)
             return r & ~s.exact_pass if skip_pass else r
 
-        if compact_enabled:
-            loop_specs.append((
-                lambda s: running(s) & (jnp.sum(s.alive, dtype=jnp.int32) > K), make_body(chunk_size, False)
-            ))
-            loop_specs.append((running, make_body(chunk_size, True)))
-        else:
-            loop_specs.append((running, make_body(chunk_size, False)))
+        level_specs(running, lambda k: make_body(chunk_size, k))
 
     first = 0
     after_switch = []  # the stages >= switch_stage, for races that do not take the pass
@@ -876,13 +906,7 @@ def _build_racing(
         for first_stage, last_stage, chunk_size in after_switch:
             race_specs(first_stage, last_stage, chunk_size, True)
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
-        if compact_enabled:
-            loop_specs.append((
-                lambda s: in_pass(s) & (jnp.sum(s.alive, dtype=jnp.int32) > K), make_pass_body(max_block_size, False)
-            ))
-            loop_specs.append((in_pass, make_pass_body(max_block_size, True)))
-        else:
-            loop_specs.append((in_pass, make_pass_body(max_block_size, False)))
+        level_specs(in_pass, lambda k: make_pass_body(max_block_size, k))
 
     def finish(state, c):
         x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
