@@ -741,36 +741,38 @@ def _build_racing(
                 r = rewards(indices, c, dtype)
                 alive_c = s.alive
                 mean_c = s.mean_d
-            vmask = valid[:, None]
-            neg = r == -jnp.inf
+            # Work on the transpose [k, m]: the long data axis is then the minor one,
+            # which XLA's CPU loops vectorise (measured 1.4-4x faster per datum than
+            # the [m, k] layout for k = 10 .. 2).
+            rt = r.T
+            vmask = valid[None, :]
+            neg = rt == -jnp.inf
             # A zero factor (log f_n(i) = -inf) gives state i probability 0.
-            dead_c = jnp.any(neg & vmask, axis=0) & alive_c
+            dead_c = jnp.any(neg & vmask, axis=1) & alive_c
             n_new = jnp.sum(valid, dtype=jnp.int32)
             num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
             alive_c = alive_c & ~dead_c
-            keep = vmask & alive_c[None, :] & ~neg
-            rz = jnp.where(keep, r, jnp.zeros((), dtype))
+            keep = vmask & alive_c[:, None] & ~neg
+            rz = jnp.where(keep, rt, jnp.zeros((), dtype))
             if pairwise:
                 # Centre each datum by its mean over the surviving arms: differences
                 # l_i - l_j (hence gaps and pairwise variances) are unchanged.
-                # The row mean is a mat-vec with the weights 1 / n_alive: on CPU, XLA's
-                # row reduction over a short minor axis costs ~3x a mat-vec here.
                 n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
-                rz = rz - (rz @ jnp.full((rz.shape[1],), 1, dtype) / n_alive)[:, None]
+                rz = rz - jnp.sum(rz, axis=0, keepdims=True) / n_alive
             # Shifted sums ("shifted data" algorithm): shift = running mean, or the
             # first datum of the first chunk, so the chunk moments stay small.
-            shift = jnp.where(s.count > 0, mean_c, rz[0])
-            dz = jnp.where(vmask, rz - shift[None, :], jnp.zeros((), dtype))
+            shift = jnp.where(s.count > 0, mean_c, rz[:, 0])
+            dz = jnp.where(vmask, rz - shift[:, None], jnp.zeros((), dtype))
             nb = n_new.astype(dtype)
-            a = jnp.sum(dz, axis=0) / jnp.maximum(nb, 1)
+            a = jnp.sum(dz, axis=1) / jnp.maximum(nb, 1)
             na = s.count.astype(dtype)
             n = jnp.maximum(na + nb, 1)
             dd = shift + a - mean_c
             new_mean_c = mean_c + dd * (nb / n)  # Chan et al. merge
             if pairwise:
-                dm2 = (dz.T @ dz - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
+                dm2 = (dz @ dz.T - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
             else:
-                dm2 = (jnp.sum(dz * dz, axis=0) - nb * a * a) + dd * dd * (na * nb / n)
+                dm2 = (jnp.sum(dz * dz, axis=1) - nb * a * a) + dd * dd * (na * nb / n)
             if compact:
                 mean_d = s.mean_d.at[arms].set(new_mean_c)
                 m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if pairwise else s.m2.at[arms].add(dm2)
