@@ -457,6 +457,11 @@ def racing(
     sample.with_coefficients = sample_with_coefficients
     # Many draws at once, work proportional to the unfinished draws (see racing_batch).
     sample.batched = sample_batched
+
+    def sample_batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b):
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b)
+
+    sample.batched_with_coefficients = sample_batched_with_coefficients
     return sample
 
 
