@@ -90,6 +90,21 @@ def test_batched_equals_vmap_of_single_draws_jit_nojit_no_retracing(rng_key):
     chex.clear_trace_counter()
 
 
+def test_batched_with_coefficients_equals_vmapped_with_coefficients(rng_key):
+    """Thresholds as arguments (one compiled sampler for many deltas): the batched
+    entry point gives the draws of the vmapped single-draw one."""
+    N, D, B = 400, 3, 8
+    table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=13)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False)
+    keys = jax.random.split(rng_key, B)
+    log_f0s = jax.random.gumbel(jax.random.fold_in(rng_key, 1), (B, D), jnp.float32)
+    for delta in (0.01, 0.2):
+        a, b = (jnp.asarray(v, jnp.float32) for v in discrete.racing_coefficients(delta, D, N, 50))
+        ref = jax.jit(jax.vmap(sample.with_coefficients, in_axes=(0, 0, None, None)))(keys, log_f0s, a, b)
+        got = jax.jit(sample.batched_with_coefficients)(keys, log_f0s, a, b)
+        _assert_same_draws(got, ref)
+
+
 def test_batched_compact_states_and_control_variate_equal_single(rng_key):
     """The compact (K surviving arms) loops and a per-draw control variate with a
     params-dependent mean go through the batched path draw for draw like the
