@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsub.subsample import NUM_ROUNDS, _feistel, permutation_round_keys
+from jaxsub.subsample import _domain_dynamic, _permute, permutation_round_keys
 from jaxsub.types import Array, ArrayTree, PRNGKey
 from jaxsub.validation import check_int
 
@@ -148,23 +148,17 @@ def make_shards(shards: Any, sizes: Sequence[int] | None = None) -> Shards:
     return Shards(data, sizes.astype(np.int64))
 
 
-def _half_bits_dynamic(num_items: Array) -> Array:
-    """Traced version of ``jaxsub.subsample._half_bits``: ceil(max(2, ceil(log2 N)) / 2)."""
-    n = jnp.maximum(num_items.astype(jnp.uint32), jnp.uint32(2))
-    bits = jnp.uint32(32) - jax.lax.clz(n - jnp.uint32(1))  # = ceil(log2 n) for n >= 2
-    bits = jnp.maximum(bits, jnp.uint32(2))
-    return (bits + jnp.uint32(1)) // jnp.uint32(2)
-
-
 def minibatch_indices(rng_key: PRNGKey, batch_size: int, num_items: Array) -> Array:
     """``batch_size`` distinct indices drawn without replacement from ``[0, num_items)``, in O(batch_size).
 
-    Same construction as :func:`jaxsub.subsample.permutation_indices` (a keyed
-    Feistel bijection with cycle walking, positions ``0..batch_size-1`` of the
-    permutation) except that ``num_items`` may be a *traced* integer: the shard
-    is chosen at run time, so its size is not static. The Feistel width is
-    computed from ``num_items`` so the domain is at most ``4 N_s`` and cycle
-    walking stays O(1) expected per index.
+    Same construction as :func:`jaxsub.subsample.permutation_indices` (the
+    mixed-radix Feistel bijection with cycle walking, ``jaxsub.subsample._permute``;
+    positions ``0..batch_size-1`` of the permutation) except that ``num_items`` may be
+    a *traced* integer: the shard is chosen at run time, so its size is not static.
+    The radices are then ``a ~ sqrt(N_s)``, ``b = ceil(N_s / a)`` computed at run
+    time (``jaxsub.subsample._domain_dynamic``), so the domain ``a b < N_s + a``
+    exceeds ``N_s`` by a fraction below ``1/b`` and cycle walking stays O(1)
+    expected per index.
 
     Parameters
     ----------
@@ -177,18 +171,8 @@ def minibatch_indices(rng_key: PRNGKey, batch_size: int, num_items: Array) -> Ar
         Population size ``N_s`` (scalar integer array, ``1 <= N_s < 2^32``).
     """
     round_keys = permutation_round_keys(rng_key)
-    assert round_keys.shape == (NUM_ROUNDS,)
-    half = _half_bits_dynamic(jnp.asarray(num_items))
-    limit = jnp.asarray(num_items).astype(jnp.uint32)
-    x = _feistel(jnp.arange(batch_size, dtype=jnp.uint32), round_keys, half)
-
-    def cond(v):
-        return jnp.any(v >= limit)
-
-    def body(v):
-        return jnp.where(v >= limit, _feistel(v, round_keys, half), v)
-
-    return jax.lax.while_loop(cond, body, x).astype(jnp.int32)
+    positions = jnp.arange(batch_size, dtype=jnp.uint32)
+    return _permute(round_keys, positions, _domain_dynamic(num_items)).astype(jnp.int32)
 
 
 def shard_gather(data: ArrayTree, shard: Array, indices: Array) -> ArrayTree:
