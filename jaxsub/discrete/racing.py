@@ -276,11 +276,12 @@ SMALL_D = 16
 #: are alive, for D >= this.
 COLUMN_COMPACT_MIN_D = 32
 
-#: Default ``exact_pass_cost``: a datum read in index order costs about a quarter
-#: of a datum drawn at random (permutation, random gather, D x D co-moments),
-#: measured on CPU at N = 1e6 with the Gaussian factor of benchmarks/discrete.py,
-#: so from the stage that would add >= N / 4 random data on, one contiguous pass
-#: over all N is cheaper than the stage (and every later one).
+#: Default ``exact_pass_cost``: with the Gaussian factor of benchmarks/discrete.py
+#: at N = 1e6, D = 10, a datum drawn at random costs ~11 ns in the race (permutation,
+#: random gather, k x k co-moments) and a datum read in order in the pass 2.5-5 ns
+#: (one fused subtract-and-sum), a ratio of 0.2-0.45; 0.25 switches once the next
+#: stage would add >= N / 4 random data. For factors whose evaluation dominates
+#: (the ratio tends to 1) pass a larger value, or None to keep Alg. 1 as it is.
 DEFAULT_EXACT_PASS_COST = 0.25
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
