@@ -12,7 +12,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import MAX_EVALUATIONS, RacingInfo
+from jaxsub.discrete.racing import MAX_EVALUATIONS, RacingInfo, _kahan_add, _relative_block_sum
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
@@ -43,13 +43,7 @@ def _blocked_sums(log_factor_fn, num_states, num_data, block_size, dtype):
         if r.shape != (block_size, D):
             raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={block_size}")
         r = r.astype(dtype)
-        ref = r[:, :1]
-        ref = jnp.where(jnp.isfinite(ref), ref, jnp.zeros((), dtype))
-        y = jnp.sum(jnp.where(valid, r - ref, jnp.zeros((), dtype)), axis=0) - comp  # Kahan summation
-        t = total + y
-        # A non-finite total (a -inf / NaN column) would make the compensation NaN.
-        comp = jnp.where(jnp.isfinite(t), (t - total) - y, jnp.zeros((), dtype))
-        return (t, comp), None
+        return _kahan_add(total, comp, _relative_block_sum(r, valid)), None
 
     zeros = jnp.zeros((D,), dtype)
     (total, _), _ = jax.lax.scan(body, (zeros, zeros), jnp.arange(num_blocks, dtype=jnp.int32))

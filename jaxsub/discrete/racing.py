@@ -311,6 +311,29 @@ def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tup
     return groups
 
 
+def _relative_block_sum(r: Array, valid: Array) -> Array:
+    """``sum_n (r[n, i] - ref_n)`` over the valid rows of a block ``r`` [m, k].
+
+    ``ref_n`` is the row's first entry when finite (else 0): a per-datum constant,
+    so differences between columns are unchanged while the common level of the
+    factors is removed (float32 keeps its precision in the sums). A ``-inf``
+    entry makes its column's sum ``-inf``; NaN / ``+inf`` make it NaN / ``+inf``.
+    Shared by :func:`jaxsub.discrete.gumbel_max` and racing's exact pass.
+    """
+    zero = jnp.zeros((), r.dtype)
+    ref = r[:, :1]
+    ref = jnp.where(jnp.isfinite(ref), ref, zero)
+    return jnp.sum(jnp.where(valid, r - ref, zero), axis=0)
+
+
+def _kahan_add(total: Array, comp: Array, y: Array) -> tuple[Array, Array]:
+    """Kahan-compensated ``total + y``; the compensation is reset where the total
+    is not finite (a -inf / NaN column would otherwise turn it into NaN)."""
+    y = y - comp
+    t = total + y
+    return t, jnp.where(jnp.isfinite(t), (t - total) - y, jnp.zeros((), t.dtype))
+
+
 def _compaction_levels(num_states: int, k_min: int) -> list[int]:
     """``[D // 4, D // 16, ..., k_min]``: each level a quarter of the previous one
     (co-moment work per datum drops 16x per level), stopping before a level
@@ -830,14 +853,10 @@ def _build_racing(
                 r = rewards_states(indices, arms, c, dtype)
             else:
                 r = rewards(indices, c, dtype)
-            ref = r[:, :1]
-            ref = jnp.where(jnp.isfinite(ref), ref, jnp.zeros((), dtype))
-            y = jnp.sum(jnp.where(valid, r - ref, jnp.zeros((), dtype)), axis=0)
+            y = _relative_block_sum(r, valid)
             if compact:
                 y = jnp.zeros((D,), dtype).at[arms].set(jnp.where(s.alive[arms], y, 0))
-            y = jnp.where(s.alive, y, jnp.zeros((), dtype)) - s.pass_comp  # Kahan summation
-            total = s.mean_d + y
-            comp = jnp.where(jnp.isfinite(total), (total - s.mean_d) - y, jnp.zeros((), dtype))
+            total, comp = _kahan_add(s.mean_d, s.pass_comp, jnp.where(s.alive, y, jnp.zeros((), dtype)))
             n_new = jnp.minimum(N - s.count, csize).astype(jnp.int32)
             count = s.count + n_new
             num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
