@@ -82,6 +82,36 @@ def check_real(
     return as_float
 
 
+def check_hyperparameter(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_closed: bool = False,
+    high_closed: bool = False,
+) -> Any:
+    """Check a numeric hyperparameter that a user may trace (BlackJAX convention).
+
+    A concrete value (Python/NumPy scalar or a concrete JAX array) is checked
+    with :func:`check_real` and returned unchanged; a traced value (inside
+    ``jax.jit``, ``jax.vmap`` or ``jax.grad``, e.g. a step-size sweep) cannot be
+    inspected and is returned as it is. Use it for ``step_size``, ``delta``,
+    temperatures and the like; use :func:`check_real` / :func:`check_int` for
+    static settings (sizes, counts, names), which must be concrete.
+
+    Returns
+    -------
+    ``value``, unchanged (not converted to ``float``, so arrays keep their dtype).
+    """
+    import jax
+
+    if isinstance(value, jax.core.Tracer):
+        return value
+    check_real(name, value, low=low, high=high, low_closed=low_closed, high_closed=high_closed)
+    return value
+
+
 def check_int(
     name: str, value: Any, *, low: int | None = None, high: int | None = None
 ) -> int:

@@ -1,0 +1,28 @@
+"""Contract cases for the racing kernels (racing_mh, racing_gibbs, sgld_racing_mh)."""
+import jax
+import jax.numpy as jnp
+
+import jaxsub
+from contract_cases import Case
+
+
+def _racing_case(name):
+    y = jax.random.normal(jax.random.key(0), (200, 2))
+    logprior = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
+    loglik = lambda th, yn: -0.5 * jnp.sum((yn - th) ** 2)  # noqa: E731
+    if name == "racing_mh":
+        make = lambda step_size: jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=step_size)  # noqa: E731
+        return Case(make, jnp.zeros(2), {"step_size": 0.1})
+    if name == "sgld_racing_mh":
+        make = lambda step_size: jaxsub.sgld_racing_mh(  # noqa: E731
+            logprior, loglik, y, step_size=step_size, batch_size=20, delta=0.05
+        )
+        return Case(make, jnp.zeros(2), {"step_size": 1e-3})
+    centres = jnp.asarray([-0.1, 0.0, 0.1])
+    make = lambda: jaxsub.racing_gibbs(  # noqa: E731
+        jnp.zeros(3), lambda idx: -0.5 * (y[idx, :1] - centres[None, :]) ** 2, 200, delta=0.05
+    )
+    return Case(make, jnp.asarray(0, jnp.int32), {})
+
+
+CASES = {name: (lambda name=name: _racing_case(name)) for name in ("racing_mh", "racing_gibbs", "sgld_racing_mh")}
