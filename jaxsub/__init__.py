@@ -26,21 +26,8 @@ sgld_racing_mh = _TopLevelAPI(_sgld_racing_mh_module)
 dsgld = _TopLevelAPI(sgmcmc.dsgld)
 cg_dsgld = _TopLevelAPI(sgmcmc.cg_dsgld)
 
-#: Names of the public constructors that return a ``SamplingAlgorithm``-like
-#: ``(init, step)`` pair; ``tests/test_signatures.py`` checks that each one follows
-#: the common API. Every family adds its constructors here.
-PUBLIC_SAMPLERS: tuple[str, ...] = (
-    "racing_mh",
-    "racing_gibbs",
-    "sgld_racing_mh",
-    "dsgld",
-    "cg_dsgld",
-    "anneal.collapsed_gibbs",
-)
-
 __all__ = [
     "ChainTrace",
-    "PUBLIC_SAMPLERS",
     "SamplingAlgorithm",
     "anneal",
     "cg_dsgld",

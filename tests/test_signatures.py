@@ -1,24 +1,230 @@
-"""Every public sampler follows the common init/step API (see ``helpers.assert_follows_sampling_api``).
+"""The kernel contract (docs/architecture.md), checked on every public constructor.
 
-Cases live in ``tests/contract_cases/<family>.py`` (see that package's docstring).
+The constructors are discovered from the package (``contract_cases.discover_constructors``:
+sampler modules, functions annotated ``-> SamplingAlgorithm`` and functions returning a
+``NamedTuple`` of functions); each needs a case in ``tests/contract_cases/<family>.py``.
+For every case the test checks:
+
+* the result's type (``SamplingAlgorithm``, or the annotated ``NamedTuple`` of callables);
+* ``init(position, ...)`` / ``step(rng_key, state)`` signatures, ``NamedTuple`` state and info,
+  one trace under ``jit``, ``vmap`` over chains (``helpers.assert_follows_sampling_api``);
+* ``vmap`` over each numeric hyperparameter of the case (``jax.vmap(lambda h: make(h).step(key, state))``),
+  and that the vmapped steps equal concrete steps at each value;
+* for sampler modules: ``as_top_level_api`` goes through ``build_kernel``, whose parameters
+  are structure only (no ``*_fn`` model function, no data, no hyperparameter of the case),
+  and the kernel it returns takes ``(rng_key, state, ...)``.
+
+A source-level test also rejects functions with attributes attached (``fn.batched = ...``):
+several functions are returned as a ``NamedTuple``.
 """
-import jax
-import pytest
+import ast
+import inspect
+from pathlib import Path
 
-import jaxsub
-from contract_cases import all_cases
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from blackjax.base import SamplingAlgorithm
+
+from contract_cases import all_cases, discover_constructors
 from helpers import assert_follows_sampling_api
 
 CASES = all_cases()
+CONSTRUCTORS = discover_constructors()
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "jaxsub"
+# build_kernel takes the algorithm's structure; these parameter names are model or data.
+MODEL_OR_DATA = ("data", "shards", "x", "y")
 
 
-def test_every_public_sampler_has_a_case():
-    missing = set(jaxsub.PUBLIC_SAMPLERS) - set(CASES)
-    assert not missing, f"public samplers without a signature case: {sorted(missing)}"
+def test_every_public_constructor_has_a_case():
+    missing = set(CONSTRUCTORS) - set(CASES)
+    assert not missing, f"public constructors without a contract case in tests/contract_cases/: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_sampler_follows_common_api(name):
+def test_every_case_names_a_public_constructor():
+    stale = set(CASES) - set(CONSTRUCTORS)
+    assert not stale, (
+        f"contract cases for names that are not discovered public constructors: {sorted(stale)} "
+        "(export them in an __all__ and annotate the return type -> SamplingAlgorithm or a NamedTuple of Callables)"
+    )
+
+
+def _result_type_ok(constructor, result):
+    if constructor.kind == "namedtuple":
+        assert isinstance(result, constructor.returns), f"{constructor.name} returned {type(result)}, annotated {constructor.returns}"
+        for field in result._fields:
+            assert callable(getattr(result, field)), f"{constructor.name}: field {field} is not callable"
+    else:
+        assert isinstance(result, SamplingAlgorithm), f"{constructor.name} returned {type(result)}, not a SamplingAlgorithm"
+
+
+def _assert_trees_close(a, b, what):
+    chex.assert_trees_all_equal_shapes_and_dtypes(a, b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        x, y = np.asarray(x), np.asarray(y)
+        if np.issubdtype(x.dtype, np.inexact):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5, err_msg=what)
+        elif jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            continue
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=what)
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
+def test_constructor_follows_contract(name):
+    constructor = CONSTRUCTORS[name]
+    if name not in CASES:
+        pytest.fail(f"no contract case for {name}")
     case = CASES[name]()
-    algorithm = case.make(**case.hyperparameters)
-    assert_follows_sampling_api(algorithm, case.position, jax.random.key(0))
+    result = case.make(**case.hyperparameters)
+    _result_type_ok(constructor, result)
+    if hasattr(result, "init") and hasattr(result, "step"):
+        assert_follows_sampling_api(result, case.position, jax.random.key(0))
+
+
+def _leading_axis(tree, size):
+    for leaf in jax.tree.leaves(tree):
+        assert leaf.shape[:1] == (size,), f"leaf of shape {leaf.shape} has no leading axis of size {size}"
+
+
+def check_hyperparameter_traced(name, case, hyperparameter):
+    """``jax.vmap`` over ``hyperparameter`` works and equals concrete steps at each value."""
+    base = case.hyperparameters
+    state = case.make(**base).init(case.position)
+    key = jax.random.key(1)
+    value = base[hyperparameter]
+    values = [value, value * 0.5]
+
+    def step_at(h):
+        return case.make(**{**base, hyperparameter: h}).step(key, state)
+
+    batched_state, batched_info = jax.vmap(step_at)(jnp.asarray(values))
+    _leading_axis(batched_state, 2)
+    _leading_axis(batched_info, 2)
+    for i, v in enumerate(values):
+        concrete = jax.jit(lambda k, s, v=v: case.make(**{**base, hyperparameter: v}).step(k, s))(key, state)
+        _assert_trees_close(
+            jax.tree.map(lambda x: x[i], (batched_state, batched_info)), concrete,
+            f"{name}: vmapped step at {hyperparameter}={v} differs from the concrete step",
+        )
+
+
+@pytest.mark.parametrize(
+    "name,hyperparameter",
+    sorted((n, h) for n in CONSTRUCTORS if n in CASES for h in CASES[n]().hyperparameters),
+)
+def test_hyperparameter_can_be_traced(name, hyperparameter):
+    """BlackJAX habit: ``jax.vmap(lambda h: make(step_size=h).step(key, state))(step_sizes)``."""
+    check_hyperparameter_traced(name, CASES[name](), hyperparameter)
+
+
+MODULE_CONSTRUCTORS = sorted(n for n, c in CONSTRUCTORS.items() if c.kind == "module")
+
+
+def check_module_contract(module, case, monkeypatch):
+    """init(position, ...), build_kernel(structure), kernel(rng_key, state, ...), as_top_level_api via build_kernel."""
+    for piece in ("init", "build_kernel", "as_top_level_api"):
+        assert callable(getattr(module, piece, None)), f"{module.__name__} has no {piece}"
+    params = list(inspect.signature(module.init).parameters)
+    assert params[:1] == ["position"], f"{module.__name__}.init parameters are {params}"
+    build_params = inspect.signature(module.build_kernel).parameters
+    model = [p for p in build_params if p.endswith("_fn") or p in MODEL_OR_DATA]
+    assert not model, f"{module.__name__}.build_kernel takes model functions or data {model}: pass them to the kernel"
+    hypers = [p for p in build_params if p in case.hyperparameters]
+    assert not hypers, f"{module.__name__}.build_kernel takes hyperparameters {hypers}: pass them to the kernel (they may be traced)"
+
+    kernels = []
+    original = module.build_kernel
+
+    def recording_build_kernel(*args, **kwargs):
+        kernel = original(*args, **kwargs)
+        kernels.append(kernel)
+        return kernel
+
+    monkeypatch.setattr(module, "build_kernel", recording_build_kernel)
+    case.make(**case.hyperparameters)
+    monkeypatch.undo()
+    assert kernels, f"{module.__name__}.as_top_level_api does not call build_kernel"
+    for kernel in kernels:
+        kernel_params = list(inspect.signature(kernel).parameters)
+        assert kernel_params[:2] == ["rng_key", "state"], f"{module.__name__} kernel parameters are {kernel_params}"
+
+
+@pytest.mark.parametrize("name", MODULE_CONSTRUCTORS)
+def test_build_kernel_takes_structure_and_kernel_takes_key_and_state(name, monkeypatch):
+    if name not in CASES:
+        pytest.fail(f"no contract case for {name}")
+    check_module_contract(CONSTRUCTORS[name].module, CASES[name](), monkeypatch)
+
+
+def test_checks_accept_blackjax_mala(monkeypatch):
+    """Positive control: BlackJAX's own MALA (the convention we copy) passes every check above."""
+    import blackjax
+    from blackjax.mcmc import mala
+
+    from contract_cases import Case
+
+    logdensity = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
+    case = Case(lambda step_size: blackjax.mala(logdensity, step_size), jnp.zeros(2), {"step_size": 0.5})
+    assert_follows_sampling_api(case.make(**case.hyperparameters), case.position, jax.random.key(0))
+    check_hyperparameter_traced("blackjax.mala", case, "step_size")
+    check_module_contract(mala, case, monkeypatch)
+
+
+def test_checks_reject_model_bound_at_build_time(monkeypatch):
+    """Negative control: a build_kernel that binds the model function is rejected."""
+    import types
+
+    from contract_cases import Case
+
+    module = types.ModuleType("fake_sampler")
+    module.init = lambda position: position
+    module.build_kernel = lambda logdensity_fn: (lambda rng_key, state: (state, ()))
+    module.as_top_level_api = lambda: None
+    case = Case(lambda: None, jnp.zeros(2), {})
+    with pytest.raises(AssertionError, match="model functions or data"):
+        check_module_contract(module, case, monkeypatch)
+
+
+def _functions_with_attributes(tree: ast.AST):
+    """(line, function, attribute) for every ``f.attr = ...`` / ``setattr(f, ...)`` where ``f`` is a function defined in the same scope."""
+    hits = []
+    scopes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for scope in scopes:
+        body_nodes = list(ast.iter_child_nodes(scope))
+        local_functions = {n.name for n in body_nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        local_functions |= {
+            t.id for n in body_nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda)
+            for t in n.targets if isinstance(t, ast.Name)
+        }
+        for node in body_nodes:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in local_functions:
+                        hits.append((node.lineno, target.value.id, target.attr))
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                call = node.value
+                if isinstance(call.func, ast.Name) and call.func.id == "setattr" and call.args:
+                    arg = call.args[0]
+                    if isinstance(arg, ast.Name) and arg.id in local_functions:
+                        hits.append((node.lineno, arg.id, "setattr"))
+    return hits
+
+
+def test_no_function_has_attributes_attached():
+    """Constructors that return several functions return a NamedTuple, never ``fn.extra = ...``."""
+    offenders = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        for line, fn, attr in _functions_with_attributes(ast.parse(path.read_text(), str(path))):
+            offenders.append(f"{path.relative_to(PACKAGE_ROOT.parent)}:{line}: {fn}.{attr}")
+    assert not offenders, "functions with attributes attached (return a NamedTuple instead):\n" + "\n".join(offenders)
+
+
+def test_attribute_scan_catches_a_known_offender():
+    """Negative control for the source scan above."""
+    source = "def make():\n    def sample(k):\n        return k\n    sample.batched = sample\n    return sample\n"
+    assert _functions_with_attributes(ast.parse(source)) == [(4, "sample", "batched")]
+    clean = "class A(NamedTuple):\n    f: int\ndef make():\n    def f(k):\n        return k\n    return A(f)\n"
+    assert _functions_with_attributes(ast.parse(clean)) == []

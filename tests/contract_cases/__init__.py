@@ -13,13 +13,33 @@ A case returns ``Case(make, position, hyperparameters)``:
 * ``position`` is a valid initial position;
 * ``hyperparameters`` maps the numeric hyperparameters that BlackJAX lets a user
   trace (e.g. ``{"step_size": 1e-3}``) to concrete values. The contract test
-  vmaps ``make(**traced).step`` over two values of each; leave it empty only when
-  the constructor has no numeric hyperparameter.
+  vmaps ``make(**traced).step`` over two values of each (the given value and half
+  of it) and compares with concrete calls; leave it empty only when the
+  constructor has no numeric hyperparameter.
+
+Which constructors need a case is *discovered* from the package
+(:func:`discover_constructors`), not listed by hand: every public name reachable
+through ``jaxsub.__all__`` and the ``__all__`` of the subpackages and modules it
+lists that is
+
+(a) a sampler module or its ``TopLevelAPI`` wrapper (it has ``as_top_level_api``);
+(b) a function annotated ``-> SamplingAlgorithm``;
+(c) a function annotated to return a ``NamedTuple`` class whose fields are all
+    annotated ``Callable`` (a "NamedTuple of pure functions", Optax style).
+
+An object reachable under several names is keyed by the first name met in a
+breadth-first walk (so ``jaxsub.dsgld`` wins over ``jaxsub.sgmcmc.dsgld``).
 """
+import collections.abc
 import importlib
+import inspect
 import pkgutil
+import types
+import typing
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
+
+from blackjax.base import SamplingAlgorithm
 
 
 class Case(NamedTuple):
@@ -36,3 +56,81 @@ def all_cases() -> dict[str, Callable[[], Case]]:
         assert not clash, f"contract cases defined twice: {sorted(clash)}"
         cases.update(module.CASES)
     return cases
+
+
+class Constructor(NamedTuple):
+    """A discovered public constructor: ``kind`` is ``"module"``, ``"sampling_algorithm"`` or ``"namedtuple"``."""
+
+    name: str
+    obj: Any
+    kind: str
+    module: types.ModuleType | None  # the sampler module (kind "module")
+    returns: type | None  # the annotated NamedTuple class (kind "namedtuple")
+
+
+def _return_annotation(fn) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return")
+    except Exception:  # unresolvable annotation: fall back to the raw one
+        ann = getattr(fn, "__annotations__", {}).get("return")
+        if isinstance(ann, str):
+            try:
+                return eval(ann, getattr(fn, "__globals__", {}))  # noqa: S307 - our own source
+            except Exception:
+                return ann
+        return ann
+
+
+def _is_callable_annotation(ann) -> bool:
+    if ann is collections.abc.Callable or ann is typing.Callable:
+        return True
+    return typing.get_origin(ann) is collections.abc.Callable
+
+
+def _namedtuple_of_functions(cls) -> bool:
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        return False
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:
+        return False
+    return bool(cls._fields) and all(_is_callable_annotation(hints.get(f)) for f in cls._fields)
+
+
+def _classify(name: str, obj: Any) -> Constructor | None:
+    if hasattr(obj, "as_top_level_api") and callable(getattr(obj, "as_top_level_api")):
+        module = obj if isinstance(obj, types.ModuleType) else getattr(obj, "_module", None)
+        return Constructor(name, obj, "module", module, None)
+    if inspect.isfunction(obj):
+        ret = _return_annotation(obj)
+        if ret is SamplingAlgorithm or ret == "SamplingAlgorithm":
+            return Constructor(name, obj, "sampling_algorithm", None, None)
+        if _namedtuple_of_functions(ret):
+            return Constructor(name, obj, "namedtuple", None, ret)
+    return None
+
+
+def discover_constructors() -> dict[str, Constructor]:
+    """Every public constructor of ``jaxsub`` (see the module docstring for the rule)."""
+    import jaxsub
+
+    found: dict[str, Constructor] = {}
+    seen: set[int] = set()
+    queue: list[tuple[str, Any]] = [("", jaxsub)]
+    visited_modules: set[str] = set()
+    while queue:
+        prefix, module = queue.pop(0)
+        if module.__name__ in visited_modules:
+            continue
+        visited_modules.add(module.__name__)
+        for attr in getattr(module, "__all__", ()):
+            obj = getattr(module, attr)
+            name = f"{prefix}{attr}"
+            constructor = _classify(name, obj)
+            key = id(constructor.module) if constructor is not None and constructor.module is not None else id(obj)
+            if constructor is not None and key not in seen:
+                seen.add(key)
+                found[name] = constructor
+            if isinstance(obj, types.ModuleType) and obj.__name__.startswith("jaxsub.") and constructor is None:
+                queue.append((f"{name}.", obj))
+    return found
