@@ -4,9 +4,10 @@ Every jaxsub sampler follows BlackJAX's layout, one module per sampler:
 
 * ``State`` and ``Info`` are ``NamedTuple`` pytrees;
 * ``init(position, ...) -> State`` builds the initial state;
-* ``build_kernel(...) -> kernel`` returns ``kernel(rng_key, state, ...) -> (State, Info)``;
-  static settings (batch sizes, schedules, confidence levels) live in the
-  closure, arrays are arguments;
+* ``build_kernel(<structure>) -> kernel`` takes static settings only (sizes,
+  counts, schedules, names) and returns
+  ``kernel(rng_key, state, <model functions and data>, <hyperparameters>) -> (State, Info)``;
+  numeric hyperparameters (step sizes, confidence levels) may be traced;
 * ``as_top_level_api(...)`` validates the static configuration (raising a
   ``ValueError`` that names the parameter, see :mod:`jaxsub.validation`) and
   returns a :class:`blackjax.base.SamplingAlgorithm` whose ``step`` has the
@@ -15,7 +16,8 @@ Every jaxsub sampler follows BlackJAX's layout, one module per sampler:
 The PRNG key is always passed in and split, never stored in a state. The
 library never calls ``jax.jit`` inside a sampler; :func:`run_chain` and
 :func:`run_chains` are *drivers* (like ``blackjax.util.run_inference_algorithm``)
-and compile the loop they run.
+and compile the loop they run, afresh at each call (nothing is cached at module
+level). The full contract is in ``docs/architecture.md``.
 """
 from __future__ import annotations
 
@@ -34,17 +36,19 @@ __all__ = ["SamplingAlgorithm", "run_chain", "run_chains", "ChainTrace"]
 
 
 class ChainTrace(NamedTuple):
-    """What :func:`run_chain` returns.
+    """What :func:`run_chain` and :func:`run_chains` return.
 
     Attributes
     ----------
     final_state
-        The state after the last step.
+        The state after the last step (batched over chains for :func:`run_chains`).
     states
-        The stacked (transformed) states, leading axis = step (and chain, for
-        :func:`run_chains`: shape ``[num_chains, num_steps, ...]``).
+        What was kept at each step, stacked: the ``State`` itself, or the output of
+        ``transform(state, info)`` *as one pytree* (a tuple position ``(w, b)`` stays a
+        tuple). Leading axes ``[num_steps, ...]``, or ``[num_chains, num_steps, ...]``.
     infos
-        The stacked ``Info`` objects, same leading axes.
+        The stacked ``Info`` (no ``transform`` given), the stacked output of
+        ``info_transform(state, info)`` when given, else ``None``. Same leading axes.
     """
 
     final_state: ArrayLikeTree
@@ -53,13 +57,28 @@ class ChainTrace(NamedTuple):
 
 
 def _step_fn(algorithm) -> Callable:
-    return algorithm.step if hasattr(algorithm, "step") else algorithm
+    step = getattr(algorithm, "step", algorithm)
+    if not callable(step):
+        raise ValueError(
+            "algorithm must be a SamplingAlgorithm (with step(rng_key, state)) or a "
+            f"step(rng_key, state) -> (state, info) function; got {type(algorithm).__name__}"
+        )
+    return step
 
 
-def _scan_chunk(step, transform, state, keys):
+def _recorder(transform: Callable | None, info_transform: Callable | None) -> Callable:
+    """``record(state, info) -> (kept_state, kept_info)``, the pair stored at each step."""
+    if transform is None and info_transform is None:
+        return lambda state, info: (state, info)
+    keep_state = transform if transform is not None else (lambda state, info: state)
+    keep_info = info_transform if info_transform is not None else (lambda state, info: None)
+    return lambda state, info: (keep_state(state, info), keep_info(state, info))
+
+
+def _scan_chunk(step, record, state, keys):
     def one_step(carry, key):
         new_state, info = step(key, carry)
-        return new_state, transform(new_state, info)
+        return new_state, record(new_state, info)
 
     return jax.lax.scan(one_step, state, keys)
 
@@ -71,15 +90,16 @@ def run_chain(
     num_steps: int,
     *,
     transform: Callable | None = None,
+    info_transform: Callable | None = None,
     progress_bar: bool = False,
     num_progress_updates: int = 20,
 ) -> ChainTrace:
-    """Run one chain for ``num_steps`` steps with ``lax.scan``.
+    """Run one chain for ``num_steps`` steps with ``lax.scan`` (a jitted driver).
 
     Parameters
     ----------
     rng_key
-        PRNG key; split into one key per step.
+        PRNG key; split into one key per step (``jax.random.split(rng_key, num_steps)``).
     algorithm
         A ``SamplingAlgorithm`` (its ``step`` is used) or a bare
         ``step(rng_key, state) -> (state, info)`` function.
@@ -88,40 +108,49 @@ def run_chain(
     num_steps
         Number of transitions.
     transform
-        ``transform(state, info) -> pytree`` applied to what is stored at each
-        step (default: ``(state, info)``); use it to keep only positions.
+        ``transform(state, info) -> pytree`` kept at each step in ``states``, whole
+        (any pytree: a position, a tuple ``(w, b)``, a dict). Default: the state.
+    info_transform
+        ``info_transform(state, info) -> pytree`` kept at each step in ``infos``.
+        Default: the full ``Info`` when no ``transform`` is given, else nothing
+        (``infos`` is ``None``).
     progress_bar
         Show a ``tqdm`` bar. The scan is then cut into ``num_progress_updates``
-        equal chunks, each one compiled call of the same jitted function (one
-        compilation in total), so the bar costs nothing inside the loop.
+        equal chunks, each one call of the same jitted function (at most two
+        compilations: full chunks and the last one), so the bar costs nothing
+        inside the loop.
     num_progress_updates
         Number of chunks when ``progress_bar`` is true.
 
     Returns
     -------
     ChainTrace
-        ``(final_state, states, infos)`` where ``states``/``infos`` are the
-        two halves of ``transform``'s output when it returns a pair, otherwise
-        ``states`` holds the transformed output and ``infos`` is ``None``.
+        ``(final_state, states, infos)``, leaves of ``states``/``infos`` with a
+        leading ``num_steps`` axis.
+
+    Examples
+    --------
+    >>> trace = run_chain(key, algo, algo.init(x0), 1000, transform=lambda s, i: s.position,
+    ...                   info_transform=lambda s, i: i.is_accepted)
     """
     num_steps = check_int("num_steps", num_steps, low=1)
     step = _step_fn(algorithm)
-    if transform is None:
-        transform = lambda state, info: (state, info)  # noqa: E731
+    record = _recorder(transform, info_transform)
     keys = jax.random.split(rng_key, num_steps)
-    chunk_fn = jax.jit(partial(_scan_chunk, step, transform))
+    chunk_fn = jax.jit(partial(_scan_chunk, step, record))
     if not progress_bar:
-        final_state, history = chunk_fn(initial_state, keys)
+        final_state, (states, infos) = chunk_fn(initial_state, keys)
     else:
-        final_state, history = _run_chunked(chunk_fn, initial_state, keys, num_progress_updates)
-    return _as_trace(final_state, history)
+        final_state, (states, infos) = _run_chunked(chunk_fn, initial_state, keys, num_progress_updates)
+    return ChainTrace(final_state, states, infos)
 
 
 def _run_chunked(chunk_fn, state, keys, num_chunks):
-    from tqdm.auto import tqdm  # optional dependency (experiments extra)
+    from tqdm.auto import tqdm
 
+    num_chunks = check_int("num_progress_updates", num_chunks, low=1)
     num_steps = keys.shape[0]
-    chunk = max(1, math.ceil(num_steps / max(1, num_chunks)))
+    chunk = max(1, math.ceil(num_steps / num_chunks))
     pieces = []
     with tqdm(total=num_steps, unit="step", leave=False) as bar:
         for start in range(0, num_steps, chunk):
@@ -134,12 +163,6 @@ def _run_chunked(chunk_fn, state, keys, num_chunks):
     return state, history
 
 
-def _as_trace(final_state, history) -> ChainTrace:
-    if isinstance(history, tuple) and not hasattr(history, "_fields") and len(history) == 2:
-        return ChainTrace(final_state, history[0], history[1])
-    return ChainTrace(final_state, history, None)
-
-
 def run_chains(
     rng_key: PRNGKey,
     algorithm: SamplingAlgorithm | Callable,
@@ -147,10 +170,14 @@ def run_chains(
     num_steps: int,
     *,
     transform: Callable | None = None,
+    info_transform: Callable | None = None,
     progress_bar: bool = False,
     num_progress_updates: int = 20,
 ) -> ChainTrace:
     """Run independent chains in parallel: ``vmap`` over chains of a ``lax.scan``.
+
+    Chain ``c`` uses the key ``jax.random.split(rng_key, num_chains)[c]``, so it
+    reproduces ``run_chain`` started from that key.
 
     Parameters
     ----------
@@ -159,30 +186,36 @@ def run_chains(
     algorithm
         As in :func:`run_chain`.
     initial_states
-        A batched state: every leaf has a leading ``num_chains`` axis, e.g.
+        A batched state: every leaf has the same leading ``num_chains`` axis, e.g.
         ``jax.vmap(algorithm.init)(positions)``.
-    num_steps, transform, progress_bar, num_progress_updates
+    num_steps, transform, info_transform, progress_bar, num_progress_updates
         As in :func:`run_chain`.
 
     Returns
     -------
     ChainTrace
-        Leaves of ``states``/``infos`` have shape ``[num_chains, num_steps, ...]``.
+        Leaves of ``states``/``infos`` have shape ``[num_chains, num_steps, ...]``
+        (chains first, as ``blackjax.diagnostics`` expects).
     """
     num_steps = check_int("num_steps", num_steps, low=1)
     leaves = jax.tree.leaves(initial_states)
     if not leaves:
         raise ValueError("initial_states must be a non-empty pytree of batched arrays")
-    num_chains = leaves[0].shape[0]
+    leading = {jnp.shape(leaf)[:1] for leaf in leaves}
+    if len(leading) != 1 or () in leading:
+        raise ValueError(
+            "initial_states must have one leading num_chains axis on every leaf "
+            f"(e.g. jax.vmap(algorithm.init)(positions)); got leading shapes {sorted(leading)}"
+        )
+    num_chains = jnp.shape(leaves[0])[0]
     step = _step_fn(algorithm)
-    if transform is None:
-        transform = lambda state, info: (state, info)  # noqa: E731
+    record = _recorder(transform, info_transform)
     chain_keys = jax.random.split(rng_key, num_chains)
     # keys[t, c]: step-major so that chunks for the progress bar slice axis 0.
     keys = jax.vmap(lambda k: jax.random.split(k, num_steps), out_axes=1)(chain_keys)
 
     def chunk(states, step_keys):
-        final, hist = jax.vmap(partial(_scan_chunk, step, transform), in_axes=(0, 1))(states, step_keys)
+        final, hist = jax.vmap(partial(_scan_chunk, step, record), in_axes=(0, 1))(states, step_keys)
         return final, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), hist)
 
     chunk_fn = jax.jit(chunk)
@@ -190,5 +223,5 @@ def run_chains(
         final_state, history = chunk_fn(initial_states, keys)
     else:
         final_state, history = _run_chunked(chunk_fn, initial_states, keys, num_progress_updates)
-    history = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
-    return _as_trace(final_state, history)
+    states, infos = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
+    return ChainTrace(final_state, states, infos)

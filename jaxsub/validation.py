@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "check_choice",
     "check_finite_array",
+    "check_hyperparameter",
     "check_int",
     "check_probability_vector",
     "check_real",

@@ -21,7 +21,7 @@ def _rwmh(scale=1.0):
 def test_run_chain_matches_manual_loop(rng_key):
     algo = _rwmh()
     state = algo.init(jnp.zeros(2))
-    trace = jaxsub.run_chain(rng_key, algo, state, 25, transform=lambda s, i: (s.position, i.is_accepted))
+    trace = jaxsub.run_chain(rng_key, algo, state, 25, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted)
     keys = jax.random.split(rng_key, 25)
     manual = state
     for k in keys:
@@ -52,6 +52,44 @@ def test_run_chains_vmap_matches_single_chains(rng_key):
         np.testing.assert_allclose(trace.states[c], single.states, rtol=1e-5, atol=1e-6)
     bar = jaxsub.run_chains(rng_key, algo, states, 30, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=4)
     np.testing.assert_allclose(trace.states, bar.states, rtol=1e-6)
+
+
+def test_run_chain_keeps_tuple_positions_whole(rng_key):
+    """A transform returning a tuple (e.g. a position (w, b)) is kept whole in ``states``."""
+    logdensity = lambda p: -0.5 * (jnp.sum(p[0] ** 2) + p[1] ** 2)  # noqa: E731
+    algo = blackjax.mala(logdensity, 0.3)
+    state = algo.init((jnp.zeros(2), jnp.asarray(0.0)))
+    trace = jaxsub.run_chain(rng_key, algo, state, 20, transform=lambda s, i: s.position)
+    w, b = trace.states
+    assert w.shape == (20, 2) and b.shape == (20,) and trace.infos is None
+    full = jaxsub.run_chain(rng_key, algo, state, 20)
+    assert isinstance(full.states, type(state)) and hasattr(full.infos, "is_accepted")
+    np.testing.assert_allclose(full.states.position[0], w, rtol=1e-6)
+    chains = jax.vmap(algo.init)((jnp.zeros((3, 2)), jnp.zeros(3)))
+    multi = jaxsub.run_chains(rng_key, algo, chains, 20, transform=lambda s, i: s.position,
+                              info_transform=lambda s, i: i.is_accepted)
+    assert multi.states[0].shape == (3, 20, 2) and multi.states[1].shape == (3, 20) and multi.infos.shape == (3, 20)
+
+
+def test_drivers_reject_bad_input(rng_key):
+    algo = _rwmh()
+    with pytest.raises(ValueError, match="num_steps must be an integer"):
+        jaxsub.run_chain(rng_key, algo, algo.init(jnp.zeros(2)), 0)
+    with pytest.raises(ValueError, match="algorithm must be a SamplingAlgorithm"):
+        jaxsub.run_chain(rng_key, object(), algo.init(jnp.zeros(2)), 3)
+    with pytest.raises(ValueError, match="leading num_chains axis"):
+        jaxsub.run_chains(rng_key, algo, algo.init(jnp.zeros(2)), 3)
+
+
+def test_check_hyperparameter_checks_concrete_and_passes_tracers():
+    with pytest.raises(ValueError, match=r"step_size must be in \(0, inf\); got -1"):
+        validation.check_hyperparameter("step_size", -1.0, low=0)
+    with pytest.raises(ValueError, match="step_size"):
+        validation.check_hyperparameter("step_size", jnp.asarray(float("nan")), low=0)
+    value = jnp.asarray(0.5, jnp.float32)
+    assert validation.check_hyperparameter("step_size", value, low=0) is value
+    out = jax.vmap(lambda h: validation.check_hyperparameter("step_size", h, low=0) * 2)(jnp.asarray([0.1, 0.2]))
+    np.testing.assert_allclose(out, [0.2, 0.4])
 
 
 def test_statistical_helpers_accept_truth_and_reject_bias(rng_key):
