@@ -9,7 +9,7 @@ Four families, one module each (see ``docs/architecture.md``):
 * :mod:`jaxsub.anneal` -- subsample annealing for collapsed Gibbs in DP/PY mixtures
   (Obermeyer, Glidden & Jonas 2014).
 """
-from jaxsub import anneal, compress, discrete, sgmcmc, subsample, validation
+from jaxsub import anneal, compress, datasets, discrete, sgmcmc, subsample, validation
 from jaxsub import racing_gibbs as _racing_gibbs_module
 from jaxsub import racing_mh as _racing_mh_module
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
@@ -32,6 +32,7 @@ __all__ = [
     "anneal",
     "cg_dsgld",
     "compress",
+    "datasets",
     "discrete",
     "dsgld",
     "racing_gibbs",

