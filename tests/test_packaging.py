@@ -13,6 +13,7 @@ import ast
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -86,8 +87,12 @@ def _run(cmd, **kwargs):
 @pytest.mark.packaging
 def test_wheel_installs_in_fresh_venv_and_runs_quickstart(tmp_path):
     dist = tmp_path / "dist"
-    # pip builds the wheel in an isolated build environment (setuptools from the index or the cache).
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist), str(ROOT)])
+    # Build from a clean copy (a stale build/ folder could otherwise leak old files into the wheel);
+    # pip builds in an isolated build environment (setuptools from the index or pip's cache).
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".ci", "build", "dist", "*.egg-info", "__pycache__", "results", ".pytest_cache", ".benchmarks"))
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist), str(source)])
     (wheel,) = dist.glob("jaxsub-*.whl")
     top = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert top == {"jaxsub", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, top
