@@ -36,7 +36,8 @@ class DocBlock(NamedTuple):
 
     @property
     def id(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
     def source(self, size: str | None = None) -> str:
         """The code to run: as written, or with the small-size substitutions applied."""
@@ -54,7 +55,8 @@ class DocBlock(NamedTuple):
 
 def _directive_before(text: str, start: int):
     before = text[:start].rstrip()
-    match = _DIRECTIVE.search(before)
+    opening = before.rfind("<!--")
+    match = _DIRECTIVE.match(before, opening) if opening >= 0 else None
     if match is None or match.end() != len(before):
         return (), None
     kind, body = match.group(1), match.group(2).strip()

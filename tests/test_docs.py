@@ -1,0 +1,62 @@
+"""Every ```python block of README.md and docs/*.md runs as written (one test per block).
+
+Each block runs in its own subprocess (``python -c``), from a scratch folder, with
+this checkout first on ``PYTHONPATH``. Blocks too slow for the suite carry a
+``<!-- doc-test small: OLD => NEW | ... -->`` comment right above the fence:
+literal substitutions applied when ``JAXSUB_DOCS_SIZE=small`` (the default here);
+``JAXSUB_DOCS_SIZE=as_written python -m pytest tests/test_docs.py`` runs every
+block verbatim. ``<!-- doc-test skip: reason -->`` skips a block. See
+``tests/_docblocks.py``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _docblocks import ROOT, SIZE_ENV, all_blocks, python_blocks
+
+BLOCKS = all_blocks()
+TIMEOUT_S = 300  # generous for a loaded 2-core machine; blocks should take < 20 s when idle
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_doc_block_runs(block, tmp_path):
+    if block.skip:
+        pytest.skip(block.skip)
+    code = block.source()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("MPLBACKEND", "Agg")
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, (
+        f"{block.id} ({os.environ.get(SIZE_ENV, 'small')} sizes) failed after {elapsed:.1f} s:\n"
+        f"--- code ---\n{code}\n--- stderr (tail) ---\n{result.stderr[-4000:]}"
+    )
+    print(f"{block.id}: {elapsed:.1f} s")
+
+
+def test_every_doc_page_is_collected():
+    pages = {b.path.name for b in BLOCKS}
+    assert "README.md" in pages and "architecture.md" in pages
+
+
+def test_directives_are_applied_and_checked(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n<!-- doc-test small: 1000 => 10 | range(5) => range(2) -->\n```python\nx = sum(range(5)) * 1000\n```\n\n"
+        "<!-- doc-test skip: needs 8 devices -->\n```python\nraise SystemExit(1)\n```\n\n"
+        "<!-- doc-test small: 7 => 8 -->\n```python\nprint(1)\n```\n"
+        "```bash\necho not python\n```\n"
+    )
+    first, skipped, stale = python_blocks(page)
+    assert first.source("small") == "x = sum(range(2)) * 10\n"
+    assert first.source("as_written") == "x = sum(range(5)) * 1000\n"
+    assert skipped.skip == "needs 8 devices"
+    with pytest.raises(AssertionError, match="matches nothing"):
+        stale.source("small")
