@@ -13,9 +13,12 @@ compile time separately: machines are noisy, so only ratios measured in one
 run are meaningful. ``python -m benchmarks [NAMES...] [--quick]`` prints each
 table and writes ``benchmarks/results/<name>.json``.
 """
+import ast
 import importlib
 import pkgutil
 from pathlib import Path
+
+__all__ = ["registry", "load", "title"]
 
 
 def registry() -> dict[str, str]:
@@ -33,3 +36,15 @@ def load(name: str):
     if not callable(getattr(module, "run", None)):
         raise TypeError(f"benchmark module {reg[name]} defines no run(*, quick) function")
     return module
+
+
+def title(name: str) -> str:
+    """The benchmark's ``TITLE``, read from its source (nothing is imported)."""
+    tree = ast.parse((Path(__file__).parent / f"{name}.py").read_text())
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TITLE" for t in stmt.targets):
+            try:
+                return str(ast.literal_eval(stmt.value))
+            except ValueError:
+                return ""
+    return ""

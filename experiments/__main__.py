@@ -1,4 +1,13 @@
-"""``python -m experiments [NAMES...] [--quick] [--out results]``."""
+"""Run the experiments that reproduce the papers' figures and tables.
+
+``python -m experiments``               every experiment, QUICK mode (small sizes, minutes in total)
+``python -m experiments --full``        every experiment at the papers' sizes (an hour or more)
+``python -m experiments NAME [NAME...]`` the named experiments at full size (add --quick for small sizes)
+``python -m experiments --list``        names, titles, run times and the datasets each one needs
+
+Each run writes ``OUT/<name>/report.md`` (stamped with the mode that produced it),
+PNG plots, ``metrics.json`` and the index ``OUT/index.md``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,27 +17,68 @@ import time
 import traceback
 from pathlib import Path
 
-from experiments import load, registry
-from experiments._common import to_jsonable
+from experiments import describe, load, registry
+from experiments._common import stamp_report, to_jsonable
+
+
+def resolve_mode(names, quick: bool, full: bool) -> bool:
+    """``True`` for quick mode. No names: quick unless ``--full``; named experiments: full unless ``--quick``."""
+    if quick and full:
+        raise ValueError("--quick and --full exclude each other")
+    if quick or full:
+        return quick
+    return not names
+
+
+def _last_runs(out_root: Path, name: str) -> str:
+    path = out_root / name / "metrics.json"
+    try:
+        runner = json.loads(path.read_text()).get("_runner", {})
+    except (OSError, ValueError):
+        return "no run recorded in " + str(out_root)
+    mode = "quick" if runner.get("quick") else "full"
+    return f"last run here: {mode}, {runner.get('seconds', float('nan')):.0f} s, {runner.get('status', '?')}"
+
+
+def print_list(out_root: Path) -> None:
+    for name in registry():
+        info = describe(name)
+        print(f"{name} - {info['title']}")
+        print(f"    run time: {info['run_time'] or 'not declared'}; {_last_runs(out_root, name)}")
+        if not info["data"]:
+            print("    data: none (synthetic)")
+        for d in info["data"]:
+            status = "available" if d["available"] else "MISSING"
+            print(f"    data: {d['source']} via jaxsub.datasets.{d['loader']} ({status})")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments", description=__doc__)
-    parser.add_argument("names", nargs="*", help="experiments to run (default: all)")
-    parser.add_argument("--quick", action="store_true", help="small sizes: every experiment in minutes")
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="experiments: " + ", ".join(registry()),
+    )
+    parser.add_argument("names", nargs="*", help="experiments to run (default: all, in quick mode)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (the default when no names are given)")
+    parser.add_argument("--full", action="store_true", help="the papers' sizes (the default for named experiments)")
     parser.add_argument("--out", default="results", help="output folder (default: results)")
-    parser.add_argument("--list", action="store_true", help="list the registered experiments and exit")
+    parser.add_argument("--list", action="store_true", help="list experiments with run time and data needs, and exit")
     args = parser.parse_args(argv)
 
     reg = registry()
     if args.list:
-        for name in reg:
-            print(name, "-", getattr(load(name), "TITLE", ""))
+        print_list(Path(args.out))
         return 0
+    try:
+        quick = resolve_mode(args.names, args.quick, args.full)
+    except ValueError as err:
+        parser.error(str(err))
     names = args.names or list(reg)
     unknown = [n for n in names if n not in reg]
     if unknown:
         parser.error(f"unknown experiment(s) {unknown}; available: {list(reg)}")
+    mode = "quick" if quick else "full"
+    hint = "small sizes; --full for the papers' sizes" if quick else "the papers' sizes; --quick for small sizes"
+    print(f"mode: {mode} ({hint})")
 
     from tqdm.auto import tqdm
 
@@ -41,34 +91,40 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         try:
             module = load(name)
-            metrics = module.run(out_dir, quick=args.quick)
+            metrics = module.run(out_dir, quick=quick)
             status = "ok"
         except Exception:  # keep going; report the failure in the index
             traceback.print_exc()
             metrics, status = {"error": traceback.format_exc(limit=3)}, "FAILED"
             failures.append(name)
         elapsed = time.perf_counter() - start
+        stamp_report(out_dir / "report.md", quick=quick, seconds=elapsed, command=_command(name, quick))
         metrics = dict(metrics or {})
-        metrics["_runner"] = {"quick": args.quick, "seconds": elapsed, "status": status}
+        metrics["_runner"] = {"quick": quick, "mode": mode, "seconds": elapsed, "status": status}
         (out_dir / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=2))
-        summary.append((name, status, elapsed, getattr(sys.modules.get(f"experiments.{name}"), "TITLE", "")))
-        _write_index(out_root, summary, args.quick)
-    _write_index(out_root, summary, args.quick)
+        summary.append((name, status, elapsed, describe(name)["title"]))
+        _write_index(out_root, summary, quick)
+    _write_index(out_root, summary, quick)
     print(f"wrote {out_root / 'index.md'}")
     return 1 if failures else 0
+
+
+def _command(name: str, quick: bool) -> str:
+    return f"python -m experiments {name} {'--quick' if quick else '--full'}"
 
 
 def _write_index(out_root: Path, summary, quick: bool) -> None:
     lines = [
         "# jaxsub experiment results",
         "",
-        f"Mode of this run: {'quick' if quick else 'full'}. Each row links the experiment's report; "
-        "figures and metrics.json sit beside it.",
+        f"Mode of this run: {'quick (small sizes)' if quick else 'full (the papers’ sizes)'}; the mode column says "
+        "which mode produced each row. Each row links the experiment's report; figures and metrics.json sit beside it.",
         "",
-        "| experiment | status | seconds | what |",
-        "|---|---|---|---|",
+        "| experiment | mode | status | seconds | what |",
+        "|---|---|---|---|---|",
     ]
-    rows = {name: (status, f"{elapsed:.1f}", title) for name, status, elapsed, title in summary}
+    this_mode = "quick" if quick else "full"
+    rows = {name: (this_mode, status, f"{elapsed:.1f}", title) for name, status, elapsed, title in summary}
     # Keep earlier results of experiments not run this time (e.g. `python -m experiments NAME`).
     for metrics_file in sorted(out_root.glob("*/metrics.json")):
         name = metrics_file.parent.name
@@ -79,14 +135,14 @@ def _write_index(out_root: Path, summary, quick: bool) -> None:
         except (OSError, ValueError):
             continue
         mode = "quick" if runner.get("quick") else "full"
-        title = getattr(load(name), "TITLE", "") if name in registry() else ""
-        rows[name] = (f"{runner.get('status', '?')} (earlier {mode} run)", f"{runner.get('seconds', float('nan')):.1f}", title)
+        title = describe(name)["title"] if name in registry() else ""
+        rows[name] = (mode, f"{runner.get('status', '?')} (earlier run)", f"{runner.get('seconds', float('nan')):.1f}", title)
     for name in sorted(rows):
-        status, seconds, title = rows[name]
+        mode, status, seconds, title = rows[name]
         link = f"[{name}]({name}/report.md)" if (out_root / name / "report.md").exists() else name
-        lines.append(f"| {link} | {status} | {seconds} | {title} |")
+        lines.append(f"| {link} | {mode} | {status} | {seconds} | {title} |")
     if not summary:
-        lines.append("| (no experiments registered) | | | |")
+        lines.append("| (no experiments registered) | | | | |")
     (out_root / "index.md").write_text("\n".join(lines) + "\n")
 
 

@@ -1,14 +1,16 @@
 """Helpers shared by the experiments: report writer, plots, progress bars, JSON."""
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["Report", "progress", "savefig", "to_jsonable", "markdown_table"]
+__all__ = ["Report", "progress", "savefig", "stamp_report", "to_jsonable", "markdown_table"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -91,3 +93,27 @@ class Report:
         path = self.out_dir / "report.md"
         path.write_text("\n".join(self.parts))
         return path
+
+
+_STAMP = re.compile(r"^> Mode: .*\n\n?", re.M)
+
+
+def stamp_report(path: Path, *, quick: bool, seconds: float, command: str) -> None:
+    """Write below the report's title which mode produced it (the runner calls this after each experiment).
+
+    The stamp reads ``> Mode: quick (small sizes) · 12 s · 2026-11-23 16:40 UTC · `python -m experiments NAME --quick```;
+    an earlier stamp is replaced. A missing report (the experiment failed early) is left alone.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    text = _STAMP.sub("", path.read_text(), count=1)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mode = "quick (small sizes: figures are NOT the papers' sizes)" if quick else "full (the papers' sizes)"
+    stamp = f"> Mode: {mode} · {seconds:.0f} s · {when} · `{command}`\n\n"
+    lines = text.split("\n", 1)
+    if lines[0].startswith("# ") and len(lines) == 2:
+        text = lines[0] + "\n\n" + stamp + lines[1].lstrip("\n")
+    else:
+        text = stamp + text
+    path.write_text(text)
