@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from blackjax.base import SamplingAlgorithm
 
-from contract_cases import all_cases, discover_constructors
+from contract_cases import NUMERIC_HYPERPARAMETERS, all_cases, discover_constructors
 from helpers import assert_follows_sampling_api
 
 CASES = all_cases()
@@ -49,6 +49,24 @@ def test_every_case_names_a_public_constructor():
         f"contract cases for names that are not discovered public constructors: {sorted(stale)} "
         "(export them in an __all__ and annotate the return type -> SamplingAlgorithm or a NamedTuple of Callables)"
     )
+
+
+def _constructor_parameters(constructor) -> list[str]:
+    fn = constructor.module.as_top_level_api if constructor.kind == "module" else constructor.obj
+    return list(inspect.signature(fn).parameters)
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
+def test_case_traces_every_numeric_hyperparameter(name):
+    """A constructor taking ``step_size``/``delta``/``temperature``/... must have it traced by its case (or say why not)."""
+    if name not in CASES:
+        pytest.fail(f"no contract case for {name}")
+    case = CASES[name]()
+    expected = [p for p in _constructor_parameters(CONSTRUCTORS[name]) if p in NUMERIC_HYPERPARAMETERS]
+    untested = [p for p in expected if p not in case.hyperparameters and p not in case.static]
+    assert not untested, f"{name} takes {untested} but its case neither traces them (Case.hyperparameters) nor says why they are static (Case.static)"
+    for p, reason in case.static.items():
+        assert isinstance(reason, str) and reason.strip(), f"{name}: give the reason why {p} is static"
 
 
 def _result_type_ok(constructor, result):
@@ -228,3 +246,20 @@ def test_attribute_scan_catches_a_known_offender():
     assert _functions_with_attributes(ast.parse(source)) == [(4, "sample", "batched")]
     clean = "class A(NamedTuple):\n    f: int\ndef make():\n    def f(k):\n        return k\n    return A(f)\n"
     assert _functions_with_attributes(ast.parse(clean)) == []
+
+
+def test_contract_example_in_architecture_doc_passes_the_checks(monkeypatch):
+    """The minimal sampler written out in docs/architecture.md is itself checked (the template is compliant)."""
+    import types
+
+    from _docblocks import ROOT, python_blocks
+    from contract_cases import Case
+
+    (block,) = [b for b in python_blocks(ROOT / "docs" / "architecture.md") if "def build_kernel" in b.code]
+    module = types.ModuleType("contract_example")
+    exec(compile(block.code, block.id, "exec"), module.__dict__)  # noqa: S102 - our own documentation
+    logdensity = module.logdensity
+    case = Case(lambda step_size: module.as_top_level_api(logdensity, step_size=step_size), jnp.zeros(2), {"step_size": 0.5})
+    assert_follows_sampling_api(case.make(**case.hyperparameters), case.position, jax.random.key(0))
+    check_hyperparameter_traced("docs/architecture.md example", case, "step_size")
+    check_module_contract(module, case, monkeypatch)

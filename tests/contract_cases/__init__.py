@@ -11,6 +11,7 @@ A case returns ``Case(make, position, hyperparameters)``:
 * ``make(**hyperparameters)`` builds the ``SamplingAlgorithm`` (or the
   NamedTuple of functions) for the tiny problem;
 * ``position`` is a valid initial position;
+* ``static`` (optional) names hyperparameter-like parameters that stay static, with why;
 * ``hyperparameters`` maps the numeric hyperparameters that BlackJAX lets a user
   trace (e.g. ``{"step_size": 1e-3}``) to concrete values. The contract test
   vmaps ``make(**traced).step`` over two values of each (the given value and half
@@ -46,6 +47,14 @@ class Case(NamedTuple):
     make: Callable[..., Any]
     position: Any
     hyperparameters: dict
+    #: Constructor parameters named like numeric hyperparameters (``NUMERIC_HYPERPARAMETERS``)
+    #: that are deliberately static here, each with the reason, e.g.
+    #: ``{"delta": "b_normal is solved on the host per (delta, N, m)"}``.
+    static: dict = {}
+
+
+#: Parameter names the contract test expects a case to trace when the constructor takes them.
+NUMERIC_HYPERPARAMETERS = ("step_size", "delta", "temperature", "learning_rate")
 
 
 def all_cases() -> dict[str, Callable[[], Case]]:
