@@ -19,6 +19,7 @@ several functions are returned as a ``NamedTuple``.
 """
 import ast
 import inspect
+import typing
 from pathlib import Path
 
 import chex
@@ -92,14 +93,30 @@ def _assert_trees_close(a, b, what):
 
 @pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
 def test_constructor_follows_contract(name):
-    constructor = CONSTRUCTORS[name]
     if name not in CASES:
         pytest.fail(f"no contract case for {name}")
-    case = CASES[name]()
+    check_constructor(CONSTRUCTORS[name], CASES[name]())
+
+
+def check_constructor(constructor, case):
+    """Result type; SamplingAlgorithm API, or one jit trace of ``case.call`` for a NamedTuple of functions."""
+    name = constructor.name
     result = case.make(**case.hyperparameters)
     _result_type_ok(constructor, result)
-    if hasattr(result, "init") and hasattr(result, "step"):
+    if isinstance(result, SamplingAlgorithm) or (hasattr(result, "init") and hasattr(result, "step")):
         assert_follows_sampling_api(result, case.position, jax.random.key(0))
+    else:
+        assert case.call is not None, f"{name}: the case must give call(result, rng_key) to exercise the returned functions"
+
+        @jax.jit
+        @chex.assert_max_traces(n=1)
+        def run(key):
+            return case.call(result, key)
+
+        first = run(jax.random.key(0))
+        second = run(jax.random.key(1))
+        chex.clear_trace_counter()
+        chex.assert_trees_all_equal_shapes_and_dtypes(first, second)
 
 
 def _leading_axis(tree, size):
@@ -110,22 +127,22 @@ def _leading_axis(tree, size):
 def check_hyperparameter_traced(name, case, hyperparameter):
     """``jax.vmap`` over ``hyperparameter`` works and equals concrete steps at each value."""
     base = case.hyperparameters
-    state = case.make(**base).init(case.position)
     key = jax.random.key(1)
     value = base[hyperparameter]
     values = [value, value * 0.5]
+    if case.call is not None:
+        run = lambda h, k: case.call(case.make(**{**base, hyperparameter: h}), k)  # noqa: E731
+    else:
+        state = case.make(**base).init(case.position)
+        run = lambda h, k: case.make(**{**base, hyperparameter: h}).step(k, state)  # noqa: E731
 
-    def step_at(h):
-        return case.make(**{**base, hyperparameter: h}).step(key, state)
-
-    batched_state, batched_info = jax.vmap(step_at)(jnp.asarray(values))
-    _leading_axis(batched_state, 2)
-    _leading_axis(batched_info, 2)
+    batched = jax.vmap(run, in_axes=(0, None))(jnp.asarray(values), key)
+    _leading_axis(batched, 2)
     for i, v in enumerate(values):
-        concrete = jax.jit(lambda k, s, v=v: case.make(**{**base, hyperparameter: v}).step(k, s))(key, state)
+        concrete = jax.jit(lambda k, v=v: run(v, k))(key)
         _assert_trees_close(
-            jax.tree.map(lambda x: x[i], (batched_state, batched_info)), concrete,
-            f"{name}: vmapped step at {hyperparameter}={v} differs from the concrete step",
+            jax.tree.map(lambda x: x[i], batched), concrete,
+            f"{name}: vmapped call at {hyperparameter}={v} differs from the concrete call",
         )
 
 
@@ -263,3 +280,35 @@ def test_contract_example_in_architecture_doc_passes_the_checks(monkeypatch):
     assert_follows_sampling_api(case.make(**case.hyperparameters), case.position, jax.random.key(0))
     check_hyperparameter_traced("docs/architecture.md example", case, "step_size")
     check_module_contract(module, case, monkeypatch)
+
+
+class _Pair(typing.NamedTuple):
+    sample: typing.Callable
+    sample_many: typing.Callable
+
+
+def _pair_constructor(temperature: float) -> _Pair:
+    """A NamedTuple-of-functions constructor with a traceable hyperparameter (test fixture)."""
+
+    def sample(rng_key, logits):
+        return jax.random.categorical(rng_key, logits / temperature)
+
+    def sample_many(rng_key, logits, num):
+        return jax.random.categorical(rng_key, logits / temperature, shape=(num,))
+
+    return _Pair(sample, sample_many)
+
+
+def test_namedtuple_of_functions_path():
+    """The checks for kind (c) constructors: discovery of the annotation, one trace, traced hyperparameter."""
+    from contract_cases import Case, Constructor, _classify
+
+    discovered = _classify("pair", _pair_constructor)
+    assert discovered == Constructor("pair", _pair_constructor, "namedtuple", None, _Pair)
+    logits = jnp.log(jnp.asarray([0.2, 0.3, 0.5]))
+    case = Case(_pair_constructor, None, {"temperature": 1.0},
+                call=lambda fns, key: (fns.sample(key, logits), fns.sample_many(key, logits, 4)))
+    check_constructor(discovered, case)
+    check_hyperparameter_traced("pair", case, "temperature")
+    with pytest.raises(AssertionError, match="must give call"):
+        check_constructor(discovered, case._replace(call=None))

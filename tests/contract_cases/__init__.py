@@ -11,6 +11,7 @@ A case returns ``Case(make, position, hyperparameters)``:
 * ``make(**hyperparameters)`` builds the ``SamplingAlgorithm`` (or the
   NamedTuple of functions) for the tiny problem;
 * ``position`` is a valid initial position;
+* ``call`` (optional; required for a ``NamedTuple`` of functions) runs the result;
 * ``static`` (optional) names hyperparameter-like parameters that stay static, with why;
 * ``hyperparameters`` maps the numeric hyperparameters that BlackJAX lets a user
   trace (e.g. ``{"step_size": 1e-3}``) to concrete values. The contract test
@@ -51,6 +52,10 @@ class Case(NamedTuple):
     #: that are deliberately static here, each with the reason, e.g.
     #: ``{"delta": "b_normal is solved on the host per (delta, N, m)"}``.
     static: dict = {}
+    #: For constructors that do not return a ``SamplingAlgorithm`` (a ``NamedTuple`` of
+    #: functions): ``call(result, rng_key) -> pytree`` exercises the returned functions; the
+    #: test jits it (one trace for two keys) and vmaps it over each hyperparameter.
+    call: Callable[[Any, Any], Any] | None = None
 
 
 #: Parameter names the contract test expects a case to trace when the constructor takes them.
