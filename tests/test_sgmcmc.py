@@ -537,18 +537,22 @@ def mlp_problem(num_shards=4, n=30, seed=0):
 def test_pytree_network_positions_through_every_path(structure):
     shards, params = mlp_problem()
     sur = jaxsub.sgmcmc.laplace_surrogates(mlp_logprior, mlp_loglik, shards, params, structure=structure, rank=4,
-                                           curvature="fisher", num_steps=100, rng_key=jax.random.key(1))
+                                           curvature="fisher", num_steps=30, rng_key=jax.random.key(1))
     dim = sum(int(np.size(p)) for p in jax.tree.leaves(params))
     assert sur.dim == dim and (sur.factor is None) == (structure != "lowrank")
     chains = jax.tree.map(lambda p: jnp.stack([p, 0.5 * p, -p]), params)
     kw = dict(step_size=1e-4, batch_size=5, local_steps=3)
-    for algo in (jaxsub.dsgld(mlp_logprior, mlp_loglik, shards, **kw),
-                 jaxsub.cg_dsgld(mlp_logprior, mlp_loglik, shards, surrogates=sur, **kw)):
+    algos = [jaxsub.cg_dsgld(mlp_logprior, mlp_loglik, shards, surrogates=sur, **kw)]
+    if structure == "diag":
+        algos.append(jaxsub.dsgld(mlp_logprior, mlp_loglik, shards, **kw))
+    for algo in algos:
         trace = jaxsub.run_chains(jax.random.key(0), algo, jax.vmap(algo.init)(chains), 4,
                                   transform=lambda s, i: s.position)
         chex.assert_trees_all_equal_structs(trace.states, params)
         assert trace.states["w1"].shape == (3, 4, 3, 4)
         assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(trace.states))
+    if structure != "diag":
+        return
     md = jaxsub.sgmcmc.multi_device(mlp_logprior, mlp_loglik, shards, surrogates=sur, chains_per_shard=2,
                                     shard_probs=[0.1, 0.2, 0.3, 0.4], participating=3, **kw)
     md_chains = jax.tree.map(lambda p: jnp.stack([p * (1 + 0.1 * i) for i in range(8)]), params)

@@ -28,10 +28,10 @@ def _multi_device_case():
 
     def make(step_size, exploration):
         return jaxsub.sgmcmc.multi_device(*_MODEL, _SHARDS, step_size=step_size, exploration=exploration,
-                                          batch_size=3, local_steps=2, chains_per_shard=2, surrogates=_surrogates(),
+                                          batch_size=3, local_steps=1, chains_per_shard=1, surrogates=_surrogates(),
                                           shard_probs=[0.2, 0.3, 0.5], participating=2)
 
-    return Case(make, jnp.zeros((6, 2)), {"step_size": 1e-3, "exploration": 1.0})
+    return Case(make, jnp.zeros((3, 2)), {"step_size": 1e-3, "exploration": 1.0})
 
 
 def _multi_device_kernel_case():
