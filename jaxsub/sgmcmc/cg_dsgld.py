@@ -37,8 +37,12 @@ __all__ = ["CGDSGLDState", "CGDSGLDInfo", "init", "build_kernel", "as_top_level_
 init = dsgld.init
 
 
-def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False) -> Callable:
+def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
+                 shard_size: int | None = None) -> Callable:
     """Build the CG-DSGLD round kernel from the algorithm's structure (static settings only).
+
+    ``batch_size``, ``local_steps``, ``return_local_positions`` and ``shard_size`` as in
+    :func:`jaxsub.sgmcmc.dsgld.build_kernel`.
 
     Returns
     -------
@@ -59,7 +63,8 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
 
         new_position, info = dsgld.shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data,
                                                shard_sizes, shard_probs, step_size, conducive, batch_size=batch_size,
-                                               local_steps=local_steps, return_local_positions=return_local_positions)
+                                               local_steps=local_steps, return_local_positions=return_local_positions,
+                                               static_shard_size=shard_size)
         return CGDSGLDState(new_position), info
 
     return kernel
@@ -105,7 +110,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     surrogates = check_surrogates(surrogates, shards.num_shards)
     exploration = check_hyperparameter("exploration", exploration, low=0.0, low_closed=True)
     kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
-                          return_local_positions=bool(return_local_positions))
+                          return_local_positions=bool(return_local_positions), shard_size=dsgld.common_size(shards))
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)

@@ -37,6 +37,7 @@ from blackjax.sgmcmc import gradients
 from jax.flatten_util import ravel_pytree
 
 from jaxsub.base import SamplingAlgorithm
+from jaxsub.subsample import permutation_indices
 from jaxsub.sgmcmc.shards import check_batch_size, check_finite_shards, make_shards, minibatch_indices, shard_gather
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int, check_probability_vector
@@ -107,17 +108,26 @@ def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, 
 
 def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, data: ArrayTree,
                 shard: Array, shard_size: Array, step_size, *, batch_size: int,
-                local_steps: int, return_local_positions: bool):
+                local_steps: int, return_local_positions: bool, static_shard_size: int | None = None):
     """``local_steps`` SGLD steps (``blackjax.sgld`` kernel) on rows ``[0, shard_size)`` of ``data[shard]``.
 
+    ``static_shard_size``: when every shard has this size (structure known at build time) the
+    minibatch indices come from the static-domain permutation (``jaxsub.subsample.permutation_indices``),
+    cheaper than the traced-size draw of :func:`jaxsub.sgmcmc.shards.minibatch_indices`.
     Returns ``(new_position, local_positions or None)``.
     """
     sgld_kernel = blackjax.sgmcmc.sgld.build_kernel()
     half_step = 0.5 * step_size  # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2
+    positions = jnp.arange(batch_size)
+
+    def indices(key):
+        if static_shard_size is not None:
+            return permutation_indices(key, positions, static_shard_size)
+        return minibatch_indices(key, batch_size, shard_size)
 
     def one_step(pos, key):
         key_batch, key_noise = jax.random.split(key)
-        batch = shard_gather(data, shard, minibatch_indices(key_batch, batch_size, shard_size))
+        batch = shard_gather(data, shard, indices(key_batch))
         new = sgld_kernel(key_noise, pos, grad_fn, batch, half_step)
         return new, (new if return_local_positions else None)
 
@@ -130,7 +140,8 @@ def _is_finite(position) -> Array:
 
 def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable, loglikelihood_fn: Callable,
                 data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size, conducive: Callable | None, *,
-                batch_size: int, local_steps: int, return_local_positions: bool):
+                batch_size: int, local_steps: int, return_local_positions: bool,
+                static_shard_size: int | None = None):
     """One DSGLD round from ``position``: draw ``s ~ Cat(f)``, run ``local_steps`` steps on shard ``s``.
 
     ``conducive(shard) -> (position -> pytree)`` (or ``None``) is called once per round; the
@@ -145,17 +156,23 @@ def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable
     grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
     new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
                                       batch_size=batch_size, local_steps=local_steps,
-                                      return_local_positions=return_local_positions)
+                                      return_local_positions=return_local_positions,
+                                      static_shard_size=static_shard_size)
     return new_position, DSGLDInfo(shard, local, _is_finite(new_position))
 
 
-def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False) -> Callable:
+def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
+                 shard_size: int | None = None) -> Callable:
     """Build the DSGLD round kernel from the algorithm's structure (static settings only).
 
     Parameters
     ----------
     batch_size, local_steps, return_local_positions
         Static settings (see :func:`as_top_level_api`).
+    shard_size
+        The common shard size when all shards have the same size (then minibatch indices use
+        the static-domain permutation, cheaper per step), else ``None``; ``as_top_level_api``
+        sets it. The kernel's ``shard_sizes`` must then all equal it.
 
     Returns
     -------
@@ -169,10 +186,20 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
                data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size) -> tuple[DSGLDState, DSGLDInfo]:
         new_position, info = shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data, shard_sizes,
                                          shard_probs, step_size, None, batch_size=batch_size,
-                                         local_steps=local_steps, return_local_positions=return_local_positions)
+                                         local_steps=local_steps, return_local_positions=return_local_positions,
+                                         static_shard_size=shard_size)
         return DSGLDState(new_position), info
 
     return kernel
+
+
+def common_size(shards) -> int | None:
+    """The shards' common size if they are all equal (structure for :func:`build_kernel`), else ``None``."""
+    sizes = np.asarray(shards.sizes)
+    if np.all(sizes == sizes[0]) and int(sizes[0]) >= 1:
+        if jax.tree.leaves(shards.data)[0].shape[1] == int(sizes[0]):
+            return int(sizes[0])
+    return None
 
 
 def validate_config(shards, step_size, batch_size, local_steps, shard_probs):
@@ -224,7 +251,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     shards, step_size, batch_size, local_steps, probs = validate_config(
         shards, step_size, batch_size, local_steps, shard_probs)
     kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
-                          return_local_positions=bool(return_local_positions))
+                          return_local_positions=bool(return_local_positions), shard_size=common_size(shards))
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)

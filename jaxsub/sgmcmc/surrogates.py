@@ -112,6 +112,9 @@ def _from_exact(means, precisions) -> GaussianSurrogates:
     if means.ndim != 2:
         raise ValueError(f"means must be [num_shards, dim]; got shape {means.shape}")
     num_shards, dim = means.shape
+    _check_finite_precision(precisions, "precisions")
+    if not np.all(np.isfinite(means)):
+        raise ValueError("means must be finite")
     if precisions.shape == (num_shards, dim, dim):
         diagonal = False
         if not np.allclose(precisions, np.swapaxes(precisions, 1, 2), rtol=1e-6, atol=1e-8):
@@ -125,9 +128,6 @@ def _from_exact(means, precisions) -> GaussianSurrogates:
             f"precisions must be [num_shards, dim, dim] = {[num_shards, dim, dim]} (full) or "
             f"[num_shards, dim] = {[num_shards, dim]} (diagonal), one per mean; got shape {precisions.shape}"
         )
-    _check_finite_precision(precisions, "precisions")
-    if not np.all(np.isfinite(means)):
-        raise ValueError("means must be finite")
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
     return GaussianSurrogates(_host(precisions, dtype), _host(shift, dtype), _host(means, dtype), diagonal, None)
 
@@ -138,7 +138,7 @@ def _host(x, dtype) -> np.ndarray:
 
 
 def _check_finite_precision(precision, name: str) -> None:
-    if isinstance(precision, jax.core.Tracer):
+    if isinstance(precision, jax.core.Tracer) or np.ndim(precision) == 0:
         return
     bad = ~np.isfinite(np.asarray(precision, np.float64)).reshape(np.shape(precision)[0], -1).all(axis=1)
     if bad.any():
