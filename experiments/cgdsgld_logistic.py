@@ -245,11 +245,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     fig, axes = plt.subplots(2, len(A_VALUES), figsize=(12, 8), squeeze=False)
     for j, a in enumerate(A_VALUES):
-        for name, style in (("DSGLD", "--"), ("CG-DSGLD", "-"), ("CG-DSGLD (SGLD-fitted q_s)", (0, (1, 1))),
+        for name, style in (("DSGLD", "--"), ("CG-DSGLD", "-"), ("CG-DSGLD (SGLD-fitted q_s)", "-"),
                             ("CG-DSGLD (Laplace q_s at MAP)", "-."), ("SGLD", ":")):
             ks, ll, acc = curves[(name, a)]
-            axes[0, j].semilogx(ks, ll, style, label=name)
-            axes[1, j].semilogx(ks, acc, style, label=name)
+            axes[0, j].semilogx(ks, ll, linestyle=style, label=name)
+            axes[1, j].semilogx(ks, acc, linestyle=style, label=name)
         axes[0, j].set_title(f"Beta({a:g}, {a:g}) shards: held-out log-likelihood")
         axes[1, j].set_title(f"Beta({a:g}, {a:g}) shards: held-out accuracy")
         for ax in axes[:, j]:
