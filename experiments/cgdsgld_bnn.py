@@ -80,7 +80,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     out_dir = Path(out_dir)
     shard_size = 1_000 if quick else 24_000
     test_per_class = 1_000 if quick else 5_000
-    rounds = 30 if quick else 400
+    rounds = 40 if quick else 400
     local_steps = 20 if quick else 100
     burn = rounds // 4
     metrics = {"quick": quick, "splits": {}}
@@ -96,7 +96,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         step_size = 0.1 / n_total
         start = time.perf_counter()
         sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0, structure="full",
-                                               num_steps=100 if quick else 1_000, optimizer=optax.adam(0.05))
+                                               num_steps=300 if quick else 1_000, optimizer=optax.adam(0.02))
         fit_seconds = time.perf_counter() - start
         probs = np.full(NUM_SHARDS, 1.0 / NUM_SHARDS)
         metrics["splits"][label] = {"positive_fraction_per_shard": np.round(fracs, 3).tolist(), "rows": n_total,

@@ -84,7 +84,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     data = jaxsub.datasets.load_mnist()
     rng = np.random.default_rng(0)
     num_clients = 10
-    n_train = 5_000 if quick else 60_000
+    n_train = 10_000 if quick else 60_000
     n_test = 2_000 if quick else 10_000
     rounds = 60 if quick else 600
     local_steps = 20 if quick else 50
@@ -105,7 +105,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                "mean_fraction_of_top_two_digits_per_client": top2}
     start = time.perf_counter()
     sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
-                                           num_steps=50 if quick else 300, optimizer=optax.adam(1e-2))
+                                           num_steps=100 if quick else 300, optimizer=optax.adam(1e-2))
     metrics["laplace_fit_seconds"] = time.perf_counter() - start
     probs = np.full(num_clients, 1.0 / num_clients)
     metrics["curvature_excess_max"] = float(jaxsub.sgmcmc.curvature_excess(sur, probs).max())
