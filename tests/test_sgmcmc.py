@@ -616,6 +616,7 @@ def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation()
     assert np.max(np.abs(combined - 0.5 * eps * ignore_f) / se) > 8
 
 
+@pytest.mark.slow
 def test_many_clients_partial_participation_targets_the_posterior():
     """120 shards (federated clients), 30 participating per round, non-uniform f: CG-DSGLD's long-run mean
     equals the exact posterior mean of the conjugate model (Monte Carlo error from the ESS)."""
