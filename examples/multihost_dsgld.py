@@ -80,17 +80,18 @@ def main(argv=None):
     means = np.stack([full[s, : sizes[s]].mean(0) for s in range(num_shards)])
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(means, sizes[:, None] * np.ones((num_shards, 2)))
 
-    init_fn, kernel, inputs = jaxsub.sgmcmc.multi_device_kernel(
-        lambda mu: -0.5 * jnp.sum(mu**2) / 5.0,
-        lambda mu, x: -0.5 * jnp.sum((x - mu) ** 2),
-        shards, step_size=1e-4, batch_size=10, local_steps=args.local_steps, surrogates=surrogates,
+    functions = jaxsub.sgmcmc.multi_device_kernel(
+        num_shards=num_shards, batch_size=10, local_steps=args.local_steps,
         chains_per_shard=args.chains_per_shard, mesh=mesh)
-    state = init_fn(np.zeros((num_shards * args.chains_per_shard, 2), np.float32))
+    inputs = functions.make_inputs(shards, surrogates=surrogates)
+    state = functions.init(np.zeros((num_shards * args.chains_per_shard, 2), np.float32))
+    logprior = lambda mu: -0.5 * jnp.sum(mu**2) / 5.0  # noqa: E731
+    loglik = lambda mu, x: -0.5 * jnp.sum((x - mu) ** 2)  # noqa: E731
 
     @jax.jit
     def run(state, keys, inputs):  # the data are an argument: no process may close over global arrays
         def one(s, k):
-            s, _ = kernel(k, s, inputs)
+            s, _ = functions.kernel(k, s, logprior, loglik, inputs, 1e-4)
             return s, (s.position, s.chain_id)
 
         return jax.lax.scan(one, state, keys)[1]

@@ -26,28 +26,49 @@ def main():
     lp = lambda th: -0.5 * jnp.sum(th**2) / 5.0  # noqa: E731
     ll = lambda th, x: -0.5 * jnp.sum((x - th) ** 2)  # noqa: E731
     sur = jaxsub.sgmcmc.gaussian_surrogates([x.mean(0) for x in shards], [len(x) * np.ones(2) for x in shards])
+    # the new paths: pytree positions, low-rank-plus-diagonal surrogates, non-uniform f, partial participation
+    lp_tree = lambda th: -0.5 * (jnp.sum(th["a"] ** 2) + th["b"] ** 2) / 5.0  # noqa: E731
+    ll_tree = lambda th, x: -0.5 * ((x[0] - th["a"][0]) ** 2 + (x[1] - th["b"]) ** 2)  # noqa: E731
+    lowrank = jaxsub.sgmcmc.laplace_surrogates(lp_tree, ll_tree, shards, {"a": jnp.zeros(1), "b": jnp.zeros(())},
+                                               structure="lowrank", rank=1, num_steps=20, rng_key=jax.random.key(0))
+    probs = np.asarray(sizes) / np.sum(sizes)
+    cases = {
+        "dsgld": dict(model=(lp, ll), surrogates=None, position=jnp.zeros((16, 2))),
+        "cg_dsgld": dict(model=(lp, ll), surrogates=sur, position=jnp.zeros((16, 2))),
+        "cg_pytree_lowrank_nonuniform_partial": dict(
+            model=(lp_tree, ll_tree), surrogates=lowrank, shard_probs=probs, participating=5,
+            position={"a": jnp.zeros((16, 1)), "b": jnp.zeros(16)}),
+    }
     mesh = jax.make_mesh((8,), ("shards",))
-    out = {}
-    for name, s in (("dsgld", None), ("cg_dsgld", sur)):
+    out = {"names": list(cases)}
+    for name, case in cases.items():
         runs = {}
         for label, m in (("single", None), ("mesh", mesh)):
-            algo = jaxsub.sgmcmc.multi_device(lp, ll, shards, step_size=1e-3, batch_size=5, local_steps=4,
-                                              chains_per_shard=2, mesh=m, surrogates=s)
-            state = algo.init(jnp.zeros((16, 2)))
+            algo = jaxsub.sgmcmc.multi_device(*case["model"], shards, step_size=1e-3, batch_size=5, local_steps=4,
+                                              chains_per_shard=2, mesh=m, surrogates=case["surrogates"],
+                                              shard_probs=case.get("shard_probs"),
+                                              participating=case.get("participating"))
+            state = algo.init(case["position"])
             trace = jaxsub.run_chain(jax.random.key(1), algo, state, 8,
-                                     transform=lambda st, i: ((st.position, st.chain_id), i.shifts))
-            runs[label] = trace
+                                     transform=lambda st, i: {"state": st, "shifts": i.shifts, "acted": i.acted})
+            runs[label] = trace.states
             if m is not None:
-                out[f"{name}_position_devices"] = len(trace.final_state.position.sharding.device_set)
+                leaf = jax.tree.leaves(trace.final_state.position)[0]
+                out[f"{name}_position_devices"] = len(leaf.sharding.device_set)
             if m is not None and name == "cg_dsgld":  # DSGLD's round communicates the same way
                 hlo = jax.jit(algo.step).lower(jax.random.key(0), state).compile().as_text()
                 out[f"{name}_collective_permutes"] = hlo.count("collective-permute-start") or hlo.count("collective-permute(")
                 out[f"{name}_other_collectives"] = sum(hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter"))
         a, b = runs["single"], runs["mesh"]
-        out[f"{name}_max_abs_diff"] = float(np.max(np.abs(np.asarray(a.states[0]) - np.asarray(b.states[0]))))
-        out[f"{name}_chain_ids_equal"] = bool(np.array_equal(a.states[1], b.states[1]))
-        out[f"{name}_shifts"] = np.asarray(a.infos).tolist()
-        out[f"{name}_finite"] = bool(np.all(np.isfinite(np.asarray(b.states[0]))))
+        da, db = (jaxsub.sgmcmc.draws_by_chain(r["state"]) for r in (a, b))
+        out[f"{name}_draws_shape"] = [list(np.shape(x)) for x in jax.tree.leaves(da)]
+        out[f"{name}_max_abs_diff"] = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+                                          for x, y in zip(jax.tree.leaves(da), jax.tree.leaves(db)))
+        out[f"{name}_chain_ids_equal"] = bool(np.array_equal(a["state"].chain_id, b["state"].chain_id))
+        out[f"{name}_acted_equal"] = bool(np.array_equal(a["acted"], b["acted"]))
+        out[f"{name}_acted_fraction"] = float(np.mean(np.asarray(b["acted"])))
+        out[f"{name}_shifts"] = np.asarray(a["shifts"]).tolist()
+        out[f"{name}_finite"] = bool(all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(db)))
     print("RESULT " + json.dumps(out))
 
 

@@ -133,7 +133,7 @@ def test_cg_estimator_is_unbiased_over_shards_exactly(diagonal):
     theta = {"w": jnp.asarray(rng.normal(size=3), jnp.float32), "b": jnp.asarray(0.3, jnp.float32)}
     total = None
     for s in range(3):
-        cfn = lambda p, s=s: conducive_gradient(p, s, arrays, diagonal=diagonal)
+        cfn = lambda p, s=s: conducive_gradient(p, s, arrays)
         est = dsgld_module.shard_gradient_estimator(
             logistic_logprior, logistic_loglik, jnp.int32(shards.sizes[s]), jnp.float32(probs[s]), jnp.float32, cfn)
         g = _full_minibatch_gradient(lambda b: est(theta, b), shards.data, s, shards.sizes[s])
@@ -164,7 +164,7 @@ def test_conducive_gradient_has_zero_mean(diagonal):
     sur = jaxsub.sgmcmc.gaussian_surrogates(means, precs)
     arrays = conducive_arrays(sur, probs)
     theta = {"a": jnp.asarray(rng.normal(size=2), jnp.float32), "b": jnp.asarray(rng.normal(), jnp.float32)}
-    gs = [conducive_gradient(theta, s, arrays, diagonal=diagonal) for s in range(num_shards)]
+    gs = [conducive_gradient(theta, s, arrays) for s in range(num_shards)]
     # the precomputed affine form equals the definition -Σ_k Λ_k(θ - μ_k) + (1/f_s) Λ_s(θ - μ_s)
     flat = np.concatenate([np.asarray(theta["a"]), np.asarray(theta["b"])[None]]).astype(np.float64)
     full = precs if not diagonal else np.stack([np.diag(p) for p in precs])
@@ -210,8 +210,8 @@ def _stationary(shards, probs, eps, n, kind):
 def _run(algorithm, num_chains, num_rounds, burn, start):
     init = jax.vmap(algorithm.init)(jnp.tile(jnp.asarray(start, jnp.float32), (num_chains, 1)))
     trace = jaxsub.run_chains(jax.random.key(2026), algorithm, init, num_rounds,
-                              transform=lambda s, i: (s.position, i.shard))
-    return np.asarray(trace.states)[:, burn:], np.asarray(trace.infos)
+                              transform=lambda s, i: {"position": s.position, "shard": i.shard})
+    return np.asarray(trace.states["position"])[:, burn:], np.asarray(trace.states["shard"])
 
 
 def _check_moments(draws, mean, cov):
@@ -378,8 +378,260 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="covariance"):
         jaxsub.sgmcmc.gaussian_surrogates(shards=shards, loglikelihood_fn=ll, rng_key=jax.random.key(0),
                                           position=jnp.zeros(2), step_size=1e-3, batch_size=5, covariance="low")
-    with pytest.raises(ValueError, match="uniform"):
-        jaxsub.sgmcmc.multi_device(lp, ll, shards, shard_probs=[0.1, 0.2, 0.3, 0.4], **good)
+    with pytest.raises(ValueError, match="participating"):
+        jaxsub.sgmcmc.multi_device(lp, ll, shards, participating=5, **good)
+    with pytest.raises(ValueError, match="strictly positive"):
+        jaxsub.sgmcmc.multi_device(lp, ll, shards, shard_probs=[0.5, 0.5, 0.0, 0.0], **good)
+    with pytest.raises(ValueError, match="3 surrogates for 4 shards"):
+        jaxsub.sgmcmc.multi_device(lp, ll, shards, surrogates=sur3, **good)
+    functions = jaxsub.sgmcmc.multi_device_kernel(num_shards=3, chains_per_shard=1, batch_size=5, local_steps=2)
+    with pytest.raises(ValueError, match="num_shards = 3 but the data have 4 shards"):
+        functions.make_inputs(shards)
+    bad = exact_surrogates(shards)
+    bad = bad._replace(precision=np.where(np.arange(4)[:, None, None] == 2, np.nan, np.asarray(bad.precision)))
+    with pytest.raises(ValueError, match=r"shard\(s\) \[2\]"):
+        jaxsub.cg_dsgld(lp, ll, shards, surrogates=bad, **good)
+    with pytest.raises(ValueError, match="must be finite"):
+        jaxsub.sgmcmc.gaussian_surrogates(np.zeros((4, 2)), np.full((4, 2), np.inf))
     md = jaxsub.sgmcmc.multi_device(lp, ll, shards, chains_per_shard=2, **good)
     with pytest.raises(ValueError, match="leading chain axis of size num_shards \\* chains_per_shard = 8"):
         md.init(jnp.zeros((5, 2)))
+
+
+# ---------------------------------------------------------------- kernel contract, bad data
+
+
+def test_nan_in_data_is_rejected_at_construction():
+    shards = blob_shards()
+    shards[2] = shards[2].copy()
+    shards[2][3, 1] = np.nan
+    lp, ll = gaussian_logprior, gaussian_loglik
+    good = dict(step_size=1e-3, batch_size=5, local_steps=2)
+    for make in (lambda: jaxsub.dsgld(lp, ll, shards, **good),
+                 lambda: jaxsub.cg_dsgld(lp, ll, shards, surrogates=exact_surrogates(blob_shards()), **good),
+                 lambda: jaxsub.sgmcmc.multi_device(lp, ll, shards, **good),
+                 lambda: jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2))):
+        with pytest.raises(ValueError, match="NaN/inf .*first in shard 2"):
+            make()
+    # padding rows (copies of row 0) are not data: a short finite shard passes
+    jaxsub.dsgld(lp, ll, blob_shards(), **good)
+
+
+def test_kernel_takes_model_data_and_traced_hyperparameters():
+    """build_kernel(structure) -> kernel(rng_key, state, model, data, hyperparameters); α and ε traced."""
+    shards = make_shards(blob_shards())
+    probs = jnp.asarray(shards.sizes / shards.sizes.sum(), jnp.float32)
+    sizes = jnp.asarray(shards.sizes, jnp.int32)
+    arrays = conducive_arrays(exact_surrogates(blob_shards()), np.asarray(probs, np.float64))
+    kernel = jaxsub.cg_dsgld.build_kernel(batch_size=5, local_steps=3)
+    state = jaxsub.cg_dsgld.init(jnp.ones(2))
+
+    def step(eps, alpha):
+        return kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs,
+                      arrays, eps, alpha)[0].position
+
+    batched = jax.jit(jax.vmap(step))(jnp.array([1e-4, 2e-4]), jnp.array([1.0, 0.0]))
+    np.testing.assert_allclose(batched[0], step(1e-4, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(batched[1], step(2e-4, 0.0), rtol=1e-5)
+    # α = 0 is DSGLD with the same keys
+    ds = jaxsub.dsgld.build_kernel(batch_size=5, local_steps=3)(
+        jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, 2e-4)[0].position
+    np.testing.assert_allclose(batched[1], ds, rtol=1e-5)
+    assert not np.allclose(batched[0], step(1e-4, 0.0))
+
+
+# ---------------------------------------------------------------- Laplace surrogates
+
+
+def linear_shards(seed=3, sizes=(40, 25, 60), dim=3, sigma=0.5):
+    rng = np.random.default_rng(seed)
+    mix = rng.normal(size=(dim, dim))  # correlated features: a non-diagonal Hessian
+    out = []
+    for s, n in enumerate(sizes):
+        x = (rng.normal(size=(n, dim)) @ mix + s).astype(np.float32)
+        y = (x @ np.array([1.0, -2.0, 0.5]) + sigma * rng.normal(size=n)).astype(np.float32)
+        out.append((x, y))
+    return out, sigma
+
+
+@pytest.mark.parametrize("structure", ["full", "diag", "lowrank"])
+def test_laplace_surrogates_equal_exact_ones_on_a_conjugate_model(structure):
+    """Gaussian likelihood y | x, θ ~ N(xᵀθ, σ²): the shard likelihood is exactly N with Λ_s = X_sᵀX_s/σ²,
+    h_s = X_sᵀy_s/σ². The Taylor expansion is exact at any point, so the (unconverged) optimiser does not matter."""
+    shards, sigma = linear_shards()
+    ll = lambda th, d: -0.5 * (d[1] - d[0] @ th) ** 2 / sigma**2  # noqa: E731
+    lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
+    with jax.enable_x64(True):
+        sur = jaxsub.sgmcmc.laplace_surrogates(lp, ll, [(x.astype(np.float64), y.astype(np.float64)) for x, y in shards],
+                                               jnp.zeros(3, jnp.float64), structure=structure, rank=3, num_steps=50,
+                                               rng_key=jax.random.key(0))
+    assert sur.fit_info.method == "laplace" and sur.fit_info.num_sgld_steps == 0
+    for s, (x, y) in enumerate(shards):
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        prec, shift = x.T @ x / sigma**2, x.T @ y / sigma**2
+        if structure == "full":
+            got = np.asarray(sur.precision[s])
+        elif structure == "diag":
+            got, prec = np.asarray(sur.precision[s]), np.diag(prec)
+            shift = np.diag(np.diag(x.T @ x)) / sigma**2 @ np.asarray(sur.mean[s])  # h = D μ for a diagonal q_s
+        else:
+            u = np.asarray(sur.factor[s])
+            got = np.diag(np.asarray(sur.precision[s])) + u @ u.T
+        np.testing.assert_allclose(got, prec, rtol=1e-6, atol=1e-6 * np.abs(prec).max())
+        np.testing.assert_allclose(np.asarray(sur.shift[s]), shift, rtol=1e-6, atol=1e-6 * np.abs(shift).max())
+    if structure == "full":  # the means are the least-squares solutions of each shard
+        for s, (x, y) in enumerate(shards):
+            np.testing.assert_allclose(np.asarray(sur.mean[s]), np.linalg.lstsq(x, y, rcond=None)[0], rtol=1e-4)
+
+
+def test_laplace_damping_keeps_separable_shards_finite():
+    """A one-label logistic shard has no likelihood maximum: the fractional prior gives a finite expansion point."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 200, 2)).astype(np.float32)
+    x[0, :, 0] = np.abs(x[0, :, 0]) + 0.1  # shard 0: all y = 1 and x_0 > 0, separable along +e_0
+    x[1, :, 1] = np.abs(x[1, :, 1]) + 0.1  # shard 1: all y = 0 and x_1 > 0, separable along -e_1
+    y = np.stack([np.ones(200), np.zeros(200), (rng.uniform(size=200) < 0.5)]).astype(np.float32)
+    ll = lambda th, d: d["y"] * (d["x"] @ th) - jnp.logaddexp(0.0, d["x"] @ th)  # noqa: E731
+    lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
+    data = {"x": x, "y": y}  # stacked [S, N, ...] shards
+    sur = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
+                                           optimizer=__import__("optax").adam(0.05))
+    assert np.all(np.isfinite(sur.mean)) and np.all(np.isfinite(sur.precision))
+    assert np.all(sur.fit_info.gradient_norm < 1e-5)  # converged to the damped mode
+    assert np.all(np.abs(sur.mean) < 15)
+    undamped = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
+                                                damping=0.0, optimizer=__import__("optax").adam(0.05))
+    # negative control: without damping the separable shards' optimiser runs away (no mode to converge to)
+    assert np.all(undamped.fit_info.gradient_norm[:2] > 100 * sur.fit_info.gradient_norm[:2])
+    for s in (0, 1):
+        assert np.linalg.norm(undamped.mean[s]) > 1.5 * np.linalg.norm(sur.mean[s])
+
+
+# ---------------------------------------------------------------- pytree positions, many clients, participation
+
+
+def mlp_loglik(params, datum):
+    x, y = datum
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    return logits[y] - jax.nn.logsumexp(logits)
+
+
+def mlp_logprior(params):
+    return -0.5 * sum(jnp.sum(p**2) for p in jax.tree.leaves(params))
+
+
+def mlp_problem(num_shards=4, n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    shards = []
+    for s in range(num_shards):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        y = ((x[:, 0] + s % 3 > 0.5).astype(np.int32) + (s % 2)) % 3
+        shards.append((x, y.astype(np.int32)))
+    params = {"w1": jnp.asarray(0.1 * rng.normal(size=(3, 4)), jnp.float32), "b1": jnp.zeros(4),
+              "w2": jnp.asarray(0.1 * rng.normal(size=(4, 3)), jnp.float32), "b2": jnp.zeros(3)}
+    return shards, params
+
+
+@pytest.mark.parametrize("structure", ["diag", "lowrank", "full"])
+def test_pytree_network_positions_through_every_path(structure):
+    shards, params = mlp_problem()
+    sur = jaxsub.sgmcmc.laplace_surrogates(mlp_logprior, mlp_loglik, shards, params, structure=structure, rank=4,
+                                           curvature="fisher", num_steps=30, rng_key=jax.random.key(1))
+    dim = sum(int(np.size(p)) for p in jax.tree.leaves(params))
+    assert sur.dim == dim and (sur.factor is None) == (structure != "lowrank")
+    chains = jax.tree.map(lambda p: jnp.stack([p, 0.5 * p, -p]), params)
+    kw = dict(step_size=1e-4, batch_size=5, local_steps=3)
+    algos = [jaxsub.cg_dsgld(mlp_logprior, mlp_loglik, shards, surrogates=sur, **kw)]
+    if structure == "diag":
+        algos.append(jaxsub.dsgld(mlp_logprior, mlp_loglik, shards, **kw))
+    for algo in algos:
+        trace = jaxsub.run_chains(jax.random.key(0), algo, jax.vmap(algo.init)(chains), 4,
+                                  transform=lambda s, i: s.position)
+        chex.assert_trees_all_equal_structs(trace.states, params)
+        assert trace.states["w1"].shape == (3, 4, 3, 4)
+        assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(trace.states))
+    if structure != "diag":
+        return
+    md = jaxsub.sgmcmc.multi_device(mlp_logprior, mlp_loglik, shards, surrogates=sur, chains_per_shard=2,
+                                    shard_probs=[0.1, 0.2, 0.3, 0.4], participating=3, **kw)
+    md_chains = jax.tree.map(lambda p: jnp.stack([p * (1 + 0.1 * i) for i in range(8)]), params)
+    trace = jaxsub.run_chain(jax.random.key(0), md, md.init(md_chains), 3)
+    draws = jaxsub.sgmcmc.draws_by_chain(trace.states)
+    assert draws["w1"].shape == (8, 3, 3, 4)  # [chains, steps, ...]
+    assert float(jaxsub.sgmcmc.curvature_excess(sur, np.full(4, 0.25)).max()) < np.inf
+
+
+def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation():
+    """Unbiasedness of one round with non-uniform f and partial participation, in two exact checks:
+
+    1. a chain on device d acts with probability (m/S)(f_d / max f), so the acting shard is ∼ f: the
+       per-device acting counts over R independent rounds match their exact mean and variance
+       (participation is shared by a device's C chains: Var = E[P]Var(B) + Var(P)E[B]² per round);
+    2. given the shard, E[θ' - θ0] = (ε/2)[∇log p_0 + (N_d/f_d)∇log p_d(θ0) + g_d(θ0)] (one local step,
+       every chain at θ0), so Σ_d f_d E[θ' - θ0 | d] = (ε/2)∇log π(θ0), the full-data gradient.
+
+    Negative control: an estimator scaling by the visit frequency 1/S instead of 1/f_d is far off.
+    """
+    num_shards, chains, rounds, m = 6, 16, 300, 4
+    probs = np.array([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
+    sizes = (30, 50, 20, 60, 40, 45)
+    rng = np.random.default_rng(5)
+    centres = rng.uniform(-3, 3, size=(num_shards, 2))
+    shards = [(c + 0.5 * rng.normal(size=(n, 2))).astype(np.float32) for c, n in zip(centres, sizes)]
+    lam = [0.7 * len(x) for x in shards]
+    mu = [x.mean(0) + 0.3 for x in shards]
+    sur = jaxsub.sgmcmc.gaussian_surrogates(mu, [l * np.ones(2) for l in lam])
+    eps = 1.0 / sum(sizes)
+    algo = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=eps, batch_size=4,
+                                      local_steps=1, surrogates=sur, chains_per_shard=chains, shard_probs=probs,
+                                      participating=m, return_local_positions=True)
+    theta0 = np.array([0.5, -0.5], np.float32)
+    state = algo.init(jnp.tile(jnp.asarray(theta0), (num_shards * chains, 1)))
+    _, info = jax.jit(jax.vmap(algo.step, in_axes=(0, None)))(jax.random.split(jax.random.key(3), rounds), state)
+    acted = np.asarray(info.acted)  # [R, S, C]: the chain in slot (d, j) acted on shard d
+    local = np.asarray(info.local_positions)[:, :, :, 0]  # [R, S, C, 2], before the hop
+    participating = np.asarray(info.participating)
+    assert np.all(participating.sum(1) == m)
+    assert not np.any(acted & ~participating[:, :, None])
+    assert np.all(local[~acted] == theta0)  # idle chains keep their position
+    # 1. acting counts per device
+    p_part, r = m / num_shards, probs / probs.max()
+    mean_count = rounds * p_part * chains * r
+    var_count = rounds * (p_part * chains * r * (1 - r) + p_part * (1 - p_part) * (chains * r) ** 2)
+    z = (acted.sum((0, 2)) - mean_count) / np.sqrt(var_count)
+    assert np.all(np.abs(z) < 4), z
+    # 2. per-shard conditional means, combined with f
+    all_x = np.concatenate(shards).astype(np.float64)
+    exact = -theta0 / PRIOR_VAR + (all_x - theta0).sum(0)
+    inc = (local - theta0).astype(np.float64)
+    per_mean = np.stack([inc[:, d][acted[:, d]].mean(0) for d in range(num_shards)])
+    per_se = np.stack([inc[:, d][acted[:, d]].std(0, ddof=1) / np.sqrt(acted[:, d].sum()) for d in range(num_shards)])
+    combined, se = probs @ per_mean, np.sqrt((probs**2) @ per_se**2)
+    np.testing.assert_array_less(np.abs(combined - 0.5 * eps * exact), 4 * se)
+    # negative control: scaling by 1/S instead of 1/f_d (likelihood and conducive term)
+    ignore_f = (-theta0 / PRIOR_VAR + sum(p * num_shards * (x - theta0).sum(0) for p, x in zip(probs, shards))
+                - sum(l * (theta0 - u) for l, u in zip(lam, mu))
+                + sum(p * num_shards * l * (theta0 - u) for p, l, u in zip(probs, lam, mu)))
+    assert np.max(np.abs(combined - 0.5 * eps * ignore_f) / se) > 8
+
+
+@pytest.mark.slow
+def test_many_clients_partial_participation_targets_the_posterior():
+    """120 shards (federated clients), 30 participating per round, non-uniform f: CG-DSGLD's long-run mean
+    equals the exact posterior mean of the conjugate model (Monte Carlo error from the ESS)."""
+    rng = np.random.default_rng(8)
+    num_shards = 120
+    sizes = rng.integers(10, 30, size=num_shards)
+    shards = [(rng.uniform(-2, 2, size=2) + 0.5 * rng.normal(size=(n, 2))).astype(np.float32) for n in sizes]
+    sur = exact_surrogates(shards)
+    probs = sizes / sizes.sum()
+    algo = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=2e-4, batch_size=5,
+                                      local_steps=5, surrogates=sur, chains_per_shard=1, shard_probs=probs,
+                                      participating=30)
+    post_mean = np.concatenate(shards).sum(0) / (sizes.sum() + 1 / PRIOR_VAR)
+    state = algo.init(jnp.tile(jnp.asarray(post_mean, jnp.float32), (num_shards, 1)))
+    trace = jaxsub.run_chain(jax.random.key(4), algo, state, 400)
+    draws = np.asarray(jaxsub.sgmcmc.draws_by_chain(trace.states))[:, 50:]  # [chains, steps, 2]
+    assert draws.shape == (num_shards, 350, 2)
+    assert_mean_matches(draws, post_mean)

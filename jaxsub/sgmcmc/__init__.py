@@ -7,29 +7,44 @@ and the constructors are ``jaxsub.dsgld`` and ``jaxsub.cg_dsgld``.
 * ``jaxsub.dsgld`` -- distributed SGLD (Ahn et al. 2014): rounds of ``local_steps``
   SGLD steps on one shard chosen with probability ``f_s``;
 * ``jaxsub.cg_dsgld`` -- the same with the conducive gradient of Gaussian
-  likelihood surrogates (:func:`gaussian_surrogates`), unbiased for any
+  likelihood surrogates (:func:`laplace_surrogates`, the default, or
+  :func:`gaussian_surrogates`: exact or SGLD-moment fits), unbiased for any
   exploration weight and insensitive to ``local_steps``;
 * :func:`multi_device` -- both, with one shard per device (``jax.shard_map``),
-  chains hopping between devices by collective permutes; also across hosts
-  under ``jax.distributed.initialize``;
+  chains hopping between devices by collective permutes, any shard
+  probabilities and partial participation; also across hosts under
+  ``jax.distributed.initialize`` (:func:`multi_device_kernel`);
 * :func:`make_shards` -- padded, masked layout for shards of unequal sizes.
 """
 from jaxsub.sgmcmc import cg_dsgld, dsgld, multi_device as multi_device_module, shards, surrogates
 from jaxsub.sgmcmc.multi_device import (
+    MultiDeviceFunctions,
     MultiDeviceInfo,
     MultiDeviceInputs,
     MultiDeviceState,
     bytes_per_round,
+    draws_by_chain,
     multi_device,
     multi_device_kernel,
     positions_by_chain,
 )
 from jaxsub.sgmcmc.shards import Shards, make_shards, minibatch_indices
-from jaxsub.sgmcmc.surrogates import GaussianSurrogates, SurrogateFitInfo, conducive_gradient, gaussian_surrogates
+from jaxsub.sgmcmc.surrogates import (
+    ConduciveArrays,
+    GaussianSurrogates,
+    SurrogateFitInfo,
+    conducive_arrays,
+    conducive_gradient,
+    curvature_excess,
+    gaussian_surrogates,
+    laplace_surrogates,
+)
 
 
 __all__ = [
+    "ConduciveArrays",
     "GaussianSurrogates",
+    "MultiDeviceFunctions",
     "MultiDeviceInfo",
     "MultiDeviceInputs",
     "MultiDeviceState",
@@ -37,8 +52,12 @@ __all__ = [
     "SurrogateFitInfo",
     "bytes_per_round",
     "cg_dsgld",
+    "conducive_arrays",
     "conducive_gradient",
+    "curvature_excess",
+    "draws_by_chain",
     "dsgld",
+    "laplace_surrogates",
     "shards",
     "surrogates",
     "gaussian_surrogates",

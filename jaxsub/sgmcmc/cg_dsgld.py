@@ -19,7 +19,6 @@ gradient on every shard.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Callable
 
 import jax
@@ -29,32 +28,46 @@ from jaxsub.base import SamplingAlgorithm
 from jaxsub.sgmcmc import dsgld
 from jaxsub.sgmcmc.dsgld import DSGLDInfo as CGDSGLDInfo
 from jaxsub.sgmcmc.dsgld import DSGLDState as CGDSGLDState
-from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_surrogates, conducive_arrays
-from jaxsub.types import ArrayLikeTree, PRNGKey
-from jaxsub.validation import check_real
+from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_surrogates, conducive_arrays, shard_arrays
+from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
+from jaxsub.validation import check_hyperparameter
 
 __all__ = ["CGDSGLDState", "CGDSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_surrogate_dim"]
 
 init = dsgld.init
 
 
-def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
-                 diagonal: bool, return_local_positions: bool = False) -> Callable:
-    """Build the CG-DSGLD round kernel.
+def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
+                 shard_size: int | None = None) -> Callable:
+    """Build the CG-DSGLD round kernel from the algorithm's structure (static settings only).
+
+    ``batch_size``, ``local_steps``, ``return_local_positions`` and ``shard_size`` as in
+    :func:`jaxsub.sgmcmc.dsgld.build_kernel`.
 
     Returns
     -------
-    ``kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, arrays) -> (state, info)``
-    with ``arrays`` a :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` (from
-    ``conducive_arrays(surrogates, shard_probs, exploration)``, which fixes ``f`` and ``α``).
+    ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs, arrays,
+    step_size, exploration=1.0) -> (state, info)`` with ``arrays`` a
+    :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` from ``conducive_arrays(surrogates, shard_probs)``
+    (which fixes ``f``; the structure, full / diagonal / low rank, is read from the arrays' shapes),
+    ``step_size`` ε and ``exploration`` α (both may be traced). The shard's arrays are gathered
+    and scaled by α once per round, not once per local step.
     """
 
-    def conducive(shard, arrays: ConduciveArrays):
-        matrix, offset = arrays.matrix[shard], arrays.offset[shard]  # gathered once per round
-        return partial(apply_conducive, matrix=matrix, offset=offset, diagonal=diagonal)
+    def kernel(rng_key: PRNGKey, state: CGDSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
+               data: ArrayTree, shard_sizes: Array, shard_probs: Array, arrays: ConduciveArrays, step_size,
+               exploration=1.0) -> tuple[CGDSGLDState, CGDSGLDInfo]:
+        def conducive(shard):
+            local = shard_arrays(arrays, shard, exploration)
+            return lambda position: apply_conducive(position, local)
 
-    return dsgld.build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
-                              return_local_positions=return_local_positions, conducive=conducive)
+        new_position, info = dsgld.shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data,
+                                               shard_sizes, shard_probs, step_size, conducive, batch_size=batch_size,
+                                               local_steps=local_steps, return_local_positions=return_local_positions,
+                                               static_shard_size=shard_size)
+        return CGDSGLDState(new_position), info
+
+    return kernel
 
 
 def check_surrogate_dim(surrogates, position) -> None:
@@ -77,10 +90,11 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     logprior_fn, loglikelihood_fn, shards, step_size, batch_size, local_steps, shard_probs, return_local_positions
         As in :func:`jaxsub.sgmcmc.dsgld.as_top_level_api`.
     surrogates
-        :class:`jaxsub.sgmcmc.GaussianSurrogates` with one Gaussian per shard
-        (from :func:`jaxsub.sgmcmc.gaussian_surrogates`).
+        :class:`jaxsub.sgmcmc.GaussianSurrogates` with one Gaussian per shard (exact, from
+        :func:`jaxsub.sgmcmc.laplace_surrogates` or :func:`jaxsub.sgmcmc.gaussian_surrogates`);
+        full, diagonal or low-rank-plus-diagonal precisions.
     exploration
-        ``α >= 0`` multiplying the conducive term (``α = 0`` is DSGLD).
+        ``α >= 0`` multiplying the conducive term (``α = 0`` is DSGLD); may be traced.
 
     Returns
     -------
@@ -94,13 +108,13 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     shards, step_size, batch_size, local_steps, probs = dsgld.validate_config(
         shards, step_size, batch_size, local_steps, shard_probs)
     surrogates = check_surrogates(surrogates, shards.num_shards)
-    exploration = check_real("exploration", exploration, low=0.0, low_closed=True)
-    kernel = build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
-                          diagonal=surrogates.diagonal, return_local_positions=bool(return_local_positions))
+    exploration = check_hyperparameter("exploration", exploration, low=0.0, low_closed=True)
+    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
+                          return_local_positions=bool(return_local_positions), shard_size=dsgld.common_size(shards))
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)
-    arrays = conducive_arrays(surrogates, probs, exploration)
+    arrays = conducive_arrays(surrogates, probs)
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
@@ -108,6 +122,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         return init(position)
 
     def step_fn(rng_key: PRNGKey, state: CGDSGLDState):
-        return kernel(rng_key, state, data, sizes, probs_arr, step_size, arrays)
+        return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, arrays, step_size,
+                      exploration)
 
     return SamplingAlgorithm(init_fn, step_fn)

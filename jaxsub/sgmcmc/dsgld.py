@@ -37,12 +37,13 @@ from blackjax.sgmcmc import gradients
 from jax.flatten_util import ravel_pytree
 
 from jaxsub.base import SamplingAlgorithm
-from jaxsub.sgmcmc.shards import Shards, check_batch_size, make_shards, minibatch_indices, shard_gather
+from jaxsub.subsample import permutation_indices
+from jaxsub.sgmcmc.shards import check_batch_size, check_finite_shards, make_shards, minibatch_indices, shard_gather
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
-from jaxsub.validation import check_int, check_probability_vector, check_real
+from jaxsub.validation import check_hyperparameter, check_int, check_probability_vector
 
 __all__ = ["DSGLDState", "DSGLDInfo", "init", "build_kernel", "as_top_level_api",
-           "shard_gradient_estimator", "local_round", "resolve_shard_probs"]
+           "shard_gradient_estimator", "local_round", "shard_round", "resolve_shard_probs"]
 
 
 class DSGLDState(NamedTuple):
@@ -71,6 +72,7 @@ class DSGLDInfo(NamedTuple):
 
 
 def init(position: ArrayLikeTree) -> DSGLDState:
+    """The initial state: the position (any pytree; the shard is drawn anew every round)."""
     return DSGLDState(position)
 
 
@@ -105,19 +107,28 @@ def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, 
 
 
 def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, data: ArrayTree,
-                shard: Array, shard_size: Array, step_size: float, *, batch_size: int,
-                local_steps: int, return_local_positions: bool):
+                shard: Array, shard_size: Array, step_size, *, batch_size: int,
+                local_steps: int, return_local_positions: bool, static_shard_size: int | None = None):
     """``local_steps`` SGLD steps (``blackjax.sgld`` kernel) on rows ``[0, shard_size)`` of ``data[shard]``.
 
+    ``static_shard_size``: when every shard has this size (structure known at build time) the
+    minibatch indices come from the static-domain permutation (``jaxsub.subsample.permutation_indices``),
+    cheaper than the traced-size draw of :func:`jaxsub.sgmcmc.shards.minibatch_indices`.
     Returns ``(new_position, local_positions or None)``.
     """
     sgld_kernel = blackjax.sgmcmc.sgld.build_kernel()
+    half_step = 0.5 * step_size  # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2
+    positions = jnp.arange(batch_size)
+
+    def indices(key):
+        if static_shard_size is not None:
+            return permutation_indices(key, positions, static_shard_size)
+        return minibatch_indices(key, batch_size, shard_size)
 
     def one_step(pos, key):
         key_batch, key_noise = jax.random.split(key)
-        batch = shard_gather(data, shard, minibatch_indices(key_batch, batch_size, shard_size))
-        # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2 gives the paper's update
-        new = sgld_kernel(key_noise, pos, grad_fn, batch, 0.5 * step_size)
+        batch = shard_gather(data, shard, indices(key_batch))
+        new = sgld_kernel(key_noise, pos, grad_fn, batch, half_step)
         return new, (new if return_local_positions else None)
 
     return jax.lax.scan(one_step, position, jax.random.split(rng_key, local_steps))
@@ -127,48 +138,79 @@ def _is_finite(position) -> Array:
     return jnp.all(jnp.isfinite(ravel_pytree(position)[0]))
 
 
-def build_kernel(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
-                 return_local_positions: bool = False, conducive: Callable | None = None) -> Callable:
-    """Build the DSGLD round kernel.
+def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable, loglikelihood_fn: Callable,
+                data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size, conducive: Callable | None, *,
+                batch_size: int, local_steps: int, return_local_positions: bool,
+                static_shard_size: int | None = None):
+    """One DSGLD round from ``position``: draw ``s ~ Cat(f)``, run ``local_steps`` steps on shard ``s``.
+
+    ``conducive(shard) -> (position -> pytree)`` (or ``None``) is called once per round; the
+    function it returns is added to the gradient at every local step (CG-DSGLD).
+    Returns ``(new_position, DSGLDInfo)``.
+    """
+    dtype = ravel_pytree(position)[0].dtype
+    key_shard, key_local = jax.random.split(rng_key)
+    shard = jax.random.categorical(key_shard, jnp.log(shard_probs)).astype(jnp.int32)
+    shard_size, shard_prob = shard_sizes[shard], shard_probs[shard]
+    cfn = None if conducive is None else conducive(shard)
+    grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
+    new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
+                                      batch_size=batch_size, local_steps=local_steps,
+                                      return_local_positions=return_local_positions,
+                                      static_shard_size=static_shard_size)
+    return new_position, DSGLDInfo(shard, local, _is_finite(new_position))
+
+
+def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
+                 shard_size: int | None = None) -> Callable:
+    """Build the DSGLD round kernel from the algorithm's structure (static settings only).
 
     Parameters
     ----------
-    logprior_fn, loglikelihood_fn
-        ``logprior_fn(position)``, ``loglikelihood_fn(position, datum)``.
     batch_size, local_steps, return_local_positions
         Static settings (see :func:`as_top_level_api`).
-    conducive
-        Optional ``conducive(shard, extra) -> (position -> pytree)``, called once
-        per round; the returned function is added to the gradient at every local
-        step (used by :mod:`jaxsub.sgmcmc.cg_dsgld`).
+    shard_size
+        The common shard size when all shards have the same size (then minibatch indices use
+        the static-domain permutation, cheaper per step), else ``None``; ``as_top_level_api``
+        sets it. The kernel's ``shard_sizes`` must then all equal it.
 
     Returns
     -------
-    ``kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, extra=None) -> (state, info)``
-    where ``data`` is the padded ``[S, N_max, ...]`` pytree, ``shard_sizes``
-    ``int32 [S]`` and ``shard_probs`` ``[S]``.
+    ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs, step_size)
+    -> (DSGLDState, DSGLDInfo)`` where ``data`` is the padded ``[S, N_max, ...]`` pytree
+    (``Shards.data``), ``shard_sizes`` ``int32 [S]``, ``shard_probs`` ``[S]`` (strictly
+    positive, sums to 1) and ``step_size`` the paper's ε (may be traced).
     """
 
-    def kernel(rng_key, state, data, shard_sizes, shard_probs, step_size, extra=None):
-        position = state.position
-        dtype = ravel_pytree(position)[0].dtype
-        key_shard, key_local = jax.random.split(rng_key)
-        shard = jax.random.categorical(key_shard, jnp.log(shard_probs)).astype(jnp.int32)
-        shard_size, shard_prob = shard_sizes[shard], shard_probs[shard]
-        cfn = None if conducive is None else conducive(shard, extra)
-        grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
-        new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
-                                          batch_size=batch_size, local_steps=local_steps,
-                                          return_local_positions=return_local_positions)
-        return DSGLDState(new_position), DSGLDInfo(shard, local, _is_finite(new_position))
+    def kernel(rng_key: PRNGKey, state: DSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
+               data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size) -> tuple[DSGLDState, DSGLDInfo]:
+        new_position, info = shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data, shard_sizes,
+                                         shard_probs, step_size, None, batch_size=batch_size,
+                                         local_steps=local_steps, return_local_positions=return_local_positions,
+                                         static_shard_size=shard_size)
+        return DSGLDState(new_position), info
 
     return kernel
 
 
+def common_size(shards) -> int | None:
+    """The shards' common size if they are all equal (structure for :func:`build_kernel`), else ``None``."""
+    sizes = np.asarray(shards.sizes)
+    if np.all(sizes == sizes[0]) and int(sizes[0]) >= 1:
+        if jax.tree.leaves(shards.data)[0].shape[1] == int(sizes[0]):
+            return int(sizes[0])
+    return None
+
+
 def validate_config(shards, step_size, batch_size, local_steps, shard_probs):
-    """Shared static checks of DSGLD / CG-DSGLD; returns ``(Shards, step_size, batch_size, local_steps, probs)``."""
+    """Shared checks of DSGLD / CG-DSGLD; returns ``(Shards, step_size, batch_size, local_steps, probs)``.
+
+    ``step_size`` may be traced (``jaxsub.validation.check_hyperparameter``); the shards'
+    concrete data must be finite (NaN/inf rows would silently turn positions into NaN).
+    """
     shards = make_shards(shards)
-    step_size = check_real("step_size", step_size, low=0.0)
+    check_finite_shards(shards)
+    step_size = check_hyperparameter("step_size", step_size, low=0.0)
     batch_size = check_batch_size(batch_size, shards.sizes)
     local_steps = check_int("local_steps", local_steps, low=1)
     probs = resolve_shard_probs(shard_probs, shards.sizes)
@@ -208,8 +250,8 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     """
     shards, step_size, batch_size, local_steps, probs = validate_config(
         shards, step_size, batch_size, local_steps, shard_probs)
-    kernel = build_kernel(logprior_fn, loglikelihood_fn, batch_size=batch_size, local_steps=local_steps,
-                          return_local_positions=bool(return_local_positions))
+    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
+                          return_local_positions=bool(return_local_positions), shard_size=common_size(shards))
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)
@@ -219,6 +261,6 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         return init(position)
 
     def step_fn(rng_key: PRNGKey, state: DSGLDState):
-        return kernel(rng_key, state, data, sizes, probs_arr, step_size)
+        return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, step_size)
 
     return SamplingAlgorithm(init_fn, step_fn)

@@ -20,7 +20,7 @@ from jaxsub.subsample import _domain_dynamic, _permute, permutation_round_keys
 from jaxsub.types import Array, ArrayTree, PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["Shards", "make_shards", "minibatch_indices", "shard_gather"]
+__all__ = ["Shards", "check_finite_shards", "make_shards", "minibatch_indices", "shard_gather"]
 
 
 class Shards(NamedTuple):
@@ -195,3 +195,29 @@ def shard_gather(data: ArrayTree, shard: Array, indices: Array) -> ArrayTree:
 def check_batch_size(batch_size: Any, sizes: np.ndarray) -> int:
     """``batch_size`` must be an integer in ``[1, min_s N_s]`` (minibatches are drawn without replacement)."""
     return check_int("batch_size", batch_size, low=1, high=int(np.min(sizes)))
+
+
+def check_finite_shards(shards: Shards) -> None:
+    """``ValueError`` if a concrete floating-point leaf of the shards holds NaN/inf in a real (non-padding) row.
+
+    Leaves that are not fully addressable from this process (a global array spanning
+    other hosts, see ``examples/multihost_dsgld.py``) cannot be read here and are
+    skipped: each host should check its own rows.
+    """
+    mask = shards.mask
+    for i, leaf in enumerate(jax.tree.leaves(shards.data)):
+        if isinstance(leaf, jax.core.Tracer):
+            continue
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            continue
+        arr = np.asarray(leaf)
+        if not np.issubdtype(arr.dtype, np.inexact):
+            continue
+        finite = np.isfinite(arr).reshape(arr.shape[:2] + (-1,)).all(axis=-1)
+        bad = mask & ~finite
+        if bad.any():
+            s = int(np.argmax(bad.any(axis=1)))
+            raise ValueError(
+                f"shards must be finite: data leaf {i} has {int(bad.sum())} row(s) with NaN/inf "
+                f"(first in shard {s}); remove or impute them before sampling"
+            )

@@ -37,7 +37,7 @@ from jaxsub.sgmcmc.shards import Shards, check_batch_size, make_shards, minibatc
 from jaxsub.types import Array, ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "ConduciveArrays", "gaussian_surrogates", "conducive_arrays",
+__all__ = ["GaussianSurrogates", "SurrogateFitInfo", "ConduciveArrays", "gaussian_surrogates", "laplace_surrogates", "conducive_arrays", "shard_arrays",
            "conducive_gradient", "apply_conducive", "check_surrogates", "curvature_excess"]
 
 
@@ -53,13 +53,21 @@ class SurrogateFitInfo(NamedTuple):
     likelihood_gradient_evaluations
         Per-datum likelihood gradients evaluated over all shards: ``S × steps × batch_size``.
     clipped_eigenvalues
-        Number of negative eigenvalues (per shard) set to 0 after dividing out the prior.
+        Number of negative eigenvalues (per shard) set to 0 (after dividing out the
+        prior for SGLD fits; of the shard Hessian for Laplace fits).
+    method
+        ``"sgld"`` (moment matching) or ``"laplace"``.
+    gradient_norm
+        Laplace fits: per shard, the norm of the damped objective's gradient at the
+        expansion point, divided by ``N_s`` (how far the optimiser is from the mode).
     """
 
     seconds: float
     num_sgld_steps: int
     likelihood_gradient_evaluations: int
     clipped_eigenvalues: np.ndarray
+    method: str = "sgld"
+    gradient_norm: np.ndarray | None = None
 
 
 class GaussianSurrogates(NamedTuple):
@@ -74,9 +82,12 @@ class GaussianSurrogates(NamedTuple):
     mean
         ``[S, d]``: ``μ_s`` (pseudo-inverse solution when ``Λ_s`` is singular).
     diagonal
-        Whether ``precision`` is diagonal.
+        Whether ``precision`` is diagonal (``[S, d]``).
     fit_info
         :class:`SurrogateFitInfo` when fitted, ``None`` for exact surrogates.
+    factor
+        ``None``, or ``[S, d, r]``: low-rank-plus-diagonal precisions
+        ``Λ_s = diag(precision_s) + factor_s factor_sᵀ`` (then ``diagonal`` is true).
     """
 
     precision: Array
@@ -84,6 +95,7 @@ class GaussianSurrogates(NamedTuple):
     mean: Array
     diagonal: bool
     fit_info: SurrogateFitInfo | None = None
+    factor: Array | None = None
 
     @property
     def num_shards(self) -> int:
@@ -100,6 +112,9 @@ def _from_exact(means, precisions) -> GaussianSurrogates:
     if means.ndim != 2:
         raise ValueError(f"means must be [num_shards, dim]; got shape {means.shape}")
     num_shards, dim = means.shape
+    _check_finite_precision(precisions, "precisions")
+    if not np.all(np.isfinite(means)):
+        raise ValueError("means must be finite")
     if precisions.shape == (num_shards, dim, dim):
         diagonal = False
         if not np.allclose(precisions, np.swapaxes(precisions, 1, 2), rtol=1e-6, atol=1e-8):
@@ -113,10 +128,24 @@ def _from_exact(means, precisions) -> GaussianSurrogates:
             f"precisions must be [num_shards, dim, dim] = {[num_shards, dim, dim]} (full) or "
             f"[num_shards, dim] = {[num_shards, dim]} (diagonal), one per mean; got shape {precisions.shape}"
         )
-    if not (np.all(np.isfinite(means)) and np.all(np.isfinite(precisions))):
-        raise ValueError("means and precisions must be finite")
-    return GaussianSurrogates(jnp.asarray(precisions), jnp.asarray(shift),
-                              jnp.asarray(means), diagonal, None)
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return GaussianSurrogates(_host(precisions, dtype), _host(shift, dtype), _host(means, dtype), diagonal, None)
+
+
+def _host(x, dtype) -> np.ndarray:
+    """Surrogates live on the host (NumPy), in the sampler's dtype: building a sampler inside ``jit`` stays legal."""
+    return np.asarray(x, dtype=np.dtype(dtype))
+
+
+def _check_finite_precision(precision, name: str) -> None:
+    if isinstance(precision, jax.core.Tracer) or np.ndim(precision) == 0:
+        return
+    bad = ~np.isfinite(np.asarray(precision, np.float64)).reshape(np.shape(precision)[0], -1).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{name} must be finite; the surrogate precision of shard(s) {np.flatnonzero(bad).tolist()} "
+            "has NaN/inf entries (a diverged fit? refit with more damping or a smaller learning rate)"
+        )
 
 
 def check_surrogates(surrogates: Any, num_shards: int) -> GaussianSurrogates:
@@ -131,26 +160,47 @@ def check_surrogates(surrogates: Any, num_shards: int) -> GaussianSurrogates:
             f"surrogates must have one Gaussian per shard: got {surrogates.num_shards} surrogates "
             f"for {num_shards} shards"
         )
+    _check_finite_precision(surrogates.precision, "surrogates.precision")
+    if surrogates.factor is not None:
+        _check_finite_precision(surrogates.factor, "surrogates.factor")
+    if not isinstance(surrogates.shift, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(surrogates.shift))):
+        raise ValueError("surrogates.shift must be finite (NaN/inf in h_s = Λ_s μ_s)")
     return surrogates
 
 
 class ConduciveArrays(NamedTuple):
-    r"""Precomputed affine form of the conducive gradient: ``α g_s(θ) = M_s θ + c_s``.
+    r"""Precomputed affine form of the conducive gradient: ``g_s(θ) = M_s θ + c_s``.
 
-    ``M_s = α(Λ_s / f_s - Λ)`` (``[S, d, d]``, or ``[S, d]`` for diagonal
-    surrogates) and ``c_s = α(h - h_s / f_s)`` (``[S, d]``), with
-    ``Λ = Σ_k Λ_k``, ``h = Σ_k h_k``. One evaluation is a single
-    matrix-vector product (``O(d²)``, ``O(d)`` diagonal), and the kernels gather
-    ``M_s, c_s`` once per round, not once per local step.
+    ``M_s = Λ_s / f_s - Λ`` and ``c_s = h - h_s / f_s`` with ``Λ = Σ_k Λ_k``,
+    ``h = Σ_k h_k``. Stored per structure of the surrogates:
+
+    * full: ``matrix [S, d, d]``; diagonal: ``matrix [S, d]`` (the diagonal of ``M_s``);
+    * low-rank plus diagonal (``Λ_s = D_s + U_s U_sᵀ``): ``matrix [S, d]`` holds
+      ``D_s/f_s - Σ_k D_k``, ``factor [S, d, r]`` holds ``U_s / sqrt(f_s)`` and
+      ``global_factor [d, S·r]`` holds ``[U_1 … U_S]`` (the same for every shard), so
+      ``M_s θ = matrix_s ⊙ θ + F_s(F_sᵀθ) - G(Gᵀθ)``.
+
+    ``c_s`` is ``offset [S, d]``. The exploration weight α is *not* folded in: kernels
+    take it as a (traceable) hyperparameter and scale the shard's arrays once per round.
+    One evaluation costs ``O(d²)`` (full), ``O(d)`` (diagonal) or ``O(d S r)`` (low rank),
+    independent of the data size.
     """
 
     matrix: Array
     offset: Array
+    factor: Array | None = None
+    global_factor: Array | None = None
 
 
 def conducive_arrays(surrogates: GaussianSurrogates, shard_probs, exploration: float = 1.0) -> ConduciveArrays:
-    """Build :class:`ConduciveArrays` (in float64, then cast to the surrogates' dtype)."""
+    """Build :class:`ConduciveArrays` (in float64 on the host, then cast to the surrogates' dtype).
+
+    ``exploration`` (default 1) is folded in here only for direct use with
+    :func:`conducive_gradient`; the kernels pass α separately and use ``exploration=1``.
+    """
     probs = np.asarray(shard_probs, np.float64)
+    if probs.shape != (surrogates.num_shards,):
+        raise ValueError(f"shard_probs must have one entry per surrogate ({surrogates.num_shards}); got shape {probs.shape}")
     prec = np.asarray(surrogates.precision, np.float64)
     shift = np.asarray(surrogates.shift, np.float64)
     total_prec, total_shift = prec.sum(0), shift.sum(0)
@@ -158,19 +208,37 @@ def conducive_arrays(surrogates: GaussianSurrogates, shard_probs, exploration: f
     matrix = exploration * (prec * inv_f - total_prec)
     offset = exploration * (total_shift - shift / probs[:, None])
     dtype = surrogates.shift.dtype
-    return ConduciveArrays(jnp.asarray(matrix, dtype), jnp.asarray(offset, dtype))
+    factor = global_factor = None
+    if surrogates.factor is not None:
+        u = np.asarray(surrogates.factor, np.float64)  # [S, d, r]
+        factor = jnp.asarray(np.sqrt(exploration) * u / np.sqrt(probs)[:, None, None], dtype)
+        global_factor = jnp.asarray(np.sqrt(exploration) * np.concatenate(list(u), axis=1), dtype)
+    return ConduciveArrays(jnp.asarray(matrix, dtype), jnp.asarray(offset, dtype), factor, global_factor)
 
 
-def apply_conducive(position: ArrayLikeTree, matrix: Array, offset: Array, *, diagonal: bool) -> ArrayLikeTree:
-    """``M θ + c`` for one shard's ``(M_s, c_s)``, shaped like ``position``."""
+def shard_arrays(arrays: ConduciveArrays, shard: Array, exploration=1.0) -> ConduciveArrays:
+    """Shard ``s``'s arrays scaled by ``α = exploration`` (gathered once per round; α may be traced)."""
+    alpha = jnp.asarray(exploration, arrays.offset.dtype)
+    factor = glob = None
+    if arrays.factor is not None:
+        root = jnp.sqrt(alpha)
+        factor, glob = root * arrays.factor[shard], root * arrays.global_factor
+    return ConduciveArrays(alpha * arrays.matrix[shard], alpha * arrays.offset[shard], factor, glob)
+
+
+def apply_conducive(position: ArrayLikeTree, arrays: ConduciveArrays) -> ArrayLikeTree:
+    """``M_s θ + c_s`` for one shard's arrays (from :func:`shard_arrays`), shaped like ``position``."""
     flat, unravel = ravel_pytree(position)
     dtype = flat.dtype
-    matrix, offset = matrix.astype(dtype), offset.astype(dtype)
-    out = (matrix * flat if diagonal else matrix @ flat) + offset
+    matrix = arrays.matrix.astype(dtype)
+    out = (matrix * flat if matrix.ndim == 1 else matrix @ flat) + arrays.offset.astype(dtype)
+    if arrays.factor is not None:
+        f, g = arrays.factor.astype(dtype), arrays.global_factor.astype(dtype)
+        out = out + f @ (f.T @ flat) - g @ (g.T @ flat)
     return unravel(out)
 
 
-def conducive_gradient(position: ArrayLikeTree, shard: Array, arrays: ConduciveArrays, *, diagonal: bool) -> ArrayLikeTree:
+def conducive_gradient(position: ArrayLikeTree, shard: Array, arrays: ConduciveArrays, exploration=1.0) -> ArrayLikeTree:
     r"""``α g_s(θ) = α[-(Λθ - h) + (1/f_s)(Λ_s θ - h_s)]`` as a pytree shaped like ``position``.
 
     Parameters
@@ -180,11 +248,11 @@ def conducive_gradient(position: ArrayLikeTree, shard: Array, arrays: ConduciveA
     shard
         Index ``s`` into the leading axis of ``arrays``.
     arrays
-        From :func:`conducive_arrays` (which fixes ``f`` and ``α``).
-    diagonal
-        Static: whether the surrogates are diagonal.
+        From :func:`conducive_arrays` (which fixes ``f``).
+    exploration
+        α (may be traced).
     """
-    return apply_conducive(position, arrays.matrix[shard], arrays.offset[shard], diagonal=diagonal)
+    return apply_conducive(position, shard_arrays(arrays, shard, exploration))
 
 
 def curvature_excess(surrogates: GaussianSurrogates, shard_probs) -> np.ndarray:
@@ -198,13 +266,25 @@ def curvature_excess(surrogates: GaussianSurrogates, shard_probs) -> np.ndarray:
     likelihood does; a logistic likelihood's tails are linear and do not), so
     long local rounds can diverge. A large positive value flags a poor surrogate
     (or a shard whose likelihood has no Gaussian approximation, e.g. a separable one).
+
+    For low-rank-plus-diagonal surrogates with ``d > 4096`` the value is an upper bound,
+    ``max_i(D_s/f_s - Σ_k D_k)_i + λ_max(U_sᵀU_s)/f_s`` (the ``-Σ_k U_k U_kᵀ`` part is dropped).
     """
     probs = np.asarray(shard_probs, np.float64)
     prec = np.asarray(surrogates.precision, np.float64)
-    if surrogates.diagonal:
-        total = prec.sum(0)
-        return np.max(prec / probs[:, None] - total, axis=1)
     total = prec.sum(0)
+    if surrogates.factor is not None:
+        u = np.asarray(surrogates.factor, np.float64)
+        dim = u.shape[1]
+        if dim > 4096:
+            return np.array([np.max(p / f - total) + np.linalg.eigvalsh(us.T @ us).max() / f
+                             for p, us, f in zip(prec, u, probs)])
+        big_u = np.concatenate(list(u), axis=1)
+        total_full = np.diag(total) + big_u @ big_u.T
+        return np.array([np.linalg.eigvalsh((np.diag(p) + us @ us.T) / f - total_full).max()
+                         for p, us, f in zip(prec, u, probs)])
+    if surrogates.diagonal:
+        return np.max(prec / probs[:, None] - total, axis=1)
     return np.array([np.linalg.eigvalsh(p / f - total).max() for p, f in zip(prec, probs)])
 
 
@@ -365,7 +445,7 @@ def gaussian_surrogates(
 
     start = time.perf_counter()
     keys = jax.random.split(rng_key, shards.num_shards)
-    mean, cov = jax.jit(jax.vmap(fit_one))(keys, jnp.arange(shards.num_shards), jnp.asarray(step_sizes, dtype))
+    mean, cov = jax.vmap(fit_one)(keys, jnp.arange(shards.num_shards), jnp.asarray(step_sizes, dtype))
     mean, cov = np.asarray(mean, np.float64), np.asarray(cov, np.float64)
     seconds = time.perf_counter() - start
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
@@ -394,4 +474,207 @@ def gaussian_surrogates(
     else:
         means_out = np.einsum("sij,sj->si", np.linalg.pinv(prec, hermitian=True), shift)
     info = SurrogateFitInfo(seconds, num_steps, shards.num_shards * num_steps * batch_size, clipped)
-    return GaussianSurrogates(jnp.asarray(prec, dtype), jnp.asarray(shift, dtype), jnp.asarray(means_out, dtype), diagonal, info)
+    return GaussianSurrogates(_host(prec, dtype), _host(shift, dtype), _host(means_out, dtype), diagonal, info)
+
+
+def _shard_loglik_sum(loglikelihood_fn: Callable, unravel: Callable, data_s, mask_s):
+    """``θ_flat -> Σ_i mask_i log p(x_i | θ)`` over one padded shard (padding rows weigh 0)."""
+
+    def total(flat):
+        theta = unravel(flat)
+        per = jax.vmap(lambda x: loglikelihood_fn(theta, x))(data_s)
+        return jnp.sum(jnp.where(mask_s, per, 0.0))
+
+    return total
+
+
+def _hvp(fn: Callable, flat: Array) -> Callable:
+    grad = jax.grad(fn)
+    return lambda v: jax.jvp(grad, (flat,), (v,))[1]
+
+
+def laplace_surrogates(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    shards: Any,
+    position: ArrayLikeTree,
+    *,
+    structure: str = "full",
+    rank: int = 10,
+    curvature: str = "hessian",
+    damping: float = 1.0,
+    optimizer: Any = None,
+    num_steps: int = 500,
+    rng_key: PRNGKey | None = None,
+    num_power_iterations: int = 3,
+) -> GaussianSurrogates:
+    r"""Laplace (second-order Taylor) surrogates of the shard likelihoods, fitted with optax.
+
+    For every shard, in parallel (``vmap`` over shards):
+
+    1. **Expansion point** ``θ̂_s``: ``num_steps`` full-shard steps of an optax optimiser
+       (default ``optax.adam(1e-2)``) on the *damped* shard objective
+       ``-(1/N_s)[Σ_{x∈X_s} \log p(x|θ) + δ_s \log p_0(θ)]`` with ``δ_s = damping · N_s / N``
+       (the shard's share of the prior, a "fractional prior"), started at ``position``.
+    2. **Curvature** ``Λ_s ≈ -∇²_θ Σ_{x∈X_s}\log p(x|θ)`` at ``θ̂_s`` (the likelihood only,
+       prior not included), in one of three structures (``structure``):
+       ``'full'`` (``jax.hessian``, ``O(d²)`` memory: small models); ``'diag'`` (the exact
+       Hessian diagonal from ``d`` Hessian-vector products, ``curvature='hessian'``, or the
+       empirical Fisher diagonal ``Σ_x (∇\log p(x|θ̂))²``, ``curvature='fisher'``, one
+       per-datum gradient pass: networks); ``'lowrank'``: ``Λ_s = D_s + U_s U_sᵀ`` with
+       ``U_s`` the top-``rank`` eigenpairs of the Hessian (randomised subspace iteration,
+       ``rank + 5`` Hessian-vector products per iteration) and ``D_s`` the rest of the diagonal
+       (``curvature`` as for ``'diag'``), clipped at 0. Negative Hessian eigenvalues
+       (non-convex likelihoods) are clipped to 0 and counted in ``fit_info``.
+    3. **Natural parameters** of the Taylor expansion ``\log p_s(θ) ≈ c + g_sᵀ(θ-θ̂_s)
+       - ½(θ-θ̂_s)ᵀΛ_s(θ-θ̂_s)``: ``h_s = Λ_s θ̂_s + g_s`` with ``g_s`` the likelihood gradient
+       at ``θ̂_s``. For a Gaussian likelihood this is exact at *any* ``θ̂_s``.
+
+    **Damping rule (near-separable shards).** A shard whose likelihood has no maximum (a
+    logistic shard with one label, or linearly separable) sends an undamped optimiser to
+    infinity and its Hessian to 0 there. The fractional prior makes the objective proper
+    whenever ``p_0`` is (``θ̂_s`` is then the mode of ``p_0^{N_s/N} p_s``, which stays in the
+    region the global posterior occupies), and the gradient term ``g_s`` keeps ``q_s``'s
+    natural parameters consistent with the true likelihood at that point. ``damping = 0``
+    gives the plain Laplace approximation at the shard likelihood's mode (only for shards
+    whose likelihood has one). The damping does not enter ``q_s``: the conducive term stays
+    unbiased for any surrogate.
+
+    Parameters
+    ----------
+    logprior_fn
+        ``logprior_fn(position)``: the prior used for the damping.
+    loglikelihood_fn
+        ``loglikelihood_fn(position, datum)`` (BlackJAX SG-MCMC convention).
+    shards
+        As in :func:`jaxsub.sgmcmc.make_shards`.
+    position
+        Starting point of every shard's optimisation (pytree; fixes the flattening order).
+    structure, rank, curvature
+        ``'full'`` | ``'diag'`` | ``'lowrank'``; the rank of ``'lowrank'``; ``'hessian'`` | ``'fisher'``.
+    damping
+        ``>= 0``, the multiple of the fractional prior ``N_s/N`` in the objective.
+    optimizer
+        An ``optax.GradientTransformation`` (default ``optax.adam(1e-2)``).
+    num_steps
+        Optimiser steps (full-shard gradients).
+    rng_key
+        Needed for ``'lowrank'`` (random start of the subspace iteration).
+    num_power_iterations
+        Subspace iterations for ``'lowrank'``.
+
+    Returns
+    -------
+    GaussianSurrogates
+        ``fit_info.method == 'laplace'``; ``fit_info.gradient_norm`` reports convergence.
+
+    References
+    ----------
+    El Mekkaoui et al., UAI 2021, Sec. 4.1 (Gaussian surrogates; Laplace as one choice).
+    """
+    import optax
+
+    structure = check_choice("structure", structure, ("full", "diag", "lowrank"))
+    curvature = check_choice("curvature", curvature, ("hessian", "fisher"))
+    damping = check_real("damping", damping, low=0.0, low_closed=True)
+    num_steps = check_int("num_steps", num_steps, low=0)
+    shards = make_shards(shards)
+    from jaxsub.sgmcmc.shards import check_finite_shards
+
+    check_finite_shards(shards)
+    flat0, unravel = ravel_pytree(position)
+    dim = int(flat0.shape[0])
+    dtype = flat0.dtype
+    if structure == "lowrank":
+        rank = check_int("rank", rank, low=1, high=dim)
+        num_power_iterations = check_int("num_power_iterations", num_power_iterations, low=0)
+        if rng_key is None:
+            raise ValueError("rng_key is required for structure='lowrank' (random subspace iteration)")
+    if optimizer is None:
+        optimizer = optax.adam(1e-2)
+    data = jax.tree.map(jnp.asarray, shards.data)
+    sizes = np.asarray(shards.sizes, np.float64)
+    mask = jnp.asarray(shards.mask)
+    total_n = float(sizes.sum())
+    weights = jnp.asarray(damping * sizes / total_n, dtype)
+    sizes_j = jnp.asarray(sizes, dtype)
+    prior_flat = lambda flat: logprior_fn(unravel(flat))  # noqa: E731
+
+    def optimise(data_s, mask_s, n_s, w_s):
+        loglik = _shard_loglik_sum(loglikelihood_fn, unravel, data_s, mask_s)
+        objective = lambda flat: -(loglik(flat) + w_s * prior_flat(flat)) / n_s  # noqa: E731
+
+        def step(carry, _):
+            flat, opt_state = carry
+            grad = jax.grad(objective)(flat)
+            updates, opt_state = optimizer.update(grad, opt_state, flat)
+            return (optax.apply_updates(flat, updates), opt_state), None
+
+        (flat, _), _ = jax.lax.scan(step, (flat0, optimizer.init(flat0)), None, length=num_steps)
+        return flat, jnp.linalg.norm(jax.grad(objective)(flat))
+
+    start = time.perf_counter()
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
+        modes, grad_norms = jax.vmap(optimise)(data, mask, sizes_j, weights)
+
+    def diag_curvature(loglik, flat, data_s, mask_s):
+        if curvature == "fisher":
+            per = jax.vmap(lambda x: jax.grad(lambda f: loglikelihood_fn(unravel(f), x))(flat))(data_s)
+            return jnp.sum(jnp.where(mask_s[:, None], per**2, 0.0), axis=0)
+        hv = _hvp(loglik, flat)
+        return -jax.lax.map(lambda e: jnp.vdot(e, hv(e)), jnp.eye(dim, dtype=dtype), batch_size=min(dim, 256))
+
+    def curvature_one(args):
+        data_s, mask_s, flat, key = args
+        loglik = _shard_loglik_sum(loglikelihood_fn, unravel, data_s, mask_s)
+        grad = jax.grad(loglik)(flat)
+        if structure == "full":
+            return grad, -jax.hessian(loglik)(flat), jnp.zeros((dim, 0), dtype)
+        diag = diag_curvature(loglik, flat, data_s, mask_s)
+        if structure == "diag":
+            return grad, diag, jnp.zeros((dim, 0), dtype)
+        neg_hv = jax.vmap(lambda v: -_hvp(loglik, flat)(v), in_axes=1, out_axes=1)
+        q, _ = jnp.linalg.qr(jax.random.normal(key, (dim, rank + 5), dtype))
+        for _ in range(num_power_iterations):
+            q, _ = jnp.linalg.qr(neg_hv(q))
+        small = q.T @ neg_hv(q)
+        evals, evecs = jnp.linalg.eigh(0.5 * (small + small.T))
+        evals, evecs = evals[::-1][:rank], (q @ evecs[:, ::-1])[:, :rank]
+        return grad, diag, evecs * jnp.sqrt(jnp.maximum(evals, 0.0))[None, :]
+
+    keys = jax.random.split(rng_key if rng_key is not None else jax.random.key(0), shards.num_shards)
+    # sequential over shards (lax.map): per-datum gradients / Hessians of all shards at once may not fit in memory
+    grads, curv, factors = jax.lax.map(curvature_one, (data, mask, modes, keys))
+    modes, grads, curv, factors = (np.asarray(x, np.float64) for x in (modes, grads, curv, factors))
+    seconds = time.perf_counter() - start
+    clipped = np.zeros(shards.num_shards, np.int64)
+    factor_out = None
+    if structure == "full":
+        curv = 0.5 * (curv + np.swapaxes(curv, 1, 2))
+        w, v = np.linalg.eigh(curv)
+        clipped = np.sum(w < 0, axis=1)
+        prec = np.einsum("sij,sj,skj->sik", v, np.maximum(w, 0.0), v)
+        shift = np.einsum("sij,sj->si", prec, modes) + grads
+        means = np.einsum("sij,sj->si", np.linalg.pinv(prec, hermitian=True), shift)
+    else:
+        if structure == "lowrank":
+            factor_out = factors
+            curv = curv - np.sum(factors**2, axis=2)
+        clipped = np.sum(curv < 0, axis=1)
+        prec = np.maximum(curv, 0.0)
+        lin = prec * modes + (np.einsum("sij,sj->si", factors, np.einsum("sij,si->sj", factors, modes))
+                              if factor_out is not None else 0.0)
+        shift = lin + grads
+        if factor_out is None:
+            means = np.where(prec > 0, shift / np.where(prec > 0, prec, 1.0), modes)
+        else:
+            means = modes  # the expansion point (a dense solve would cost O(d^3))
+    _check_finite_precision(prec, "the fitted precisions")
+    if factor_out is not None:
+        _check_finite_precision(factor_out, "the fitted low-rank factors")
+    if not np.all(np.isfinite(shift)):
+        raise ValueError("the Laplace fit produced a non-finite h_s (diverged optimiser: lower the learning rate)")
+    evaluations = int(shards.num_shards * num_steps * int(np.max(sizes)))
+    info = SurrogateFitInfo(seconds, 0, evaluations, clipped, "laplace", np.asarray(grad_norms))
+    return GaussianSurrogates(_host(prec, dtype), _host(shift, dtype), _host(means, dtype),
+                              structure != "full", info, None if factor_out is None else _host(factor_out, dtype))
