@@ -86,7 +86,7 @@ def run(*, quick: bool) -> list[dict]:
         exact_args = (pos, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)), jnp.ones(n, jnp.float32))
         # ---- (c) throughput, both searches, middle radius
         mid = radii[1]
-        for method in ("lsh", "kdtree"):
+        for method in ("projected", "kdtree"):
             # SciPy's k-d tree is in its brute-force regime at d = 784: measured on the
             # first 10,000 rows only (the row's n says so)
             m = min(n, 10000) if (method == "kdtree" and d > 64) else n
