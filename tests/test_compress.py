@@ -418,3 +418,99 @@ def test_covariances_are_the_within_cluster_scatter():
         members = x[cl.labels == j]
         np.testing.assert_allclose(cl.covariances[j], np.cov(members.T, bias=True).reshape(3, 3), atol=1e-12)
     assert compress.cluster(_blobs(200, 80, 5, 0.01, 0), 0.2).covariances is None
+
+
+# ----------------------------------------------------------------------------- second-order correction, posterior error, radius chooser
+
+
+def _gaussian_linear(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3))
+    y = x @ np.array([1.0, -2.0, 0.5]) + 0.3 * rng.standard_normal(n)
+
+    def loglik(b, datum):
+        xi, yi = datum
+        return -0.5 * (yi - jnp.dot(xi, b)) ** 2 / 0.09
+
+    def logprior(b):
+        return -0.5 * jnp.sum(b**2)
+
+    return x, y, logprior, loglik
+
+
+@pytest.mark.parametrize("jit", ["without_jit", "with_jit"])
+def test_second_order_correction_is_exact_for_gaussian_linear_regression(jit):
+    x, y, logprior, loglik = _gaussian_linear()
+    cl = compress.cluster_supervised(x, y, 0.5)
+    assert cl.rho < 0.5
+    exact = variants(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))))[jit]
+    first = variants(compress.logdensity(logprior, loglik, cl))[jit]
+    second = variants(compress.logdensity(logprior, loglik, cl, second_order=True))[jit]
+    points = [jnp.asarray([0.9, -1.8, 0.4]), jnp.asarray([2.0, 1.0, -1.0])]
+    for b in points if jit == "with_jit" else points[:1]:
+        scale = abs(float(exact(b)))
+        # float32 sums of ~3000 terms: relative round-off ~1e-6
+        np.testing.assert_allclose(second(b), exact(b), rtol=2e-5)
+        np.testing.assert_allclose(jax.grad(second)(b), jax.grad(exact)(b), rtol=2e-4, atol=2e-5 * scale)
+        # negative control: the plain compressed log-density misses the scatter term
+        assert abs(float(first(b)) - float(exact(b))) > 100 * max(abs(float(second(b)) - float(exact(b))), 2e-5 * scale)
+
+
+def test_second_order_correction_removes_the_leading_error_for_logistic_regression():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3000, 3))
+    y = (rng.uniform(size=3000) < jax.nn.sigmoid(x @ np.array([1.0, -2.0, 0.5]))).astype(np.int32)
+    logprior, loglik = _logistic_model(3)
+    exact = jax.jit(jax.grad(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y)))))
+    for delta in (0.2, 0.4):
+        cl = compress.cluster_supervised(x, y, delta)
+        first = jax.jit(jax.grad(compress.logdensity(logprior, loglik, cl)))
+        second = jax.jit(jax.grad(compress.logdensity(logprior, loglik, cl, second_order=True)))
+        for b in [jnp.asarray([1.0, -2.0, 0.5]), jnp.asarray([0.3, 0.3, -1.0])]:
+            e1 = np.abs(np.asarray(first(b)) - np.asarray(exact(b))).max()
+            e2 = np.abs(np.asarray(second(b)) - np.asarray(exact(b))).max()
+            assert e2 < 0.2 * e1, (delta, e1, e2)
+
+
+def test_second_order_needs_covariances():
+    cl = compress.cluster(_blobs(200, 80, 5, 0.01, 0), 0.2)
+    with pytest.raises(ValueError, match="covariances"):
+        compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, cl, second_order=True)
+    with pytest.raises(ValueError, match="Clustering"):
+        compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(3)), second_order=True)
+
+
+def test_posterior_error_in_sd_units():
+    rng = np.random.default_rng(2)
+    ref = _exact_moment_samples(np.array([0.0, 1.0]), np.diag([1.0, 4.0]), 400, 0)
+    approx = _exact_moment_samples(np.array([0.5, 1.0 - 3.0]), np.diag([0.25, 4.0]), 300, 1)
+    err = compress.posterior_error(ref, approx)
+    np.testing.assert_allclose(err.mean_sd_per_dim, [0.5, 1.5], rtol=1e-12)
+    np.testing.assert_allclose(err.sd_ratio_per_dim, [0.5, 1.0], rtol=1e-12)
+    assert err.mean_sd == pytest.approx(1.5) and err.sd_ratio_min == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="dimension"):
+        compress.posterior_error(ref, rng.standard_normal((10, 3)))
+
+
+def test_choose_radius_predicts_the_exact_mean_shift_for_gaussian_linear_regression():
+    # with the plain compressed posterior (Gaussian, so the Laplace step is exact) the predicted
+    # error is the true shift of the posterior mean in posterior sd units, computed analytically
+    x, y, logprior, loglik = _gaussian_linear(n=1000, seed=3)
+    data = (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    radii = [0.2, 0.6]
+    choice = compress.choose_radius(logprior, loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
+                                    jnp.zeros(3), target=1e-9, second_order=False, newton_steps=3)
+    assert choice.radii == (0.6, 0.2) and choice.radius == 0.2  # nothing meets 1e-9
+    for r, err in zip(choice.radii, choice.errors):
+        cl = compress.cluster_supervised(x, y, r)
+        n = cl.counts.astype(np.float64)
+        prec = np.eye(3) + (cl.centroids * n[:, None]).T @ cl.centroids / 0.09
+        mean_c = np.linalg.solve(prec, (n * cl.targets) @ cl.centroids / 0.09)
+        mean_e = np.linalg.solve(np.eye(3) + x.T @ x / 0.09, x.T @ y / 0.09)
+        truth = np.max(np.abs(mean_e - mean_c) / np.sqrt(np.diag(np.linalg.inv(prec))))
+        assert err == pytest.approx(truth, rel=0.05, abs=1e-3), (r, err, truth)
+    assert choice.errors[0] > 1.0  # the largest radius is far off without the correction
+    # with the correction the compressed posterior is exact: the largest radius is chosen
+    corrected = compress.choose_radius(logprior, loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
+                                       jnp.zeros(3), target=0.05, newton_steps=3)
+    assert corrected.radius == 0.6 and corrected.errors[0] < 0.05
