@@ -514,3 +514,47 @@ def test_choose_radius_predicts_the_exact_mean_shift_for_gaussian_linear_regress
     corrected = compress.choose_radius(logprior, loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
                                        jnp.zeros(3), target=0.05, newton_steps=3)
     assert corrected.radius == 0.6 and corrected.errors[0] < 0.05
+
+
+# ----------------------------------------------------------------------------- streaming and shards (single device)
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_streaming_chunks_equal_in_memory_clustering(spill, tmp_path):
+    x = _blobs(5000, 3, 30, 0.03, 8)
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    mm = np.load(path, mmap_mode="r")
+    chunks = (mm[i : i + 777] for i in range(0, len(mm), 777))
+    streamed = compress.cluster_stream(chunks, 0.1, standardize=True, spill_dir=str(tmp_path) if spill else None)
+    ref = compress.cluster(x, 0.1, standardize=True)
+    np.testing.assert_array_equal(streamed.labels, ref.labels)
+    np.testing.assert_array_equal(streamed.centroids, ref.centroids)
+    assert streamed.scale == ref.scale and streamed.standardized
+    _check_clustering(x, streamed, 0.1)
+    if spill:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]  # spill files removed
+
+
+def test_union_of_shards_keeps_the_guarantee():
+    x = _blobs(4000, 3, 30, 0.03, 9)
+    union = compress.cluster_shards(np.array_split(x, 5), 0.1)
+    _check_clustering(x, union, 0.1)
+    assert union.c >= compress.cluster(x, 0.1).c
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: compress.cluster_stream([np.ones((3, 2)), np.zeros((0, 2))], 0.1), "chunk 1 must be non-empty"),
+        (lambda: compress.cluster_stream([np.ones((3, 2)), np.array([[np.nan, 1.0]])], 0.1), "chunk 1 must be finite"),
+        (lambda: compress.cluster_stream([np.ones((3, 2)), np.ones((3, 3))], 0.1), "columns"),
+        (lambda: compress.cluster_stream([], 0.1), "at least one chunk"),
+        (lambda: compress.cluster_stream([np.ones((3, 2))], 0.0), "radius"),
+        (lambda: compress.cluster_shards([np.ones((3, 2)), np.full((2, 2), np.inf)], 0.1), "shards\\[1\\] must be finite"),
+        (lambda: compress.cluster_shards([], 0.1), "at least one shard"),
+    ],
+)
+def test_scale_out_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -13,10 +13,14 @@ posterior with any BlackJAX algorithm.
   correction (exact for Gaussian-linear models);
 * :func:`posterior_error` -- error in posterior-sd units; :func:`choose_radius`
   -- the largest radius meeting a target error (Laplace a-posteriori check);
+* :func:`cluster_shards`, :func:`cluster_stream`, :func:`sharded_logdensity` --
+  clustering per device shard, over streamed chunks, and a log-density whose
+  centroids are split across devices (one ``psum``);
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
 from jaxsub.compress._cluster import METHODS, Clustering, cluster, cluster_supervised
+from jaxsub.compress._scale import cluster_shards, cluster_stream, sharded_logdensity
 from jaxsub.compress._posterior import (
     PosteriorError,
     Pseudodata,
@@ -36,9 +40,12 @@ __all__ = [
     "RadiusChoice",
     "choose_radius",
     "cluster",
+    "cluster_shards",
+    "cluster_stream",
     "cluster_supervised",
     "gaussian_kl",
     "kl_bound",
     "logdensity",
     "posterior_error",
+    "sharded_logdensity",
 ]
