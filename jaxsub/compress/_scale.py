@@ -37,7 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxsub.compress._cluster import Clustering, _as_features, cluster
 from jaxsub.types import LogDensityFn, LogLikelihoodFn, LogPriorFn
-from jaxsub.validation import check_real
+from jaxsub.validation import check_int, check_real
 
 __all__ = ["cluster_shards", "cluster_stream", "sharded_logdensity"]
 
@@ -59,7 +59,7 @@ def _concat(parts: list[Clustering], radius: float, scale: float, standardize: b
     )
 
 
-def cluster_shards(shards, radius: float, *, standardize: bool = False, **kwargs) -> Clustering:
+def cluster_shards(shards, radius: float, *, standardize: bool = False, workers: int = 1, **kwargs) -> Clustering:
     r"""Cluster each shard separately and concatenate (labels follow the shards' row order).
 
     Args:
@@ -67,6 +67,8 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, **kwargs
             first axis (its addressable shards, in device order, are clustered).
         radius: :math:`\delta > 0`.
         standardize: divide every shard by the *global* :math:`R = \max_i \|x_i\|`.
+        workers: host threads clustering shards at once (NumPy/SciPy release the GIL
+            in their loops); the result does not depend on it.
         kwargs: passed to :func:`~jaxsub.compress.cluster` (``method``, ``key``, ...).
 
     Returns:
@@ -88,7 +90,14 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, **kwargs
     scale = 1.0
     if standardize:
         scale = max(float(np.sqrt(np.einsum("ij,ij->i", s, s).max())) for s in shards) or 1.0
-    parts = [cluster(s / scale, radius, **kwargs) for s in shards]
+    workers = check_int("workers", workers, low=1)
+    if workers == 1:
+        parts = [cluster(s / scale, radius, **kwargs) for s in shards]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(lambda s: cluster(s / scale, radius, **kwargs), shards))
     return _concat(parts, parts[0].target_radius, scale, standardize)
 
 
