@@ -294,13 +294,13 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     return _Search(mean, np.ascontiguousarray(vt[:k].T), search["candidates"], search["eps"])
 
 
-def _nearest_anchors(x, zx, anchors, zanchors, rows, delta, search: _Search, tries: int):
-    """Up to ``tries`` nearest anchors (indices into ``anchors``, -1: none) within ``delta`` of each row,
+def _nearest_anchors(x, zx, anchors, zanchors, rows, reach, search: _Search, tries: int):
+    """Up to ``tries`` nearest anchors (indices into ``anchors``, -1: none) within ``reach`` of each row,
     sorted by true distance, ``[m, tries]``, and the distances."""
     from scipy.spatial import cKDTree
 
     k = min(max(search.candidates, tries), anchors.shape[0])
-    _, idx = cKDTree(zanchors).query(zx[rows], k=k, eps=search.eps, distance_upper_bound=delta, workers=_WORKERS)
+    _, idx = cKDTree(zanchors).query(zx[rows], k=k, eps=search.eps, distance_upper_bound=reach, workers=_WORKERS)
     idx = np.asarray(idx).reshape(rows.size, k)
     valid = idx < anchors.shape[0]
     cand = np.where(valid, idx, 0)
@@ -315,7 +315,7 @@ def _nearest_anchors(x, zx, anchors, zanchors, rows, delta, search: _Search, tri
         order = np.argsort(dist, axis=1, kind="stable")[:, :tries]
         dist = np.take_along_axis(dist, order, axis=1)
         cand = np.take_along_axis(cand, order, axis=1)
-    return np.where(dist <= delta, cand, -1), dist
+    return np.where(dist <= reach, cand, -1), dist
 
 
 def _group_max(values: np.ndarray, groups: np.ndarray, num: int) -> np.ndarray:
@@ -357,10 +357,12 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool) -
         thr = np.full(ng, np.inf)
         pos = np.full(clusters.size, -1, np.int64)
         mem = None
+        block_sums = np.add.reduceat(xs, starts)  # every proposed row taken (the usual case)
         for _ in range(_JOIN_ROUNDS):
             w = take.astype(np.float64)
             cnt = clusters.counts[gid] + np.add.reduceat(w, starts)
-            mean = (clusters.sums[gid] + np.add.reduceat(xs * w[:, None], starts)) / cnt[:, None]
+            added = block_sums if take.all() else np.add.reduceat(xs * w[:, None], starts)
+            mean = (clusters.sums[gid] + added) / cnt[:, None]
             dm = mean - lead
             drift = np.sqrt(np.einsum("ij,ij->i", dm, dm))
             far = np.maximum(far0, np.maximum.reduceat(np.where(take, dist, 0.0), starts)) + drift
@@ -398,8 +400,10 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool) -
         take &= ok[grp]
         moved = np.flatnonzero(np.add.reduceat(take.astype(np.int64), starts) > 0)
         clusters.far[gid[moved]] = far[moved]
-    w = take.astype(np.float64)
-    clusters.sums[gid] += np.add.reduceat(xs * w[:, None], starts)
+    if take.all():
+        clusters.sums[gid] += np.add.reduceat(xs, starts) if not exact else block_sums
+    else:
+        clusters.sums[gid] += np.add.reduceat(xs * take[:, None], starts)
     clusters.counts[gid] += np.add.reduceat(take.astype(np.int64), starts)
     if exact:  # the reference greedy leader pass keeps its anchors at the leaders
         moved = gid[np.add.reduceat(take.astype(np.int64), starts) > 0]
@@ -436,7 +440,7 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
             dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
             joined = False
             for j in np.argsort(dist)[:3]:
-                if dist[j] > delta:
+                if dist[j] > (2.0 * delta if exact else delta):
                     break
                 if exact:
                     mean = (sums[j] + xr) / (cnt[j] + 1.0)
@@ -504,26 +508,27 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
         block = rows[s:e]
         rest = block
         if local.size:
-            near, dist = _nearest_anchors(x, zx, clusters.anchor[local], clusters.zanchor[local], block, delta, search, 1)
+            near, _ = _nearest_anchors(x, zx, clusters.anchor[local], clusters.zanchor[local], block, delta, search, 1)
             todo = near[:, 0] >= 0
             joined = np.zeros(block.size, bool)
             if todo.any():
                 joined[todo] = _join_block(x, block[todo], local[near[todo, 0]], clusters, delta, exact, labels, rows[:s])
-            refused = np.flatnonzero(todo & ~joined)
-            if exact and refused.size and local.size > 1:
-                # rows refused by their nearest cluster try the next nearest ones
-                near, dist = _nearest_anchors(
-                    x, zx, clusters.anchor[local], clusters.zanchor[local], block[refused], delta, search, _TRIES
+            left = np.flatnonzero(~joined)
+            if exact and left.size:
+                # rows refused by their nearest cluster, or with no centroid within delta, try the
+                # next nearest centroids within 2 delta: a row at distance t from the centroid of
+                # n rows ends at t n / (n + 1) from the new centroid, so a join is possible up to
+                # t = 2 delta (a singleton cluster)
+                near, _ = _nearest_anchors(
+                    x, zx, clusters.anchor[local], clusters.zanchor[local], block[left], 2.0 * delta, search, _TRIES
                 )
-                for t in range(1, near.shape[1]):
-                    todo = ~joined[refused] & (near[:, t] >= 0)
+                for t in range(near.shape[1]):
+                    todo = ~joined[left] & (near[:, t] >= 0)
                     if not todo.any():
                         break
-                    sel = refused[todo]
+                    sel = left[todo]
                     pool = np.concatenate([rows[:s], block[joined]])  # members so far, this block's included
-                    joined[sel] = _join_block(
-                        x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool
-                    )
+                    joined[sel] = _join_block(x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool)
             rest = block[~joined]
         if rest.size > _BASE_ROWS and s > 0:
             rest = _open_isolated(x, zx, rest, clusters, delta, labels, search, local_out := [])
