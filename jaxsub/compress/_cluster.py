@@ -11,37 +11,41 @@ cluster if doing so keeps that cluster's radius
 approximate: missing a neighbour only opens an extra cluster, it never breaks
 the radius guarantee.
 
-Join rule (leader bound). Every cluster remembers its first row, the *leader*
-``l_j``, the sum and count of its members and ``far_j = max ||x_i - l_j||``
-over its members. By the triangle inequality every member satisfies
-``||x_i - mu_j|| <= far_j + ||mu_j - l_j||``, so a row joins the cluster of its
-nearest leader when ``max(far_j, ||x - l_j||) + ||mu_j' - l_j|| <= delta`` for
-the post-join mean ``mu_j'``. This bound does not accumulate over joins (the
-running bound of the first implementation added every centroid move, and
-stopped clusters far below ``delta``): a cluster whose members surround its
-leader admits rows up to about ``delta`` from it, i.e. the rule spends the
-radius. After the stream, the exact centroids and radii are recomputed in
-float64 and any cluster above ``delta`` (possible only through round-off of
-the running sums) is repaired by :func:`_repair`, which splits off its farthest
-members. ``cluster`` therefore always returns ``radii <= radius`` (tested on
-adversarial streams).
+Join rule (exact post-join radius). Every cluster keeps the sum and count of
+its members, an *anchor* ``a_j`` (its mean after its last join) and
+``far_j``, an upper bound on its members' distances to ``a_j``. Rows proposed
+to cluster ``j`` join when the post-join radius stays ``<= delta``: first the
+O(d) bound ``||x_i - mu_j'|| <= max(far_j, ||x - a_j||) + ||mu_j' - a_j||``
+(triangle inequality, for every member and new row); where it is not enough,
+the exact ``max_i ||x_i - mu_j'||`` over the cluster's members (only those in
+the outer shell ``||x_i - a_j|| + ||mu_j' - a_j|| > delta`` are recomputed).
+Unlike the running bound of the first implementation, which added every
+centroid move and stopped clusters far below ``delta``, the rule lets
+clusters grow to radius ``delta``: it spends the radius. After the stream,
+the exact centroids and radii are recomputed in float64 and any cluster above
+``delta`` (possible only through round-off of the running sums) is repaired by
+:func:`_repair`, which splits off its farthest members. ``cluster`` therefore
+always returns ``radii <= radius`` (tested on adversarial streams).
 
 Vectorised stream (:func:`_leader_pass`). The stream is cut into blocks of
-doubling length; a block's rows look up their nearest leader among the
+doubling length; a block's rows look up their nearest centroid among the
 clusters opened before the block (one k-d-tree query per row) and join under
-the rule above, in one vectorised step per cluster; the rows left over (away
+the rule above, in one vectorised step per cluster; rows not joined try the
+three nearest centroids within ``2 delta`` (a row at distance ``t`` from the
+centroid of ``n`` rows ends at ``t n / (n + 1)`` from the new one, so no join
+is possible farther away); the rows left over (away
 from every earlier cluster, or refused by the bound) are streamed recursively
 by the same procedure, one row at a time only for sets of at most
 ``_BASE_ROWS`` rows and the first block.
 
 Neighbour search (``method``):
 
-* ``"kdtree"``: SciPy ``cKDTree`` on the leaders, nearest leader within
-  ``delta`` (``eps``-approximate, Arya et al. 1998).
+* ``"kdtree"``: SciPy ``cKDTree`` on the cluster anchors (``eps``-approximate
+  nearest, Arya et al. 1998).
 * ``"projected"``: for high-dimensional rows (MNIST, d = 784), the k-d tree
   runs on ``dims`` principal components plus the norm of the residual, a space
-  in which distances are lower bounds of the true ones (so no leader within
-  ``delta`` is excluded by the projection); the ``candidates`` nearest leaders
+  in which distances are lower bounds of the true ones (so no anchor within
+  reach is excluded by the projection); the ``candidates`` nearest anchors
   there are checked with true distances.
 * ``"auto"`` (default): ``"kdtree"`` for ``d <= 16``, ``"projected"`` above.
 
@@ -668,10 +672,10 @@ def cluster(
 ) -> Clustering:
     r"""Cluster the rows of ``x`` into balls of radius at most ``radius`` (Algorithm 1).
 
-    Streams the rows in their given order: each row joins the cluster of its
-    nearest earlier leader if the leader bound
-    :math:`\max(\mathrm{far}_j, \|x-l_j\|) + \|\mu_j' - l_j\| \le \delta` holds,
-    else it opens a new cluster (module docstring). A final float64 check and
+    Streams the rows in their given order: each row joins the cluster of a
+    nearby earlier centroid if the cluster's post-join radius stays
+    :math:`\le \delta` (checked by an O(d) bound, then exactly), else it opens a
+    new cluster (module docstring). A final float64 check and
     repair make :math:`\delta_j = \max_{i\in S_j}\|x_i-\mu_j\| \le \delta` hold
     exactly for every cluster.
 
