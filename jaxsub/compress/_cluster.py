@@ -426,7 +426,7 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     tried), else it opens a new cluster.
     """
     m, d = rows.size, x.shape[1]
-    sums, cnt = np.empty((m, d)), np.zeros(m)
+    sums, cnt, rad = np.empty((m, d)), np.zeros(m), np.zeros(m)
     members, lead = np.empty(m, np.int64), np.empty(m, np.int64)
     xr_all = x[rows]
     limit = delta * (1.0 - _MARGIN)
@@ -447,10 +447,19 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
                 if dist[j] > (2.0 * delta if exact else delta):
                     break
                 if exact:
-                    mean = (sums[j] + xr) / (cnt[j] + 1.0)
-                    dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
-                    if np.sqrt(np.einsum("ij,ij->i", dm, dm).max()) > limit:
-                        continue
+                    # O(d) bound first (members within rad[j] of the centroid, which moves by
+                    # dist / (n + 1)); the exact radius over the members only if it fails
+                    drift = dist[j] / (cnt[j] + 1.0)
+                    bound = max(rad[j], dist[j]) + drift
+                    if bound <= limit:
+                        rad[j] = bound
+                    else:
+                        mean = (sums[j] + xr) / (cnt[j] + 1.0)
+                        dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
+                        exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
+                        if exact_rad > limit:
+                            continue
+                        rad[j] = exact_rad
                 sums[j] += xr
                 cnt[j] += 1
                 members[t] = j
@@ -458,7 +467,7 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
                 break
             if joined:
                 continue
-        sums[k], cnt[k], lead[k] = xr, 1.0, t
+        sums[k], cnt[k], lead[k], rad[k] = xr, 1.0, t, 0.0
         members[t] = k
         k += 1
     anchors = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
