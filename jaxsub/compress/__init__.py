@@ -9,19 +9,43 @@ posterior with any BlackJAX algorithm.
   approximate neighbour search, exact radius guarantee) -> :class:`Clustering`;
 * :func:`logdensity` -- ``log p(theta) + sum_j n_j log p(mu_j | theta)`` as a
   BlackJAX ``logdensity_fn``;
+* ``logdensity(..., second_order=True)`` -- adds the within-cluster scatter
+  correction (exact for Gaussian-linear models);
+* :func:`posterior_error` -- error in posterior-sd units; :func:`choose_radius`
+  -- the largest radius meeting a target error (Laplace a-posteriori check);
+* :func:`cluster_shards`, :func:`cluster_stream`, :func:`sharded_logdensity` --
+  clustering per device shard, over streamed chunks, and a log-density whose
+  centroids are split across devices (one ``psum``);
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
 from jaxsub.compress._cluster import METHODS, Clustering, cluster, cluster_supervised
-from jaxsub.compress._posterior import Pseudodata, gaussian_kl, kl_bound, logdensity
+from jaxsub.compress._scale import cluster_shards, cluster_stream, sharded_logdensity
+from jaxsub.compress._posterior import (
+    PosteriorError,
+    Pseudodata,
+    RadiusChoice,
+    choose_radius,
+    gaussian_kl,
+    kl_bound,
+    logdensity,
+    posterior_error,
+)
 
 __all__ = [
     "METHODS",
     "Clustering",
+    "PosteriorError",
     "Pseudodata",
+    "RadiusChoice",
+    "choose_radius",
     "cluster",
+    "cluster_shards",
+    "cluster_stream",
     "cluster_supervised",
     "gaussian_kl",
     "kl_bound",
     "logdensity",
+    "posterior_error",
+    "sharded_logdensity",
 ]

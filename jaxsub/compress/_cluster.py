@@ -1,70 +1,63 @@
-"""Radius-bounded streaming clustering (Song 2021, Algorithm 1).
+"""Radius-bounded streaming clustering (Song 2021, Algorithm 1), host-side NumPy/SciPy.
 
-Clustering is a one-off preprocessing step. Candidate generation runs on the
-host (NumPy; SciPy's k-d tree as one neighbour search), the streaming pass is
-one jitted ``lax.scan`` over the rows (a Python loop costs ~40 us per row,
-the scan ~7-14 us), and the exact check is float64 NumPy. The output is plain
-arrays that the JAX log-densities of :mod:`jaxsub.compress._posterior` consume.
+Clustering is a one-off preprocessing step; it runs on the host in float64
+(NumPy, SciPy's k-d tree) and returns plain arrays that the JAX log-densities of
+:mod:`jaxsub.compress._posterior` consume. Nothing here is compiled or cached.
 
-Algorithm 1 (streaming). Points arrive in order. For ``x_i``, look for an
-existing cluster whose centroid lies within ``2 delta`` of ``x_i``; if one is
-found and adding ``x_i`` keeps that cluster's radius
-``delta_j = max_{i in S_j} ||x_i - mu_j||`` at most ``delta``, ``x_i`` joins
-it, otherwise ``x_i`` opens a new cluster. The neighbour search is approximate
-(LSH in the paper): missing a neighbour only opens an extra cluster, it never
-breaks the radius guarantee.
+Algorithm 1 (streaming). Rows arrive in order. Row ``x_i`` joins an existing
+cluster if doing so keeps that cluster's radius
+``delta_j = max_{i in S_j} ||x_i - mu_j||`` (``mu_j`` the member mean) at most
+``delta``; otherwise it opens a new cluster. The neighbour search may be
+approximate: missing a neighbour only opens an extra cluster, it never breaks
+the radius guarantee.
 
-Radius bookkeeping in O(d) per insertion. Recomputing a cluster's radius
-after each insertion costs O(n_j d). Instead we keep an *upper bound* ``r_j``:
-when an atom (a point, or a group of ``w`` points with centroid ``m`` and
-radius ``s``) joins a cluster with centroid ``mu``, the centroid moves to
-``mu' = mu + w (m - mu) / (n_j + w)`` and, by the triangle inequality, every
-old member is within ``r_j + ||mu' - mu||`` of ``mu'`` and every new one
-within ``s + ||m - mu'||``. So ``r_j' = max(r_j + ||mu' - mu||, s + ||m - mu'||)``
-bounds the true radius, and accepting only when ``r_j' <= delta`` is
-conservative. After the stream, the exact centroids (member means) and radii
-are recomputed in float64 and any cluster that still exceeds ``delta``
-(possible only through floating-point round-off of the running bound) is
-repaired by :func:`_repair`, which splits off its farthest members until every
-cluster satisfies the bound exactly. ``cluster`` therefore always returns
-``radii <= radius`` (tested).
+Join rule (exact post-join radius). Every cluster keeps the sum and count of
+its members, an *anchor* ``a_j`` (its mean after its last join) and
+``far_j``, an upper bound on its members' distances to ``a_j``. Rows proposed
+to cluster ``j`` join when the post-join radius stays ``<= delta``: first the
+O(d) bound ``||x_i - mu_j'|| <= max(far_j, ||x - a_j||) + ||mu_j' - a_j||``
+(triangle inequality, for every member and new row); where it is not enough,
+the exact ``max_i ||x_i - mu_j'||`` over the cluster's members (only those in
+the outer shell ``||x_i - a_j|| + ||mu_j' - a_j|| > delta`` are recomputed).
+Unlike the running bound of the first implementation, which added every
+centroid move and stopped clusters far below ``delta``, the rule lets
+clusters grow to radius ``delta``: it spends the radius. After the stream,
+the exact centroids and radii are recomputed in float64 and any cluster above
+``delta`` (possible only through round-off of the running sums) is repaired by
+:func:`_repair`, which splits off its farthest members. ``cluster`` therefore
+always returns ``radii <= radius`` (tested on adversarial streams).
+
+Vectorised stream (:func:`_leader_pass`). The stream is cut into blocks of
+doubling length; a block's rows look up their nearest centroid among the
+clusters opened before the block (one k-d-tree query per row) and join under
+the rule above, in one vectorised step per cluster; rows not joined try the
+three nearest centroids within ``2 delta`` (a row at distance ``t`` from the
+centroid of ``n`` rows ends at ``t n / (n + 1)`` from the new one, so no join
+is possible farther away); the rows left over (away
+from every earlier cluster, or refused by the bound) are streamed recursively
+by the same procedure, one row at a time only for sets of at most
+``_BASE_ROWS`` rows and the first block.
 
 Neighbour search (``method``):
 
-* ``"lsh"`` (as in the paper): E2LSH of Datar et al. (2004), ``k`` p-stable
-  (Gaussian) projections per table, bucket width ``w``, ``L`` tables; bucket
-  ``floor((a . x + b) / w)``. Each bucket remembers the last ``S`` distinct
-  clusters that a streamed point hashed into it joined (Find-Nearest-Neighbor
-  over the already-streamed points, deduplicated by cluster). Candidates of
-  ``x_i`` are the clusters in its ``L`` buckets.
-* ``"kdtree"``: SciPy ``cKDTree`` queries, vectorised, over block-incremental
-  trees (stream cut into blocks of doubling length): each point gets its ``k``
-  approximate nearest points within ``2 delta`` among the points of earlier
-  blocks, plus the earlier ones among its ``k`` nearest in its own block. Every
-  candidate point was streamed before ``x_i``, so the candidates of ``x_i`` are
-  the existing clusters of those points, and the result does not depend on the
-  stream order more than Algorithm 1 itself does. Far better compression than
-  LSH at d = 9, but slow at d = 784: see ``benchmarks/compress.py``.
-* ``"auto"`` (default): k-d tree for ``d <= 16``, LSH above.
-
-All candidates are checked at once: the nearest centroid within ``2 delta``
-whose radius bound stays ``<= delta`` is joined.
-
-Exact duplicates are merged before the stream (``np.unique``; a group of
-identical points has radius 0), which is exact and shortens the stream on
-redundant data.
+* ``"kdtree"``: SciPy ``cKDTree`` on the cluster anchors (``eps``-approximate
+  nearest, Arya et al. 1998).
+* ``"projected"``: for high-dimensional rows (MNIST, d = 784), the k-d tree
+  runs on ``dims`` principal components plus the norm of the residual, a space
+  in which distances are lower bounds of the true ones (so no anchor within
+  reach is excluded by the projection); the ``candidates`` nearest anchors
+  there are checked with true distances.
+* ``"auto"`` (default): ``"kdtree"`` for ``d <= 16``, ``"projected"`` above.
 
 References
 ----------
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021), Algorithm 1.
-M. Datar, N. Immorlica, P. Indyk, V. Mirrokni. Locality-sensitive hashing scheme
-based on p-stable distributions. SoCG 2004.
-Z. Allen-Zhu, Y. Yuan, K. Sridharan. Exploiting the structure: stochastic
-gradient methods using raw clusters. NeurIPS 2016.
+J. A. Hartigan. Clustering Algorithms. Wiley (1975), the leader algorithm.
+S. Arya, D. Mount, N. Netanyahu, R. Silverman, A. Wu. An optimal algorithm for approximate
+nearest neighbor searching in fixed dimensions. J. ACM 45 (1998).
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -74,39 +67,23 @@ from jaxsub.validation import check_choice, check_int, check_real
 __all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS"]
 
 #: Neighbour searches accepted by :func:`cluster` (``"auto"``: k-d tree when
-#: ``d <= _AUTO_KDTREE_MAX_DIM``, LSH above; chosen from benchmarks/compress.py).
-METHODS = ("auto", "lsh", "kdtree")
+#: ``d <= _AUTO_KDTREE_MAX_DIM``, projected k-d tree above).
+METHODS = ("auto", "kdtree", "projected")
 
-#: k-d trees beat LSH on low-dimensional tables (flights, d = 9: ~4x fewer
-#: clusters at equal time) but degrade towards brute force as d grows (MNIST,
-#: d = 784); 16 is the usual rule-of-thumb limit for k-d trees (N >> 2^d).
+#: k-d trees degrade towards brute force as d grows; 16 is the usual
+#: rule-of-thumb limit (N >> 2^d).
 _AUTO_KDTREE_MAX_DIM = 16
 
-#: Default E2LSH settings (Datar et al. 2004). ``k`` Gaussian projections per
-#: table (capped at ``d``), ``L`` tables, bucket width ``w = width * delta``: two
-#: points at distance ``delta`` (a point can join a cluster only if its centroid
-#: is about that close) fall in the same bucket of one projection with probability
-#: ``p(w/delta) = 1 - 2 Phi(-4) - 2 (1 - exp(-8)) / (sqrt(2 pi) 4) ~= 0.80`` for
-#: ``w = 4 delta``, so ~0.17 for k = 8 projections and ~0.43 for L = 3 tables;
-#: each bucket remembers the last ``S = 16`` distinct clusters hashed into it.
-#: Chosen on MNIST (d = 784) among (k, L, w, S) in {(8,3,4,16), (12,3,4,16),
-#: (16,4,3,8)}: fewest clusters at similar time (benchmarks/compress.py).
-_LSH_PROJECTIONS = 8
-_LSH_TABLES = 3
-_LSH_WIDTH = 4.0
-_LSH_SLOTS = 16
-
-#: k-d tree settings: ``k`` nearest points queried per point and per tree (the
-#: prefix tree and the point's own block; up to 2k candidates), approximation factor ``eps`` of SciPy's
-#: cKDTree.query (returned j-th neighbour within (1 + eps) x the true j-th
-#: distance); eps = 1 halves the query time on flights with no measurable loss.
-_KDTREE_NEIGHBOURS = 8
+#: SciPy cKDTree.query approximation factor: the returned neighbour is within
+#: (1 + eps) x the true nearest distance.
 _KDTREE_EPS = 1.0
 
-#: First block of the block-incremental k-d-tree search (_earlier_neighbours);
-#: later blocks double, so there are about log2(N / 256) prefix trees.
-_KDTREE_FIRST_BLOCK = 256
+#: ``"projected"``: principal components kept, and leaders checked per row.
+_PROJECTED_DIMS = 16
+_PROJECTED_CANDIDATES = 4
 
+#: Threads of SciPy's k-d-tree queries.
+_WORKERS = 1
 
 class Clustering(NamedTuple):
     """Result of :func:`cluster` / :func:`cluster_supervised`.
@@ -137,6 +114,12 @@ class Clustering(NamedTuple):
         Whether the features were divided by ``R``.
     method
         The neighbour search used.
+    covariances
+        ``[c, d, d]`` float64 within-cluster covariances
+        ``C_j = (1 / n_j) sum_{i in S_j} (x_i - mu_j)(x_i - mu_j)^T`` (joint, with the
+        response last, for ``cluster_supervised(mode="joint")``), used by the
+        second-order correction of :func:`~jaxsub.compress.logdensity`; ``None`` when
+        ``d > 64`` (the ``c d^2`` floats would dwarf the data).
     """
 
     centroids: np.ndarray
@@ -148,6 +131,7 @@ class Clustering(NamedTuple):
     scale: float
     standardized: bool
     method: str
+    covariances: np.ndarray | None = None
 
     @property
     def num_clusters(self) -> int:
@@ -215,187 +199,371 @@ def _seed_from_key(key) -> int:
     return int(np.uint64(data.ravel().astype(np.uint64) @ np.arange(1, data.size + 1, dtype=np.uint64)))
 
 
-# ----------------------------------------------------------------------------- streaming core
+# ----------------------------------------------------------------------------- leader stream (host, NumPy/SciPy)
+
+#: First block of the doubling scheme (:func:`_leader_pass`) and the size below
+#: which a set of rows is streamed one row at a time (:func:`_sequential`).
+_FIRST_BLOCK = 256
+_BASE_ROWS = 64
+
+#: Relative margin under delta in the join rule: the bound is exact in real
+#: arithmetic; the margin keeps float64 round-off of the running sums from
+#: creating violators, and the final exact check + _repair makes it exact anyway.
+_MARGIN = 1e-9
+
+#: Shrink rounds of the vectorised join (:func:`_join_block`).
+_JOIN_ROUNDS = 4
+
+#: Nearest clusters a row tries in turn (the next one when refused by the radius check).
+_TRIES = 3
 
 
-def _lsh_buckets(points: np.ndarray, delta: float, rng: np.random.Generator, k: int, tables: int, width: float, groups=None) -> np.ndarray:
-    """E2LSH bucket ids ``[n, tables]`` (dense ids ``< n``) of ``floor((A x + b) / w)``, ``w = width * delta``.
+class _Clusters:
+    """Growable per-cluster state: anchor (the member mean after the last join) and its search
+    coordinates, member sum, count, and ``far`` (a bound on the members' distance to the anchor)."""
 
-    With ``groups``, the group is part of the key: points of different groups never share a bucket.
+    def __init__(self, dim: int, zdim: int, capacity: int, coords):
+        capacity = max(capacity, 16)
+        self.coords = coords
+        self.anchor = np.empty((capacity, dim))
+        self.zanchor = np.empty((capacity, zdim))
+        self.sums = np.empty((capacity, dim))
+        self.counts = np.empty(capacity, np.int64)
+        self.far = np.empty(capacity)
+        self.size = 0
+
+    def open(self, sums: np.ndarray, counts: np.ndarray, far: np.ndarray) -> np.ndarray:
+        """Open clusters with the given member sums, counts and radius bounds; returns their ids."""
+        k = counts.size
+        if self.size + k > self.counts.size:
+            cap = max(2 * self.counts.size, self.size + k)
+            for name in ("anchor", "zanchor", "sums", "counts", "far"):
+                old = getattr(self, name)
+                new = np.empty((cap,) + old.shape[1:], old.dtype)
+                new[: self.size] = old[: self.size]
+                setattr(self, name, new)
+        ids = np.arange(self.size, self.size + k)
+        self.sums[ids] = sums
+        self.counts[ids] = counts
+        self.far[ids] = far
+        self.size += k
+        self.move(ids, sums / counts[:, None])
+        return ids
+
+    def move(self, ids: np.ndarray, anchors: np.ndarray) -> None:
+        self.anchor[ids] = anchors
+        self.zanchor[ids] = self.coords(anchors)
+
+
+class _Search(NamedTuple):
+    """Search coordinates ``z = f(x)`` in which distances are lower bounds of true distances."""
+
+    mean: np.ndarray | None
+    basis: np.ndarray | None
+    candidates: int
+    eps: float
+
+    def coords(self, v: np.ndarray) -> np.ndarray:
+        if self.basis is None:
+            return v
+        vc = v - self.mean
+        proj = vc @ self.basis
+        resid2 = np.einsum("ij,ij->i", vc, vc) - np.einsum("ij,ij->i", proj, proj)
+        return np.column_stack([proj, np.sqrt(np.maximum(resid2, 0.0))])
+
+
+def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Generator) -> _Search:
+    """Search coordinates for ``method``.
+
+    ``"kdtree"``: ``x`` itself. ``"projected"``: ``z = (P^T (x - m), ||(I - P P^T)(x - m)||)`` with
+    ``P`` the top ``dims`` principal directions of (a subsample of 4,096 rows of) ``x``. For any
+    two points, ``||x - y||^2 = ||P^T (x - y)||^2 + ||Q (x - y)||^2 >= ||z_x - z_y||^2``
+    (orthogonal projection, and the reverse triangle inequality on the residual), so every
+    centroid within ``delta`` of a row in ``x`` is within ``delta`` in ``z``; the ``candidates``
+    nearest there are checked with true distances.
     """
-    n, d = points.shape
-    k = min(k, d)
-    w = width * delta
-    a = rng.standard_normal((d, k * tables))
-    b = rng.uniform(0.0, w, size=k * tables)
-    codes = np.floor((points @ a + b) / w).astype(np.int64)
-    out = np.empty((n, tables), dtype=np.int32)
-    for t in range(tables):
-        table_codes = codes[:, t * k : (t + 1) * k]
-        if groups is not None:
-            table_codes = np.column_stack([table_codes, groups])
-        _, inv = np.unique(table_codes, axis=0, return_inverse=True)
-        out[:, t] = inv.ravel()
+    if method == "kdtree":
+        return _Search(None, None, 1, search["eps"])
+    n, d = x.shape
+    sub = x if n <= 4096 else x[rng.choice(n, 4096, replace=False)]
+    mean = sub.mean(axis=0)
+    centred = sub - mean
+    k = min(search["dims"], d)
+    # randomised range finder with two power iterations (Halko et al. 2011): the top-k
+    # principal directions at O(n d k) instead of a full SVD
+    q = np.linalg.qr(centred @ rng.standard_normal((d, min(d, k + 8))))[0]
+    for _ in range(2):
+        q = np.linalg.qr(centred @ (centred.T @ q))[0]
+    _, _, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
+    return _Search(mean, np.ascontiguousarray(vt[:k].T), search["candidates"], search["eps"])
+
+
+def _nearest_anchors(x, zx, anchors, zanchors, rows, reach, search: _Search, tries: int):
+    """Up to ``tries`` nearest anchors (indices into ``anchors``, -1: none) within ``reach`` of each row,
+    sorted by true distance, ``[m, tries]``, and the distances."""
+    from scipy.spatial import cKDTree
+
+    k = min(max(search.candidates, tries), anchors.shape[0])
+    _, idx = cKDTree(zanchors).query(zx[rows], k=k, eps=search.eps, distance_upper_bound=reach, workers=_WORKERS)
+    idx = np.asarray(idx).reshape(rows.size, k)
+    valid = idx < anchors.shape[0]
+    cand = np.where(valid, idx, 0)
+    dist = np.full(idx.shape, np.inf)
+    r, c = np.nonzero(valid)
+    step = max(1, (1 << 22) // x.shape[1])
+    for s in range(0, r.size, step):
+        rr, cc = r[s : s + step], c[s : s + step]
+        diff = x[rows[rr]] - anchors[cand[rr, cc]]
+        dist[rr, cc] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    if k > 1:
+        order = np.argsort(dist, axis=1, kind="stable")[:, :tries]
+        dist = np.take_along_axis(dist, order, axis=1)
+        cand = np.take_along_axis(cand, order, axis=1)
+    return np.where(dist <= reach, cand, -1), dist
+
+
+def _group_max(values: np.ndarray, groups: np.ndarray, num: int) -> np.ndarray:
+    out = np.zeros(num)
+    np.maximum.at(out, groups, values)
     return out
 
 
-def _earlier_neighbours(points: np.ndarray, delta: float, k: int, eps: float) -> np.ndarray:
-    """Up to ``2 k`` approximate nearest *earlier* points within ``2 delta``, ``[n, 2 k]`` (``-1``: none).
+def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool) -> np.ndarray:
+    """Vectorised join of ``rows`` to the clusters ``cid`` of their nearest anchors; returns the accepted mask.
 
-    Block-incremental k-d trees, so that every point's candidates have already
-    been streamed (and so already have a cluster). The stream is cut into blocks
-    ``[s, e)`` of doubling length (``e = 2 s``, first block ``_KDTREE_FIRST_BLOCK``
-    points). For a block, (a) a tree on the prefix ``points[:s]`` gives each block
-    point its ``k`` nearest prefix points, all earlier; (b) a tree on the block
-    gives its ``k`` nearest block points, of which the earlier ones are kept
-    (points that open clusters in a region the prefix does not cover are found
-    by the later points of their block). Doubling keeps the cost at about two
-    queries per point plus O(log N) tree builds of total size O(N).
+    The anchor ``a_j`` of a cluster is its member mean after its last join; ``far_j`` bounds the members' distances to ``a_j``. Join rule
+    (``exact``): the rows proposed to cluster ``j`` join together if the post-join radius stays
+    ``<= delta``. First the O(d) bound: every member and joiner satisfies
+    ``||x_i - mu_j'|| <= ||x_i - a_j|| + ||a_j - mu_j'|| <= max(far_j, max dist) + ||mu_j' - a_j||``;
+    a cluster where the bound exceeds ``delta`` gets the *exact* post-join radius
+    ``max_{i in S_j + new} ||x_i - mu_j'||`` (its members taken from ``pool``, the rows streamed
+    before in this pass; only members in the outer shell ``||x_i - a_j|| + ||mu_j' - a_j|| > delta``
+    need it). If that exceeds ``delta`` too, the rows farther than
+    ``min(delta - ||mu_j' - a_j||, 0.8 max dist)`` from the anchor are dropped
+    and the check redone (``_JOIN_ROUNDS`` rounds; then the cluster admits no row). Accepted
+    clusters move their anchor to the new mean, with ``far_j`` the exact radius or the bound.
+    Without ``exact``: the plain greedy leader pass (every proposed row joins; anchors stay at
+    the leaders), the reference of ``benchmarks/compress.py``.
+    """
+    order = np.argsort(cid, kind="stable")
+    rows, cid = rows[order], cid[order]
+    starts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
+    gid = cid[starts]
+    ng = gid.size
+    grp = np.repeat(np.arange(ng), np.diff(np.r_[starts, rows.size]))
+    xs = x[rows]
+    da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
+    dist = np.sqrt(np.einsum("ij,ij->i", da, da))
+    take = np.ones(rows.size, bool)
+    if exact:
+        limit = delta * (1.0 - _MARGIN)
+        lead, far0 = clusters.anchor[gid], clusters.far[gid]
+        thr = np.full(ng, np.inf)
+        pos = np.full(clusters.size, -1, np.int64)
+        mem = None
+        block_sums = np.add.reduceat(xs, starts)  # every proposed row taken (the usual case)
+        for _ in range(_JOIN_ROUNDS):
+            w = take.astype(np.float64)
+            cnt = clusters.counts[gid] + np.add.reduceat(w, starts)
+            added = block_sums if take.all() else np.add.reduceat(xs * w[:, None], starts)
+            mean = (clusters.sums[gid] + added) / cnt[:, None]
+            dm = mean - lead
+            drift = np.sqrt(np.einsum("ij,ij->i", dm, dm))
+            far = np.maximum(far0, np.maximum.reduceat(np.where(take, dist, 0.0), starts)) + drift
+            ok = far <= limit
+            need = ~ok
+            if need.any():  # exact post-join radius where the bound is not enough
+                if mem is None:
+                    # members of the clusters that need it (from pool) and their distances to the
+                    # anchors, computed once: ||x_i - mu'|| <= ||x_i - a|| + drift, so only the
+                    # members in the outer shell ever need their exact distance to mu'
+                    pos[gid[need]] = np.flatnonzero(need)
+                    mem = pool[pos[labels[pool]] >= 0]
+                    mg = pos[labels[mem]]
+                    pos[gid] = -1
+                    dmem = x[mem] - lead[mg]
+                    dmem = np.sqrt(np.einsum("ij,ij->i", dmem, dmem))
+                sel = np.flatnonzero(need[mg])
+                val = dmem[sel] + drift[mg[sel]]  # bound on ||x_i - mu'||, exact in the outer shell
+                shell = np.flatnonzero(val > limit)
+                if shell.size:
+                    dsh = x[mem[sel[shell]]] - mean[mg[sel[shell]]]
+                    val[shell] = np.sqrt(np.einsum("ij,ij->i", dsh, dsh))
+                rad = np.zeros(ng)
+                np.maximum.at(rad, mg[sel], val)
+                jsel = np.flatnonzero(take & need[grp])
+                djo = xs[jsel] - mean[grp[jsel]]
+                np.maximum.at(rad, grp[jsel], np.sqrt(np.einsum("ij,ij->i", djo, djo)))
+                far = np.where(need, rad, far)
+                ok = far <= limit
+            if ok.all():
+                break
+            maxd = np.maximum.reduceat(np.where(take, dist, 0.0), starts)
+            thr = np.where(ok, thr, np.minimum(limit - drift, 0.8 * maxd))
+            take = dist <= thr[grp]
+        take &= ok[grp]
+        moved = np.flatnonzero(np.add.reduceat(take.astype(np.int64), starts) > 0)
+        clusters.far[gid[moved]] = far[moved]
+    if take.all():
+        clusters.sums[gid] += np.add.reduceat(xs, starts) if not exact else block_sums
+    else:
+        clusters.sums[gid] += np.add.reduceat(xs * take[:, None], starts)
+    clusters.counts[gid] += np.add.reduceat(take.astype(np.int64), starts)
+    if exact:  # the reference greedy leader pass keeps its anchors at the leaders
+        moved = gid[np.add.reduceat(take.astype(np.int64), starts) > 0]
+        clusters.move(moved, clusters.sums[moved] / clusters.counts[moved][:, None])
+    labels[rows[take]] = cid[take]
+    accepted = np.empty_like(take)
+    accepted[order] = take
+    return accepted
 
-    (A single tree over the whole set, queried once, returns about half later
-    points: with a random stream order a point whose k nearest all come later
-    opens a new cluster, which puts a floor of ~1/(k+1) under rho.)
+
+def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarray:
+    """Algorithm 1 one row at a time over ``rows`` (a small set): returns the ids of the clusters it opens.
+
+    Each row joins the nearest cluster opened in this call whose centroid is within ``delta``
+    and whose exact post-join radius stays ``<= delta`` (``exact``; the three nearest are
+    tried), else it opens a new cluster.
+    """
+    m, d = rows.size, x.shape[1]
+    sums, cnt, rad = np.empty((m, d)), np.zeros(m), np.zeros(m)
+    members, lead = np.empty(m, np.int64), np.empty(m, np.int64)
+    xr_all = x[rows]
+    limit = delta * (1.0 - _MARGIN)
+    # a row can join a cluster only if its centroid is within delta, hence only if some earlier
+    # row (a member) is within 2 delta: rows with none open a cluster without the loop's work
+    sq = np.einsum("ij,ij->i", xr_all, xr_all)
+    gram = sq[:, None] + sq[None, :] - 2.0 * (xr_all @ xr_all.T)
+    near = np.tril(gram <= 4.0 * delta * delta * 1.01 + 1e-12 * (1.0 + sq.max()), k=-1).any(axis=1)
+    k = 0
+    for t in range(m):
+        xr = xr_all[t]
+        if k and near[t]:
+            cen = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
+            diff = cen - xr
+            dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+            joined = False
+            for j in np.argsort(dist)[:3]:
+                if dist[j] > (2.0 * delta if exact else delta):
+                    break
+                if exact:
+                    # O(d) bound first (members within rad[j] of the centroid, which moves by
+                    # dist / (n + 1)); the exact radius over the members only if it fails
+                    drift = dist[j] / (cnt[j] + 1.0)
+                    bound = max(rad[j], dist[j]) + drift
+                    if bound <= limit:
+                        rad[j] = bound
+                    else:
+                        mean = (sums[j] + xr) / (cnt[j] + 1.0)
+                        dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
+                        exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
+                        if exact_rad > limit:
+                            continue
+                        rad[j] = exact_rad
+                sums[j] += xr
+                cnt[j] += 1
+                members[t] = j
+                joined = True
+                break
+            if joined:
+                continue
+        sums[k], cnt[k], lead[k], rad[k] = xr, 1.0, t, 0.0
+        members[t] = k
+        k += 1
+    anchors = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
+    diff = xr_all - anchors[members]
+    far = np.zeros(k)
+    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+    ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
+    if not exact:
+        clusters.move(ids, anchors)
+    labels[rows] = ids[members]
+    return ids
+
+
+def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Search, out: list) -> np.ndarray:
+    """Open a singleton cluster for every row of ``rows`` with no other row of ``rows`` within ``2 delta``.
+
+    Such a row can never share a cluster with another row of the set (a centroid within
+    ``delta`` of it would need a member within ``2 delta``), so streaming it is needless.
+    The search runs in the lower-bound coordinates (no false "isolated"). Appends the new ids
+    to ``out`` and returns the other rows, in order.
     """
     from scipy.spatial import cKDTree
 
-    n = points.shape[0]
-    out = np.full((n, 2 * k), -1, dtype=np.int32)
-    s = 0
+    z = zx[rows]
+    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=_WORKERS)
+    isolated = np.isinf(np.asarray(dist)[:, 1])
+    if isolated.any():
+        iso = rows[isolated]
+        ids = clusters.open(x[iso], np.ones(iso.size, np.int64), np.zeros(iso.size))
+        labels[iso] = ids
+        out.append(ids)
+    return rows[~isolated]
+
+
+def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search: _Search) -> np.ndarray:
+    """Algorithm 1 over ``rows`` (stream order), vectorised by blocks; returns the ids of the clusters opened.
+
+    The stream is cut into blocks ``[s, 2 s)`` (first block ``_FIRST_BLOCK`` rows). A block's
+    rows first look up the nearest centroid among the clusters already opened by this pass (a
+    k-d tree on the centroids, rebuilt per block, so O(log N) builds) and join it under the rule
+    of :func:`_join_block`. The rows left over lie away from every earlier cluster (or were
+    refused by the radius check); they are streamed by the same procedure recursively (one row
+    at a time for at most ``_BASE_ROWS`` rows and in the first block), so the clusters they open
+    are found by the later rows of the block. Every row is compared only with clusters opened
+    by rows before it, as in Algorithm 1; only the order of joins inside a block changes.
+    """
+    local = np.empty(0, np.int64)
+    n, s = rows.size, 0
     while s < n:
-        e = min(n, max(2 * s, _KDTREE_FIRST_BLOCK))
-        block = points[s:e]
-        m = e - s
-        kk = min(k + 1, m)
-        _, idx = cKDTree(block).query(block, k=kk, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
-        idx = np.asarray(idx).reshape(m, kk)
-        earlier = idx < np.arange(m)[:, None]  # drops "not found" (m), itself and later points
-        # up to k earlier block points per row (the query returns k + 1 including the point
-        # itself); move the valid ones to the front (order is irrelevant: all are checked)
-        row = np.where(earlier, idx + s, -1)
-        row = -np.sort(-row, axis=1)[:, : min(k, kk)]
-        out[s:e, : row.shape[1]] = row
-        if s > 0:
-            kp = min(k, s)
-            _, idx = cKDTree(points[:s]).query(block, k=kp, distance_upper_bound=2.0 * delta, eps=eps, workers=-1)
-            idx = np.asarray(idx).reshape(m, kp)
-            out[s:e, k : k + kp] = np.where(idx < s, idx, -1)
+        e = min(n, max(2 * s, _FIRST_BLOCK))
+        block = rows[s:e]
+        rest = block
+        if local.size:
+            near, _ = _nearest_anchors(x, zx, clusters.anchor[local], clusters.zanchor[local], block, delta, search, 1)
+            todo = near[:, 0] >= 0
+            joined = np.zeros(block.size, bool)
+            if todo.any():
+                joined[todo] = _join_block(x, block[todo], local[near[todo, 0]], clusters, delta, exact, labels, rows[:s])
+            left = np.flatnonzero(~joined)
+            if exact and left.size:
+                # rows refused by their nearest cluster, or with no centroid within delta, try the
+                # next nearest centroids within 2 delta: a row at distance t from the centroid of
+                # n rows ends at t n / (n + 1) from the new centroid, so a join is possible up to
+                # t = 2 delta (a singleton cluster)
+                near, _ = _nearest_anchors(
+                    x, zx, clusters.anchor[local], clusters.zanchor[local], block[left], 2.0 * delta, search, _TRIES
+                )
+                for t in range(near.shape[1]):
+                    todo = ~joined[left] & (near[:, t] >= 0)
+                    if not todo.any():
+                        break
+                    sel = left[todo]
+                    pool = np.concatenate([rows[:s], block[joined]])  # members so far, this block's included
+                    joined[sel] = _join_block(x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool)
+            rest = block[~joined]
+        if rest.size > _BASE_ROWS and s > 0:
+            rest = _open_isolated(x, zx, rest, clusters, delta, labels, search, local_out := [])
+            local = np.concatenate([local] + local_out)
+        if rest.size:
+            if s == 0 or rest.size <= _BASE_ROWS:
+                new = _sequential(x, rest, clusters, delta, exact, labels)
+            else:
+                new = _leader_pass(x, zx, rest, clusters, delta, exact, labels, search)
+            local = np.concatenate([local, new])
         s = e
-    return out
+    return local
 
 
-def _kdtree_neighbours(points: np.ndarray, delta: float, k: int, eps: float, groups=None) -> np.ndarray:
-    """Candidate earlier points for every point, ``[n, 2 k]`` (``-1``: none); see :func:`_earlier_neighbours`.
-
-    SciPy's ``cKDTree.query`` with ``eps``: the j-th returned neighbour is at most
-    ``(1 + eps)`` times farther than the true j-th nearest (Arya et al. 1998).
-    With ``groups``, the search runs per group: neighbours never cross groups.
-    """
-    n = points.shape[0]
-    if groups is None:
-        return _earlier_neighbours(points, delta, k, eps)
-    out = np.full((n, 2 * k), -1, dtype=np.int32)
-    for g in np.unique(groups):
-        rows = np.flatnonzero(groups == g)  # ascending: stream order within the group
-        local = _earlier_neighbours(points[rows], delta, k, eps)
-        out[rows] = np.where(local >= 0, rows[np.maximum(local, 0)], -1)
-    return out
-
-
-@lru_cache(maxsize=None)
-def _stream_program(num_tables: int, slots: int):
-    """The jitted Algorithm-1 scan for a given number of LSH tables and slots (cached)."""
-    import jax
-    import jax.numpy as jnp
-
-    tidx = jnp.arange(num_tables)
-
-    def run(points, weights, buckets, neighbours, delta):
-        n = points.shape[0]
-        dtype = points.dtype
-        # Accept with a relative margin of 1e-5 below delta so that float32 round-off
-        # of the running bound (relative error ~1e-7 per update) rarely lets a cluster
-        # cross delta; the float64 check and _repair afterwards make it exact anyway.
-        threshold = delta * (1.0 - 1e-5)
-        two_delta = 2.0 * delta
-
-        def body(carry, inp):
-            cent, cnt, rad, assign, table, c = carry
-            i, x, w, b, nb = inp
-            cands, oks = [assign[jnp.where(nb >= 0, nb, 0)]], [nb >= 0]
-            if num_tables:
-                rows_b = tidx * n + b  # flat row of (table, bucket)
-                here = table[rows_b]  # [L, S]
-                reg = here.reshape(-1)
-                cands.append(reg)
-                oks.append(reg >= 0)
-            valid = jnp.concatenate(oks)
-            cl = jnp.where(valid, jnp.concatenate(cands), 0)
-            mu = cent[cl]
-            dist = jnp.sqrt(jnp.sum((mu - x) ** 2, axis=-1))
-            nj = cnt[cl]
-            frac = w / (nj + w)
-            # O(d) upper bound on the radius after the join (module docstring)
-            bound = jnp.maximum(rad[cl] + frac * dist, (1.0 - frac) * dist)
-            feasible = valid & (dist <= two_delta) & (bound <= threshold)
-            j = jnp.argmin(jnp.where(feasible, dist, jnp.inf))
-            ok = feasible[j]
-            target = jnp.where(ok, cl[j], c)
-            cent = cent.at[target].set(jnp.where(ok, mu[j] + frac[j] * (x - mu[j]), x))
-            cnt = cnt.at[target].set(jnp.where(ok, nj[j] + w, w))
-            rad = rad.at[target].set(jnp.where(ok, bound[j], jnp.zeros((), dtype)))
-            assign = assign.at[i].set(target)
-            if num_tables:
-                # register the target cluster in this point's buckets (ring of S slots)
-                # (free slot if any, else overwrite slot target % S: a pseudo-random
-                # eviction that needs no per-bucket counter; a counter array read and
-                # scattered in the same step makes XLA copy it every step)
-                used = jnp.sum(here >= 0, axis=-1)
-                pos = jnp.where(used < slots, used, target % slots)
-                present = jnp.any(here == target, axis=-1)
-                table = table.at[rows_b, pos].set(jnp.where(present, here[tidx, pos], target))
-            return (cent, cnt, rad, assign, table, c + jnp.where(ok, 0, 1)), None
-
-        rows = n if num_tables else 1
-        init = (
-            jnp.zeros_like(points),
-            jnp.zeros(n, dtype),
-            jnp.zeros(n, dtype),
-            jnp.zeros(n, jnp.int32),
-            jnp.full((num_tables * rows, slots), -1, jnp.int32),
-            jnp.zeros((), jnp.int32),
-        )
-        xs = (jnp.arange(n, dtype=jnp.int32), points, weights, buckets, neighbours)
-        final, _ = jax.lax.scan(body, init, xs)
-        return final[3]
-
-    return jax.jit(run)
-
-
-def _stream_jax(points, weights, buckets, neighbours, delta, slots_per_bucket):
-    """Algorithm 1 as one ``lax.scan`` over the atoms; returns the atom -> cluster map.
-
-    Candidates for atom ``i`` are the union of (a) the clusters registered in its
-    LSH bucket of every table (each bucket keeps the last ``slots_per_bucket``
-    distinct clusters that a streamed point hashed there joined: Find-Nearest-
-    Neighbor over the already-streamed points, deduplicated by cluster) and
-    (b) the clusters of its k-d-tree ``neighbours`` (earlier points). The
-    nearest candidate centroid within ``2 delta`` whose O(d) radius bound stays
-    ``<= delta`` is joined (all candidates are checked at once); otherwise a
-    new cluster opens. Runs in float32 (float64 when ``jax_enable_x64``).
-    """
-    import jax
-    import jax.numpy as jnp
-
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    program = _stream_program(int(buckets.shape[1]), int(slots_per_bucket))
-    assign = program(
-        jnp.asarray(points, dtype),
-        jnp.asarray(weights, dtype),
-        jnp.asarray(buckets, jnp.int32),
-        jnp.asarray(neighbours, jnp.int32),
-        jnp.asarray(delta, dtype),
-    )
-    return np.asarray(assign).astype(np.int64)
+def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, exact: bool = True) -> np.ndarray:
+    """Cluster labels of the rows of ``x`` (before the final exact check)."""
+    srch = _make_search(x, method, search, rng)
+    labels = np.full(x.shape[0], -1, np.int64)
+    zx = srch.coords(x)
+    clusters = _Clusters(x.shape[1], zx.shape[1], max(1024, x.shape[0] // 64), srch.coords)
+    _leader_pass(x, zx, np.arange(x.shape[0]), clusters, delta, exact, labels, srch)
+    return labels
 
 
 # ----------------------------------------------------------------------------- exact statistics and repair
@@ -413,6 +581,24 @@ def _exact_stats(x: np.ndarray, labels: np.ndarray, num: int):
     radii = np.zeros(num)
     np.maximum.at(radii, labels, dist)
     return centroids, counts, radii, dist
+
+
+#: Largest dimension for which :func:`cluster` stores per-cluster covariances.
+_MAX_COVARIANCE_DIM = 64
+
+
+def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, counts: np.ndarray):
+    """Within-cluster covariances ``[c, d, d]`` (float64), or ``None`` when ``d > _MAX_COVARIANCE_DIM``."""
+    n, d = x.shape
+    if d > _MAX_COVARIANCE_DIM:
+        return None
+    c = counts.size
+    diff = x - centroids[labels]
+    cov = np.empty((c, d, d))
+    for i in range(d):
+        for j in range(i, d):
+            cov[:, i, j] = cov[:, j, i] = np.bincount(labels, weights=diff[:, i] * diff[:, j], minlength=c)
+    return cov / counts[:, None, None]
 
 
 def _relabel(labels: np.ndarray) -> tuple[np.ndarray, int]:
@@ -463,22 +649,23 @@ def _repair(x: np.ndarray, labels: np.ndarray, delta: float):
 
 def _search_settings(method: str, dim: int, kwargs: dict):
     """Validated neighbour-search settings (defaults filled in) and the resolved method."""
-    unknown = set(kwargs) - {"lsh_projections", "lsh_tables", "lsh_width", "lsh_slots", "kdtree_neighbours", "kdtree_eps"}
+    unknown = set(kwargs) - {"kdtree_eps", "projected_dims", "projected_candidates"}
     if unknown:
         raise ValueError(f"unknown search setting(s) {sorted(unknown)}")
-    get = lambda name, default: kwargs.get(name, default)  # noqa: E731
     search = dict(
-        lsh_projections=check_int("lsh_projections", get("lsh_projections", _LSH_PROJECTIONS), low=1),
-        lsh_tables=check_int("lsh_tables", get("lsh_tables", _LSH_TABLES), low=1),
-        lsh_width=check_real("lsh_width", get("lsh_width", _LSH_WIDTH), low=0.0),
-        lsh_slots=check_int("lsh_slots", get("lsh_slots", _LSH_SLOTS), low=1),
-        kdtree_neighbours=check_int("kdtree_neighbours", get("kdtree_neighbours", _KDTREE_NEIGHBOURS), low=1),
-        kdtree_eps=check_real("kdtree_eps", get("kdtree_eps", _KDTREE_EPS), low=0.0, low_closed=True),
+        eps=check_real("kdtree_eps", kwargs.get("kdtree_eps", _KDTREE_EPS), low=0.0, low_closed=True),
+        dims=check_int("projected_dims", kwargs.get("projected_dims", _PROJECTED_DIMS), low=1),
+        candidates=check_int("projected_candidates", kwargs.get("projected_candidates", _PROJECTED_CANDIDATES), low=1),
     )
     method = check_choice("method", method, METHODS)
     if method == "auto":
-        method = "kdtree" if dim <= _AUTO_KDTREE_MAX_DIM else "lsh"
+        method = "kdtree" if dim <= _AUTO_KDTREE_MAX_DIM else "projected"
     return search, method
+
+
+def _max_norm(arr: np.ndarray) -> float:
+    scale = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max()))
+    return scale if scale > 0 else 1.0
 
 
 def cluster(
@@ -488,22 +675,18 @@ def cluster(
     method: str = "auto",
     key=None,
     standardize: bool = False,
-    lsh_projections: int = _LSH_PROJECTIONS,
-    lsh_tables: int = _LSH_TABLES,
-    lsh_width: float = _LSH_WIDTH,
-    lsh_slots: int = _LSH_SLOTS,
-    kdtree_neighbours: int = _KDTREE_NEIGHBOURS,
     kdtree_eps: float = _KDTREE_EPS,
+    projected_dims: int = _PROJECTED_DIMS,
+    projected_candidates: int = _PROJECTED_CANDIDATES,
 ) -> Clustering:
     r"""Cluster the rows of ``x`` into balls of radius at most ``radius`` (Algorithm 1).
 
-    Streams the (deduplicated) rows in their given order: each row joins the
-    nearest existing cluster found by the approximate neighbour search
-    (centroid within :math:`2\delta`) if the cluster's radius stays
-    :math:`\le \delta`, else it opens a new cluster. See the module docstring
-    for the O(d) radius bound and the final exact check-and-repair, which
-    makes :math:`\delta_j = \max_{i\in S_j}\|x_i-\mu_j\| \le \delta` hold for
-    every cluster.
+    Streams the rows in their given order: each row joins the cluster of a
+    nearby earlier centroid if the cluster's post-join radius stays
+    :math:`\le \delta` (checked by an O(d) bound, then exactly), else it opens a
+    new cluster (module docstring). A final float64 check and
+    repair make :math:`\delta_j = \max_{i\in S_j}\|x_i-\mu_j\| \le \delta` hold
+    exactly for every cluster.
 
     Parameters
     ----------
@@ -512,27 +695,25 @@ def cluster(
     radius
         :math:`\delta > 0`, in the clustering space (after standardisation).
     method
-        Neighbour search: ``"lsh"`` (E2LSH, as in the paper), ``"kdtree"``
-        (SciPy ``cKDTree`` on block-incremental trees: approximate k nearest
-        earlier points within :math:`2\delta`) or ``"auto"`` (k-d tree for ``d <= 16``, else LSH).
+        ``"kdtree"``, ``"projected"`` (principal components + residual norm, for
+        large ``d``) or ``"auto"`` (k-d tree for ``d <= 16``, else projected).
     key
-        JAX PRNG key or integer seed for the LSH projections (``None``: seed 0).
-        The clustering is a deterministic function of ``(x, radius, key)``.
+        JAX PRNG key or integer seed (``None``: 0) for the subsample of the
+        principal components of ``"projected"``. The clustering is a
+        deterministic function of ``(x, radius, key)``.
     standardize
         Divide the features by :math:`R = \max_i \|x_i\|_2` first, as in the
-        paper (§4), so every row lies in the unit ball; ``R`` is returned as
-        ``scale``.
-    lsh_projections, lsh_tables, lsh_width, lsh_slots
-        E2LSH ``k`` (capped at ``d``), ``L``, bucket width in units of
-        :math:`\delta`, clusters remembered per bucket.
-    kdtree_neighbours, kdtree_eps
-        Neighbours queried per point and SciPy's approximation factor.
+        paper (§4), so every row lies in the unit ball; ``R`` is returned as ``scale``.
+    kdtree_eps, projected_dims, projected_candidates
+        SciPy's approximation factor; principal components and candidate
+        leaders per row of ``"projected"``.
 
     Returns
     -------
     Clustering
-        ``centroids [c, d]``, ``counts [c]``, ``labels [N]``, exact ``radii [c]``;
-        properties ``c``, ``rho = c / N``, ``radius`` (global), ``scale``.
+        ``centroids [c, d]``, ``counts [c]``, ``labels [N]``, exact ``radii [c]``,
+        per-cluster ``covariances [c, d, d]`` (``d <= 64``); properties ``c``,
+        ``rho = c / N``, ``radius`` (global), ``scale``.
 
     Raises
     ------
@@ -548,63 +729,35 @@ def cluster(
     method = check_choice("method", method, METHODS)
     arr = _as_features(x)
     search, method = _search_settings(
-        method,
-        arr.shape[1],
-        dict(
-            lsh_projections=lsh_projections,
-            lsh_tables=lsh_tables,
-            lsh_width=lsh_width,
-            lsh_slots=lsh_slots,
-            kdtree_neighbours=kdtree_neighbours,
-            kdtree_eps=kdtree_eps,
-        ),
+        method, arr.shape[1], dict(kdtree_eps=kdtree_eps, projected_dims=projected_dims, projected_candidates=projected_candidates)
     )
-    scale = 1.0
-    if standardize:
-        scale = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max()))
-        if scale > 0:
-            arr = arr / scale
-        else:
-            scale = 1.0
-    labels = _cluster_array(arr, delta, method, np.random.default_rng(_seed_from_key(key)), search)
+    scale = _max_norm(arr) if standardize else 1.0
+    if scale != 1.0:
+        arr = arr / scale
+    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)))
+    return _finish(arr, labels, delta, None, scale, standardize, method)
+
+
+def _finish(arr, labels, delta, targets_from, scale, standardize, method) -> Clustering:
+    """Exact check + repair, second moments, and the :class:`Clustering`."""
     labels, centroids, counts, radii = _repair(arr, labels, delta)
+    targets = None
+    if targets_from is not None:
+        first_row = np.full(counts.size, arr.shape[0], dtype=np.int64)
+        np.minimum.at(first_row, labels, np.arange(arr.shape[0]))
+        targets = targets_from[first_row]
     return Clustering(
         centroids=centroids,
         counts=counts,
         labels=labels,
         radii=radii,
-        targets=None,
+        targets=targets,
         target_radius=delta,
         scale=scale,
         standardized=bool(standardize),
         method=method,
+        covariances=_covariances(arr, labels, centroids, counts),
     )
-
-
-def _cluster_array(arr, delta, method, rng, search, groups=None) -> np.ndarray:
-    """Labels (not yet exact-checked) for the rows of ``arr``; clusters never mix ``groups``."""
-    keyed = arr if groups is None else np.column_stack([arr, groups])
-    uniq, inverse, mult = np.unique(keyed, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.ravel()
-    # keep the stream order of the data: atoms in order of first appearance
-    first = np.full(uniq.shape[0], arr.shape[0], dtype=np.int64)
-    np.minimum.at(first, inverse, np.arange(arr.shape[0]))
-    order = np.argsort(first, kind="stable")
-    atoms = uniq[order, : arr.shape[1]]
-    atom_groups = None if groups is None else uniq[order, -1]
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    n = atoms.shape[0]
-    if method == "lsh":
-        buckets = _lsh_buckets(
-            atoms, delta, rng, search["lsh_projections"], search["lsh_tables"], search["lsh_width"], atom_groups
-        )
-        neighbours = np.full((n, 0), -1, dtype=np.int32)
-    else:
-        buckets = np.zeros((n, 0), dtype=np.int32)
-        neighbours = _kdtree_neighbours(atoms, delta, search["kdtree_neighbours"], search["kdtree_eps"], atom_groups)
-    assign = _stream_jax(atoms, mult[order], buckets, neighbours, delta, search["lsh_slots"])
-    return assign[rank[inverse]]
 
 
 def cluster_supervised(
@@ -616,7 +769,7 @@ def cluster_supervised(
     method: str = "auto",
     key=None,
     standardize: bool = False,
-    **lsh_kwargs,
+    **search_kwargs,
 ) -> Clustering:
     r"""Cluster supervised data so the centroids are valid pseudo-data for :math:`p(y \mid x, \theta)`.
 
@@ -624,14 +777,13 @@ def cluster_supervised(
 
     * ``"by_label"``: cluster the features separately within each class, so
       every member of a cluster shares its label; ``targets[j]`` is that label.
-      Any number of classes (multiclass). The datum of the likelihood is
-      ``(x, y)`` and :math:`\sum_{i\in S_j}\log p(y_j\mid x_i,\theta)` is replaced
-      by :math:`n_j \log p(y_j\mid\mu_j,\theta)`; Theorem 1 applies to each
-      class's features.
+      Any number of classes (multiclass). :math:`\sum_{i\in S_j}\log p(y_j\mid x_i,\theta)` is replaced
+      by :math:`n_j \log p(y_j\mid\mu_j,\theta)`; Theorem 1 applies to each class's features.
     * ``"joint"``: cluster the vectors :math:`(x_i, y_i)` (continuous response,
       e.g. linear regression); ``centroids`` holds the feature part of the joint
       centroid and ``targets`` the mean response; ``radii`` are joint radii
-      (so :math:`\|(x_i,y_i)-(\mu_j,\bar y_j)\|\le\delta`).
+      (so :math:`\|(x_i,y_i)-(\mu_j,\bar y_j)\|\le\delta`) and ``covariances``
+      are joint ``[c, d + 1, d + 1]`` (response last).
     * ``"auto"``: ``"by_label"`` for integer/bool ``y``, ``"joint"`` otherwise.
 
     With ``standardize=True`` the feature part (by_label) or the joint vector
@@ -645,7 +797,7 @@ def cluster_supervised(
         ``[N, d]`` features.
     y
         ``[N]`` targets.
-    radius, method, key, standardize, lsh_kwargs
+    radius, method, key, standardize, search_kwargs
         As in :func:`cluster`.
 
     Returns
@@ -663,30 +815,26 @@ def cluster_supervised(
         mode = "by_label" if (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool) else "joint"
     if mode == "joint":
         yf = _as_features(yarr, "y")
-        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, **lsh_kwargs)
+        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, **search_kwargs)
         return joint._replace(centroids=joint.centroids[:, :-1], targets=joint.centroids[:, -1])
     if not (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool):
         raise ValueError(f"y must hold integer class labels for mode='by_label'; got dtype {yarr.dtype}")
-    scale = 1.0
-    if standardize:
-        scale = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max())) or 1.0
+    scale = _max_norm(arr) if standardize else 1.0
+    if scale != 1.0:
         arr = arr / scale
-    search, method = _search_settings(method, arr.shape[1], lsh_kwargs)
+    search, method = _search_settings(method, arr.shape[1], search_kwargs)
+    rng = np.random.default_rng(_seed_from_key(key))
     _, groups = np.unique(yarr, return_inverse=True)
-    # one stream over all rows; candidates never cross classes (class-keyed LSH
-    # buckets, one k-d tree per class), so every cluster is pure in its label
-    labels = _cluster_array(arr, delta, method, np.random.default_rng(_seed_from_key(key)), search, groups.ravel())
-    labels, centroids, counts, radii = _repair(arr, labels, delta)
-    first_row = np.full(counts.size, arr.shape[0], dtype=np.int64)
-    np.minimum.at(first_row, labels, np.arange(arr.shape[0]))
-    return Clustering(
-        centroids=centroids,
-        counts=counts,
-        labels=labels,
-        radii=radii,
-        targets=yarr[first_row],
-        target_radius=delta,
-        scale=scale,
-        standardized=bool(standardize),
-        method=method,
-    )
+    groups = groups.ravel()
+    # each class streamed on its own (rows in their order within the class), so every
+    # cluster is pure in its label
+    labels = np.empty(arr.shape[0], np.int64)
+    offset = 0
+    for g in range(int(groups.max()) + 1):
+        rows = np.flatnonzero(groups == g)
+        if rows.size == 0:
+            continue
+        local = _stream_labels(arr[rows], delta, method, search, rng)
+        labels[rows] = local + offset
+        offset += int(local.max()) + 1
+    return _finish(arr, labels, delta, yarr, scale, standardize, method)

@@ -1,0 +1,68 @@
+"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/test_compress_devices.py)."""
+import json
+
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxsub import compress
+
+assert jax.device_count() == 8, jax.devices()
+rng = np.random.default_rng(0)
+x = rng.standard_normal((4003, 3))
+y = (rng.uniform(size=4003) < jax.nn.sigmoid(x @ np.array([1.0, -2.0, 0.5]))).astype(np.int32)
+cl = compress.cluster_supervised(x, y, 0.3)
+
+
+def logprior(b):
+    return -0.5 * jnp.sum(b**2)
+
+
+def loglik(b, datum):
+    xi, yi = datum
+    logit = jnp.dot(xi, b)
+    return jnp.where(yi == 1, jax.nn.log_sigmoid(logit), jax.nn.log_sigmoid(-logit))
+
+
+single = jax.jit(compress.logdensity(logprior, loglik, cl))
+sharded = jax.jit(compress.sharded_logdensity(logprior, loglik, cl))
+out = {"c": cl.c}
+diffs = []
+for b in [jnp.asarray([1.0, -2.0, 0.5]), jnp.asarray([0.1, 0.2, -0.3])]:
+    diffs.append(abs(float(single(b)) - float(sharded(b))) / abs(float(single(b))))
+    gs, gh = jax.grad(single)(b), jax.grad(sharded)(b)
+    diffs.append(float(jnp.max(jnp.abs(gs - gh)) / jnp.max(jnp.abs(gs))))
+out["rel_diff"] = max(diffs)
+hlo = jax.jit(jax.value_and_grad(compress.sharded_logdensity(logprior, loglik, cl))).lower(jnp.zeros(3)).compile().as_text()
+out["all_reduces"] = hlo.count("all-reduce(") + hlo.count("all-reduce-start(")
+# blackjax.nuts unchanged on both: same draws up to float reassociation
+draws = {}
+for name, fn in (("single", compress.logdensity(logprior, loglik, cl)), ("sharded", compress.sharded_logdensity(logprior, loglik, cl))):
+    nuts = blackjax.nuts(fn, step_size=0.05, inverse_mass_matrix=jnp.ones(3))
+    step = jax.jit(nuts.step)
+    state = nuts.init(jnp.zeros(3))
+    key = jax.random.key(1)
+    pos = []
+    for i in range(20):
+        state, _ = step(jax.random.fold_in(key, i), state)
+        pos.append(np.asarray(state.position))
+    draws[name] = np.asarray(pos)
+out["nuts_max_abs_diff"] = float(np.abs(draws["single"] - draws["sharded"]).max())
+# clustering per device shard of a sharded array equals clustering each slice
+mesh = Mesh(np.array(jax.devices()), ("data",))
+xs = jax.device_put(jnp.asarray(x[:4000], jnp.float32), NamedSharding(mesh, P("data")))
+union = compress.cluster_shards(xs, 0.3)
+xf = np.asarray(xs, np.float64)
+slices = [compress.cluster(xf[i * 500 : (i + 1) * 500], 0.3) for i in range(8)]
+out["shards_c"] = union.c
+out["shards_c_expected"] = sum(s.c for s in slices)
+out["shards_radius_ok"] = bool(union.radii.max() <= 0.3)
+dist = np.linalg.norm(xf - union.centroids[union.labels], axis=1)
+out["shards_dist_ok"] = bool(dist.max() <= 0.3)
+out["shards_labels_equal"] = bool(
+    all(np.array_equal(union.labels[i * 500 : (i + 1) * 500] - union.labels[i * 500 : (i + 1) * 500].min(), s.labels) for i, s in enumerate(slices))
+)
+out["one_device_c"] = compress.cluster(xf, 0.3).c
+print("RESULT " + json.dumps(out))
