@@ -20,7 +20,7 @@ import numpy as np
 
 import jaxsub.anneal as an
 from benchmarks._common import compare
-from jaxsub.anneal.kernels import _tick_uniforms
+from jaxsub.anneal.moves import _tick_uniforms
 
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 

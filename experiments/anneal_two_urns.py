@@ -77,9 +77,10 @@ def run(out_dir, *, quick: bool = False) -> dict:
     rep.text(__doc__.split("\n\n", 1)[1])
     rows, metrics, hists = [], {"tvd": {}, "seconds": {}}, {}
     span = n  # one compiled sweep per policy/ramp, shared across schedules
+    cache = an.SweepCache()
     for k, sched in enumerate(schedules):
         t0 = time.perf_counter()
-        res = an.fit(jax.random.key(100 + k), data, model, sched, num_chains=num_chains, grids=None, span=span,
+        res = an.fit(jax.random.key(100 + k), data, model, sched, num_chains=num_chains, grids=None, span=span, cache=cache,
                      progress_bar=not quick)
         wall = time.perf_counter() - t0
         z = np.asarray(res.state.mixture.assignments)
