@@ -42,7 +42,7 @@ __all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs",
 
 # --------------------------------------------------------------------------- sweeps
 def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int = 0,
-                grids: HyperGrids | None = None) -> Callable:
+                grids: HyperGrids | None = None, hyper_min_rows: int = 0) -> Callable:
     """A function ``sweep(states, chain_keys, windows, data) -> states`` running ``span`` ticks of every chain.
 
     ``states`` is a batched :class:`AnnealState` (leading chain axis), ``chain_keys``
@@ -76,6 +76,7 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
         new, writes, _ = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
         need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
+        need = need & (new.num_assigned >= hyper_min_rows)
         return new, writes, need
 
     def span_uniforms(chain_key, cursor):
