@@ -34,7 +34,7 @@ def _joint(prior_kind, discounts):
     return states, p / p.sum()
 
 
-@pytest.mark.parametrize("prior_kind", ["crp", "pitman_yor"])
+@pytest.mark.parametrize("prior_kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
 def test_gibbs_with_hyper_moves_leaves_exact_joint_posterior_invariant(prior_kind):
     discounts = (0.0,) if prior_kind == "crp" else (0.1, 0.5)
     prior = an.CRP(1.0) if prior_kind == "crp" else an.PitmanYor(1.0, 0.1)

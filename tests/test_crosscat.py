@@ -65,7 +65,8 @@ def _batch_states(model, parts, states, idx, capacity=4):
     for c, i in enumerate(idx):
         for v, r in enumerate(states[i][1]):
             z[c, v] = parts[r]
-    return enc, jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b))(jnp.asarray(vo), jnp.asarray(z))
+    make = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b)))
+    return enc, make(jnp.asarray(vo), jnp.asarray(z))
 
 
 def _observe(parts, st):
@@ -91,7 +92,7 @@ def _exact_observable(parts, states, probs):
     return out
 
 
-@pytest.mark.parametrize("kind", ["crp", "pitman_yor"])
+@pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("move", ["rows", "feature_gibbs", "new_view_mh"])
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square."""
@@ -130,7 +131,8 @@ def test_log_joint_matches_reference_with_missing_cells_dropped(kind):
     parts, states, probs = _enumerate(model)
     idx = np.random.default_rng(0).choice(len(states), size=20)
     enc, st = _batch_states(model, parts, states, idx)
-    got = np.asarray(jax.vmap(lambda s: cc.log_joint(model, s))(st))
+    lj = jax.jit(jax.vmap(lambda s: cc.log_joint(model, s)))
+    got = np.asarray(lj(st))
     ref = [_ref_log_joint(model, states[i][0], [parts[r] for r in states[i][1]]) for i in idx]
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
     # dropping the missing cells = replacing the rows' other features only: a table without the
@@ -138,8 +140,8 @@ def test_log_joint_matches_reference_with_missing_cells_dropped(kind):
     # which drops NaN cells); and a fully observed copy differs (negative control)
     filled = np.nan_to_num(DATA, nan=0.0)
     enc2 = cc.encode_table(model, filled)
-    st2 = jax.vmap(lambda a, b: cc.init(model, enc2, 4, view_of=a, z=b))(st.view_of, st.z)
-    got2 = np.asarray(jax.vmap(lambda s: cc.log_joint(model, s))(st2))
+    st2 = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc2, 4, view_of=a, z=b)))(st.view_of, st.z)
+    got2 = np.asarray(lj(st2))
     assert np.all(np.abs(got2 - got) > 1e-3)
 
 
@@ -150,14 +152,15 @@ def test_new_view_mh_acceptance_matches_direct_formula():
     enc, st = _batch_states(model, parts, states, np.arange(0, len(states), 37))
     rp = model.row_prior
     seen = set()
-    for c in range(st.view_of.shape[0]):
-        s = jax.tree.map(lambda a: a[c], st)
-        for f in range(3):
-            prop, log_acc, valid = jax.jit(partial_proposal(model, enc, f))(jax.random.key(c * 3 + f), s)
-            if not bool(valid):
+    num = st.view_of.shape[0]
+    for f in range(3):
+        props, log_accs, valids = jax.jit(jax.vmap(partial_proposal(model, enc, f)))(
+            jax.random.split(jax.random.key(f), num), st)
+        for c in range(num):
+            if not bool(valids[c]):
                 continue
-            vo0, vo1 = np.asarray(s.view_of), np.asarray(prop.view_of)
-            z0, z1 = np.asarray(s.z), np.asarray(prop.z)
+            vo0, vo1 = np.asarray(st.view_of[c]), np.asarray(props.view_of[c])
+            z0, z1 = np.asarray(st.z[c]), np.asarray(props.z[c])
             lp0 = _ref_log_joint(model, exact.canonical_labels(vo0), _rows(vo0, z0))
             lp1 = _ref_log_joint(model, exact.canonical_labels(vo1), _rows(vo1, z1))
             K0, K1 = len(set(vo0.tolist())), len(set(vo1.tolist()))
@@ -171,7 +174,7 @@ def test_new_view_mh_acceptance_matches_direct_formula():
             else:  # refresh: q = 1/2 p(pi*), reverse 1/2 p(pi_old)
                 case, lq = "refresh", old_part - new_part
             seen.add(case)
-            np.testing.assert_allclose(float(log_acc), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
+            np.testing.assert_allclose(float(log_accs[c]), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
     assert seen == {"split", "merge", "refresh"}
 
 
@@ -224,7 +227,8 @@ def test_bad_tables_and_settings_raise():
         cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.loom(4))
 
 
-def test_row_tick_jit_vmap_and_sweep_traces_once_and_queries():
+@pytest.mark.parametrize("feature_moves", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_row_tick_jit_vmap_and_sweep_traces_once_and_queries(feature_moves):
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
     enc = cc.encode_table(model, DATA)
     st = cc.init(model, enc, 4)
@@ -234,7 +238,7 @@ def test_row_tick_jit_vmap_and_sweep_traces_once_and_queries():
     np.testing.assert_array_equal(a.z, b.z)
     assert int(a.num_assigned) == 1 and int((np.asarray(a.z)[0] >= 0).sum()) == 1
     traces = []
-    sweep = cc.build_sweep(model, span=4, feature_moves=True)
+    sweep = cc.build_sweep(model, span=4, feature_moves=feature_moves)
 
     def counted(*args):
         traces.append(1)
