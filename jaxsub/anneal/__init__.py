@@ -52,6 +52,11 @@ Driver (:mod:`jaxsub.anneal.driver`, host side)
     (``labels``: compact ``0..K-1``), ``SweepCache`` (compiled sweeps, owned by the caller),
     ``heldout_rows`` / ``heldout_score``, ``compact_labels``, ``diagnose`` (R-hat across
     chains on cluster counts / held-out / log joint; flags stuck chains).
+CrossCat (:mod:`jaxsub.anneal.crosscat`)
+    ``CrossCatModel(view_prior, row_prior, features)``, ``encode_table`` (NaN = missing),
+    ``row_tick``, ``feature_gibbs`` (Algorithm 8 over views), ``new_view_mh`` (new feature
+    set from the PY prior), ``resample_hypers``, ``build_sweep``, ``fit``; queries
+    ``heldout_rows``, ``predictive_samples``, ``depends_on``.
 Exact references (:mod:`jaxsub.anneal.exact`)
     ``two_urn_log_posterior`` (the paper's Figure 2 model), ``enumerate_partitions``,
     ``exact_partition_posterior`` (tiny mixtures, by enumeration).
@@ -61,7 +66,7 @@ slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` d
 the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
 ``max_capacity``.
 """
-from jaxsub.anneal import driver, exact, mixture, model, moves, schedules, sweep
+from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, schedules, sweep
 from jaxsub.anneal.driver import (
     Diagnostics,
     FitResult,
