@@ -441,11 +441,19 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
     occ_v = nf > 0
     active = ~state.halted & (code != 0)
-    # remove
-    g_rem = active & do_rem & (m > 0)
     j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
     r = state.order[j_r]
     k_r = state.z[:, r]
+    # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
+    # an occupied view can seat the added row iff it has an empty slot or the removal empties one
+    would_rem = active & do_rem & (m > 0)
+    frees = would_rem & (k_r >= 0) & (state.sizes[jnp.arange(V), jnp.maximum(k_r, 0)] == 1)
+    can = jnp.any(state.sizes == 0, axis=1) | frees | ~occ_v
+    m_after = m - would_rem.astype(jnp.int32)
+    overflow = active & do_add & (m_after < n_rows) & ~jnp.all(can)
+    active = active & ~overflow
+    # remove
+    g_rem = active & do_rem & (m > 0)
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
     st = _update_feature_stats(model, state, data, r, k_r, dr)
     sizes = st.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(dr)
@@ -462,9 +470,7 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     lik = _view_scores(model, st._replace(sizes=sizes), data.cat[a], data.real[a], data.real_obs[a])
     lik = jnp.where(prior_only, 0.0, lik * beta)
     logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
-    can = jnp.any(jnp.isfinite(logits), axis=1) | ~occ_v
-    overflow = active & do_add & (m1 < n_rows) & ~jnp.all(can)
-    g_add = active & do_add & (m1 < n_rows) & ~overflow
+    g_add = active & do_add & (m1 < n_rows)
     k = jax.vmap(_sample)(u[2:], logits)
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
@@ -474,12 +480,9 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     m1c = jnp.minimum(m1, n_rows - 1)
     o_m1 = order[m1c]
     order = order.at[j_a].set(jnp.where(g_add, o_m1, a)).at[m1c].set(jnp.where(g_add, a, o_m1))
-    # undo the removal's effects if nothing happened is not needed: gates are all folded in
     new = st._replace(z=z, sizes=sizes, order=order, num_assigned=m1 + g_add.astype(jnp.int32),
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
-    # a halted tick must not change the state: revert everything but the flag
-    new = jax.tree.map(lambda a_, b_: jnp.where(overflow, b_, a_), new, state._replace(halted=state.halted | overflow))
     return new, overflow
 
 
