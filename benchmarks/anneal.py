@@ -9,6 +9,10 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   bookkeeping), which is also the checker: both must make identical assignments.
 * ``anneal_vs_prior_gibbs``: wall-clock of ``fit`` with ``linear_anneal(N, 2N)``
   vs ``prior_gibbs(N, 2N)`` (the latter adds N prior ticks, as in the experiments).
+* ``crosscat_rows``: CrossCat full-data row ticks (every row reassigned in each of 3 views)
+  on nycflights13/flights (mixed, 11 columns), 1 chain, N in {1e4, 1e5, 3.4e5}:
+  view-row assignments/s (target >= 1e5/s); ``crosscat_feature_sweep``: one feature sweep
+  (Algorithm 8 + new-view MH for every column) vs one row sweep (N ticks).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import numpy as np
 
 import jaxsub.anneal as an
 from benchmarks._common import compare
-from jaxsub.anneal.kernels import _tick_uniforms
+from jaxsub.anneal.moves import _tick_uniforms
 
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 
@@ -146,4 +150,56 @@ def run(*, quick: bool = False) -> list[dict]:
                  "prior_gibbs_ticks": len(prior), "anneal_ticks": len(anneal),
                  "prior_gibbs_s": timing["baseline_s"], "anneal_s": timing["candidate_s"],
                  "speedup": timing["speedup"]})
+    rows += _crosscat(quick)
     return rows
+
+
+def _crosscat(quick):
+    from jaxsub.anneal import crosscat as cc
+    from jaxsub.datasets import load_crosscat_flights
+
+    ds = load_crosscat_flights()
+    kinds = ds.extras["kinds"]
+    feats = tuple(an.NormalInverseChiSquared() if k == "real" else
+                  (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k))) for k in kinds)
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
+    F = len(feats)
+    steps, capacity, views = 20_000, 32, 3
+    out = []
+    for n in ((10_000, 100_000) if quick else (10_000, 100_000, ds.x.shape[0])):
+        x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
+        enc = cc.encode_table(model, x)
+        view_of = np.arange(F) % views
+        z = np.full((F + 1, n), -1, np.int32)
+        z[:views] = np.random.default_rng(1).integers(0, 20, (views, n))
+        st = jax.vmap(lambda _: cc.init(model, enc, capacity, view_of=jnp.asarray(view_of), z=jnp.asarray(z)))(
+            jnp.arange(1))
+        sweep = jax.jit(cc.build_sweep(model, span=steps, feature_moves=False))
+        win = jnp.full((1, steps), an.GIBBS, jnp.int8)
+        keys = jax.random.split(jax.random.key(0), 1)
+        t0 = time.perf_counter()
+        jax.block_until_ready(sweep(st, keys, win, enc))
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(sweep(st, keys, win, enc))
+            times.append(time.perf_counter() - t0)
+        sec = float(np.median(times))
+        out.append({"case": "crosscat_rows", "N": n, "features": F, "views": views, "ticks": steps,
+                    "seconds": sec, "seconds_range": [float(min(times)), float(max(times))],
+                    "row_ticks_per_s": steps / sec, "view_row_assignments_per_s": views * steps / sec,
+                    "first_call_s": first})
+        fs = jax.jit(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc)[0])
+        s1 = jax.tree.map(lambda a: a[0], st)
+        jax.block_until_ready(fs(jax.random.key(1), s1))
+        ft = []
+        for i in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fs(jax.random.key(2 + i), s1))
+            ft.append(time.perf_counter() - t0)
+        f_sec = float(np.median(ft))
+        row_sweep = n / (steps / sec)
+        out.append({"case": "crosscat_feature_sweep", "N": n, "features": F, "feature_sweep_s": f_sec,
+                    "row_sweep_s": row_sweep, "feature_over_row_sweep": f_sec / row_sweep})
+    return out

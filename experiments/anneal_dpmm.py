@@ -71,14 +71,15 @@ def run(out_dir, *, quick: bool = False) -> dict:
         results = {}  # strategy -> {budget: (scores[chains], seconds)}
         traces = {}
         bar = progress(total=2 + len(budgets), desc=f"{mname} strategies")
+        cache = an.SweepCache()  # one compiled sweep per model, shared by the strategies
         res = an.fit(jax.random.key(1), train, model, an.prior_gibbs(n_train, bmax * n_train),
-                     num_chains=num_chains, test_data=test, span=span, capacity=capacity)
+                     num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
         tr = res.trace
         results["Prior+Gibbs"] = {b: (tr.heldout[b] / n_test, tr.seconds[b]) for b in budgets}
         traces["Prior+Gibbs"] = tr
         bar.update()
         res = an.fit(jax.random.key(2), train, model, an.sequential_gibbs(n_train, bmax * n_train),
-                     num_chains=num_chains, test_data=test, span=span, capacity=capacity)
+                     num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
         tr = res.trace
         results["Sequential+Gibbs"] = {b: (tr.heldout[b - 1] / n_test, tr.seconds[b - 1]) for b in budgets}
         traces["Sequential+Gibbs"] = tr
@@ -86,7 +87,7 @@ def run(out_dir, *, quick: bool = False) -> dict:
         results["Anneal"] = {}
         for b in budgets:
             res = an.fit(jax.random.key(3 + b), train, model, an.linear_anneal(n_train, b * n_train),
-                         num_chains=num_chains, test_data=test, span=span, capacity=capacity)
+                         num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
             tr = res.trace
             results["Anneal"][b] = (tr.heldout[-1] / n_test, tr.seconds[-1])
             traces[f"Anneal"] = tr

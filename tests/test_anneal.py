@@ -396,7 +396,7 @@ def test_sweep_traces_once_and_fit_chains_are_consistent():
     states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32))(jax.random.split(jax.random.key(0), 2))
     keys = jax.random.split(jax.random.key(1), 2)
     for _ in range(3):
-        windows = an.kernels.schedule_windows(sched.codes, np.asarray(states.cursor), 50)
+        windows = an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), 50)
         states = counted(states, keys, jnp.asarray(windows), enc)
     assert np.all(np.asarray(states.cursor) == 150)
     chex.clear_trace_counter()
@@ -462,10 +462,10 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     sweep = jax.jit(an.build_sweep(MIXED, policy=policy, span=span))
     states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32, policy=policy))(jax.random.split(jax.random.key(0), 2))
     keys = jax.random.split(jax.random.key(1), 2)
-    windows = jnp.asarray(an.kernels.schedule_windows(sched.codes, np.asarray(states.cursor), span))
+    windows = jnp.asarray(an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), span))
     out = sweep(states, keys, windows, enc)
     # reference: the same ticks one by one (writes applied immediately), same uniforms
-    tick = jax.jit(lambda u, s, c: an.kernels._tick_uniforms(u, s, c, 1.0, model=MIXED, data=enc, policy=policy)[0])
+    tick = jax.jit(lambda u, s, c: an.moves._tick_uniforms(u, s, c, 1.0, model=MIXED, data=enc, policy=policy)[0])
     for c in range(2):
         st = jax.tree.map(lambda x: x[c], states)
         for t in range(span):

@@ -39,12 +39,24 @@ Schedules (:mod:`jaxsub.anneal.schedules`), data = tick codes + row policy
     ``prior_gibbs``, ``sequential_gibbs``, ``linear_anneal`` (section 2.4),
     ``simulated_annealing`` (energy annealing baseline), ``loom`` (FIFO window with
     accelerated extra passes, as posterior/loom).
-Kernels and drivers (:mod:`jaxsub.anneal.kernels`)
-    ``init``, ``tick`` (remove + assign, pure, jit/vmap-able), ``resample_hypers``
-    (grid Gibbs), ``build_sweep`` (``lax.scan`` over ticks of ``vmap``-ed chains),
-    ``fit(key, data, model, schedule, ...) -> FitResult(state, trace)``,
-    ``heldout_score``; ``collapsed_gibbs(model, data, capacity)`` -> BlackJAX
+Pure moves (:mod:`jaxsub.anneal.moves`)
+    ``AnnealState``, ``TickInfo``, ``init``, ``tick`` (remove + assign, pure,
+    jit/vmap-able), ``resample_hypers`` (grid Gibbs).
+Kernels (:mod:`jaxsub.anneal.sweep`)
+    ``build_sweep`` (``lax.scan`` over ticks of ``vmap``-ed chains);
+    ``build_kernel(model, grids) -> kernel(rng_key, state, data)`` and
+    ``as_top_level_api`` = ``collapsed_gibbs(model, data, capacity)`` -> BlackJAX
     ``SamplingAlgorithm`` of full-data random-scan collapsed Gibbs.
+Driver (:mod:`jaxsub.anneal.driver`, host side)
+    ``fit(key, data, model, schedule, ...) -> FitResult(state, trace, labels, heldout_rows)``
+    (``labels``: compact ``0..K-1``), ``SweepCache`` (compiled sweeps, owned by the caller),
+    ``heldout_rows`` / ``heldout_score``, ``compact_labels``, ``diagnose`` (R-hat across
+    chains on cluster counts / held-out / log joint; flags stuck chains).
+CrossCat (:mod:`jaxsub.anneal.crosscat`)
+    ``CrossCatModel(view_prior, row_prior, features)``, ``encode_table`` (NaN = missing),
+    ``row_tick``, ``feature_gibbs`` (Algorithm 8 over views), ``new_view_mh`` (new feature
+    set from the PY prior), ``resample_hypers``, ``build_sweep``, ``fit``; queries
+    ``heldout_rows``, ``predictive_samples``, ``depends_on``.
 Exact references (:mod:`jaxsub.anneal.exact`)
     ``two_urn_log_posterior`` (the paper's Figure 2 model), ``enumerate_partitions``,
     ``exact_partition_posterior`` (tiny mixtures, by enumeration).
@@ -54,20 +66,20 @@ slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` d
 the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
 ``max_capacity``.
 """
-from jaxsub.anneal import exact, kernels, mixture, model, schedules
-from jaxsub.anneal.kernels import (
-    AnnealState,
+from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, schedules, sweep
+from jaxsub.anneal.driver import (
+    Diagnostics,
     FitResult,
     FitTrace,
-    TickInfo,
-    build_sweep,
-    collapsed_gibbs,
+    SweepCache,
+    compact_labels,
+    diagnose,
     fit,
+    heldout_rows,
     heldout_score,
-    init,
-    resample_hypers,
-    tick,
 )
+from jaxsub.anneal.moves import AnnealState, TickInfo, init, resample_hypers, tick
+from jaxsub.anneal.sweep import as_top_level_api, build_kernel, build_sweep, collapsed_gibbs
 from jaxsub.anneal.mixture import (
     CapacityError,
     MixtureState,

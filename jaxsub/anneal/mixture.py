@@ -21,7 +21,7 @@ with ``d = 0`` for the CRP (Obermeyer et al. 2014, eq. star; Pitman & Yor
   (``S1 = sum x``, ``S2 = sum x^2``; Gelman et al. BDA3 eq. 3.7-3.9).
 
 A cluster is never dropped: when an add finds no empty slot the kernels stop
-(see :mod:`jaxsub.anneal.kernels`) and :func:`grow` reallocates outside jit.
+(see :mod:`jaxsub.anneal.moves`) and :func:`grow` reallocates outside jit.
 """
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def update_stats(state: MixtureState, data: EncodedData, row, cluster, delta) ->
     """Add ``delta`` (an int32 scalar: +1, -1 or 0) copies of ``row`` to slot ``cluster``'s statistics.
 
     Leaves ``assignments`` untouched (the kernels write them separately, see
-    ``kernels._tick_plan``, which lets XLA update the ``[N]`` arrays in place inside a scan).
+    ``moves._tick_plan``, which lets XLA update the ``[N]`` arrays in place inside a scan).
     """
     cat, real = _row(data, row)
     delta = jnp.asarray(delta, jnp.int32)

