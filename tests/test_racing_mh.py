@@ -403,3 +403,34 @@ def test_skewed_rewards_decision_error_within_delta():
     assert cost < 0.5  # it still subsamples
     unguarded, _ = rate(skew_guard=None)
     assert unguarded > allowed  # negative control: today's rule fails on this problem
+
+
+def test_zero_likelihood_decides_at_once_and_constraint_in_prior_is_exact():
+    """Item 9a: uniform(0, theta) data. A proposal below many data meets a -inf reward in the
+    first batch and is rejected at once (one stage); the documented use puts the support
+    constraint theta > max(y) in the prior, and then no impossible value is ever returned."""
+    rng = np.random.default_rng(0)
+    y = jnp.asarray(rng.uniform(0, 2.0, 5000), jnp.float32)
+    y_max = float(jnp.max(y))
+    loglik = lambda t, yn: jnp.where(yn <= t, -jnp.log(t), -jnp.inf)  # noqa: E731
+    n = y.shape[0]
+    pair = lambda t0, t1: (lambda idx: jnp.stack([jax.vmap(loglik, (None, 0))(t0, y[idx]),  # noqa: E731
+                                                 jax.vmap(loglik, (None, 0))(t1, y[idx])], -1))
+    accept, evals, stages, _, has_nan = mh_decision(
+        jax.random.key(0), jnp.float32(0.0), jnp.float32(-1.0), pair(jnp.float32(y_max + 0.01), jnp.float32(1.0)),
+        n, delta=0.05, first_batch_size=50, bound="normal", exact=False)
+    assert not bool(accept) and int(stages) == 1 and not bool(has_nan)
+    logprior = lambda t: jnp.where(t > y_max, -jnp.log(t), -jnp.inf)  # noqa: E731  support in the prior
+    algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.002)
+    trace = jaxsub.run_chain(jax.random.key(1), algo, algo.init(jnp.float32(y_max + 0.01)), 500,
+                             transform=lambda s, i: (s.position, i.has_nan))
+    assert np.all(np.asarray(trace.states) > y_max)
+    assert not np.any(np.asarray(trace.infos))
+
+
+def test_laplace_fit_recovers_conjugate_posterior():
+    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=500)
+    fit = jaxsub.racing_mh.laplace_fit(logprior, loglik, y, jnp.zeros(2))
+    np.testing.assert_allclose(np.asarray(fit.position), post_mean, atol=1e-4)
+    np.testing.assert_allclose(np.diag(np.asarray(fit.cov_cholesky)) ** 2, post_var, rtol=1e-3)
+    np.testing.assert_allclose(np.asarray(fit.step_size), 2.38 / np.sqrt(2) * np.asarray(fit.cov_cholesky))
