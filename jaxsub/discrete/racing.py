@@ -463,6 +463,13 @@ def racing(
         the pass's ``N x (surviving arms)`` rewards on top of the race's. The
         default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
         Ignored when ``exact=True``.
+    skew_guard
+        ``g >= 0`` or None (``bound="normal"`` only). Racing-Normal assumes Normal
+        stage means; with skewed rewards it errs more often than ``delta``. The
+        guard keeps third moments of each arm's rewards, uses the Cornish-Fisher
+        threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
+        of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
+        chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
 
     Returns
     -------
