@@ -60,6 +60,7 @@ __all__ = [
     "check_control_variate_matches",
     "data_fingerprint",
     "gaussian_random_walk",
+    "info_summary",
     "init",
     "LaplaceFit",
     "laplace_fit",
@@ -800,3 +801,35 @@ def laplace_fit(
         raise ValueError("laplace_fit: the Hessian at the optimum is not negative definite (no mode found)")
     d = flat.shape[0]
     return LaplaceFit(unravel(flat), chol, (2.38 / np.sqrt(d)) * chol)
+
+
+def info_summary(info: RacingMHInfo, num_data: int, *, delta: float | None = None, nan_warning: float = 0.01) -> dict:
+    """Summarise a trace of :class:`RacingMHInfo` (any leading axes: steps, chains).
+
+    Returns a dict with ``share_of_data_read`` (mean evaluations / 2N), ``has_nan_rate``,
+    ``acceptance_rate``, ``exact_rate`` (decisions that read all N) and
+    ``decision_error_bound`` (``delta`` per decision, under the assumptions of
+    docs/racing_kernels.md). Warns (``RuntimeWarning``) when more than
+    ``nan_warning`` of the steps met a NaN: those decisions were rejections
+    forced by bad numerics, not samples of the posterior.
+    """
+    import warnings
+
+    num_data = check_int("num_data", num_data, low=1)
+    evals = np.asarray(info.num_evaluations, np.float64)
+    has_nan = np.asarray(info.has_nan)
+    out = {
+        "share_of_data_read": float(evals.mean() / (2 * num_data)),
+        "has_nan_rate": float(has_nan.mean()),
+        "acceptance_rate": float(np.asarray(info.is_accepted).mean()),
+        "exact_rate": float(np.asarray(info.is_exact).mean()),
+        "decision_error_bound": delta,
+    }
+    if out["has_nan_rate"] > nan_warning:
+        warnings.warn(
+            f"{out['has_nan_rate']:.1%} of racing MH steps met a NaN log-likelihood or prior (rejected): "
+            "check the model's numerics (e.g. log of non-positive values) before trusting the draws",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return out

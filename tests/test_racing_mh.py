@@ -434,3 +434,15 @@ def test_laplace_fit_recovers_conjugate_posterior():
     np.testing.assert_allclose(np.asarray(fit.position), post_mean, atol=1e-4)
     np.testing.assert_allclose(np.diag(np.asarray(fit.cov_cholesky)) ** 2, post_var, rtol=1e-3)
     np.testing.assert_allclose(np.asarray(fit.step_size), 2.38 / np.sqrt(2) * np.asarray(fit.cov_cholesky))
+
+
+def test_info_summary_and_nan_warning():
+    info = jaxsub.racing_mh.RacingMHInfo(
+        is_accepted=np.array([True, False, True, False]), num_evaluations=np.array([20, 40, 200, 20]),
+        num_stages=np.ones(4), is_exact=np.array([False, False, True, False]),
+        has_nan=np.array([False, True, False, False]), proposal=np.zeros(4), log_uniform=np.zeros(4),
+        log_prior_proposal_ratio=np.zeros(4))
+    with pytest.warns(RuntimeWarning, match="NaN"):
+        out = jaxsub.racing_mh.info_summary(info, 100, delta=0.05)
+    assert out["share_of_data_read"] == pytest.approx(70 / 200)
+    assert out["has_nan_rate"] == 0.25 and out["acceptance_rate"] == 0.5 and out["exact_rate"] == 0.25
