@@ -56,6 +56,7 @@ __all__ = [
     "RacingMHInfo",
     "RacingMHState",
     "as_top_level_api",
+    "build_batched_kernel",
     "build_kernel",
     "check_control_variate_matches",
     "data_fingerprint",
@@ -833,3 +834,84 @@ def info_summary(info: RacingMHInfo, num_data: int, *, delta: float | None = Non
             stacklevel=2,
         )
     return out
+
+
+def build_batched_kernel(
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    group_size: int = 16,
+) -> Callable:
+    """Racing MH for many chains at once, work proportional to the unfinished races (item 4).
+
+    ``jax.vmap`` of :func:`build_kernel`'s kernel runs every race's loops until the
+    slowest chain's race is done. This kernel makes the C proposals, then decides
+    all C tests with :func:`jaxsub.discrete.racing_batch`, whose rounds advance only
+    the unfinished races. Chain ``c`` gets the same decision as the single-chain
+    kernel with key ``rng_keys[c]``.
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_keys [C], states [C], logprior_fn, loglikelihood_fn, data, proposal,
+        control_variate=None) -> (states [C], infos [C])``; ``proposal`` as for
+        :func:`build_kernel` (one chain; it is vmapped). Racing-Normal only.
+    """
+    delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, False)
+    if bound != "normal":
+        raise ValueError(f"build_batched_kernel supports bound='normal' only; got {bound!r}")
+    group_size = check_int("group_size", group_size, low=1)
+
+    def kernel(rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None):
+        from jaxsub import discrete
+
+        control_variate = _check_control_variate(control_variate)
+        check_control_variate_matches(control_variate, data, None)
+        if _num_data(data) != num_data:
+            raise ValueError(f"data has {_num_data(data)} rows but the kernel was built for num_data={num_data}")
+
+        def propose(rng_key, state):
+            key_proposal, key_accept = jax.random.split(rng_key)
+            proposed, log_q_ratio = proposal(key_proposal, state.position)
+            logprior_new = jnp.asarray(logprior_fn(proposed))
+            dtype = jnp.result_type(logprior_new)
+            log_u = jnp.log(jax.random.uniform(key_accept, dtype=dtype))
+            gap = (logprior_new - state.logprior + jnp.asarray(log_q_ratio, dtype)).astype(dtype)
+            return proposed, logprior_new, log_u, gap, jax.random.fold_in(key_accept, 1)
+
+        proposed, logprior_new, log_u, gap, race_keys = jax.vmap(propose)(rng_keys, states)
+        params = (states.position, proposed)
+
+        def pair_loglik(indices, p):
+            x, xp = p
+            return jnp.stack(
+                [batch_loglikelihood(loglikelihood_fn, x, data, indices),
+                 batch_loglikelihood(loglikelihood_fn, xp, data, indices)], axis=-1)
+
+        kwargs = {}
+        if control_variate is not None:
+            def h(indices, p):
+                return jnp.stack([control_variate.value_fn(p[0], indices), control_variate.value_fn(p[1], indices)], -1)
+
+            def h_mean(p):
+                return jnp.stack([control_variate.mean_fn(p[0]), control_variate.mean_fn(p[1])])
+
+            kwargs["control_variate"] = (h, h_mean)
+        sample = discrete.racing_batch(
+            pair_loglik, 2, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+            variance="pairwise", gumbel_noise=False, group_size=group_size, **kwargs,
+        )
+        log_f0s = jnp.stack([log_u, gap], axis=-1)
+        choice, info = sample(race_keys, log_f0s, params)
+        has_nan = info.has_nan
+        accept = (choice == 1) & ~has_nan
+        pick = lambda new, old: jnp.where(accept.reshape(accept.shape + (1,) * (jnp.ndim(old) - 1)), new, old)  # noqa: E731
+        new_states = RacingMHState(
+            jax.tree.map(pick, proposed, states.position), pick(logprior_new.astype(states.logprior.dtype), states.logprior)
+        )
+        infos = RacingMHInfo(accept, info.num_evaluations, info.num_stages, info.is_exact, has_nan, proposed, log_u, gap)
+        return new_states, infos
+
+    return kernel

@@ -48,6 +48,7 @@ def test_ragged_exact_path_matches_target():
     assert np.all(info.num_evaluations == SIZES.sum())  # exactly every arm's own population
 
 
+@pytest.mark.slow
 def test_ragged_racing_within_delta_and_cheaper_than_padding():
     table, log_f0 = _problem()
     sizes = jnp.asarray(SIZES, jnp.int32)
@@ -93,6 +94,7 @@ def test_ragged_bad_inputs():
         sample(jax.random.key(0), jnp.zeros(3), jnp.asarray([1, 2, 3]), beta=-1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", [0.5, 3.0])
 def test_annealed_draws_follow_p_to_the_beta(beta):
     """gumbel_max (exact) and racing with beta follow p^beta; the racing draws within delta."""

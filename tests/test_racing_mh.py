@@ -315,6 +315,7 @@ def _bernoulli_problem(num_data=4000, seed=0):
     return y, logprior, loglik
 
 
+@pytest.mark.slow
 def test_ebs_racing_mh_decision_error_within_delta():
     """Racing-EBS MH (item 7): constructs, runs, and its decision error is <= delta; the range is
     exact (two-valued differences), and a negative control with a range 50x too small fails."""
@@ -448,6 +449,7 @@ def test_info_summary_and_nan_warning():
     assert out["has_nan_rate"] == 0.25 and out["acceptance_rate"] == 0.5 and out["exact_rate"] == 0.25
 
 
+@pytest.mark.slow
 def test_strong_prior_and_asymmetric_proposal():
     """Power: a prior as strong as the data (dropping it from the ratio moves the mean by ~6
     posterior sd) and a drifting proposal x' ~ N(x + c, s^2) whose log q ratio matters. The racing
@@ -482,3 +484,22 @@ def test_strong_prior_and_asymmetric_proposal():
     assert_variance_matches(good, np.array([1.0 / post_prec]), min_ess=300)
     with pytest.raises(AssertionError):
         assert_mean_matches(draws(False), np.array([post_mean]), min_ess=300)
+
+
+def test_batched_kernel_matches_single_chain_kernel():
+    """Item 4: C chains decided by racing_batch (rounds over unfinished races) give each chain
+    the single-chain kernel's decision for the same key, with and without a control variate."""
+    y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=2000)
+    single = jaxsub.racing_mh.build_kernel(2000, delta=0.05)
+    batched = jaxsub.racing_mh.build_batched_kernel(2000, delta=0.05, group_size=4)
+    proposal = jaxsub.racing_mh.gaussian_random_walk(0.03)
+    starts = jnp.asarray(post_mean, jnp.float32) + 0.02 * jax.random.normal(jax.random.key(0), (9, 2))
+    states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior))(starts)
+    keys = jax.random.split(jax.random.key(1), 9)
+    for cv in (None, taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))):
+        new_b, info_b = jax.jit(lambda k, s: batched(k, s, logprior, loglik, y, proposal, cv))(keys, states)
+        new_s, info_s = jax.jit(jax.vmap(lambda k, s: single(k, s, logprior, loglik, y, proposal, cv)))(keys, states)
+        np.testing.assert_array_equal(np.asarray(info_b.is_accepted), np.asarray(info_s.is_accepted))
+        np.testing.assert_array_equal(np.asarray(info_b.num_evaluations), np.asarray(info_s.num_evaluations))
+        np.testing.assert_array_equal(np.asarray(new_b.position), np.asarray(new_s.position))
+        assert 0 < np.asarray(info_b.is_accepted).sum() < 9
