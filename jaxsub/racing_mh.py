@@ -49,15 +49,22 @@ from blackjax.base import SamplingAlgorithm
 from blackjax.mcmc.random_walk import normal as normal_random_step
 
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
-from jaxsub.validation import check_choice, check_int, check_real
+from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
 
 __all__ = [
     "ControlVariate",
     "RacingMHInfo",
     "RacingMHState",
     "as_top_level_api",
+    "build_batched_kernel",
     "build_kernel",
+    "check_control_variate_matches",
+    "data_fingerprint",
+    "gaussian_random_walk",
+    "info_summary",
     "init",
+    "LaplaceFit",
+    "laplace_fit",
     "taylor_control_variate",
 ]
 
@@ -133,6 +140,13 @@ class ControlVariate(NamedTuple):
         ``mean_fn(position) -> scalar``: ``(1/N) sum_{n=1}^N h_n(position)``,
         computed without touching the data (e.g. from precomputed sums).
 
+    num_data, fingerprint, center_size
+        What it was built on (set by :func:`taylor_control_variate`): ``N``, a
+        cheap fingerprint of the data (:func:`data_fingerprint`) and the size of
+        the flattened position. A kernel given other data, or positions of
+        another size, refuses it with a ``ValueError`` (a proxy built on half of
+        the data silently biases the chain otherwise). ``None`` skips a check.
+
     Notes
     -----
     The racing engine then races the residual rewards
@@ -142,6 +156,9 @@ class ControlVariate(NamedTuple):
 
     value_fn: Callable[[ArrayLikeTree, Array], Array]
     mean_fn: Callable[[ArrayLikeTree], Array]
+    num_data: int | None = None
+    fingerprint: tuple | None = None
+    center_size: int | None = None
 
 
 def init(position: ArrayLikeTree, logprior_fn: Callable) -> RacingMHState:
@@ -164,6 +181,48 @@ def _num_data(data: ArrayLikeTree) -> int:
             f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}"
         )
     return sizes.pop()
+
+
+def data_fingerprint(data: ArrayLikeTree) -> tuple | None:
+    """A cheap fingerprint of concrete data: ``(N, float64 sums of up to 257 evenly spaced rows per leaf)``.
+
+    ``None`` for traced data (inside ``jit``), where only ``N`` can be checked.
+    """
+    leaves = jax.tree.leaves(data)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        return None
+    n = _num_data(data)
+    rows = np.unique(np.linspace(0, n - 1, min(n, 257)).astype(np.int64))
+    return (n,) + tuple(round(float(np.sum(np.asarray(leaf)[rows], dtype=np.float64)), 6) for leaf in leaves)
+
+
+def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data: int | None = None) -> None:
+    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``."""
+    if control_variate is None:
+        return
+    n = _num_data(data) if num_data is None else num_data
+    if control_variate.num_data is not None and control_variate.num_data != n:
+        raise ValueError(
+            f"control_variate was built on num_data={control_variate.num_data} data but the kernel is given "
+            f"num_data={n}: build it on the same data the kernel reads"
+        )
+    if control_variate.fingerprint is not None:
+        fp = data_fingerprint(data)
+        if fp is not None and fp != control_variate.fingerprint:
+            raise ValueError(
+                "control_variate was built on different data (fingerprint mismatch): build it on the same data "
+                "the kernel reads"
+            )
+
+
+def _check_center_size(control_variate, position) -> None:
+    if control_variate is None or control_variate.center_size is None:
+        return
+    size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(position))
+    if size != control_variate.center_size:
+        raise ValueError(
+            f"control_variate center has {control_variate.center_size} parameters but the position has {size}"
+        )
 
 
 def _gather(data: ArrayLikeTree, indices: Array) -> ArrayTree:
@@ -213,6 +272,8 @@ def mh_decision(
     bound: str,
     exact: bool,
     pair_control_variate: tuple[Callable, Array] | None = None,
+    reward_range=None,
+    **engine_options,
 ):
     """Decide ``log u < log_f0_gap + sum_n [l_n(x') - l_n(x)]`` by racing (or exactly).
 
@@ -234,6 +295,10 @@ def mh_decision(
         Read all ``N`` data: the exact MH decision.
     pair_control_variate
         ``(h, h_mean)`` with ``h(indices) -> [m, 2]`` and ``h_mean`` its ``[2]`` mean.
+    reward_range
+        Per-arm reward range ``C_i`` (scalar or ``[2]``) for ``bound="ebs"``.
+    engine_options
+        Further options of :func:`jaxsub.discrete.racing` (e.g. ``skew_guard``).
 
     Returns
     -------
@@ -255,6 +320,9 @@ def mh_decision(
     kwargs = {}
     if pair_control_variate is not None:
         kwargs["control_variate"] = pair_control_variate
+    if reward_range is not None:
+        kwargs["reward_range"] = reward_range
+    kwargs.update(engine_options)
     sample = discrete.racing(
         pair_loglik_fn,
         2,
@@ -298,51 +366,64 @@ def pair_cv(control_variate: ControlVariate | None, position, proposal):
 
 
 def build_kernel(
-    logprior_fn: Callable,
-    loglikelihood_fn: Callable,
     num_data: int,
     *,
     delta: float | None,
     first_batch_size: int = 50,
     bound: str = "normal",
-    control_variate: ControlVariate | None = None,
     exact: bool = False,
 ) -> Callable:
-    """Build the racing MH kernel ``kernel(rng_key, state, data, proposal) -> (state, info)``.
+    """Build the racing MH kernel (BlackJAX contract: structure here, model and hyperparameters at call time).
 
     Parameters
     ----------
-    logprior_fn
-        ``logprior_fn(position) -> scalar``.
-    loglikelihood_fn
-        ``loglikelihood_fn(position, datum) -> scalar`` for one datum (BlackJAX
-        SG-MCMC convention); vmapped over the subsample.
     num_data
         ``N``, the leading size of ``data`` (static).
     delta
         Allowed probability of a wrong accept/reject decision, in ``(0, 1)``
-        (ignored with ``exact=True``).
+        (static: it fixes the ``B_Normal`` thresholds; ignored with ``exact=True``).
     first_batch_size
         ``m_1`` of the doubling schedule; the paper's robust default is 50.
     bound
         ``"normal"`` (Racing-Normal, ``B_Normal`` threshold) or ``"ebs"``
-        (empirical Bernstein-Serfling; needs a reward range, so it is only
-        useful when per-datum log-likelihood differences are bounded).
-    control_variate
-        Optional :class:`ControlVariate`.
+        (empirical Bernstein-Serfling; needs ``reward_range`` at call time).
     exact
         Use all ``N`` data in every decision (exact MH; for baselines and tests).
 
     Returns
     -------
     kernel
-        ``kernel(rng_key, state, data, proposal)`` where ``proposal(rng_key,
-        position) -> (proposed, log_q_ratio)``.
+        ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, proposal,
+        control_variate=None, reward_range=None) -> (RacingMHState, RacingMHInfo)``
+        where ``proposal(rng_key, position) -> (proposed, log_q_ratio)`` (e.g.
+        :func:`gaussian_random_walk` of a possibly traced step size, like
+        ``blackjax.additive_step_random_walk``'s ``random_step``) and
+        ``reward_range`` is ``C``, a bound on ``max_n d_n - min_n d_n`` for the
+        per-datum differences ``d_n = l_n(x') - l_n(x)`` (after the control
+        variate): a scalar, or ``reward_range(position, proposed) -> C``.
     """
     delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, exact)
-    control_variate = _check_control_variate(control_variate)
 
-    def kernel(rng_key: PRNGKey, state: RacingMHState, data: ArrayLikeTree, proposal: Callable):
+    def kernel(
+        rng_key: PRNGKey,
+        state: RacingMHState,
+        logprior_fn: Callable,
+        loglikelihood_fn: Callable,
+        data: ArrayLikeTree,
+        proposal: Callable,
+        control_variate: ControlVariate | None = None,
+        reward_range=None,
+    ):
+        control_variate = _check_control_variate(control_variate)
+        check_control_variate_matches(control_variate, data, None)
+        if _num_data(data) != num_data:
+            raise ValueError(f"data has {_num_data(data)} rows but the kernel was built for num_data={num_data}")
+        _check_center_size(control_variate, state.position)
+        if bound == "ebs" and not exact and reward_range is None:
+            raise ValueError(
+                "bound='ebs' needs reward_range: a bound C on max_n d_n - min_n d_n of the per-datum "
+                "log-likelihood differences d_n = l_n(x') - l_n(x) (scalar or callable (position, proposed) -> C)"
+            )
         # Same key layout as blackjax's RMH (split into proposal / accept keys, u
         # drawn from the accept key) so that with delta -> 0 the chain is
         # step-for-step identical to blackjax.additive_step_random_walk.
@@ -364,6 +445,13 @@ def build_kernel(
                 axis=-1,
             )
 
+        c_range = None
+        if reward_range is not None and not exact:
+            c_range = reward_range(position, proposed) if callable(reward_range) else reward_range
+            # The race centres each datum's pair (l(x), l(x')) by its mean: each arm's
+            # reward is then +-d_n / 2, whose range is C / 2.
+            c_range = jnp.asarray(c_range, dtype) / 2
+
         accept, evals, stages, is_exact, has_nan = mh_decision(
             key_race,
             log_f0_gap,
@@ -375,6 +463,7 @@ def build_kernel(
             bound=bound,
             exact=exact,
             pair_control_variate=pair_cv(control_variate, position, proposed),
+            reward_range=c_range,
         )
         new_state = jax.lax.cond(
             accept,
@@ -407,6 +496,9 @@ def gaussian_random_walk(step_size) -> Callable:
 
 
 def _check_step_size(step_size):
+    """Concrete step sizes are checked; a traced one (e.g. ``jax.vmap`` over step sizes) passes through."""
+    if isinstance(step_size, jax.core.Tracer):
+        return step_size
     arr = np.asarray(step_size, dtype=np.float64)
     if arr.ndim > 2 or arr.size == 0:
         raise ValueError(f"step_size must be a positive scalar, vector or matrix; got shape {arr.shape}")
@@ -429,6 +521,7 @@ def as_top_level_api(
     step_size=None,
     control_variate: ControlVariate | None = None,
     exact: bool = False,
+    reward_range=None,
 ) -> SamplingAlgorithm:
     """Racing MH (Chen & Ghahramani 2016, §4 eq. 12) as a BlackJAX ``SamplingAlgorithm``.
 
@@ -459,6 +552,11 @@ def as_top_level_api(
     exact
         Decide every step on all ``N`` data (exact MH), for baselines; then
         ``delta`` may be ``None``.
+    reward_range
+        Required by ``bound="ebs"``: ``C >= max_n d_n - min_n d_n`` for the
+        per-datum differences ``d_n = l_n(x') - l_n(x)`` (after the control
+        variate), a scalar or ``reward_range(position, proposed) -> C`` (e.g.
+        ``2 L max_n |x_n| |x' - x|`` for a likelihood ``L``-Lipschitz in ``x_n^T θ``).
 
     Returns
     -------
@@ -485,23 +583,24 @@ def as_top_level_api(
         proposal = gaussian_random_walk(_check_step_size(step_size))
     elif not callable(proposal):
         raise ValueError(f"proposal must be a callable (rng_key, position) -> (proposed, log_q_ratio); got {proposal!r}")
-    kernel = build_kernel(
-        logprior_fn,
-        loglikelihood_fn,
-        num_data,
-        delta=delta,
-        first_batch_size=first_batch_size,
-        bound=bound,
-        control_variate=control_variate,
-        exact=exact,
-    )
+    kernel = build_kernel(num_data, delta=delta, first_batch_size=first_batch_size, bound=bound, exact=exact)
+    control_variate = _check_control_variate(control_variate)
+    check_control_variate_matches(control_variate, data, num_data)
+    if bound == "ebs" and not exact and reward_range is None:
+        raise ValueError(
+            "bound='ebs' needs reward_range: a bound C on the range of the per-datum log-likelihood "
+            "differences l_n(x') - l_n(x) (scalar or callable (position, proposed) -> C)"
+        )
+    if reward_range is not None and not callable(reward_range):
+        check_hyperparameter("reward_range", reward_range, low=0.0, low_closed=True)
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
+        _check_center_size(control_variate, position)
         return init(position, logprior_fn)
 
     def step_fn(rng_key: PRNGKey, state: RacingMHState):
-        return kernel(rng_key, state, data, proposal)
+        return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, proposal, control_variate, reward_range)
 
     return SamplingAlgorithm(init_fn, step_fn)
 
@@ -557,6 +656,21 @@ def taylor_control_variate(
     block_size = check_int("block_size", block_size, low=1)
     num_data = _num_data(data)
     flat_center, unravel = jax.flatten_util.ravel_pytree(center)
+    if flat_center.size == 0:
+        raise ValueError("center must be a non-empty pytree of arrays (the expansion point, shaped like a position)")
+    datum0 = jax.tree.map(lambda a: a[0], data)
+    try:
+        out = jax.eval_shape(loglikelihood_fn, center, datum0)
+    except Exception as err:  # noqa: BLE001 - reported with the parameter's name
+        shapes = jax.tree.map(np.shape, center)
+        raise ValueError(
+            f"center (shapes {shapes}) is not a valid position for loglikelihood_fn: evaluating it on one datum "
+            f"failed with {type(err).__name__}: {err}"
+        ) from None
+    if out.shape != ():
+        raise ValueError(
+            f"loglikelihood_fn(center, datum) must return a scalar; got shape {out.shape} (is center shaped like a position?)"
+        )
 
     def flat_ll(flat, datum):
         return loglikelihood_fn(unravel(flat), datum)
@@ -597,4 +711,207 @@ def taylor_control_variate(
             out = out + 0.5 * d @ mean_hess @ d
         return out
 
-    return ControlVariate(value_fn, mean_fn)
+    return ControlVariate(value_fn, mean_fn, num_data, data_fingerprint(data), int(flat_center.size))
+
+
+# --------------------------------------------------------------------------
+# Centring and scaling: MAP / Laplace fit and the random-walk step-size rule
+# --------------------------------------------------------------------------
+
+
+class LaplaceFit(NamedTuple):
+    """Gaussian (Laplace) approximation of the posterior at its mode.
+
+    Attributes
+    ----------
+    position
+        The MAP ``θ̂`` (same pytree as the initial position): centre the
+        Taylor control variate there.
+    cov_cholesky
+        ``L`` with ``L L^T = (-∇² log p(θ̂ | y))^{-1}`` on the flattened position, ``[d, d]``.
+    step_size
+        ``2.38 / sqrt(d) * L``: the random-walk scale of Roberts, Gelman & Gilks
+        (1997) (optimal for a Gaussian target, acceptance ~0.23 for large d);
+        pass it as ``step_size`` to :func:`as_top_level_api`.
+    """
+
+    position: ArrayTree
+    cov_cholesky: Array
+    step_size: Array
+
+
+def laplace_fit(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    data: ArrayLikeTree,
+    initial_position: ArrayLikeTree,
+    *,
+    num_steps: int = 100,
+) -> LaplaceFit:
+    """MAP by L-BFGS (optax) on the full data, then the Laplace covariance and the step-size rule.
+
+    A one-off O(N) cost per iteration, before sampling: the MAP is where
+    :func:`taylor_control_variate` should be centred (its residuals then
+    shrink like ``|θ - θ̂|^3`` over the posterior), and ``2.38/√d`` times the
+    Laplace scale is the random-walk step that makes racing MH pay off
+    (docs/racing_kernels.md).
+
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn, data
+        As for :func:`as_top_level_api`.
+    initial_position
+        Starting point of the optimiser.
+    num_steps
+        L-BFGS iterations (static).
+
+    Returns
+    -------
+    LaplaceFit
+
+    Raises
+    ------
+    ValueError
+        If the Hessian at the optimum is not negative definite (no mode found;
+        ``cov_cholesky`` would be NaN).
+    """
+    import optax
+
+    num_steps = check_int("num_steps", num_steps, low=1)
+    _num_data(data)
+    flat0, unravel = jax.flatten_util.ravel_pytree(initial_position)
+
+    def negative_log_posterior(flat):
+        position = unravel(flat)
+        lls = jax.vmap(loglikelihood_fn, in_axes=(None, 0))(position, data)
+        return -(logprior_fn(position) + jnp.sum(lls))
+
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(negative_log_posterior)
+
+    def body(carry, _):
+        x, st = carry
+        value, grad = value_and_grad(x, state=st)
+        updates, st = opt.update(grad, st, x, value=value, grad=grad, value_fn=negative_log_posterior)
+        return (optax.apply_updates(x, updates), st), None
+
+    (flat, _), _ = jax.lax.scan(body, (flat0, opt.init(flat0)), None, length=num_steps)
+    hess = jax.hessian(negative_log_posterior)(flat)
+    chol = jnp.linalg.cholesky(jnp.linalg.inv(hess))
+    if not bool(jnp.all(jnp.isfinite(chol))):
+        raise ValueError("laplace_fit: the Hessian at the optimum is not negative definite (no mode found)")
+    d = flat.shape[0]
+    return LaplaceFit(unravel(flat), chol, (2.38 / np.sqrt(d)) * chol)
+
+
+def info_summary(info: RacingMHInfo, num_data: int, *, delta: float | None = None, nan_warning: float = 0.01) -> dict:
+    """Summarise a trace of :class:`RacingMHInfo` (any leading axes: steps, chains).
+
+    Returns a dict with ``share_of_data_read`` (mean evaluations / 2N), ``has_nan_rate``,
+    ``acceptance_rate``, ``exact_rate`` (decisions that read all N) and
+    ``decision_error_bound`` (``delta`` per decision, under the assumptions of
+    docs/racing_kernels.md). Warns (``RuntimeWarning``) when more than
+    ``nan_warning`` of the steps met a NaN: those decisions were rejections
+    forced by bad numerics, not samples of the posterior.
+    """
+    import warnings
+
+    num_data = check_int("num_data", num_data, low=1)
+    evals = np.asarray(info.num_evaluations, np.float64)
+    has_nan = np.asarray(info.has_nan)
+    out = {
+        "share_of_data_read": float(evals.mean() / (2 * num_data)),
+        "has_nan_rate": float(has_nan.mean()),
+        "acceptance_rate": float(np.asarray(info.is_accepted).mean()),
+        "exact_rate": float(np.asarray(info.is_exact).mean()),
+        "decision_error_bound": delta,
+    }
+    if out["has_nan_rate"] > nan_warning:
+        warnings.warn(
+            f"{out['has_nan_rate']:.1%} of racing MH steps met a NaN log-likelihood or prior (rejected): "
+            "check the model's numerics (e.g. log of non-positive values) before trusting the draws",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return out
+
+
+def build_batched_kernel(
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    group_size: int = 16,
+) -> Callable:
+    """Racing MH for many chains at once, work proportional to the unfinished races (item 4).
+
+    ``jax.vmap`` of :func:`build_kernel`'s kernel runs every race's loops until the
+    slowest chain's race is done. This kernel makes the C proposals, then decides
+    all C tests with :func:`jaxsub.discrete.racing_batch`, whose rounds advance only
+    the unfinished races. Chain ``c`` gets the same decision as the single-chain
+    kernel with key ``rng_keys[c]``.
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_keys [C], states [C], logprior_fn, loglikelihood_fn, data, proposal,
+        control_variate=None) -> (states [C], infos [C])``; ``proposal`` as for
+        :func:`build_kernel` (one chain; it is vmapped). Racing-Normal only.
+    """
+    delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, False)
+    if bound != "normal":
+        raise ValueError(f"build_batched_kernel supports bound='normal' only; got {bound!r}")
+    group_size = check_int("group_size", group_size, low=1)
+
+    def kernel(rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None):
+        from jaxsub import discrete
+
+        control_variate = _check_control_variate(control_variate)
+        check_control_variate_matches(control_variate, data, None)
+        if _num_data(data) != num_data:
+            raise ValueError(f"data has {_num_data(data)} rows but the kernel was built for num_data={num_data}")
+
+        def propose(rng_key, state):
+            key_proposal, key_accept = jax.random.split(rng_key)
+            proposed, log_q_ratio = proposal(key_proposal, state.position)
+            logprior_new = jnp.asarray(logprior_fn(proposed))
+            dtype = jnp.result_type(logprior_new)
+            log_u = jnp.log(jax.random.uniform(key_accept, dtype=dtype))
+            gap = (logprior_new - state.logprior + jnp.asarray(log_q_ratio, dtype)).astype(dtype)
+            return proposed, logprior_new, log_u, gap, jax.random.fold_in(key_accept, 1)
+
+        proposed, logprior_new, log_u, gap, race_keys = jax.vmap(propose)(rng_keys, states)
+        params = (states.position, proposed)
+
+        def pair_loglik(indices, p):
+            x, xp = p
+            return jnp.stack(
+                [batch_loglikelihood(loglikelihood_fn, x, data, indices),
+                 batch_loglikelihood(loglikelihood_fn, xp, data, indices)], axis=-1)
+
+        kwargs = {}
+        if control_variate is not None:
+            def h(indices, p):
+                return jnp.stack([control_variate.value_fn(p[0], indices), control_variate.value_fn(p[1], indices)], -1)
+
+            def h_mean(p):
+                return jnp.stack([control_variate.mean_fn(p[0]), control_variate.mean_fn(p[1])])
+
+            kwargs["control_variate"] = (h, h_mean)
+        sample = discrete.racing_batch(
+            pair_loglik, 2, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+            variance="pairwise", gumbel_noise=False, group_size=group_size, **kwargs,
+        )
+        log_f0s = jnp.stack([log_u, gap], axis=-1)
+        choice, info = sample(race_keys, log_f0s, params)
+        has_nan = info.has_nan
+        accept = (choice == 1) & ~has_nan
+        pick = lambda new, old: jnp.where(accept.reshape(accept.shape + (1,) * (jnp.ndim(old) - 1)), new, old)  # noqa: E731
+        new_states = RacingMHState(
+            jax.tree.map(pick, proposed, states.position), pick(logprior_new.astype(states.logprior.dtype), states.logprior)
+        )
+        infos = RacingMHInfo(accept, info.num_evaluations, info.num_stages, info.is_exact, has_nan, proposed, log_u, gap)
+        return new_states, infos
+
+    return kernel

@@ -46,7 +46,7 @@ from jaxsub import racing_mh
 from jaxsub.racing_mh import ControlVariate, RacingMHInfo, RacingMHState, _gather, _num_data
 from jaxsub.subsample import permutation_indices
 from jaxsub.types import ArrayLikeTree, PRNGKey
-from jaxsub.validation import check_int, check_real
+from jaxsub.validation import check_hyperparameter, check_int
 
 __all__ = ["RacingMHInfo", "RacingMHState", "as_top_level_api", "build_kernel", "init", "sgld_proposal"]
 
@@ -99,42 +99,45 @@ def sgld_proposal(grad_estimator: Callable, data: ArrayLikeTree, num_data: int, 
 
 
 def build_kernel(
-    logprior_fn: Callable,
-    loglikelihood_fn: Callable,
     num_data: int,
     *,
     batch_size: int,
     delta: float | None,
     first_batch_size: int = 50,
     bound: str = "normal",
-    control_variate: ControlVariate | None = None,
-    grad_estimator: Callable | None = None,
     exact: bool = False,
 ) -> Callable:
-    """Build ``kernel(rng_key, state, data, step_size) -> (RacingMHState, RacingMHInfo)``.
+    """Build ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, step_size, grad_estimator=None,
+    control_variate=None, reward_range=None) -> (RacingMHState, RacingMHInfo)``.
 
-    ``step_size`` is an argument (it may be traced, e.g. from an optax schedule).
-    Other parameters as in :func:`as_top_level_api`.
+    BlackJAX contract: the structure (sizes, ``delta``, bound) here; the model,
+    the data and the hyperparameter ``step_size`` (traceable: ``jax.vmap`` over
+    step sizes, optax schedules) at call time. ``grad_estimator`` defaults to
+    ``blackjax.sgmcmc.gradients.grad_estimator(logprior_fn, loglikelihood_fn, N)``.
     """
     batch_size = check_int("batch_size", batch_size, low=1, high=num_data)
-    if grad_estimator is None:
-        grad_estimator = blackjax_grad_estimator(logprior_fn, loglikelihood_fn, num_data)
-    elif not callable(grad_estimator):
-        raise ValueError(f"grad_estimator must be callable (position, minibatch) -> gradient; got {grad_estimator!r}")
     mh_kernel = racing_mh.build_kernel(
-        logprior_fn,
-        loglikelihood_fn,
-        num_data,
-        delta=delta,
-        first_batch_size=first_batch_size,
-        bound=bound,
-        control_variate=control_variate,
-        exact=exact,
+        num_data, delta=delta, first_batch_size=first_batch_size, bound=bound, exact=exact
     )
 
-    def kernel(rng_key: PRNGKey, state: RacingMHState, data: ArrayLikeTree, step_size):
+    def kernel(
+        rng_key: PRNGKey,
+        state: RacingMHState,
+        logprior_fn: Callable,
+        loglikelihood_fn: Callable,
+        data: ArrayLikeTree,
+        step_size,
+        grad_estimator: Callable | None = None,
+        control_variate: ControlVariate | None = None,
+        reward_range=None,
+    ):
+        check_hyperparameter("step_size", step_size, low=0.0)
+        if grad_estimator is None:
+            grad_estimator = blackjax_grad_estimator(logprior_fn, loglikelihood_fn, num_data)
         proposal = sgld_proposal(grad_estimator, data, num_data, batch_size, step_size)
-        return mh_kernel(rng_key, state, data, proposal)
+        return mh_kernel(
+            rng_key, state, logprior_fn, loglikelihood_fn, data, proposal, control_variate, reward_range
+        )
 
     return kernel
 
@@ -152,6 +155,7 @@ def as_top_level_api(
     control_variate: ControlVariate | None = None,
     grad_estimator: Callable | None = None,
     exact: bool = False,
+    reward_range=None,
 ) -> SamplingAlgorithm:
     """SGLD proposal + Racing MH correction as a BlackJAX ``SamplingAlgorithm``.
 
@@ -179,6 +183,8 @@ def as_top_level_api(
     exact
         Exact MH correction (all ``N`` data), e.g. for baselines (MALA with a
         stochastic drift).
+    reward_range
+        For ``bound="ebs"``: see :func:`jaxsub.racing_mh.as_top_level_api`.
 
     Returns
     -------
@@ -186,25 +192,23 @@ def as_top_level_api(
         ``init(position)``, ``step(rng_key, state) -> (RacingMHState, RacingMHInfo)``.
     """
     num_data = _num_data(data)
-    step_size = check_real("step_size", step_size, low=0.0)
+    step_size = check_hyperparameter("step_size", step_size, low=0.0)
+    if grad_estimator is not None and not callable(grad_estimator):
+        raise ValueError(f"grad_estimator must be callable (position, minibatch) -> gradient; got {grad_estimator!r}")
     kernel = build_kernel(
-        logprior_fn,
-        loglikelihood_fn,
-        num_data,
-        batch_size=batch_size,
-        delta=delta,
-        first_batch_size=first_batch_size,
-        bound=bound,
-        control_variate=control_variate,
-        grad_estimator=grad_estimator,
-        exact=exact,
+        num_data, batch_size=batch_size, delta=delta, first_batch_size=first_batch_size, bound=bound, exact=exact
     )
+    racing_mh.check_control_variate_matches(control_variate, data, num_data)
+    if bound == "ebs" and not exact and reward_range is None:
+        raise ValueError("bound='ebs' needs reward_range (see jaxsub.racing_mh.as_top_level_api)")
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
         return init(position, logprior_fn)
 
     def step_fn(rng_key: PRNGKey, state: RacingMHState):
-        return kernel(rng_key, state, data, step_size)
+        return kernel(
+            rng_key, state, logprior_fn, loglikelihood_fn, data, step_size, grad_estimator, control_variate, reward_range
+        )
 
     return SamplingAlgorithm(init_fn, step_fn)

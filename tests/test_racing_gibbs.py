@@ -124,3 +124,25 @@ def test_bad_shapes_raise():
         jaxsub.racing_gibbs(jnp.zeros(1), log_factor_fn, 400, delta=0.05)
     with pytest.raises(ValueError, match="log_factor_fn"):
         jaxsub.racing_gibbs(jnp.zeros(3), None, 400, delta=0.05)
+
+
+def test_traced_beta_under_vmap():
+    """The inverse temperature is a traced hyperparameter: jax.vmap over beta equals concrete runs,
+    and beta = inf returns the exact conditional's mode."""
+    y = jax.random.normal(jax.random.key(0), (500,)) + 0.1
+    centres = jnp.asarray([-0.5, 0.0, 0.5])
+    log_factor = lambda idx: -0.5 * (y[idx][:, None] - centres[None, :]) ** 2  # noqa: E731
+    kernel = jaxsub.racing_gibbs.build_kernel(500, delta=0.05)
+    state = jaxsub.racing_gibbs.init(0)
+
+    def draw(beta, key):
+        return kernel(key, state, jnp.zeros(3), log_factor, None, beta)[0].position
+
+    keys = jax.random.split(jax.random.key(1), 64)
+    betas = jnp.asarray([0.5, jnp.inf])
+    traced = jax.jit(jax.vmap(lambda b: jax.vmap(lambda k: draw(b, k))(keys)))(betas)
+    concrete = jax.jit(jax.vmap(lambda k: draw(0.5, k)))(keys)
+    np.testing.assert_array_equal(np.asarray(traced[0]), np.asarray(concrete))
+    exact = jaxsub.racing_gibbs.build_kernel(500, delta=None, exact=True)
+    mode = exact(keys[0], state, jnp.zeros(3), log_factor, None, jnp.inf)[0].position
+    assert np.mean(np.asarray(traced[1]) == int(mode)) >= 0.95 - 4 * np.sqrt(0.05 * 0.95 / 64)

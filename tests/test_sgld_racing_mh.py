@@ -62,3 +62,17 @@ def test_bad_configuration_raises(kwargs, match):
     y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=100)
     with pytest.raises(ValueError, match=match):
         jaxsub.sgld_racing_mh(logprior, loglik, y, **kwargs)
+
+
+def test_traced_step_size_under_vmap():
+    """BlackJAX contract: the step size is a traced hyperparameter (one trace under jax.vmap)."""
+    y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=400)
+
+    def run(step):
+        algo = jaxsub.sgld_racing_mh(logprior, loglik, y, step_size=step, batch_size=40, delta=0.05)
+        return jaxsub.run_chain(jax.random.key(0), algo, algo.init(jnp.zeros(2)), 10,
+                                transform=lambda s, i: s.position).states
+
+    traced = jax.jit(jax.vmap(run))(jnp.asarray([1e-4, 1e-3], jnp.float32))
+    concrete = jax.jit(lambda: run(1e-3))()
+    np.testing.assert_allclose(np.asarray(traced[1]), np.asarray(concrete), rtol=1e-5, atol=1e-6)

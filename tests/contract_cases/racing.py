@@ -1,4 +1,10 @@
-"""Contract cases for the racing kernels (racing_mh, racing_gibbs, sgld_racing_mh)."""
+"""Contract cases for the racing kernels (racing_mh, racing_gibbs, sgld_racing_mh).
+
+Traceable hyperparameters: ``step_size`` (racing_mh, sgld_racing_mh) and the inverse
+temperature ``beta`` (racing_gibbs). ``delta`` is static: it fixes the B_Normal
+thresholds computed with SciPy at construction (jaxsub.discrete.racing_ragged's
+Bonferroni threshold is the traceable alternative).
+"""
 import jax
 import jax.numpy as jnp
 
@@ -19,10 +25,10 @@ def _racing_case(name):
         )
         return Case(make, jnp.zeros(2), {"step_size": 1e-3})
     centres = jnp.asarray([-0.1, 0.0, 0.1])
-    make = lambda: jaxsub.racing_gibbs(  # noqa: E731
-        jnp.zeros(3), lambda idx: -0.5 * (y[idx, :1] - centres[None, :]) ** 2, 200, delta=0.05
+    make = lambda beta: jaxsub.racing_gibbs(  # noqa: E731
+        jnp.zeros(3), lambda idx: -0.5 * (y[idx, :1] - centres[None, :]) ** 2, 200, delta=0.05, beta=beta
     )
-    return Case(make, jnp.asarray(0, jnp.int32), {})
+    return Case(make, jnp.asarray(0, jnp.int32), {"beta": 1.0})
 
 
 CASES = {name: (lambda name=name: _racing_case(name)) for name in ("racing_mh", "racing_gibbs", "sgld_racing_mh")}
