@@ -10,6 +10,7 @@ Four families, one module each (see ``docs/architecture.md``):
   (Obermeyer, Glidden & Jonas 2014).
 """
 from jaxsub import anneal, compress, discrete, sgmcmc, subsample, validation
+from jaxsub import coreference
 from jaxsub import racing_gibbs as _racing_gibbs_module
 from jaxsub import racing_mh as _racing_mh_module
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
@@ -36,6 +37,7 @@ PUBLIC_SAMPLERS: tuple[str, ...] = (
     "dsgld",
     "cg_dsgld",
     "anneal.collapsed_gibbs",
+    "coreference.gibbs",
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "anneal",
     "cg_dsgld",
     "compress",
+    "coreference",
     "discrete",
     "dsgld",
     "racing_gibbs",

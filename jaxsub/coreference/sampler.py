@@ -1,0 +1,476 @@
+"""Racing (Sub) Gibbs and exact Gibbs sweeps for the pairwise-factor clustering model.
+
+One Gibbs update of mention ``i`` (block ``b``, ``K = n_b - 1`` other mentions) draws
+
+    y_i ~ p(y) ∝ exp(β S_y),   S_y = Σ_{j ∈ C_y} f(x_i, x_j),
+
+over the D candidates (non-empty clusters of the block, plus one empty cluster with
+``S = 0``) by the Gumbel-max trick: ``y_i = argmax_y β S_y + ε_y``, ``ε_y ~ Gumbel(0, 1)``.
+
+* **Exact** (``exact=True``): all K factors, summed per cluster (``K`` evaluations).
+* **Racing** (Sub Gibbs, §5.3): a race over the D candidates whose rewards are the
+  factors of a subsample of the block's mentions (:func:`race_conditional`, the one
+  adapter into :func:`jaxsub.discrete.racing`). Arm ``y``'s population is ``C_y``;
+  since the engine draws one shared index set for all arms, a drawn mention ``j`` is a
+  reward for its own cluster's arm and 0 for the others (the zero-padding of
+  :func:`jaxsub.discrete.pad_populations`, with one factor evaluation per drawn mention
+  instead of D). The engine's ``num_data`` is static, so mentions are grouped into
+  classes of block sizes ``K ∈ (N/2, N]`` and population index ``n ∈ [0, N)`` maps to the
+  ``k = ⌊n K / N⌋``-th other mention with reward ``β f / c_k`` (``c_k ∈ {1, 2}`` indices map
+  to mention k), so every per-arm sum is exact. A control variate ``h_y = β f(x_i, r_y)``
+  per candidate (``r_y`` one member of ``C_y``; ``D`` extra evaluations, counted) makes
+  a member's reward ``β (f - f(x_i, r_y))``, whose spread is small when clusters are tight.
+
+With probability ≥ 1 - δ each race returns the exact Gumbel-max decision (Prop. 1: the
+draw is within δ of the conditional in total variation; Racing-Normal assumes the
+normal approximation of eq. 9). Mentions whose block is smaller than
+``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly.
+The sweep visits mentions class by class (a fixed systematic-scan order).
+
+References
+----------
+Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit problem",
+ICML 2016, §5.3, Prop. 1, eq. 9. S. Singh, M. Wick & A. McCallum, "Monte Carlo MCMC:
+efficient inference by approximate sampling", EMNLP 2012. J. R. Finkel, T. Grenager &
+C. Manning, "Incorporating non-local information into information extraction systems by
+Gibbs sampling", ACL 2005 (annealed Gibbs for MAP).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.base import SamplingAlgorithm
+from jaxsub.coreference.model import Blocks
+from jaxsub.discrete import racing
+from jaxsub.validation import check_hyperparameter, check_int, check_real
+
+__all__ = [
+    "CorefState",
+    "SweepInfo",
+    "as_top_level_api",
+    "build_kernel",
+    "init",
+    "mention_classes",
+    "race_conditional",
+]
+
+
+class CorefState(NamedTuple):
+    """Cluster membership.
+
+    Attributes
+    ----------
+    labels
+        ``[M]`` int32 cluster id of every mention (indexed by mention). Cluster ids of block
+        ``b`` are the sorted positions ``[s_b, s_b + n_b)`` (see :class:`~jaxsub.coreference.Blocks`).
+    sizes
+        ``[M]`` int32 number of mentions in each cluster id (0 = empty).
+    """
+
+    labels: jnp.ndarray
+    sizes: jnp.ndarray
+
+
+class SweepInfo(NamedTuple):
+    """Counts over one sweep (all int32 scalars).
+
+    Attributes
+    ----------
+    num_evaluations
+        Factor evaluations ``f(x_i, x_j)`` computed for the decisions (exact: ``K`` per
+        mention; racing: the drawn indices plus the control variate's D - 1).
+    num_races
+        Updates decided by racing.
+    num_exact
+        Updates computed exactly (exact sweep, small blocks, more than ``max_candidates``).
+    num_nan
+        Updates that met a NaN / +inf factor: the mention kept its cluster (not a valid draw).
+    num_errors
+        Races whose decision differs from the exact Gumbel-max decision under the same noise
+        (only counted with ``check_decisions=True``; otherwise 0).
+    num_checked
+        Races checked against the exact decision.
+    """
+
+    num_evaluations: jnp.ndarray
+    num_races: jnp.ndarray
+    num_exact: jnp.ndarray
+    num_nan: jnp.ndarray
+    num_errors: jnp.ndarray
+    num_checked: jnp.ndarray
+
+
+def _zero_info():
+    z = jnp.zeros((), jnp.int32)
+    return SweepInfo(z, z, z, z, z, z)
+
+
+def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
+    return SweepInfo(*(x + y for x, y in zip(a, b)))
+
+
+# --------------------------------------------------------------------------- state
+def init(position, blocks: Blocks) -> CorefState:
+    """State from cluster labels (``None``: every mention alone, as in the paper).
+
+    Args:
+        position: ``None`` or ``[M]`` integer cluster ids, each inside its mention's block range
+            (e.g. ``state.labels`` of an earlier run, or ``singletons``).
+        blocks: :class:`Blocks`.
+    """
+    m = blocks.num_mentions
+    if position is None:
+        labels = jnp.asarray(blocks.position, jnp.int32)
+    else:
+        labels = jnp.asarray(position)
+        if labels.shape != (m,) or not jnp.issubdtype(labels.dtype, jnp.integer):
+            raise ValueError(f"position must be an integer array of shape ({m},); got {labels.shape} {labels.dtype}")
+        labels = labels.astype(jnp.int32)
+        if not isinstance(labels, jax.core.Tracer):
+            lab = np.asarray(labels)
+            lo = blocks.start[blocks.position]
+            if np.any((lab < lo) | (lab >= lo + blocks.size[blocks.position])):
+                raise ValueError("position: every label must be a cluster id of its mention's block "
+                                 "(a sorted position in [start, start + size) of that block)")
+    sizes = jnp.zeros((m,), jnp.int32).at[labels].add(1)
+    return CorefState(labels, sizes)
+
+
+def mention_classes(blocks: Blocks, min_race_size: int, small_cap: int = 64):
+    """Group sorted positions by block size: ``[(N_cap, positions)]`` with ``K = n_b - 1 ∈ (N_cap/2, N_cap]``.
+
+    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap`` (updated exactly);
+    singleton blocks (``K = 0``, nothing to decide) are left out. ``min_race_size`` is used
+    only to keep class boundaries at powers of two above ``small_cap``.
+    """
+    k = blocks.size - 1
+    out = []
+    small = np.flatnonzero((k >= 1) & (k <= small_cap)).astype(np.int32)
+    if small.size:
+        out.append((small_cap, small))
+    cap = small_cap * 2
+    while np.any(k > cap // 2):
+        sel = np.flatnonzero((k > cap // 2) & (k <= cap) & (k > small_cap)).astype(np.int32)
+        if sel.size:
+            out.append((cap, sel))
+        cap *= 2
+    return out
+
+
+# --------------------------------------------------------------------------- the adapter
+def race_conditional(rng_key, log_factor_fn, log_factor_states_fn, log_f0, control_variate, *,
+                     num_states: int, num_data: int, delta: float, first_batch_size: int):
+    """The one call into the racing engine (:func:`jaxsub.discrete.racing`).
+
+    Draws ``argmax_y log_f0[y] + Σ_{n < num_data} log_factor_fn(n)[y]`` by Racing-Normal with
+    marginal variances; ``log_f0`` already carries the Gumbel noise (``gumbel_noise=False``), so
+    the exact decision under the same noise can be recomputed by the caller. The exact
+    pass is disabled so that ``info.num_data_used`` is the number of drawn indices.
+
+    Returns:
+        ``(x, RacingInfo)``.
+    """
+    sample = racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound="normal",
+        variance="marginal", control_variate=control_variate, gumbel_noise=False,
+        log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None,
+    )
+    return sample(rng_key, log_f0)
+
+
+# --------------------------------------------------------------------------- one update
+def _row(tree, i):
+    return jax.tree.map(lambda a: a[i], tree)
+
+
+def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
+                first_batch_size: int, control_variate: bool, check_decisions: bool, chunk_size: int):
+    """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``."""
+    order, start_arr, size_arr = blocks_dev
+    W = n_cap + 1  # window of block slots / mentions (n_b <= n_cap + 1)
+    ar_w = jnp.arange(W, dtype=jnp.int32)
+    C = min(chunk_size, n_cap)
+
+    def factors_at(xi, mentions, beta, js):
+        xj = jax.tree.map(lambda a: a[js], mentions)
+        return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
+
+    def exact_sums(xi, mentions, beta, labels, s, off, K, col, num_cols):
+        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column (chunked over the K other mentions)."""
+        nchunks = (K + C - 1) // C
+
+        def body(carry):
+            c, sums, bad = carry
+            k = c * C + jnp.arange(C, dtype=jnp.int32)
+            valid = k < K
+            o = k + (k >= off)
+            js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
+            f = factors_at(xi, mentions, beta, js)
+            cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
+            f = jnp.where(valid, f, 0.0)
+            bad = bad | jnp.any(valid & ~jnp.isfinite(f) & ~(f == -jnp.inf))
+            sums = sums.at[jnp.where(valid, cols, num_cols)].add(f, mode="drop")
+            return c + 1, sums, bad
+
+        init_c = (jnp.zeros((), jnp.int32), jnp.zeros((num_cols,), jnp.float32), jnp.zeros((), bool))
+        _, sums, bad = jax.lax.while_loop(lambda c: c[0] < nchunks, body, init_c)
+        return sums, bad
+
+    def step(mentions, beta, carry, p):
+        state, key = carry
+        key, k_noise, k_race = jax.random.split(key, 3)
+        labels, sizes = state
+        i = order[p]
+        s = start_arr[p]
+        n = size_arr[p]
+        K = n - 1
+        off = p - s
+        yi = labels[i]
+        sizes = sizes.at[yi].add(-1)
+        wvalid = ar_w < n
+        wsizes = jnp.where(wvalid, sizes[jnp.clip(s + ar_w, 0, sizes.shape[0] - 1)], 0)
+        nonempty = wsizes > 0
+        first_empty = jnp.argmax(wvalid & ~nonempty)
+        cand = nonempty | (ar_w == first_empty)
+        ncand = jnp.sum(cand, dtype=jnp.int32)
+        col = jnp.where(cand, jnp.cumsum(cand) - 1, W).astype(jnp.int32)  # window slot -> column
+        xi = _row(mentions, i)
+
+        def exact_branch(_):
+            cand_slot = jnp.zeros((W,), jnp.int32).at[col].set(s + ar_w, mode="drop")
+            sums, bad = exact_sums(xi, mentions, beta, labels, s, off, K, col, W)
+            logits = jnp.where(ar_w < ncand, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
+            x = jnp.argmax(logits)
+            bad = bad | ~jnp.isfinite(logits[x])
+            new = jnp.where(bad, yi, cand_slot[x])
+            info = SweepInfo(K.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.ones((), jnp.int32),
+                             bad.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+            return new, info
+
+        if not race:
+            new, info = exact_branch(None)
+        else:
+            D = d_cap
+            ar_d = jnp.arange(D, dtype=jnp.int32)
+            N = n_cap
+
+            def race_branch(_):
+                cand_slot = jnp.zeros((D,), jnp.int32).at[col].set(s + ar_w, mode="drop")
+                n_y = jnp.zeros((D,), jnp.int32).at[col].set(wsizes, mode="drop")
+
+                def member(idx):
+                    idx = idx.astype(jnp.int32)
+                    k = (idx * K) // N
+                    c_k = (((k + 1) * N + K - 1) // K) - ((k * N + K - 1) // K)
+                    o = k + (k >= off)
+                    js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
+                    cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
+                    return js, cols, c_k.astype(jnp.float32)
+
+                def values(idx):
+                    js, cols, c_k = member(idx)
+                    return factors_at(xi, mentions, beta, js) / c_k, cols, c_k
+
+                def log_factor_fn(idx):
+                    v, cols, _ = values(idx)
+                    return jnp.where(cols[:, None] == ar_d[None, :], v[:, None], 0.0)
+
+                def log_factor_states_fn(idx, states):
+                    v, cols, _ = values(idx)
+                    return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
+
+                num_cv = jnp.zeros((), jnp.int32)
+                cv = None
+                if control_variate:
+                    # one member r_y per candidate: the first mention of the window in that column
+                    o_all = ar_w
+                    js_w = order[jnp.clip(s + o_all, 0, order.shape[0] - 1)]
+                    ok = wvalid & (o_all != off)
+                    cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], D)
+                    rep_o = jnp.full((D,), W, jnp.int32).at[cols_w].min(o_all, mode="drop")
+                    has_rep = rep_o < W
+                    a = jnp.where(has_rep, factors_at(xi, mentions, beta,
+                                                      order[jnp.clip(s + rep_o, 0, order.shape[0] - 1)]), 0.0)
+                    a = jnp.where(jnp.isfinite(a), a, 0.0)
+                    num_cv = jnp.sum(has_rep, dtype=jnp.int32)
+                    h_mean = a * n_y.astype(jnp.float32) / N
+
+                    def h_fn(idx):
+                        _, cols, c_k = member(idx)
+                        hv = a[jnp.clip(cols, 0, D - 1)] / c_k
+                        return jnp.where(cols[:, None] == ar_d[None, :], hv[:, None], 0.0)
+
+                    cv = (h_fn, h_mean)
+                noise = jax.random.gumbel(k_noise, (D,))
+                log_f0 = jnp.where(ar_d < ncand, 0.0, -jnp.inf) + noise
+                x, rinfo = race_conditional(k_race, log_factor_fn, log_factor_states_fn, log_f0, cv, num_states=D,
+                                            num_data=N, delta=delta, first_batch_size=first_batch_size)
+                bad = rinfo.has_nan
+                new = jnp.where(bad, yi, cand_slot[x])
+                errors = checked = jnp.zeros((), jnp.int32)
+                if check_decisions:
+                    sums, bad_x = exact_sums(xi, mentions, beta, labels, s, off, K, col, D)
+                    x_exact = jnp.argmax(jnp.where(ar_d < ncand, sums, -jnp.inf) + noise)
+                    checked = (~bad & ~bad_x).astype(jnp.int32)
+                    errors = (checked.astype(bool) & (x_exact != x)).astype(jnp.int32)
+                info = SweepInfo((rinfo.num_data_used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
+                                 jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                return new, info
+
+            new, info = jax.lax.cond(ncand <= D, race_branch, exact_branch, None)
+        labels = labels.at[i].set(new)
+        sizes = sizes.at[new].add(1)
+        return (CorefState(labels, sizes), key), info
+
+    return step
+
+
+# --------------------------------------------------------------------------- kernel
+def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
+                 first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
+                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256):
+    """Build one Gibbs sweep over all mentions.
+
+    Args:
+        pairwise_log_factor: ``f(x_i, x_j) -> scalar`` on single rows of the mentions pytree
+            (e.g. :func:`~jaxsub.coreference.similarity_factor`).
+        blocks: :class:`Blocks` from :func:`~jaxsub.coreference.make_blocks`.
+        delta: racing error level in (0, 1) (ignored with ``exact=True``).
+        exact: exact Gibbs (every factor of every candidate) through the same sweep.
+        first_batch_size: m1 >= 2, the first mini-batch (paper: 50).
+        max_candidates: the race width D (static); mentions with more candidates are updated exactly.
+        min_race_size: blocks with ``K = n_b - 1`` below the class of this size are updated exactly.
+        control_variate: use the per-candidate control variate (see module docstring).
+        check_decisions: also recompute every race exactly under the same Gumbel noise and count
+            disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
+        chunk_size: chunk of mentions summed at once by the exact update.
+
+    Returns:
+        ``kernel(rng_key, state, mentions, temperature) -> (state, SweepInfo)``; ``mentions`` is a
+        pytree of arrays with leading axis M (indexed by mention), ``temperature`` the inverse
+        temperature β > 0 (traceable).
+    """
+    if not callable(pairwise_log_factor):
+        raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
+    if not isinstance(blocks, Blocks):
+        raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
+    exact = bool(exact)
+    if not exact:
+        delta = check_real("delta", delta, low=0.0, high=1.0)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
+    max_candidates = check_int("max_candidates", max_candidates, low=2)
+    min_race_size = check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4))
+    chunk_size = check_int("chunk_size", chunk_size, low=1)
+    classes = mention_classes(blocks, min_race_size)
+    blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
+    m = blocks.num_mentions
+    steps = []
+    for n_cap, positions in classes:
+        race = (not exact) and n_cap >= min_race_size
+        steps.append((jnp.asarray(positions), _class_step(
+            pairwise_log_factor, blocks_dev, n_cap, race=race, d_cap=min(max_candidates, n_cap + 1), delta=delta,
+            first_batch_size=first_batch_size, control_variate=control_variate, check_decisions=check_decisions,
+            chunk_size=chunk_size)))
+
+    def kernel(rng_key, state: CorefState, mentions, temperature=1.0):
+        temperature = check_hyperparameter("temperature", temperature, low=0.0)
+        leaves = jax.tree.leaves(mentions)
+        if not leaves or any(jnp.ndim(a) < 1 or jnp.shape(a)[0] != m for a in leaves):
+            raise ValueError(f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
+                             f"got shapes {[jnp.shape(a) for a in leaves]}")
+        beta = jnp.asarray(temperature, jnp.float32)
+        info = _zero_info()
+        key = rng_key
+        for c, (positions, step) in enumerate(steps):
+            ck = jax.random.fold_in(key, c)
+            (state, _), infos = jax.lax.scan(lambda carry, p, step=step: step(mentions, beta, carry, p),
+                                             (state, ck), positions)
+            info = _add_info(info, jax.tree.map(lambda a: jnp.sum(a, dtype=jnp.int32), infos))
+        return state, info
+
+    return kernel
+
+
+def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *, temperature=1.0,
+                     **kernel_kwargs) -> SamplingAlgorithm:
+    """``SamplingAlgorithm``: ``init(position=labels or None)``, ``step(rng_key, state)`` = one sweep.
+
+    ``temperature`` is the inverse temperature β (traceable); other keyword arguments go to
+    :func:`build_kernel`.
+    """
+    check_hyperparameter("temperature", temperature, low=0.0)
+    kernel = build_kernel(pairwise_log_factor, blocks, **kernel_kwargs)
+
+    def init_fn(position=None, rng_key=None):
+        del rng_key
+        return init(position, blocks)
+
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, mentions, temperature)
+
+    return SamplingAlgorithm(init_fn, step_fn)
+
+
+# --------------------------------------------------------------------------- driver
+class FitTrace(NamedTuple):
+    """Per-sweep record of :func:`fit` (NumPy arrays, one entry per sweep)."""
+
+    labels: np.ndarray  # [S, M] labels after each sweep (only if keep_labels) else [1, M] final
+    num_evaluations: np.ndarray
+    seconds: np.ndarray
+    num_races: np.ndarray
+    num_exact: np.ndarray
+    num_nan: np.ndarray
+    num_errors: np.ndarray
+    num_checked: np.ndarray
+    compile_seconds: float
+
+
+def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temperatures, *, position=None,
+        callback: Callable | None = None, progress_bar: bool = False, **kernel_kwargs) -> tuple[CorefState, FitTrace]:
+    """Run one sweep per entry of ``temperatures`` (annealed Gibbs for MAP with an increasing β).
+
+    Args:
+        temperatures: 1-D array of inverse temperatures β_s > 0, one per sweep (data, not code).
+        callback: optional ``callback(sweep, labels_numpy)`` after each sweep (e.g. scoring).
+
+    Returns:
+        ``(state, FitTrace)``; wall-clock excludes the first call's compilation (timed apart).
+    """
+    betas = np.asarray(temperatures, np.float32)
+    if betas.ndim != 1 or betas.size < 1 or not np.all(np.isfinite(betas)) or np.any(betas <= 0):
+        raise ValueError(f"temperatures must be a 1-D array of finite values > 0; got {temperatures!r}")
+    kernel = jax.jit(build_kernel(pairwise_log_factor, blocks, **kernel_kwargs))
+    state = init(position, blocks)
+    t0 = time.perf_counter()
+    compiled = kernel.lower(rng_key, state, mentions, jnp.float32(1.0)).compile()
+    compile_s = time.perf_counter() - t0
+    rows = []
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=betas.size, unit="sweep", leave=False)
+    for s, beta in enumerate(betas):
+        t0 = time.perf_counter()
+        state, info = compiled(jax.random.fold_in(rng_key, s), state, mentions, jnp.float32(beta))
+        jax.block_until_ready(state)
+        dt = time.perf_counter() - t0
+        rows.append((dt,) + tuple(int(v) for v in info))
+        if callback is not None:
+            callback(s, np.asarray(state.labels))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    cols = list(zip(*rows))
+    return state, FitTrace(labels=np.asarray(state.labels)[None], seconds=np.asarray(cols[0]),
+                           num_evaluations=np.asarray(cols[1], np.int64), num_races=np.asarray(cols[2]),
+                           num_exact=np.asarray(cols[3]), num_nan=np.asarray(cols[4]),
+                           num_errors=np.asarray(cols[5]), num_checked=np.asarray(cols[6]),
+                           compile_seconds=compile_s)
