@@ -54,6 +54,8 @@ __all__ = [
     "SweepInfo",
     "as_top_level_api",
     "build_kernel",
+    "conditional_update",
+    "fit",
     "init",
     "mention_classes",
     "race_conditional",
@@ -208,7 +210,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
             c, sums, bad = carry
             k = c * C + jnp.arange(C, dtype=jnp.int32)
             valid = k < K
-            o = k + (k >= off)
+            o = k + (k >= off).astype(jnp.int32)
             js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
             f = factors_at(xi, mentions, beta, js)
             cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
@@ -238,7 +240,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
         first_empty = jnp.argmax(wvalid & ~nonempty)
         cand = nonempty | (ar_w == first_empty)
         ncand = jnp.sum(cand, dtype=jnp.int32)
-        col = jnp.where(cand, jnp.cumsum(cand) - 1, W).astype(jnp.int32)  # window slot -> column
+        col = jnp.where(cand, jnp.cumsum(cand.astype(jnp.int32)) - 1, W).astype(jnp.int32)  # window slot -> column
         xi = _row(mentions, i)
 
         def exact_branch(_):
@@ -267,7 +269,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                     idx = idx.astype(jnp.int32)
                     k = (idx * K) // N
                     c_k = (((k + 1) * N + K - 1) // K) - ((k * N + K - 1) // K)
-                    o = k + (k >= off)
+                    o = k + (k >= off).astype(jnp.int32)
                     js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
                     cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
                     return js, cols, c_k.astype(jnp.float32)
@@ -331,6 +333,45 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
 
 
 # --------------------------------------------------------------------------- kernel
+def _check_mentions(mentions, m):
+    leaves = jax.tree.leaves(mentions)
+    if not leaves or any(jnp.ndim(a) < 1 or jnp.shape(a)[0] != m for a in leaves):
+        raise ValueError(f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
+                         f"got shapes {[jnp.shape(a) for a in leaves]}")
+
+
+def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch_size=50, max_candidates=128,
+            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256) -> dict:
+    """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
+    if not callable(pairwise_log_factor):
+        raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
+    if not isinstance(blocks, Blocks):
+        raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
+    exact = bool(exact)
+    if not exact:
+        delta = check_real("delta", delta, low=0.0, high=1.0)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
+    return dict(pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
+                max_candidates=check_int("max_candidates", max_candidates, low=2),
+                min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
+                control_variate=bool(control_variate), check_decisions=bool(check_decisions),
+                chunk_size=check_int("chunk_size", chunk_size, low=1))
+
+
+def _class_steps(blocks, config):
+    """``[(n_cap, positions, step)]``: one update function per class of block sizes."""
+    blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
+    out = []
+    for n_cap, positions in mention_classes(blocks, config["min_race_size"]):
+        race = (not config["exact"]) and n_cap >= config["min_race_size"]
+        out.append((n_cap, positions, _class_step(
+            config["pairwise_log_factor"], blocks_dev, n_cap, race=race,
+            d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
+            first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
+            check_decisions=config["check_decisions"], chunk_size=config["chunk_size"])))
+    return out
+
+
 def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
                  first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
                  control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256):
@@ -355,34 +396,15 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
         pytree of arrays with leading axis M (indexed by mention), ``temperature`` the inverse
         temperature β > 0 (traceable).
     """
-    if not callable(pairwise_log_factor):
-        raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
-    if not isinstance(blocks, Blocks):
-        raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
-    exact = bool(exact)
-    if not exact:
-        delta = check_real("delta", delta, low=0.0, high=1.0)
-    first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
-    max_candidates = check_int("max_candidates", max_candidates, low=2)
-    min_race_size = check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4))
-    chunk_size = check_int("chunk_size", chunk_size, low=1)
-    classes = mention_classes(blocks, min_race_size)
-    blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
+    config = _config(pairwise_log_factor, blocks, delta=delta, exact=exact, first_batch_size=first_batch_size,
+                     max_candidates=max_candidates, min_race_size=min_race_size, control_variate=control_variate,
+                     check_decisions=check_decisions, chunk_size=chunk_size)
+    steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
-    steps = []
-    for n_cap, positions in classes:
-        race = (not exact) and n_cap >= min_race_size
-        steps.append((jnp.asarray(positions), _class_step(
-            pairwise_log_factor, blocks_dev, n_cap, race=race, d_cap=min(max_candidates, n_cap + 1), delta=delta,
-            first_batch_size=first_batch_size, control_variate=control_variate, check_decisions=check_decisions,
-            chunk_size=chunk_size)))
 
     def kernel(rng_key, state: CorefState, mentions, temperature=1.0):
         temperature = check_hyperparameter("temperature", temperature, low=0.0)
-        leaves = jax.tree.leaves(mentions)
-        if not leaves or any(jnp.ndim(a) < 1 or jnp.shape(a)[0] != m for a in leaves):
-            raise ValueError(f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
-                             f"got shapes {[jnp.shape(a) for a in leaves]}")
+        _check_mentions(mentions, m)
         beta = jnp.asarray(temperature, jnp.float32)
         info = _zero_info()
         key = rng_key
@@ -394,6 +416,36 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
         return state, info
 
     return kernel
+
+
+def conditional_update(pairwise_log_factor: Callable, blocks: Blocks, mention: int, **kernel_kwargs):
+    """One Gibbs update of a single mention, exactly as the sweep of :func:`build_kernel` does it.
+
+    Args:
+        mention: the mention index (concrete int); its block must have at least 2 mentions.
+        kernel_kwargs: as in :func:`build_kernel`.
+
+    Returns:
+        ``update(rng_key, state, mentions, temperature) -> (state, SweepInfo)`` (for tests and
+        diagnostics: the law of ``state.labels[mention]`` is the racing (or exact) conditional).
+    """
+    m = blocks.num_mentions
+    mention = check_int("mention", mention, low=0, high=m - 1)
+    p = int(blocks.position[mention])
+    config = _config(pairwise_log_factor, blocks, **kernel_kwargs)
+    for n_cap, positions, step in _class_steps(blocks, config):
+        if p in set(positions.tolist()):
+            break
+    else:
+        raise ValueError(f"mention {mention} is alone in its block: there is nothing to update")
+
+    def update(rng_key, state, mentions, temperature=1.0):
+        _check_mentions(mentions, m)
+        beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
+        (state, _), info = step(mentions, beta, (state, rng_key), jnp.int32(p))
+        return state, info
+
+    return update
 
 
 def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *, temperature=1.0,
