@@ -148,7 +148,7 @@ def test_b_cubed_and_pairwise_hand_computed():
     assert co.b_cubed(truth, truth).f1 == 1.0 and co.pairwise_f1(pred[::-1], pred[::-1]).f1 == 1.0
 
 
-def test_resume_from_labels_is_exact_and_no_cluster_dropped():
+def test_resume_is_exact_and_no_cluster_dropped():
     blocks, state0, mentions, _ = _ragged_problem(seed=1)
     kernel = _kernel(False)
     keys = [jax.random.fold_in(jax.random.key(2), s) for s in range(4)]
@@ -158,8 +158,9 @@ def test_resume_from_labels_is_exact_and_no_cluster_dropped():
     half = state0
     for k in keys[:2]:
         half, _ = kernel(k, half, mentions, 1.0)
-    resumed = co.init(np.asarray(half.labels), blocks)  # rebuilt from labels only
-    np.testing.assert_array_equal(np.asarray(resumed.sizes), np.asarray(half.sizes))
+    rebuilt = co.init(np.asarray(half.labels), blocks)  # labels alone give the same sizes
+    np.testing.assert_array_equal(np.asarray(rebuilt.sizes), np.asarray(half.sizes))
+    resumed = co.CorefState(*(jnp.asarray(np.asarray(x)) for x in half))  # host round trip, then resume
     for k in keys[2:]:
         resumed, _ = kernel(k, resumed, mentions, 1.0)
     np.testing.assert_array_equal(np.asarray(resumed.labels), np.asarray(state.labels))
@@ -167,6 +168,8 @@ def test_resume_from_labels_is_exact_and_no_cluster_dropped():
     np.testing.assert_array_equal(np.asarray(state.sizes), np.bincount(lab, minlength=lab.size))
     lo = blocks.start[blocks.position]
     assert np.all((lab >= lo) & (lab < lo + blocks.size[blocks.position]))
+    nonempty = np.flatnonzero(np.asarray(state.sizes) > 0)
+    np.testing.assert_array_equal(lab[np.asarray(state.reps)[nonempty]], nonempty)  # representatives are members
 
 
 def test_nan_factors_surfaced_in_info_and_label_kept():

@@ -72,10 +72,15 @@ class CorefState(NamedTuple):
         ``b`` are the sorted positions ``[s_b, s_b + n_b)`` (see :class:`~jaxsub.coreference.Blocks`).
     sizes
         ``[M]`` int32 number of mentions in each cluster id (0 = empty).
+    reps
+        ``[M]`` int32 one member mention of each non-empty cluster id (the control variate's
+        ``r_y``; arbitrary for empty ids). Kept up to date in O(1) per move, except when the
+        representative itself leaves a cluster (then one search over its block).
     """
 
     labels: jnp.ndarray
     sizes: jnp.ndarray
+    reps: jnp.ndarray
 
 
 class SweepInfo(NamedTuple):
@@ -140,7 +145,8 @@ def init(position, blocks: Blocks) -> CorefState:
                 raise ValueError("position: every label must be a cluster id of its mention's block "
                                  "(a sorted position in [start, start + size) of that block)")
     sizes = jnp.zeros((m,), jnp.int32).at[labels].add(1)
-    return CorefState(labels, sizes)
+    reps = jnp.zeros((m,), jnp.int32).at[labels].set(jnp.arange(m, dtype=jnp.int32))
+    return CorefState(labels, sizes, reps)
 
 
 def mention_classes(blocks: Blocks, min_race_size: int, small_cap: int = 64):
@@ -226,7 +232,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
     def step(mentions, beta, carry, p):
         state, key = carry
         key, k_noise, k_race = jax.random.split(key, 3)
-        labels, sizes = state
+        labels, sizes, reps = state
         i = order[p]
         s = start_arr[p]
         n = size_arr[p]
@@ -289,15 +295,9 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                 num_cv = jnp.zeros((), jnp.int32)
                 cv = None
                 if control_variate:
-                    # one member r_y per candidate: the first mention of the window in that column
-                    o_all = ar_w
-                    js_w = order[jnp.clip(s + o_all, 0, order.shape[0] - 1)]
-                    ok = wvalid & (o_all != off)
-                    cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], D)
-                    rep_o = jnp.full((D,), W, jnp.int32).at[cols_w].min(o_all, mode="drop")
-                    has_rep = rep_o < W
-                    a = jnp.where(has_rep, factors_at(xi, mentions, beta,
-                                                      order[jnp.clip(s + rep_o, 0, order.shape[0] - 1)]), 0.0)
+                    # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
+                    has_rep = (n_y > 0) & (ar_d < ncand)
+                    a = jnp.where(has_rep, factors_at(xi, mentions, beta, reps[cand_slot]), 0.0)
                     a = jnp.where(jnp.isfinite(a), a, 0.0)
                     num_cv = jnp.sum(has_rep, dtype=jnp.int32)
                     h_mean = a * n_y.astype(jnp.float32) / N
@@ -325,9 +325,19 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                 return new, info
 
             new, info = jax.lax.cond(ncand <= D, race_branch, exact_branch, None)
+        # representatives: i leaves yi (find another member if i was its representative and
+        # members remain), then i represents ``new`` if it was empty
+        def other_member(_):
+            js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+            hit = wvalid & (ar_w != off) & (labels[js_w] == yi)
+            return js_w[jnp.argmax(hit)]
+
+        need = (reps[yi] == i) & (sizes[yi] > 0) & (new != yi)
+        reps = reps.at[yi].set(jax.lax.cond(need, other_member, lambda _: reps[yi], None))
+        reps = reps.at[new].set(jnp.where(sizes[new] == 0, i, reps[new]))
         labels = labels.at[i].set(new)
         sizes = sizes.at[new].add(1)
-        return (CorefState(labels, sizes), key), info
+        return (CorefState(labels, sizes, reps), key), info
 
     return step
 
@@ -341,7 +351,7 @@ def _check_mentions(mentions, m):
 
 
 def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch_size=50, max_candidates=128,
-            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256) -> dict:
+            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256, visit=None) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not callable(pairwise_log_factor):
         raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
@@ -351,7 +361,12 @@ def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch
     if not exact:
         delta = check_real("delta", delta, low=0.0, high=1.0)
     first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
-    return dict(pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
+    if visit is not None:
+        visit = np.asarray(visit)
+        m = blocks.num_mentions
+        if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
+            raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
+    return dict(visit=visit, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), check_decisions=bool(check_decisions),
@@ -362,7 +377,12 @@ def _class_steps(blocks, config):
     """``[(n_cap, positions, step)]``: one update function per class of block sizes."""
     blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
     out = []
+    keep = None if config["visit"] is None else np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
     for n_cap, positions in mention_classes(blocks, config["min_race_size"]):
+        if keep is not None:
+            positions = positions[keep[positions]]
+            if positions.size == 0:
+                continue
         race = (not config["exact"]) and n_cap >= config["min_race_size"]
         out.append((n_cap, positions, _class_step(
             config["pairwise_log_factor"], blocks_dev, n_cap, race=race,
@@ -374,8 +394,8 @@ def _class_steps(blocks, config):
 
 def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
                  first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
-                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256):
-    """Build one Gibbs sweep over all mentions.
+                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256, visit=None):
+    """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Args:
         pairwise_log_factor: ``f(x_i, x_j) -> scalar`` on single rows of the mentions pytree
@@ -390,6 +410,8 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
         check_decisions: also recompute every race exactly under the same Gumbel noise and count
             disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
         chunk_size: chunk of mentions summed at once by the exact update.
+        visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
+            updates inside one large block); default all.
 
     Returns:
         ``kernel(rng_key, state, mentions, temperature) -> (state, SweepInfo)``; ``mentions`` is a
@@ -398,7 +420,7 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
     """
     config = _config(pairwise_log_factor, blocks, delta=delta, exact=exact, first_batch_size=first_batch_size,
                      max_candidates=max_candidates, min_race_size=min_race_size, control_variate=control_variate,
-                     check_decisions=check_decisions, chunk_size=chunk_size)
+                     check_decisions=check_decisions, chunk_size=chunk_size, visit=visit)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
