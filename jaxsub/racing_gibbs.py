@@ -40,6 +40,7 @@ from blackjax.base import SamplingAlgorithm
 
 from jaxsub.racing_mh import _engine_info, validate_racing_config
 from jaxsub.types import Array, ArrayLike, PRNGKey
+from jaxsub.discrete import check_beta
 from jaxsub.validation import check_choice, check_int
 
 __all__ = ["RacingGibbsInfo", "RacingGibbsState", "as_top_level_api", "build_kernel", "init", "exact_conditional_sums"]
@@ -105,7 +106,9 @@ def build_kernel(
     exact: bool = False,
     block_size: int = 4096,
 ) -> Callable:
-    """Build ``kernel(rng_key, state, log_f0, log_factor_fn, control_variate=None) -> (state, info)``.
+    """Build ``kernel(rng_key, state, log_f0, log_factor_fn, control_variate=None, beta=None) -> (state, info)``.
+
+    ``beta`` is the inverse temperature (traceable; see :func:`as_top_level_api`).
 
     Parameters
     ----------
@@ -125,14 +128,22 @@ def build_kernel(
     variance = check_choice("variance", variance, VARIANCES)
     block_size = check_int("block_size", block_size, low=1)
 
-    def kernel(rng_key: PRNGKey, state: RacingGibbsState, log_f0: Array, log_factor_fn: Callable, control_variate=None):
+    def kernel(
+        rng_key: PRNGKey, state: RacingGibbsState, log_f0: Array, log_factor_fn: Callable, control_variate=None, beta=None
+    ):
         log_f0 = jnp.asarray(log_f0)
+        check_beta(beta)
         num_states = log_f0.shape[0]
         if exact:
             sums = exact_conditional_sums(log_factor_fn, num_data, block_size=block_size)
             logits = log_f0 + sums.astype(log_f0.dtype)
             has_nan = jnp.any(jnp.isnan(logits))
-            draw = jax.random.categorical(rng_key, jnp.where(jnp.isnan(logits), -jnp.inf, logits))
+            logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
+            if beta is None:
+                draw = jax.random.categorical(rng_key, logits)
+            else:  # p^beta by Gumbel-max: argmax_i logits_i + eps_i / beta
+                noise = jax.random.gumbel(rng_key, logits.shape, logits.dtype)
+                draw = jnp.argmax(logits + noise / jnp.asarray(beta, logits.dtype))
             evals = jnp.asarray(num_data * num_states, jnp.int32)
             stages = jnp.asarray(0, jnp.int32)
             is_exact = jnp.asarray(True)
@@ -154,7 +165,7 @@ def build_kernel(
                 variance=variance,
                 **kwargs,
             )
-            draw, info = sample(rng_key, log_f0)
+            draw, info = sample(rng_key, log_f0, beta)
             has_nan = jnp.asarray(_engine_info(info, "has_nan", jnp.any(jnp.isnan(log_f0))))
             evals = jnp.asarray(info.num_evaluations, jnp.int32)
             stages = jnp.asarray(info.num_stages, jnp.int32)
@@ -177,6 +188,7 @@ def as_top_level_api(
     reward_range=None,
     control_variate=None,
     exact: bool = False,
+    beta=None,
 ) -> SamplingAlgorithm:
     """Racing Gibbs update of one discrete variable as a BlackJAX ``SamplingAlgorithm``.
 
@@ -201,6 +213,10 @@ def as_top_level_api(
         of the factors, paper §3.4).
     exact
         Exact Gibbs (all ``N D`` factors) instead of racing.
+    beta
+        Inverse temperature ``beta > 0`` (traceable; ``None`` for 1): the draw
+        follows ``p^beta``, i.e. ``beta`` multiplies ``log_f0`` and every log
+        factor; ``inf`` returns the MAP state (annealing, paper §5.3).
 
     Returns
     -------
@@ -226,6 +242,7 @@ def as_top_level_api(
         raise ValueError(f"log_f0 must be a 1-D array over D >= 2 states; got shape {jnp.shape(log_f0)}")
     if not callable(log_factor_fn):
         raise ValueError(f"log_factor_fn must be callable indices -> [m, D]; got {log_factor_fn!r}")
+    check_beta(beta)
     kernel = build_kernel(
         num_data,
         delta=delta,
@@ -241,6 +258,6 @@ def as_top_level_api(
         return init(position)
 
     def step_fn(rng_key: PRNGKey, state: RacingGibbsState):
-        return kernel(rng_key, state, log_f0, log_factor_fn, control_variate)
+        return kernel(rng_key, state, log_f0, log_factor_fn, control_variate, beta)
 
     return SamplingAlgorithm(init_fn, step_fn)

@@ -109,7 +109,8 @@ import numpy as np
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["permutation_indices", "permutation_round_keys", "MAX_DOMAIN"]
+__all__ = [
+    "dynamic_permutation_indices", "permutation_indices", "permutation_round_keys", "MAX_DOMAIN"]
 
 #: Rounds of the Feistel network for domains whose smaller radix is >= 64 (N >= ~4096), and the
 #: number of uint32 round keys; smaller domains get more rounds (see module notes). Even, so the
@@ -459,3 +460,21 @@ def permutation_indices(rng_key: PRNGKey | Array, positions: Array, num_items: i
     y = _permute(round_keys, x, _domain(num_items))
     out_dtype = jnp.int32 if num_items <= np.iinfo(np.int32).max else jnp.uint32
     return y.astype(out_dtype)
+
+
+def dynamic_permutation_indices(rng_key: PRNGKey | Array, positions: Array, num_items: Array) -> Array:
+    """:func:`permutation_indices` for a population size ``num_items`` known only at run time (traced).
+
+    Same bijection family (mixed-radix Feistel network with cycle walking) on a
+    domain chosen from the traced ``N`` (``a ~ sqrt(N)``, no radix search), so
+    the values differ from :func:`permutation_indices` with the same key. Used
+    where ``N`` changes inside a jitted loop (shard sizes, cluster sizes in a
+    Gibbs sweep). ``num_items`` must be in ``[1, 2^32 - 1]``; positions outside
+    ``[0, N)`` are clipped. Returns ``int32`` indices.
+    """
+    if jnp.issubdtype(jnp.asarray(rng_key).dtype, jnp.uint32) and jnp.shape(rng_key) == (NUM_ROUNDS,):
+        round_keys = jnp.asarray(rng_key, jnp.uint32)
+    else:
+        round_keys = permutation_round_keys(rng_key)
+    x = jnp.asarray(positions).astype(jnp.uint32)
+    return _permute(round_keys, x, _domain_dynamic(num_items)).astype(jnp.int32)

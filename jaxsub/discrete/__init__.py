@@ -15,18 +15,22 @@ is a :class:`RacingInfo`.
 * :func:`lil_ucb` -- adapted lil'UCB (§3.2);
 * :func:`b_normal` -- the racing-normal threshold (eq. 9);
 * :func:`taylor_control_variate` -- the second-order Taylor control variate (eq. 11);
-* :func:`pad_populations` -- arms with different population sizes N_i (§5.3).
+* :func:`racing_ragged` -- arms with different population sizes N_i, each with its own
+  doubling schedule (§5.3; traced N_i, delta and inverse temperature beta);
+* :func:`pad_populations` -- the same target by zero-padding to max N_i (simpler, slower).
 """
 from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
 from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
 from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
 from jaxsub.discrete.lil_ucb import lil_ucb
-from jaxsub.discrete.racing import ControlVariate, RacingInfo, pad_populations, racing, racing_batch, racing_coefficients
+from jaxsub.discrete.ragged import racing_ragged
+from jaxsub.discrete.racing import ControlVariate, RacingInfo, check_beta, pad_populations, racing, racing_batch, racing_coefficients
 
 __all__ = [
     "ControlVariate",
     "RacingInfo",
     "b_normal",
+    "check_beta",
     "data_moments",
     "doubling_schedule",
     "exact_log_weights",
@@ -37,5 +41,6 @@ __all__ = [
     "racing",
     "racing_batch",
     "racing_coefficients",
+    "racing_ragged",
     "taylor_control_variate",
 ]

@@ -12,7 +12,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import MAX_EVALUATIONS, RacingInfo, _kahan_add, _relative_block_sum
+from jaxsub.discrete.racing import MAX_EVALUATIONS, check_beta, RacingInfo, _kahan_add, _relative_block_sum
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
@@ -95,7 +95,9 @@ def gumbel_max(
     Returns
     -------
     sample
-        ``sample(rng_key, log_f0) -> (x, info)``; ``info`` is a
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)``: a draw from ``p^beta``
+        (``beta`` the inverse temperature, traceable; ``None`` means 1 and ``inf`` the
+        MAP state, for annealing, paper §5.3); ``info`` is a
         :class:`~jaxsub.discrete.RacingInfo` with ``num_evaluations = N * D``,
         ``is_exact = True`` and ``has_nan`` set when a NaN/``+inf`` factor or
         ``log_f0`` entry is met, or every state has probability 0.
@@ -113,13 +115,16 @@ def gumbel_max(
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     D, N = num_states, num_data
 
-    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
+    def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
             raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
         weights = exact_log_weights(log_factor_fn, D, N, log_f0, block_size=block_size)
+        check_beta(beta, gumbel_noise)
         if gumbel_noise:
-            weights = weights + jax.random.gumbel(rng_key, (D,), log_f0.dtype)
+            noise = jax.random.gumbel(rng_key, (D,), log_f0.dtype)
+            # p^beta: argmax_i beta W_i + eps_i = argmax_i W_i + eps_i / beta.
+            weights = weights + (noise if beta is None else noise / jnp.asarray(beta, log_f0.dtype))
         nan = jnp.isnan(weights) | (weights == jnp.inf)
         possible = (weights > -jnp.inf) & ~nan
         x = jnp.argmax(jnp.where(possible, weights, -jnp.inf)).astype(jnp.int32)

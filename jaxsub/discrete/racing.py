@@ -91,6 +91,7 @@ from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = [
     "ControlVariate",
+    "check_beta",
     "RacingInfo",
     "as_control_variate",
     "pad_populations",
@@ -222,6 +223,23 @@ class _RaceState(NamedTuple):
     stage: Array  # int32, index of the current stage (0-based)
     exact_pass: Array  # bool: finishing with the contiguous exact pass (``exact_pass_cost``)
     pass_comp: Array  # [D] Kahan compensation of the exact pass's sums
+
+
+def check_beta(beta, gumbel_noise: bool = True):
+    """Validate ``beta``, the inverse temperature (traceable): ``None`` or ``> 0`` (``inf`` allowed: the MAP).
+
+    A concrete value is checked (scalar, or ``[B]`` for batches); a traced one
+    passes through. Raises ``ValueError`` naming ``beta``.
+    """
+    if beta is None:
+        return None
+    if not gumbel_noise:
+        raise ValueError("beta (the inverse temperature) needs gumbel_noise=True: it scales the Gumbel noise")
+    if not isinstance(beta, jax.core.Tracer):
+        arr = np.asarray(beta, dtype=np.float64)
+        if arr.ndim > 1 or np.any(~(arr > 0)):
+            raise ValueError(f"beta must be > 0 (inverse temperature; inf gives the MAP state); got {beta!r}")
+    return beta
 
 
 def _check_common(num_states, num_data, first_batch_size):
@@ -438,9 +456,13 @@ def racing(
     Returns
     -------
     sample
-        ``sample(rng_key, log_f0) -> (x, info)`` with ``log_f0`` of shape ``[D]``
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)`` with ``log_f0`` of shape ``[D]``
         (float32 or float64; rewards are computed in its dtype), ``x`` an int32
         state and ``info`` a :class:`RacingInfo`. Pure: ``jit`` and ``vmap`` it.
+        ``beta`` (traceable inverse temperature, ``None`` for 1, ``inf`` for the
+        MAP state) makes the draw follow ``p^beta`` (annealed Gibbs, paper §5.3):
+        ``argmax_i beta S_i + eps_i = argmax_i S_i + eps_i / beta``, so only the
+        Gumbel noise is rescaled and the race is unchanged.
         ``sample.batched(rng_keys [B], log_f0s [B, D]) -> (x [B], info)`` draws B
         samples with work proportional to the unfinished draws (same results as
         ``jax.vmap(sample)``, which runs every loop until its slowest draw is done).
@@ -462,14 +484,14 @@ def racing(
         num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=False,
     )
 
-    def sample(rng_key: PRNGKey, log_f0: Array) -> tuple[Array, RacingInfo]:
-        return single(rng_key, log_f0, None, coef_a, coef_b)
+    def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
     def sample_with_coefficients(rng_key, log_f0, coef_a, coef_b):
         return single(rng_key, log_f0, None, coef_a, coef_b)
 
-    def sample_batched(rng_keys: PRNGKey, log_f0s: Array) -> tuple[Array, RacingInfo]:
-        return batched(rng_keys, log_f0s, None, coef_a, coef_b)
+    def sample_batched(rng_keys: PRNGKey, log_f0s: Array, beta=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
     # Lower-level entry point: the threshold coefficients of racing_coefficients()
     # as (traceable) arguments, so one compiled sampler serves many deltas (used by
@@ -559,11 +581,11 @@ def racing_batch(
         num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=True,
     )
 
-    def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None) -> tuple[Array, RacingInfo]:
-        return batched(rng_keys, log_f0s, params, coef_a, coef_b)
+    def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
-    def sample_single(rng_key: PRNGKey, log_f0: Array, params=None) -> tuple[Array, RacingInfo]:
-        return single(rng_key, log_f0, params, coef_a, coef_b)
+    def sample_single(rng_key: PRNGKey, log_f0: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
     sample_batch.single = sample_single
     return sample_batch
@@ -654,7 +676,7 @@ def _build_racing(
     # ``lax.while_loop``; the batched path (``_run_batched``) runs the same bodies
     # on groups of unfinished draws only.
 
-    def init(rng_key, log_f0, params, coef_a, coef_b):
+    def init(rng_key, log_f0, params, coef_a, coef_b, beta=None):
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
             raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
@@ -663,7 +685,11 @@ def _build_racing(
         round_keys = permutation_round_keys(key_perm)
         offset = log_f0
         if gumbel_noise:
-            offset = offset + jax.random.gumbel(key_gumbel, (D,), dtype)
+            noise = jax.random.gumbel(key_gumbel, (D,), dtype)
+            if beta is not None:
+                # p^beta: argmax_i beta S_i + eps_i = argmax_i S_i + eps_i / beta (beta > 0).
+                noise = noise / jnp.asarray(beta, dtype)
+            offset = offset + noise
         # Per-datum share of log f0 + eps (eq. 3); the gap is compared on the mean scale.
         offset_mean = offset / N
         alive0 = offset > -jnp.inf  # False for -inf and NaN
@@ -944,8 +970,8 @@ def _build_racing(
         )
         return x, info
 
-    def single(rng_key, log_f0, params, coef_a, coef_b):
-        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b)
+    def single(rng_key, log_f0, params, coef_a, coef_b, beta=None):
+        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b, beta)
         for cond, body in loop_specs:
             if cond == "map":
                 state = body(state, ctx)
@@ -953,7 +979,7 @@ def _build_racing(
                 state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
         return finish(state, ctx)
 
-    def batched(rng_keys, log_f0s, params, coef_a, coef_b):
+    def batched(rng_keys, log_f0s, params, coef_a, coef_b, beta=None):
         log_f0s = jnp.asarray(log_f0s)
         if log_f0s.ndim != 2 or log_f0s.shape[1] != D or not jnp.issubdtype(log_f0s.dtype, jnp.floating):
             raise ValueError(f"log_f0s must be a float array of shape (B, {D}); got {log_f0s.shape} {log_f0s.dtype}")
@@ -961,7 +987,10 @@ def _build_racing(
         lead = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves((rng_keys, params))}
         if lead != {B}:
             raise ValueError(f"rng_keys and every params leaf must have leading axis {B} (= log_f0s.shape[0])")
-        states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None))(rng_keys, log_f0s, params, coef_a, coef_b)
+        beta_axis = None if beta is None or jnp.ndim(beta) == 0 else 0
+        states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None, beta_axis))(
+            rng_keys, log_f0s, params, coef_a, coef_b, beta
+        )
         for cond, body in loop_specs:
             if cond == "map":
                 states = jax.vmap(body)(states, ctxs)

@@ -1,0 +1,122 @@
+"""Per-arm schedules for ragged arms (jaxsub.discrete.racing_ragged) and annealing (beta).
+
+The target p(i) ∝ exp(beta (log f0(i) + sum_{n < N_i} log f_n(i))) is computed
+exactly in float64; racing draws must be within delta in TV (+ MC tolerance),
+and the exact path must match p (chi-square). Negative control: the same
+ragged problem zero-padded to max N_i (``pad_populations``) and raced with
+Racing-Normal fails, because the padded small arms have very skewed rewards.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import assert_discrete_matches, assert_tv_within, tv_distance, tv_tolerance
+from jaxsub import discrete
+
+SIZES = np.array([1, 30, 3000, 0])
+N_MAX = 3000
+GAPS = np.array([0.0, 0.5, 1.0, 0.8])
+
+
+def _problem():
+    rng = np.random.default_rng(0)
+    table = rng.standard_t(3, size=(N_MAX, SIZES.size)) * 0.01 - 0.5  # heavy-tailed factors
+    sums = np.array([table[:n, i].sum() for i, n in enumerate(SIZES)])
+    log_f0 = -sums + GAPS  # so that the exact log weights are GAPS
+    return jnp.asarray(table, jnp.float32), jnp.asarray(log_f0, jnp.float32)
+
+
+def _draws(sample, args, num_draws, seed=1):
+    keys = jax.random.split(jax.random.key(seed), num_draws)
+    x, info = jax.jit(lambda ks: jax.lax.map(lambda k: sample(k, *args), ks, batch_size=256))(keys)
+    return np.asarray(x), jax.tree.map(np.asarray, info)
+
+
+def _softmax(w):
+    p = np.exp(w - w.max())
+    return p / p.sum()
+
+
+def test_ragged_exact_path_matches_target():
+    table, log_f0 = _problem()
+    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+    sample = discrete.racing_ragged(fn, 4, N_MAX, delta=0.05, exact=True)
+    x, info = _draws(sample, (log_f0, jnp.asarray(SIZES, jnp.int32)), 4000)
+    assert_discrete_matches(x, _softmax(GAPS))
+    assert info.is_exact.all() and not info.has_nan.any()
+    assert np.all(info.num_evaluations == SIZES.sum())  # exactly every arm's own population
+
+
+def test_ragged_racing_within_delta_and_cheaper_than_padding():
+    table, log_f0 = _problem()
+    sizes = jnp.asarray(SIZES, jnp.int32)
+    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+    delta, num_draws = 0.05, 6000
+    x, info = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=delta), (log_f0, sizes), num_draws)
+    p = _softmax(GAPS)
+    assert_tv_within(x, p, slack=delta)
+    assert not info.has_nan.any()
+    assert np.mean(info.num_evaluations) < 0.9 * SIZES.sum()  # it subsampled the big arm
+    # Negative control: zero-padding to max N_i + Racing-Normal breaks the CLT (arm 1 is
+    # 30 values among 2970 zeros) and the draws are far outside delta.
+    padded = discrete.pad_populations(lambda idx: table[idx], np.maximum(SIZES, 1))
+    log_f0_pad = log_f0.at[3].add(-table[0, 3])  # arm 3 padded to one factor: remove it
+    xp, info_p = _draws(discrete.racing(padded, 4, N_MAX, delta=delta), (log_f0_pad,), num_draws)
+    freq = np.bincount(xp, minlength=4) / num_draws
+    assert tv_distance(freq, p) > delta + tv_tolerance(p, num_draws)
+    # and the ragged race reads fewer factors than the padded one
+    assert np.mean(info.num_evaluations) < np.mean(info_p.num_evaluations)
+
+
+def test_ragged_traced_sizes_delta_and_beta():
+    """N_i, delta and beta are traced: one compiled sampler serves every cluster size."""
+    table, log_f0 = _problem()
+    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+    sample = jax.jit(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05))
+    for sizes in ([1, 30, 3000, 0], [5, 0, 7, 2999]):
+        x, info = sample(jax.random.key(0), log_f0, jnp.asarray(sizes, jnp.int32), beta=2.0)
+        assert 0 <= int(x) < 4 and not bool(info.has_nan)
+    assert sample._cache_size() == 1
+
+
+def test_ragged_bad_inputs():
+    fn = lambda idx: jnp.zeros(idx.shape)  # noqa: E731
+    with pytest.raises(ValueError, match="max_population"):
+        discrete.racing_ragged(fn, 3, 10, delta=0.1, first_batch_size=50)
+    with pytest.raises(ValueError, match="delta"):
+        discrete.racing_ragged(fn, 3, 100, delta=1.5)
+    sample = discrete.racing_ragged(fn, 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="population_sizes"):
+        sample(jax.random.key(0), jnp.zeros(3), jnp.asarray([1, 2, 101]))
+    with pytest.raises(ValueError, match="beta"):
+        sample(jax.random.key(0), jnp.zeros(3), jnp.asarray([1, 2, 3]), beta=-1.0)
+
+
+@pytest.mark.parametrize("beta", [0.5, 3.0])
+def test_annealed_draws_follow_p_to_the_beta(beta):
+    """gumbel_max (exact) and racing with beta follow p^beta; the racing draws within delta."""
+    rng = np.random.default_rng(3)
+    N, D = 2000, 4
+    table = rng.normal(size=(N, D)) * 0.05 + np.array([0.0, 2e-4, 4e-4, 6e-4])
+    log_f0 = jnp.zeros(D, jnp.float32)
+    w = table.sum(0)
+    target = _softmax(beta * w)
+    fn = lambda idx: jnp.asarray(table, jnp.float32)[idx]  # noqa: E731
+    x, _ = _draws(discrete.gumbel_max(fn, D, N), (log_f0, beta), 6000)
+    assert_discrete_matches(x, target)
+    x, info = _draws(discrete.racing(fn, D, N, delta=0.05), (log_f0, beta), 6000)
+    assert_tv_within(x, target, slack=0.05)
+    # not vacuous: p^beta differs from p by more than the tolerance
+    assert tv_distance(target, _softmax(w)) > 0.05 + tv_tolerance(target, 6000)
+
+
+def test_beta_infinity_gives_the_map_state():
+    table, log_f0 = _problem()
+    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+    args = (log_f0, jnp.asarray(SIZES, jnp.int32), jnp.inf)
+    x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05, exact=True), args, 100)
+    assert np.all(x == np.argmax(GAPS))
+    # the race at beta = inf identifies the argmax with error <= delta
+    x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05), args, 1000)
+    assert np.mean(x != np.argmax(GAPS)) <= 0.05 + 4 * np.sqrt(0.05 * 0.95 / 1000)
