@@ -10,8 +10,9 @@ else 64 spread over the clusters: ``visit``) with δ = 0.05, m1 = 50 and ``max_c
 (``benchmarks._common.compare``, medians; compile time apart); the evaluation ratio comes from
 the sweeps' ``info.num_evaluations``.
 
-Not measured: the engine's per-arm (ragged) schedule against zero-padding — the per-arm API of
-issue 16 had not landed in this branch, so every race here uses the padded shared population.
+Each point also times the engine's per-arm schedules (``schedule="ragged"``,
+:func:`jaxsub.discrete.racing_ragged` from issue 16) against the padded shared population
+(``schedule="padded"``, the default), alternating in one run.
 """
 from __future__ import annotations
 
@@ -56,22 +57,31 @@ def run(*, quick: bool = False) -> list[dict]:
         kw = dict(visit=visit, max_candidates=256, delta=0.05)
         exact = jax.jit(co.build_kernel(factor, blocks, exact=True, visit=visit))
         sub = jax.jit(co.build_kernel(factor, blocks, **kw))
+        rag = jax.jit(co.build_kernel(factor, blocks, schedule="ragged", **kw))
         t0 = time.perf_counter()
         info_e = jax.block_until_ready(exact(jax.random.key(0), state, mentions, 1.0)[1])
         t1 = time.perf_counter()
         info_s = jax.block_until_ready(sub(jax.random.key(0), state, mentions, 1.0)[1])
         t2 = time.perf_counter()
+        info_r = jax.block_until_ready(rag(jax.random.key(0), state, mentions, 1.0)[1])
+        t3 = time.perf_counter()
         load0 = _load()
         timing = compare(lambda k: exact(k, state, mentions, 1.0)[0].labels,
                          lambda k: sub(k, state, mentions, 1.0)[0].labels,
-                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3 if quick else 5)
+                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
+        vs_pad = compare(lambda k: sub(k, state, mentions, 1.0)[0].labels,
+                         lambda k: rag(k, state, mentions, 1.0)[0].labels,
+                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
         rows.append({
             "N_y": n_y, "D": d, "block": n_y * d, "updates": int(visit.size),
             "exact_s": timing["baseline_s"], "racing_s": timing["candidate_s"],
             "wallclock_ratio": timing["speedup"],
             "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
+            "ragged_s": vs_pad["candidate_s"], "ragged_vs_padded_wallclock": vs_pad["speedup"],
+            "ragged_evaluation_ratio": int(info_e.num_evaluations) / max(int(info_r.num_evaluations), 1),
             "races": int(info_s.num_races), "exact_updates_in_racing_sweep": int(info_s.num_exact),
             "exact_first_call_s": round(t1 - t0, 2), "racing_first_call_s": round(t2 - t1, 2),
+            "ragged_first_call_s": round(t3 - t2, 2),
             "load_1min": round((load0 + _load()) / 2, 2),
         })
     return rows

@@ -12,7 +12,8 @@ Data sets:
 * **Author-like mentions** (:func:`jaxsub.coreference.synthetic.author_mentions`): entity sizes
   Zipf(2.2) truncated at 1,000 (the largest entity set to the cap), names from FEBRL's Australian
   name-frequency tables (``jaxsub.datasets.febrl_name_frequencies``), co-authors, venues, title
-  words, years; blocking on ``<first initial> <surname>``. Full mode: 10^5 mentions (clusters up
+  words, years; blocking on ``<first initial> <surname>``. Full mode: 10^5 mentions
+  (``JAXSUB_COREF_MENTIONS`` overrides the count) (clusters up
   to 1,000, hundreds of entities per block); quick mode: 3,000 mentions, entities up to 150.
 * **FEBRL 3** (full mode only; ``jaxsub.datasets.load_febrl(3)``: 5,000 records, true ids from
   ``rec_id``), blocking on the first letter of the given name.
@@ -24,6 +25,7 @@ same Gumbel noise (``check_decisions=True``; not timed).
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import jax
@@ -47,7 +49,7 @@ TOLERANCE = 0.005  # "reached the exact sampler's converged F1" = within 0.005 o
 
 
 def _authors(quick: bool):
-    m, cap = (3000, 150) if quick else (100_000, 1000)
+    m, cap = (3000, 150) if quick else (int(os.environ.get("JAXSUB_COREF_MENTIONS", 100_000)), 1000)
     gen = author_mentions(m, febrl_name_frequencies(), seed=0, max_entity_size=cap)
     enc = co.encode_mentions(gen.fields, AUTHOR_KINDS, hash_dim=32)
     f = co.similarity_factor(AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, scales={"year": 4.0})

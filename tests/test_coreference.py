@@ -62,10 +62,11 @@ def _exact_conditional(a, labels, i, block_ids, beta):
     return clusters, p / p.sum()
 
 
-def test_racing_conditional_within_delta_of_exact_tv():
+@pytest.mark.parametrize("schedule", ["padded", "ragged"])
+def test_racing_conditional_within_delta_of_exact_tv(schedule):
     blocks, state, mentions, first = _ragged_problem()
-    beta, delta, n_draws = 2.0, RACE["delta"], 4000
-    update = co.conditional_update(_factor, blocks, 0, **RACE)
+    beta, delta, n_draws = 2.0, RACE["delta"], 3000
+    update = co.conditional_update(_factor, blocks, 0, schedule=schedule, **RACE)
     draw = jax.jit(jax.vmap(lambda k: update(k, state, mentions, beta)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0

@@ -47,7 +47,7 @@ import numpy as np
 from jaxsub.base import SamplingAlgorithm
 from jaxsub.coreference.model import Blocks
 from jaxsub.discrete import racing
-from jaxsub.validation import check_hyperparameter, check_int, check_real
+from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
 
 __all__ = [
     "CorefState",
@@ -171,18 +171,29 @@ def mention_classes(blocks: Blocks, min_race_size: int, small_cap: int = 64):
 
 
 # --------------------------------------------------------------------------- the adapter
-def race_conditional(rng_key, log_factor_fn, log_factor_states_fn, log_f0, control_variate, *,
-                     num_states: int, num_data: int, delta: float, first_batch_size: int):
-    """The one call into the racing engine (:func:`jaxsub.discrete.racing`).
+def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_states: int, num_data: int, delta: float,
+                     first_batch_size: int, log_factor_states_fn=None, control_variate=None, population_sizes=None):
+    """The one call into the racing engine of :mod:`jaxsub.discrete`.
 
-    Draws ``argmax_y log_f0[y] + Σ_{n < num_data} log_factor_fn(n)[y]`` by Racing-Normal with
-    marginal variances; ``log_f0`` already carries the Gumbel noise (``gumbel_noise=False``), so
-    the exact decision under the same noise can be recomputed by the caller. The exact
-    pass is disabled so that ``info.num_data_used`` is the number of drawn indices.
+    Draws ``argmax_y log_f0[y] + S_y`` by Racing-Normal; ``log_f0`` already carries the Gumbel noise
+    (``gumbel_noise=False``), so the exact decision under the same noise can be re-made by the caller.
+
+    * ``schedule="padded"``: :func:`jaxsub.discrete.racing` over one shared population of
+      ``num_data`` indices (``log_factor_fn(indices [m]) -> [m, D]``), marginal variances,
+      optional control variate, exact pass off (``info.num_data_used`` = drawn indices).
+    * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
+      over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
+      ``num_data`` = the static bound on every population.
 
     Returns:
         ``(x, RacingInfo)``.
     """
+    if schedule == "ragged":
+        from jaxsub.discrete import racing_ragged
+
+        sample = racing_ragged(log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size,
+                               gumbel_noise=False)
+        return sample(rng_key, log_f0, population_sizes)
     sample = racing(
         log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound="normal",
         variance="marginal", control_variate=control_variate, gumbel_noise=False,
@@ -197,7 +208,8 @@ def _row(tree, i):
 
 
 def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
-                first_batch_size: int, control_variate: bool, check_decisions: bool, chunk_size: int):
+                first_batch_size: int, control_variate: bool, check_decisions: bool, chunk_size: int,
+                schedule: str = "padded"):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``."""
     order, start_arr, size_arr = blocks_dev
     W = n_cap + 1  # window of block slots / mentions (n_b <= n_cap + 1)
@@ -294,7 +306,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
 
                 num_cv = jnp.zeros((), jnp.int32)
                 cv = None
-                if control_variate:
+                if control_variate and schedule == "padded":
                     # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
                     has_rep = (n_y > 0) & (ar_d < ncand)
                     a = jnp.where(has_rep, factors_at(xi, mentions, beta, reps[cand_slot]), 0.0)
@@ -310,8 +322,29 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                     cv = (h_fn, h_mean)
                 noise = jax.random.gumbel(k_noise, (D,))
                 log_f0 = jnp.where(ar_d < ncand, 0.0, -jnp.inf) + noise
-                x, rinfo = race_conditional(k_race, log_factor_fn, log_factor_states_fn, log_f0, cv, num_states=D,
-                                            num_data=N, delta=delta, first_batch_size=first_batch_size)
+                if schedule == "ragged":
+                    # members of each candidate, contiguous by column (window offsets sorted by column)
+                    js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+                    ok = wvalid & (ar_w != off)
+                    cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
+                    by_col = jnp.argsort(cols_w, stable=True).astype(jnp.int32)
+                    first = jnp.cumsum(n_y) - n_y
+
+                    def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
+                        pos = jnp.clip(first[None, :] + idx.astype(jnp.int32), 0, W - 1)
+                        js = order[jnp.clip(s + by_col[pos], 0, order.shape[0] - 1)]
+                        flat = factors_at(xi, mentions, beta, js.reshape(-1))
+                        return flat.reshape(js.shape)
+
+                    x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
+                                                delta=delta, first_batch_size=first_batch_size, population_sizes=n_y)
+                    num_cv = jnp.zeros((), jnp.int32)
+                    used = rinfo.num_evaluations
+                else:
+                    x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
+                                                num_data=N, delta=delta, first_batch_size=first_batch_size,
+                                                log_factor_states_fn=log_factor_states_fn, control_variate=cv)
+                    used = rinfo.num_data_used
                 bad = rinfo.has_nan
                 new = jnp.where(bad, yi, cand_slot[x])
                 errors = checked = jnp.zeros((), jnp.int32)
@@ -320,7 +353,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                     x_exact = jnp.argmax(jnp.where(ar_d < ncand, sums, -jnp.inf) + noise)
                     checked = (~bad & ~bad_x).astype(jnp.int32)
                     errors = (checked.astype(bool) & (x_exact != x)).astype(jnp.int32)
-                info = SweepInfo((rinfo.num_data_used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
+                info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
                                  jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
                 return new, info
 
@@ -351,7 +384,8 @@ def _check_mentions(mentions, m):
 
 
 def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch_size=50, max_candidates=128,
-            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256, visit=None) -> dict:
+            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256, visit=None,
+            schedule="padded") -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not callable(pairwise_log_factor):
         raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
@@ -366,7 +400,8 @@ def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch
         m = blocks.num_mentions
         if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
             raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
-    return dict(visit=visit, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
+    schedule = check_choice("schedule", schedule, ("padded", "ragged"))
+    return dict(visit=visit, schedule=schedule, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), check_decisions=bool(check_decisions),
@@ -388,13 +423,14 @@ def _class_steps(blocks, config):
             config["pairwise_log_factor"], blocks_dev, n_cap, race=race,
             d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
-            check_decisions=config["check_decisions"], chunk_size=config["chunk_size"])))
+            check_decisions=config["check_decisions"], chunk_size=config["chunk_size"], schedule=config["schedule"])))
     return out
 
 
 def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
                  first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
-                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256, visit=None):
+                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256, visit=None,
+                 schedule: str = "padded"):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Args:
@@ -410,6 +446,9 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
         check_decisions: also recompute every race exactly under the same Gumbel noise and count
             disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
         chunk_size: chunk of mentions summed at once by the exact update.
+        schedule: ``"padded"`` (one shared population per block, zero rewards for other clusters,
+            with the control variate) or ``"ragged"`` (the engine's per-arm doubling schedules over
+            each candidate's own members, :func:`jaxsub.discrete.racing_ragged`; no control variate).
         visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
             updates inside one large block); default all.
 
@@ -420,7 +459,7 @@ def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float 
     """
     config = _config(pairwise_log_factor, blocks, delta=delta, exact=exact, first_batch_size=first_batch_size,
                      max_candidates=max_candidates, min_race_size=min_race_size, control_variate=control_variate,
-                     check_decisions=check_decisions, chunk_size=chunk_size, visit=visit)
+                     check_decisions=check_decisions, chunk_size=chunk_size, visit=visit, schedule=schedule)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
