@@ -183,7 +183,8 @@ def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw):
              f"{d['blocks']:,} blocks (largest {d['max_block']:,} mentions, up to {d['max_entities_per_block']} "
              f"entities per block), exact Gibbs: {d['exact_evals_per_sweep']:,} factor evaluations per sweep. "
              f"{len(betas)} sweeps, β from {betas[0]:.2f} to {betas[-1]:.2f}; {num_runs} runs per sampler.")
-    rep.figure(savefig(fig, out_dir, f"fig3_{tag}.png"), f"{data['name']}: B³ F1 vs factor evaluations, wall-clock, sweeps")
+    rep.figure(savefig(fig, out_dir, f"fig3_{tag}.png"),
+               f"{data['name']}: B³ F1 vs factor evaluations, wall-clock, sweeps")
     rows = [
         ["converged B³ F1 (exact, mean of final)", f"{converged:.4f}", ""],
         ["final B³ F1 exact / Sub (mean)", f"{f1_ex[:, -1].mean():.4f}", f"{f1_sub[:, -1].mean():.4f}"],

@@ -94,7 +94,7 @@ def test_racing_conditional_within_delta_of_exact_tv(schedule):
 def _numpy_exact_sweep(key, labels, a, blocks, beta, small_cap=64):
     """Reference: the exact sweep's visiting order and key stream, sums in float64."""
     labels = np.array(labels)
-    classes = co.mention_classes(blocks, 128, small_cap)
+    classes = co.mention_classes(blocks, small_cap)
     for c, (n_cap, positions) in enumerate(classes):
         k = jax.random.fold_in(key, c)
         W = n_cap + 1

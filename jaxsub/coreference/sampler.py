@@ -149,12 +149,12 @@ def init(position, blocks: Blocks) -> CorefState:
     return CorefState(labels, sizes, reps)
 
 
-def mention_classes(blocks: Blocks, min_race_size: int, small_cap: int = 64):
+def mention_classes(blocks: Blocks, small_cap: int = 64):
     """Group sorted positions by block size: ``[(N_cap, positions)]`` with ``K = n_b - 1 ∈ (N_cap/2, N_cap]``.
 
-    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap`` (updated exactly);
-    singleton blocks (``K = 0``, nothing to decide) are left out. ``min_race_size`` is used
-    only to keep class boundaries at powers of two above ``small_cap``.
+    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap`` (always updated exactly);
+    above it the classes are the powers of two. Singleton blocks (``K = 0``, nothing to decide)
+    are left out. One update function is compiled per class.
     """
     k = blocks.size - 1
     out = []
@@ -401,7 +401,8 @@ def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch
         if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
             raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
     schedule = check_choice("schedule", schedule, ("padded", "ragged"))
-    return dict(visit=visit, schedule=schedule, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact, first_batch_size=first_batch_size,
+    return dict(visit=visit, schedule=schedule, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact,
+                first_batch_size=first_batch_size,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), check_decisions=bool(check_decisions),
@@ -412,8 +413,10 @@ def _class_steps(blocks, config):
     """``[(n_cap, positions, step)]``: one update function per class of block sizes."""
     blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
     out = []
-    keep = None if config["visit"] is None else np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
-    for n_cap, positions in mention_classes(blocks, config["min_race_size"]):
+    keep = None
+    if config["visit"] is not None:
+        keep = np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
+    for n_cap, positions in mention_classes(blocks):
         if keep is not None:
             positions = positions[keep[positions]]
             if positions.size == 0:
@@ -568,7 +571,9 @@ def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temper
         raise ValueError(f"pass either kernel or kernel keyword arguments, not both; got {sorted(kernel_kwargs)}")
     state = init(position, blocks)
     t0 = time.perf_counter()
-    compiled = kernel.lower(rng_key, state, mentions, jnp.float32(1.0)).compile() if hasattr(kernel, "lower") else kernel
+    compiled = kernel
+    if hasattr(kernel, "lower"):
+        compiled = kernel.lower(rng_key, state, mentions, jnp.float32(1.0)).compile()
     compile_s = time.perf_counter() - t0
     rows = []
     bar = None

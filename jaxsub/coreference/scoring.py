@@ -32,7 +32,8 @@ def _contingency(predicted, truth):
     pred = np.asarray(predicted).ravel()
     true = np.asarray(truth).ravel()
     if pred.shape != true.shape or pred.size == 0:
-        raise ValueError(f"predicted and truth must be non-empty and of the same length; got {pred.shape}, {true.shape}")
+        raise ValueError(
+            f"predicted and truth must be non-empty and of the same length; got {pred.shape}, {true.shape}")
     _, p = np.unique(pred, return_inverse=True)
     _, t = np.unique(true, return_inverse=True)
     pairs = p.astype(np.int64) * (t.max() + 1) + t
