@@ -6,10 +6,12 @@ Four families, one module each (see ``docs/architecture.md``):
   and the racing MH / Gibbs kernels built on it;
 * :mod:`jaxsub.sgmcmc` -- distributed SGLD with conducive gradients (El Mekkaoui et al. 2021);
 * :mod:`jaxsub.compress` -- compressed posteriors by radius-bounded clustering (Song 2021);
-* :mod:`jaxsub.anneal` -- subsample annealing for collapsed Gibbs in DP/PY mixtures
-  (Obermeyer, Glidden & Jonas 2014).
+* :mod:`jaxsub.anneal` -- subsample annealing for collapsed Gibbs in DP/PY mixtures and
+  CrossCat (Obermeyer, Glidden & Jonas 2014);
+* :mod:`jaxsub.coreference` -- racing Gibbs over pairwise-factor clusterings (Chen &
+  Ghahramani 2016, §5.3).
 """
-from jaxsub import anneal, compress, datasets, discrete, sgmcmc, subsample, validation
+from jaxsub import anneal, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
 from jaxsub import racing_gibbs as _racing_gibbs_module
 from jaxsub import racing_mh as _racing_mh_module
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
@@ -32,6 +34,7 @@ __all__ = [
     "anneal",
     "cg_dsgld",
     "compress",
+    "coreference",
     "datasets",
     "discrete",
     "dsgld",

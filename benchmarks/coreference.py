@@ -1,0 +1,87 @@
+"""Racing (Sub) Gibbs sweep vs exact Gibbs sweep for pairwise-factor clustering (paper §5.3).
+
+One block holding D clusters of N_y mentions each, at the true clustering (the converged regime
+of annealed Gibbs), β = 1. Mentions are unit vectors ``c_y + 0.12 ε`` (ε standard normal) in R^32 (cluster centres
+``c_y`` random), factor ``f = 4 (cos - 0.5)`` (:func:`jaxsub.coreference.similarity_factor` on a
+``"tokens"`` field): members of one cluster attract (f ≈ +1.5), others repel (f ≈ -2).
+A "sweep" updates the same V mentions (all of the block when it has at most 256 mentions,
+else 64 spread over the clusters: ``visit``) with δ = 0.05, m1 = 50 and ``max_candidates = 256``
+(so D = 200 is raced). Timings alternate exact and racing calls in one run
+(``benchmarks._common.compare``, medians; compile time apart); the evaluation ratio comes from
+the sweeps' ``info.num_evaluations``.
+
+Each point also times the engine's per-arm schedules (``schedule="ragged"``,
+:func:`jaxsub.discrete.racing_ragged` from issue 16) against the padded shared population
+(``schedule="padded"``, the default), alternating in one run.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks._common import compare
+from jaxsub import coreference as co
+
+TITLE = "coreference: racing Gibbs sweep vs exact Gibbs sweep (N_y x D grid)"
+
+
+def _problem(n_y: int, d: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(d, 32))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    truth = np.repeat(np.arange(d), n_y)
+    v = centres[truth] + 0.12 * rng.normal(size=(truth.size, 32))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    mentions = {"v": jnp.asarray(v, jnp.float32)}
+    blocks = co.make_blocks(np.zeros(truth.size, int))
+    labels = blocks.position[np.searchsorted(truth, truth)]  # first mention of each cluster as its id
+    factor = co.similarity_factor({"v": "tokens"}, {"v": 4.0}, thresholds={"v": 0.5})
+    m = truth.size
+    visit = np.arange(m) if m <= 256 else np.linspace(0, m - 1, 64).astype(np.int64)
+    return mentions, blocks, co.init(jnp.asarray(labels, jnp.int32), blocks), factor, visit
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def run(*, quick: bool = False) -> list[dict]:
+    grid = [(100, 20), (1000, 20)] if quick else [(n, d) for n in (10, 100, 1000) for d in (2, 20, 200)]
+    rows = []
+    for n_y, d in grid:
+        mentions, blocks, state, factor, visit = _problem(n_y, d)
+        kw = dict(visit=visit, max_candidates=256, delta=0.05)
+        exact = jax.jit(co.build_kernel(factor, blocks, exact=True, visit=visit))
+        sub = jax.jit(co.build_kernel(factor, blocks, **kw))
+        rag = jax.jit(co.build_kernel(factor, blocks, schedule="ragged", **kw))
+        t0 = time.perf_counter()
+        info_e = jax.block_until_ready(exact(jax.random.key(0), state, mentions, 1.0)[1])
+        t1 = time.perf_counter()
+        info_s = jax.block_until_ready(sub(jax.random.key(0), state, mentions, 1.0)[1])
+        t2 = time.perf_counter()
+        info_r = jax.block_until_ready(rag(jax.random.key(0), state, mentions, 1.0)[1])
+        t3 = time.perf_counter()
+        load0 = _load()
+        timing = compare(lambda k: exact(k, state, mentions, 1.0)[0].labels,
+                         lambda k: sub(k, state, mentions, 1.0)[0].labels,
+                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
+        vs_pad = compare(lambda k: sub(k, state, mentions, 1.0)[0].labels,
+                         lambda k: rag(k, state, mentions, 1.0)[0].labels,
+                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
+        rows.append({
+            "N_y": n_y, "D": d, "block": n_y * d, "updates": int(visit.size),
+            "exact_s": timing["baseline_s"], "racing_s": timing["candidate_s"],
+            "wallclock_ratio": timing["speedup"],
+            "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
+            "ragged_s": vs_pad["candidate_s"], "ragged_vs_padded_wallclock": vs_pad["speedup"],
+            "ragged_evaluation_ratio": int(info_e.num_evaluations) / max(int(info_r.num_evaluations), 1),
+            "races": int(info_s.num_races), "exact_updates_in_racing_sweep": int(info_s.num_exact),
+            "exact_first_call_s": round(t1 - t0, 2), "racing_first_call_s": round(t2 - t1, 2),
+            "ragged_first_call_s": round(t3 - t2, 2),
+            "load_1min": round((load0 + _load()) / 2, 2),
+        })
+    return rows

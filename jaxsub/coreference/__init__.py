@@ -1,0 +1,50 @@
+"""Coreference: racing Gibbs for pairwise-factor clustering (Chen & Ghahramani 2016, §5.3).
+
+* :mod:`~jaxsub.coreference.model` -- the model pieces: :func:`make_blocks` (blocking),
+  :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``);
+* :mod:`~jaxsub.coreference.sampler` -- the Gibbs sweep (racing or ``exact=True``) as a BlackJAX-style
+  kernel (:func:`build_kernel`, :func:`init`, :func:`as_top_level_api`, here :func:`gibbs`), the
+  annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
+  adapter into :func:`jaxsub.discrete.racing`;
+* :mod:`~jaxsub.coreference.scoring` -- :func:`b_cubed` and :func:`pairwise_f1`.
+
+See ``docs/coreference.md``.
+"""
+from jaxsub.coreference.sampler import (
+    CorefState,
+    FitTrace,
+    SweepInfo,
+    as_top_level_api,
+    build_kernel,
+    conditional_update,
+    fit,
+    init,
+    mention_classes,
+    race_conditional,
+)
+from jaxsub.coreference.model import Blocks, encode_mentions, make_blocks, similarity_factor
+from jaxsub.coreference.scoring import Scores, b_cubed, pairwise_f1
+
+#: ``jaxsub.coreference.gibbs(pairwise_log_factor, mentions, blocks, ...)`` -> ``SamplingAlgorithm``.
+gibbs = as_top_level_api
+
+__all__ = [
+    "Blocks",
+    "CorefState",
+    "FitTrace",
+    "Scores",
+    "SweepInfo",
+    "as_top_level_api",
+    "b_cubed",
+    "build_kernel",
+    "conditional_update",
+    "encode_mentions",
+    "fit",
+    "gibbs",
+    "init",
+    "make_blocks",
+    "mention_classes",
+    "pairwise_f1",
+    "race_conditional",
+    "similarity_factor",
+]

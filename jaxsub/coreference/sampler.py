@@ -1,0 +1,601 @@
+"""Racing (Sub) Gibbs and exact Gibbs sweeps for the pairwise-factor clustering model.
+
+One Gibbs update of mention ``i`` (block ``b``, ``K = n_b - 1`` other mentions) draws
+
+    y_i ~ p(y) ∝ exp(β S_y),   S_y = Σ_{j ∈ C_y} f(x_i, x_j),
+
+over the D candidates (non-empty clusters of the block, plus one empty cluster with
+``S = 0``) by the Gumbel-max trick: ``y_i = argmax_y β S_y + ε_y``, ``ε_y ~ Gumbel(0, 1)``.
+
+* **Exact** (``exact=True``): all K factors, summed per cluster (``K`` evaluations).
+* **Racing** (Sub Gibbs, §5.3): a race over the D candidates whose rewards are the
+  factors of a subsample of the block's mentions (:func:`race_conditional`, the one
+  adapter into :func:`jaxsub.discrete.racing`). Arm ``y``'s population is ``C_y``;
+  since the engine draws one shared index set for all arms, a drawn mention ``j`` is a
+  reward for its own cluster's arm and 0 for the others (the zero-padding of
+  :func:`jaxsub.discrete.pad_populations`, with one factor evaluation per drawn mention
+  instead of D). The engine's ``num_data`` is static, so mentions are grouped into
+  classes of block sizes ``K ∈ (N/2, N]`` and population index ``n ∈ [0, N)`` maps to the
+  ``k = ⌊n K / N⌋``-th other mention with reward ``β f / c_k`` (``c_k ∈ {1, 2}`` indices map
+  to mention k), so every per-arm sum is exact. A control variate ``h_y = β f(x_i, r_y)``
+  per candidate (``r_y`` one member of ``C_y``; ``D`` extra evaluations, counted) makes
+  a member's reward ``β (f - f(x_i, r_y))``, whose spread is small when clusters are tight.
+
+With probability ≥ 1 - δ each race returns the exact Gumbel-max decision (Prop. 1: the
+draw is within δ of the conditional in total variation; Racing-Normal assumes the
+normal approximation of eq. 9). Mentions whose block is smaller than
+``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly.
+The sweep visits mentions class by class (a fixed systematic-scan order).
+
+References
+----------
+Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit problem",
+ICML 2016, §5.3, Prop. 1, eq. 9. S. Singh, M. Wick & A. McCallum, "Monte Carlo MCMC:
+efficient inference by approximate sampling", EMNLP 2012. J. R. Finkel, T. Grenager &
+C. Manning, "Incorporating non-local information into information extraction systems by
+Gibbs sampling", ACL 2005 (annealed Gibbs for MAP).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.base import SamplingAlgorithm
+from jaxsub.coreference.model import Blocks
+from jaxsub.discrete import racing
+from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
+
+__all__ = [
+    "CorefState",
+    "SweepInfo",
+    "as_top_level_api",
+    "build_kernel",
+    "conditional_update",
+    "fit",
+    "init",
+    "mention_classes",
+    "race_conditional",
+]
+
+
+class CorefState(NamedTuple):
+    """Cluster membership.
+
+    Attributes
+    ----------
+    labels
+        ``[M]`` int32 cluster id of every mention (indexed by mention). Cluster ids of block
+        ``b`` are the sorted positions ``[s_b, s_b + n_b)`` (see :class:`~jaxsub.coreference.Blocks`).
+    sizes
+        ``[M]`` int32 number of mentions in each cluster id (0 = empty).
+    reps
+        ``[M]`` int32 one member mention of each non-empty cluster id (the control variate's
+        ``r_y``; arbitrary for empty ids). Kept up to date in O(1) per move, except when the
+        representative itself leaves a cluster (then one search over its block).
+    """
+
+    labels: jnp.ndarray
+    sizes: jnp.ndarray
+    reps: jnp.ndarray
+
+
+class SweepInfo(NamedTuple):
+    """Counts over one sweep (all int32 scalars).
+
+    Attributes
+    ----------
+    num_evaluations
+        Factor evaluations ``f(x_i, x_j)`` computed for the decisions (exact: ``K`` per
+        mention; racing: the drawn indices plus the control variate's D - 1).
+    num_races
+        Updates decided by racing.
+    num_exact
+        Updates computed exactly (exact sweep, small blocks, more than ``max_candidates``).
+    num_nan
+        Updates that met a NaN / +inf factor: the mention kept its cluster (not a valid draw).
+    num_errors
+        Races whose decision differs from the exact Gumbel-max decision under the same noise
+        (only counted with ``check_decisions=True``; otherwise 0).
+    num_checked
+        Races checked against the exact decision.
+    """
+
+    num_evaluations: jnp.ndarray
+    num_races: jnp.ndarray
+    num_exact: jnp.ndarray
+    num_nan: jnp.ndarray
+    num_errors: jnp.ndarray
+    num_checked: jnp.ndarray
+
+
+def _zero_info():
+    z = jnp.zeros((), jnp.int32)
+    return SweepInfo(z, z, z, z, z, z)
+
+
+def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
+    return SweepInfo(*(x + y for x, y in zip(a, b)))
+
+
+# --------------------------------------------------------------------------- state
+def init(position, blocks: Blocks) -> CorefState:
+    """State from cluster labels (``None``: every mention alone, as in the paper).
+
+    Args:
+        position: ``None`` or ``[M]`` integer cluster ids, each inside its mention's block range
+            (e.g. ``state.labels`` of an earlier run, or ``singletons``).
+        blocks: :class:`Blocks`.
+    """
+    m = blocks.num_mentions
+    if position is None:
+        labels = jnp.asarray(blocks.position, jnp.int32)
+    else:
+        labels = jnp.asarray(position)
+        if labels.shape != (m,) or not jnp.issubdtype(labels.dtype, jnp.integer):
+            raise ValueError(f"position must be an integer array of shape ({m},); got {labels.shape} {labels.dtype}")
+        labels = labels.astype(jnp.int32)
+        if not isinstance(labels, jax.core.Tracer):
+            lab = np.asarray(labels)
+            lo = blocks.start[blocks.position]
+            if np.any((lab < lo) | (lab >= lo + blocks.size[blocks.position])):
+                raise ValueError("position: every label must be a cluster id of its mention's block "
+                                 "(a sorted position in [start, start + size) of that block)")
+    sizes = jnp.zeros((m,), jnp.int32).at[labels].add(1)
+    reps = jnp.zeros((m,), jnp.int32).at[labels].set(jnp.arange(m, dtype=jnp.int32))
+    return CorefState(labels, sizes, reps)
+
+
+def mention_classes(blocks: Blocks, small_cap: int = 64):
+    """Group sorted positions by block size: ``[(N_cap, positions)]`` with ``K = n_b - 1 ∈ (N_cap/2, N_cap]``.
+
+    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap`` (always updated exactly);
+    above it the classes are the powers of two. Singleton blocks (``K = 0``, nothing to decide)
+    are left out. One update function is compiled per class.
+    """
+    k = blocks.size - 1
+    out = []
+    small = np.flatnonzero((k >= 1) & (k <= small_cap)).astype(np.int32)
+    if small.size:
+        out.append((small_cap, small))
+    cap = small_cap * 2
+    while np.any(k > cap // 2):
+        sel = np.flatnonzero((k > cap // 2) & (k <= cap) & (k > small_cap)).astype(np.int32)
+        if sel.size:
+            out.append((cap, sel))
+        cap *= 2
+    return out
+
+
+# --------------------------------------------------------------------------- the adapter
+def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_states: int, num_data: int, delta: float,
+                     first_batch_size: int, log_factor_states_fn=None, control_variate=None, population_sizes=None):
+    """The one call into the racing engine of :mod:`jaxsub.discrete`.
+
+    Draws ``argmax_y log_f0[y] + S_y`` by Racing-Normal; ``log_f0`` already carries the Gumbel noise
+    (``gumbel_noise=False``), so the exact decision under the same noise can be re-made by the caller.
+
+    * ``schedule="padded"``: :func:`jaxsub.discrete.racing` over one shared population of
+      ``num_data`` indices (``log_factor_fn(indices [m]) -> [m, D]``), marginal variances,
+      optional control variate, exact pass off (``info.num_data_used`` = drawn indices).
+    * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
+      over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
+      ``num_data`` = the static bound on every population.
+
+    Returns:
+        ``(x, RacingInfo)``.
+    """
+    if schedule == "ragged":
+        from jaxsub.discrete import racing_ragged
+
+        sample = racing_ragged(log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size,
+                               gumbel_noise=False)
+        return sample(rng_key, log_f0, population_sizes)
+    sample = racing(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound="normal",
+        variance="marginal", control_variate=control_variate, gumbel_noise=False,
+        log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None,
+    )
+    return sample(rng_key, log_f0)
+
+
+# --------------------------------------------------------------------------- one update
+def _row(tree, i):
+    return jax.tree.map(lambda a: a[i], tree)
+
+
+def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
+                first_batch_size: int, control_variate: bool, check_decisions: bool, chunk_size: int,
+                schedule: str = "padded"):
+    """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``."""
+    order, start_arr, size_arr = blocks_dev
+    W = n_cap + 1  # window of block slots / mentions (n_b <= n_cap + 1)
+    ar_w = jnp.arange(W, dtype=jnp.int32)
+    C = min(chunk_size, n_cap)
+
+    def factors_at(xi, mentions, beta, js):
+        xj = jax.tree.map(lambda a: a[js], mentions)
+        return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
+
+    def exact_sums(xi, mentions, beta, labels, s, off, K, col, num_cols):
+        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column (chunked over the K other mentions)."""
+        nchunks = (K + C - 1) // C
+
+        def body(carry):
+            c, sums, bad = carry
+            k = c * C + jnp.arange(C, dtype=jnp.int32)
+            valid = k < K
+            o = k + (k >= off).astype(jnp.int32)
+            js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
+            f = factors_at(xi, mentions, beta, js)
+            cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
+            f = jnp.where(valid, f, 0.0)
+            bad = bad | jnp.any(valid & ~jnp.isfinite(f) & ~(f == -jnp.inf))
+            sums = sums.at[jnp.where(valid, cols, num_cols)].add(f, mode="drop")
+            return c + 1, sums, bad
+
+        init_c = (jnp.zeros((), jnp.int32), jnp.zeros((num_cols,), jnp.float32), jnp.zeros((), bool))
+        _, sums, bad = jax.lax.while_loop(lambda c: c[0] < nchunks, body, init_c)
+        return sums, bad
+
+    def step(mentions, beta, carry, p):
+        state, key = carry
+        key, k_noise, k_race = jax.random.split(key, 3)
+        labels, sizes, reps = state
+        i = order[p]
+        s = start_arr[p]
+        n = size_arr[p]
+        K = n - 1
+        off = p - s
+        yi = labels[i]
+        sizes = sizes.at[yi].add(-1)
+        wvalid = ar_w < n
+        wsizes = jnp.where(wvalid, sizes[jnp.clip(s + ar_w, 0, sizes.shape[0] - 1)], 0)
+        nonempty = wsizes > 0
+        first_empty = jnp.argmax(wvalid & ~nonempty)
+        cand = nonempty | (ar_w == first_empty)
+        ncand = jnp.sum(cand, dtype=jnp.int32)
+        col = jnp.where(cand, jnp.cumsum(cand.astype(jnp.int32)) - 1, W).astype(jnp.int32)  # window slot -> column
+        xi = _row(mentions, i)
+
+        def exact_branch(_):
+            cand_slot = jnp.zeros((W,), jnp.int32).at[col].set(s + ar_w, mode="drop")
+            sums, bad = exact_sums(xi, mentions, beta, labels, s, off, K, col, W)
+            logits = jnp.where(ar_w < ncand, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
+            x = jnp.argmax(logits)
+            bad = bad | ~jnp.isfinite(logits[x])
+            new = jnp.where(bad, yi, cand_slot[x])
+            info = SweepInfo(K.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.ones((), jnp.int32),
+                             bad.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+            return new, info
+
+        if not race:
+            new, info = exact_branch(None)
+        else:
+            D = d_cap
+            ar_d = jnp.arange(D, dtype=jnp.int32)
+            N = n_cap
+
+            def race_branch(_):
+                cand_slot = jnp.zeros((D,), jnp.int32).at[col].set(s + ar_w, mode="drop")
+                n_y = jnp.zeros((D,), jnp.int32).at[col].set(wsizes, mode="drop")
+
+                def member(idx):
+                    idx = idx.astype(jnp.int32)
+                    k = (idx * K) // N
+                    c_k = (((k + 1) * N + K - 1) // K) - ((k * N + K - 1) // K)
+                    o = k + (k >= off).astype(jnp.int32)
+                    js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
+                    cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
+                    return js, cols, c_k.astype(jnp.float32)
+
+                def values(idx):
+                    js, cols, c_k = member(idx)
+                    return factors_at(xi, mentions, beta, js) / c_k, cols, c_k
+
+                def log_factor_fn(idx):
+                    v, cols, _ = values(idx)
+                    return jnp.where(cols[:, None] == ar_d[None, :], v[:, None], 0.0)
+
+                def log_factor_states_fn(idx, states):
+                    v, cols, _ = values(idx)
+                    return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
+
+                num_cv = jnp.zeros((), jnp.int32)
+                cv = None
+                if control_variate and schedule == "padded":
+                    # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
+                    has_rep = (n_y > 0) & (ar_d < ncand)
+                    a = jnp.where(has_rep, factors_at(xi, mentions, beta, reps[cand_slot]), 0.0)
+                    a = jnp.where(jnp.isfinite(a), a, 0.0)
+                    num_cv = jnp.sum(has_rep, dtype=jnp.int32)
+                    h_mean = a * n_y.astype(jnp.float32) / N
+
+                    def h_fn(idx):
+                        _, cols, c_k = member(idx)
+                        hv = a[jnp.clip(cols, 0, D - 1)] / c_k
+                        return jnp.where(cols[:, None] == ar_d[None, :], hv[:, None], 0.0)
+
+                    cv = (h_fn, h_mean)
+                noise = jax.random.gumbel(k_noise, (D,))
+                log_f0 = jnp.where(ar_d < ncand, 0.0, -jnp.inf) + noise
+                if schedule == "ragged":
+                    # members of each candidate, contiguous by column (window offsets sorted by column)
+                    js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+                    ok = wvalid & (ar_w != off)
+                    cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
+                    by_col = jnp.argsort(cols_w, stable=True).astype(jnp.int32)
+                    first = jnp.cumsum(n_y) - n_y
+
+                    def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
+                        pos = jnp.clip(first[None, :] + idx.astype(jnp.int32), 0, W - 1)
+                        js = order[jnp.clip(s + by_col[pos], 0, order.shape[0] - 1)]
+                        flat = factors_at(xi, mentions, beta, js.reshape(-1))
+                        return flat.reshape(js.shape)
+
+                    x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
+                                                delta=delta, first_batch_size=first_batch_size, population_sizes=n_y)
+                    num_cv = jnp.zeros((), jnp.int32)
+                    used = rinfo.num_evaluations
+                else:
+                    x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
+                                                num_data=N, delta=delta, first_batch_size=first_batch_size,
+                                                log_factor_states_fn=log_factor_states_fn, control_variate=cv)
+                    used = rinfo.num_data_used
+                bad = rinfo.has_nan
+                new = jnp.where(bad, yi, cand_slot[x])
+                errors = checked = jnp.zeros((), jnp.int32)
+                if check_decisions:
+                    sums, bad_x = exact_sums(xi, mentions, beta, labels, s, off, K, col, D)
+                    x_exact = jnp.argmax(jnp.where(ar_d < ncand, sums, -jnp.inf) + noise)
+                    checked = (~bad & ~bad_x).astype(jnp.int32)
+                    errors = (checked.astype(bool) & (x_exact != x)).astype(jnp.int32)
+                info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
+                                 jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                return new, info
+
+            new, info = jax.lax.cond(ncand <= D, race_branch, exact_branch, None)
+        # representatives: i leaves yi (find another member if i was its representative and
+        # members remain), then i represents ``new`` if it was empty
+        def other_member(_):
+            js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+            hit = wvalid & (ar_w != off) & (labels[js_w] == yi)
+            return js_w[jnp.argmax(hit)]
+
+        need = (reps[yi] == i) & (sizes[yi] > 0) & (new != yi)
+        reps = reps.at[yi].set(jax.lax.cond(need, other_member, lambda _: reps[yi], None))
+        reps = reps.at[new].set(jnp.where(sizes[new] == 0, i, reps[new]))
+        labels = labels.at[i].set(new)
+        sizes = sizes.at[new].add(1)
+        return (CorefState(labels, sizes, reps), key), info
+
+    return step
+
+
+# --------------------------------------------------------------------------- kernel
+def _check_mentions(mentions, m):
+    leaves = jax.tree.leaves(mentions)
+    if not leaves or any(jnp.ndim(a) < 1 or jnp.shape(a)[0] != m for a in leaves):
+        raise ValueError(f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
+                         f"got shapes {[jnp.shape(a) for a in leaves]}")
+
+
+def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch_size=50, max_candidates=128,
+            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256, visit=None,
+            schedule="padded") -> dict:
+    """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
+    if not callable(pairwise_log_factor):
+        raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
+    if not isinstance(blocks, Blocks):
+        raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
+    exact = bool(exact)
+    if not exact:
+        delta = check_real("delta", delta, low=0.0, high=1.0)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
+    if visit is not None:
+        visit = np.asarray(visit)
+        m = blocks.num_mentions
+        if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
+            raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
+    schedule = check_choice("schedule", schedule, ("padded", "ragged"))
+    return dict(visit=visit, schedule=schedule, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact,
+                first_batch_size=first_batch_size,
+                max_candidates=check_int("max_candidates", max_candidates, low=2),
+                min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
+                control_variate=bool(control_variate), check_decisions=bool(check_decisions),
+                chunk_size=check_int("chunk_size", chunk_size, low=1))
+
+
+def _class_steps(blocks, config):
+    """``[(n_cap, positions, step)]``: one update function per class of block sizes."""
+    blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
+    out = []
+    keep = None
+    if config["visit"] is not None:
+        keep = np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
+    for n_cap, positions in mention_classes(blocks):
+        if keep is not None:
+            positions = positions[keep[positions]]
+            if positions.size == 0:
+                continue
+        race = (not config["exact"]) and n_cap >= config["min_race_size"]
+        out.append((n_cap, positions, _class_step(
+            config["pairwise_log_factor"], blocks_dev, n_cap, race=race,
+            d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
+            first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
+            check_decisions=config["check_decisions"], chunk_size=config["chunk_size"], schedule=config["schedule"])))
+    return out
+
+
+def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
+                 first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
+                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256, visit=None,
+                 schedule: str = "padded"):
+    """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
+
+    Args:
+        pairwise_log_factor: ``f(x_i, x_j) -> scalar`` on single rows of the mentions pytree
+            (e.g. :func:`~jaxsub.coreference.similarity_factor`).
+        blocks: :class:`Blocks` from :func:`~jaxsub.coreference.make_blocks`.
+        delta: racing error level in (0, 1) (ignored with ``exact=True``).
+        exact: exact Gibbs (every factor of every candidate) through the same sweep.
+        first_batch_size: m1 >= 2, the first mini-batch (paper: 50).
+        max_candidates: the race width D (static); mentions with more candidates are updated exactly.
+        min_race_size: blocks with ``K = n_b - 1`` below the class of this size are updated exactly.
+        control_variate: use the per-candidate control variate (see module docstring).
+        check_decisions: also recompute every race exactly under the same Gumbel noise and count
+            disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
+        chunk_size: chunk of mentions summed at once by the exact update.
+        schedule: ``"padded"`` (one shared population per block, zero rewards for other clusters,
+            with the control variate) or ``"ragged"`` (the engine's per-arm doubling schedules over
+            each candidate's own members, :func:`jaxsub.discrete.racing_ragged`; no control variate).
+        visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
+            updates inside one large block); default all.
+
+    Returns:
+        ``kernel(rng_key, state, mentions, temperature) -> (state, SweepInfo)``; ``mentions`` is a
+        pytree of arrays with leading axis M (indexed by mention), ``temperature`` the inverse
+        temperature β > 0 (traceable).
+    """
+    config = _config(pairwise_log_factor, blocks, delta=delta, exact=exact, first_batch_size=first_batch_size,
+                     max_candidates=max_candidates, min_race_size=min_race_size, control_variate=control_variate,
+                     check_decisions=check_decisions, chunk_size=chunk_size, visit=visit, schedule=schedule)
+    steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
+    m = blocks.num_mentions
+
+    def kernel(rng_key, state: CorefState, mentions, temperature=1.0):
+        temperature = check_hyperparameter("temperature", temperature, low=0.0)
+        _check_mentions(mentions, m)
+        beta = jnp.asarray(temperature, jnp.float32)
+        info = _zero_info()
+        key = rng_key
+        for c, (positions, step) in enumerate(steps):
+            ck = jax.random.fold_in(key, c)
+            (state, _), infos = jax.lax.scan(lambda carry, p, step=step: step(mentions, beta, carry, p),
+                                             (state, ck), positions)
+            info = _add_info(info, jax.tree.map(lambda a: jnp.sum(a, dtype=jnp.int32), infos))
+        return state, info
+
+    return kernel
+
+
+def conditional_update(pairwise_log_factor: Callable, blocks: Blocks, mention: int, **kernel_kwargs):
+    """One Gibbs update of a single mention, exactly as the sweep of :func:`build_kernel` does it.
+
+    Args:
+        mention: the mention index (concrete int); its block must have at least 2 mentions.
+        kernel_kwargs: as in :func:`build_kernel`.
+
+    Returns:
+        ``update(rng_key, state, mentions, temperature) -> (state, SweepInfo)`` (for tests and
+        diagnostics: the law of ``state.labels[mention]`` is the racing (or exact) conditional).
+    """
+    m = blocks.num_mentions
+    mention = check_int("mention", mention, low=0, high=m - 1)
+    p = int(blocks.position[mention])
+    config = _config(pairwise_log_factor, blocks, **kernel_kwargs)
+    for n_cap, positions, step in _class_steps(blocks, config):
+        if p in set(positions.tolist()):
+            break
+    else:
+        raise ValueError(f"mention {mention} is alone in its block: there is nothing to update")
+
+    def update(rng_key, state, mentions, temperature=1.0):
+        _check_mentions(mentions, m)
+        beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
+        (state, _), info = step(mentions, beta, (state, rng_key), jnp.int32(p))
+        return state, info
+
+    return update
+
+
+def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *, temperature=1.0,
+                     **kernel_kwargs) -> SamplingAlgorithm:
+    """``SamplingAlgorithm``: ``init(position=labels or None)``, ``step(rng_key, state)`` = one sweep.
+
+    ``temperature`` is the inverse temperature β (traceable); other keyword arguments go to
+    :func:`build_kernel`.
+    """
+    check_hyperparameter("temperature", temperature, low=0.0)
+    kernel = build_kernel(pairwise_log_factor, blocks, **kernel_kwargs)
+
+    def init_fn(position=None, rng_key=None):
+        del rng_key
+        return init(position, blocks)
+
+    def step_fn(rng_key, state):
+        return kernel(rng_key, state, mentions, temperature)
+
+    return SamplingAlgorithm(init_fn, step_fn)
+
+
+# --------------------------------------------------------------------------- driver
+class FitTrace(NamedTuple):
+    """Per-sweep record of :func:`fit` (NumPy arrays, one entry per sweep)."""
+
+    labels: np.ndarray  # [S, M] labels after each sweep (only if keep_labels) else [1, M] final
+    num_evaluations: np.ndarray
+    seconds: np.ndarray
+    num_races: np.ndarray
+    num_exact: np.ndarray
+    num_nan: np.ndarray
+    num_errors: np.ndarray
+    num_checked: np.ndarray
+    compile_seconds: float
+
+
+def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temperatures, *, position=None,
+        callback: Callable | None = None, progress_bar: bool = False, kernel: Callable | None = None,
+        **kernel_kwargs) -> tuple[CorefState, FitTrace]:
+    """Run one sweep per entry of ``temperatures`` (annealed Gibbs for MAP with an increasing β).
+
+    Args:
+        temperatures: 1-D array of inverse temperatures β_s > 0, one per sweep (data, not code).
+        callback: optional ``callback(sweep, labels_numpy)`` after each sweep (e.g. scoring).
+        kernel: optional ``jax.jit(build_kernel(...))`` (compiled here) or its compiled form
+            ``.lower(...).compile()`` (reused as is, ``compile_seconds`` ≈ 0) to share one
+            compilation across runs; then ``kernel_kwargs`` must be empty.
+
+    Returns:
+        ``(state, FitTrace)``; wall-clock excludes the first call's compilation (timed apart).
+    """
+    betas = np.asarray(temperatures, np.float32)
+    if betas.ndim != 1 or betas.size < 1 or not np.all(np.isfinite(betas)) or np.any(betas <= 0):
+        raise ValueError(f"temperatures must be a 1-D array of finite values > 0; got {temperatures!r}")
+    if kernel is None:
+        kernel = jax.jit(build_kernel(pairwise_log_factor, blocks, **kernel_kwargs))
+    elif kernel_kwargs:
+        raise ValueError(f"pass either kernel or kernel keyword arguments, not both; got {sorted(kernel_kwargs)}")
+    state = init(position, blocks)
+    t0 = time.perf_counter()
+    compiled = kernel
+    if hasattr(kernel, "lower"):
+        compiled = kernel.lower(rng_key, state, mentions, jnp.float32(1.0)).compile()
+    compile_s = time.perf_counter() - t0
+    rows = []
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=betas.size, unit="sweep", leave=False)
+    for s, beta in enumerate(betas):
+        t0 = time.perf_counter()
+        state, info = compiled(jax.random.fold_in(rng_key, s), state, mentions, jnp.float32(beta))
+        jax.block_until_ready(state)
+        dt = time.perf_counter() - t0
+        rows.append((dt,) + tuple(int(v) for v in info))
+        if callback is not None:
+            callback(s, np.asarray(state.labels))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    cols = list(zip(*rows))
+    return state, FitTrace(labels=np.asarray(state.labels)[None], seconds=np.asarray(cols[0]),
+                           num_evaluations=np.asarray(cols[1], np.int64), num_races=np.asarray(cols[2]),
+                           num_exact=np.asarray(cols[3]), num_nan=np.asarray(cols[4]),
+                           num_errors=np.asarray(cols[5]), num_checked=np.asarray(cols[6]),
+                           compile_seconds=compile_s)

@@ -1,0 +1,233 @@
+"""Tests for jaxsub.coreference (racing Gibbs for pairwise-factor clustering, paper §5.3)."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import tv_distance, tv_tolerance
+
+from jaxsub import coreference as co
+
+# One block of 120 mentions (K = 119, the 128 class: raced) with ragged clusters, plus two
+# small blocks (updated exactly). The factor depends on the other mention only,
+# f(x_i, x_j) = a_j, so S_y = sum of a_j over C_y; mention 0 is the variable under test.
+NOISE_SD = 0.01
+RAGGED = [1, 50, 30, 15, 8, 4, 2, 1, 1, 8]  # cluster sizes of block 0 (mention 0 alone in the first)
+
+
+RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16)
+
+
+@functools.cache
+def _kernel(exact: bool):
+    """One compiled sweep per mode, shared by the tests (the problem's blocks are fixed)."""
+    blocks = _ragged_problem()[0]
+    return jax.jit(co.build_kernel(_factor, blocks, exact=exact, **({} if exact else RACE)))
+
+
+def _factor(xi, xj):
+    del xi
+    return xj["a"]
+
+
+def _ragged_problem(seed=0):
+    rng = np.random.default_rng(seed)
+    labels_local = np.repeat(np.arange(len(RAGGED)), RAGGED)  # 120 mentions of block 0
+    totals = np.array([0.0, 1.2, 1.0, 0.6, 0.9, 0.2, -0.3, 0.1, -2.0, 0.8])  # target S_y
+    a = np.empty(labels_local.size)
+    for c, n in enumerate(RAGGED):
+        idx = np.flatnonzero(labels_local == c)
+        noise = rng.normal(0.0, NOISE_SD, n)
+        a[idx] = totals[c] / n + noise - noise.mean()
+    m0 = labels_local.size
+    keys = np.concatenate([np.zeros(m0, int), np.ones(5, int), 2 * np.ones(3, int)])
+    a = np.concatenate([a, rng.normal(0, 1, 8)])
+    blocks = co.make_blocks(keys)
+    # cluster ids of block 0: sorted positions [0, 120); use the first position of each cluster
+    first = np.concatenate([[0], np.cumsum(RAGGED)[:-1]])
+    labels = np.concatenate([first[labels_local], np.arange(m0, m0 + 8)])
+    mentions = {"a": jnp.asarray(a, jnp.float32)}
+    return blocks, co.init(jnp.asarray(labels, jnp.int32), blocks), mentions, first
+
+
+def _exact_conditional(a, labels, i, block_ids, beta):
+    """NumPy: p(y_i = y | rest) over (non-empty clusters of i's block without i) + one empty."""
+    others = [j for j in block_ids if j != i]
+    clusters = sorted(set(int(labels[j]) for j in others))
+    sums = np.array([sum(float(a[j]) for j in others if labels[j] == c) for c in clusters] + [0.0])
+    logits = beta * sums
+    p = np.exp(logits - logits.max())
+    return clusters, p / p.sum()
+
+
+@pytest.mark.parametrize("schedule", ["padded", "ragged"])
+def test_racing_conditional_within_delta_of_exact_tv(schedule):
+    blocks, state, mentions, first = _ragged_problem()
+    beta, delta, n_draws = 2.0, RACE["delta"], 3000
+    update = co.conditional_update(_factor, blocks, 0, schedule=schedule, **RACE)
+    draw = jax.jit(jax.vmap(lambda k: update(k, state, mentions, beta)))
+    new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
+    assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
+    labels = np.asarray(state.labels)
+    clusters, probs = _exact_conditional(np.asarray(mentions["a"]), labels, 0, range(120), beta)
+    new = np.asarray(new_states.labels[:, 0])
+    empty = ~np.isin(new, clusters)
+    assert np.all(new[empty] == new[empty][0]) if empty.any() else True  # one empty cluster id
+    idx = np.where(empty, len(clusters), np.searchsorted(clusters, new))
+    emp = np.bincount(idx, minlength=len(probs)) / n_draws
+    tol = tv_tolerance(probs, n_draws)
+    assert tv_distance(emp, probs) <= delta + tol
+    # the races subsampled: many stopped before the exact update's K = 119 evaluations
+    assert float(np.mean(np.asarray(infos.num_evaluations) < 119)) > 0.3
+    # negative control: the same draws are far from a wrong conditional (largest cluster halved)
+    a_wrong = np.asarray(mentions["a"]).copy()
+    a_wrong[first[1]:first[1] + 25] = 0.0
+    _, wrong = _exact_conditional(a_wrong, labels, 0, range(120), beta)
+    assert tv_distance(emp, wrong) > delta + tol
+    # sizes stay consistent with labels (no cluster dropped)
+    ns = jax.tree.map(lambda x: x[0], new_states)
+    np.testing.assert_array_equal(np.asarray(ns.sizes), np.bincount(np.asarray(ns.labels), minlength=128))
+
+
+def _numpy_exact_sweep(key, labels, a, blocks, beta, small_cap=64):
+    """Reference: the exact sweep's visiting order and key stream, sums in float64."""
+    labels = np.array(labels)
+    classes = co.mention_classes(blocks, small_cap)
+    for c, (n_cap, positions) in enumerate(classes):
+        k = jax.random.fold_in(key, c)
+        W = n_cap + 1
+        for p in positions:
+            k, k_noise, _ = jax.random.split(k, 3)
+            noise = np.asarray(jax.random.gumbel(k_noise, (W,)), np.float64)
+            i = blocks.order[p]
+            s, n = blocks.start[p], blocks.size[p]
+            sizes = np.bincount(labels, minlength=labels.size)
+            sizes[labels[i]] -= 1
+            slots = np.arange(s, s + n)
+            nonempty = sizes[slots] > 0
+            cand = nonempty.copy()
+            cand[np.argmax(~nonempty)] = True
+            cand_slots = slots[cand]
+            sums = np.zeros(len(cand_slots))
+            for j in blocks.order[s:s + n]:
+                if j != i:
+                    sums[np.searchsorted(cand_slots, labels[j])] += beta * float(a[j])
+            x = np.argmax(sums + noise[: len(cand_slots)])
+            labels[i] = cand_slots[x]
+    return labels
+
+
+def test_exact_sweep_matches_numpy_reference():
+    blocks, state, mentions, _ = _ragged_problem(seed=3)
+    kernel = _kernel(True)
+    key = jax.random.key(7)
+    labels = np.asarray(state.labels)
+    for s in range(2):
+        ks = jax.random.fold_in(key, s)
+        state, info = kernel(ks, state, mentions, 1.5)
+        labels = _numpy_exact_sweep(ks, labels, np.asarray(mentions["a"], np.float32), blocks, 1.5)
+        np.testing.assert_array_equal(np.asarray(state.labels), labels)
+        assert int(info.num_exact) == 128 and int(info.num_races) == 0
+        assert int(info.num_evaluations) == 120 * 119 + 5 * 4 + 3 * 2
+
+
+def test_b_cubed_and_pairwise_hand_computed():
+    # Bagga & Baldwin (1998), their Fig.: truth {1-5}, {6,7}, {8-12}; response merges the last two
+    truth = [0] * 5 + [1] * 2 + [2] * 5
+    pred = [0] * 5 + [1] * 7
+    s = co.b_cubed(pred, truth)
+    assert s.recall == pytest.approx(1.0)
+    assert s.precision == pytest.approx((5 + 2 * 2 / 7 + 5 * 5 / 7) / 12)
+    assert s.f1 == pytest.approx(2 * s.precision / (s.precision + 1))
+    pw = co.pairwise_f1(pred, truth)
+    assert pw.precision == pytest.approx(21 / 31) and pw.recall == pytest.approx(1.0)
+    # all singletons: B3 precision 1, recall = mean 1/|T(i)|
+    s = co.b_cubed(np.arange(12), truth)
+    assert s.precision == 1.0 and s.recall == pytest.approx((5 * 1 / 5 + 2 * 1 / 2 + 5 * 1 / 5) / 12)
+    assert co.b_cubed(truth, truth).f1 == 1.0 and co.pairwise_f1(pred[::-1], pred[::-1]).f1 == 1.0
+
+
+def test_resume_is_exact_and_no_cluster_dropped():
+    blocks, state0, mentions, _ = _ragged_problem(seed=1)
+    kernel = _kernel(False)
+    keys = [jax.random.fold_in(jax.random.key(2), s) for s in range(4)]
+    state = state0
+    for k in keys:
+        state, info = kernel(k, state, mentions, 1.0)
+    half = state0
+    for k in keys[:2]:
+        half, _ = kernel(k, half, mentions, 1.0)
+    rebuilt = co.init(np.asarray(half.labels), blocks)  # labels alone give the same sizes
+    np.testing.assert_array_equal(np.asarray(rebuilt.sizes), np.asarray(half.sizes))
+    resumed = co.CorefState(*(jnp.asarray(np.asarray(x)) for x in half))  # host round trip, then resume
+    for k in keys[2:]:
+        resumed, _ = kernel(k, resumed, mentions, 1.0)
+    np.testing.assert_array_equal(np.asarray(resumed.labels), np.asarray(state.labels))
+    lab = np.asarray(state.labels)
+    np.testing.assert_array_equal(np.asarray(state.sizes), np.bincount(lab, minlength=lab.size))
+    lo = blocks.start[blocks.position]
+    assert np.all((lab >= lo) & (lab < lo + blocks.size[blocks.position]))
+    nonempty = np.flatnonzero(np.asarray(state.sizes) > 0)
+    np.testing.assert_array_equal(lab[np.asarray(state.reps)[nonempty]], nonempty)  # representatives are members
+
+
+def test_nan_factors_surfaced_in_info_and_label_kept():
+    blocks, state, mentions, _ = _ragged_problem()
+    a = np.asarray(mentions["a"]).copy()
+    a[5] = np.nan
+    bad = {"a": jnp.asarray(a)}
+    for exact in (True, False):
+        kernel = _kernel(exact)
+        new, info = kernel(jax.random.key(0), state, bad, 1.0)
+        assert int(info.num_nan) > 0
+        # every mention of block 0 but mention 5 meets the NaN (exact) and keeps its label then
+        if exact:
+            keep = np.asarray(new.labels[:120]) == np.asarray(state.labels[:120])
+            assert int(info.num_nan) == 119 and keep[np.arange(120) != 5].all()
+
+
+def test_bad_inputs_raise_value_error():
+    blocks, state, mentions, _ = _ragged_problem()
+    kernel = co.build_kernel(_factor, blocks, exact=True)
+    with pytest.raises(ValueError, match="leading axis 128"):
+        kernel(jax.random.key(0), state, {"a": jnp.zeros(127)}, 1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        kernel(jax.random.key(0), state, mentions, -1.0)
+    with pytest.raises(ValueError, match="delta"):
+        co.build_kernel(_factor, blocks, delta=1.5)
+    with pytest.raises(ValueError, match="first_batch_size"):
+        co.build_kernel(_factor, blocks, first_batch_size=1)
+    with pytest.raises(ValueError, match="pairwise_log_factor"):
+        co.build_kernel(None, blocks)
+    with pytest.raises(ValueError, match="position"):
+        co.init(jnp.zeros(128, jnp.int32) + 127, blocks)
+    with pytest.raises(ValueError, match="position"):
+        co.init(jnp.zeros(5, jnp.int32), blocks)
+    with pytest.raises(ValueError, match="block_keys"):
+        co.make_blocks([])
+    with pytest.raises(ValueError, match="temperatures"):
+        co.fit(jax.random.key(0), _factor, mentions, blocks, [1.0, -2.0])
+    with pytest.raises(ValueError, match="kinds"):
+        co.encode_mentions({"name": ["a", "b"]}, {"name": "text"})
+    with pytest.raises(ValueError, match="same number"):
+        co.encode_mentions({"x": ["a", "b"], "y": ["a"]}, {"x": "string", "y": "string"})
+    with pytest.raises(ValueError, match="alone"):
+        co.conditional_update(_factor, co.make_blocks([0, 0, 1]), 2)
+
+
+def test_default_similarity_factor_and_encoding():
+    cols = {"name": ["john smith", "jon smith", "mary jones", None], "city": ["a", "a", "b", "a"],
+            "year": [1990.0, 1991.0, 2010.0, np.nan], "coauthors": ["x;y", "y;z", "q", "x"]}
+    kinds = {"name": "string", "city": "categorical", "year": "numeric", "coauthors": "tokens"}
+    enc = co.encode_mentions(cols, kinds, hash_dim=64)
+    f = co.similarity_factor(kinds, scales={"year": 2.0})
+    row = lambda i: jax.tree.map(lambda v: v[i], enc)  # noqa: E731
+    close, far = float(f(row(0), row(1))), float(f(row(0), row(2)))
+    assert close > 0 > far
+    # missing fields contribute 0: mention 3 has no name and no year
+    only = float(f(row(3), row(0)))
+    cat = 1.0
+    tok = float(jnp.dot(enc["coauthors"][3], enc["coauthors"][0])) - 0.5
+    assert only == pytest.approx(cat + tok, abs=1e-6)
