@@ -19,8 +19,8 @@ def _positions(trace):
 
 def _run_pair(algo, rw, key, num_steps, position):
     keep = lambda s, i: (s.position, i.is_accepted)  # noqa: E731
-    a = jaxsub.run_chain(key, algo, algo.init(position), num_steps, transform=keep)
-    b = jaxsub.run_chain(key, rw, rw.init(position), num_steps, transform=keep)
+    a = jaxsub.run_chain(key, algo, algo.init(position), num_steps, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+    b = jaxsub.run_chain(key, rw, rw.init(position), num_steps, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
     return a, b
 
 
@@ -52,8 +52,8 @@ def test_tiny_delta_reproduces_exact_mh_with_same_keys():
     rw = blackjax.additive_step_random_walk(full_logdensity(logprior, loglik, y), normal(jnp.asarray(step, jnp.float32)))
     start = jnp.asarray([-1.0, 1.0], jnp.float32)
     keep = lambda s, i: (s.position, (i.is_accepted, getattr(i, "num_evaluations", 0)))  # noqa: E731
-    a = jaxsub.run_chain(jax.random.key(7), algo, algo.init(start), 300, transform=keep)
-    b = jaxsub.run_chain(jax.random.key(7), rw, rw.init(start), 300, transform=lambda s, i: (s.position, i.is_accepted))
+    a = jaxsub.run_chain(jax.random.key(7), algo, algo.init(start), 300, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+    b = jaxsub.run_chain(jax.random.key(7), rw, rw.init(start), 300, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted)
     np.testing.assert_array_equal(np.asarray(a.infos[0]), np.asarray(b.infos))
     np.testing.assert_allclose(np.asarray(a.states), np.asarray(b.states), rtol=0, atol=0)
     acc = np.asarray(b.infos)
@@ -78,7 +78,7 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=step, control_variate=cv)
     starts = jnp.asarray(post_mean, jnp.float32) + jnp.sqrt(post_var[0]) * jax.random.normal(jax.random.key(1), (4, 2))
     keep = lambda s, i: (s.position, i.num_evaluations)  # noqa: E731
-    trace = jaxsub.run_chains(jax.random.key(11), algo, jax.vmap(algo.init)(starts), 4000, transform=keep)
+    trace = jaxsub.run_chains(jax.random.key(11), algo, jax.vmap(algo.init)(starts), 4000, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
     samples = np.asarray(trace.states)[:, 400:]
     assert_mean_matches(samples, post_mean, min_ess=300)
     assert_variance_matches(samples, post_var, min_ess=300)
@@ -327,7 +327,7 @@ def test_ebs_racing_mh_decision_error_within_delta():
         algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=0.08, bound="ebs", reward_range=reward_range)
         keep = lambda s, i: (s.position, (i.is_accepted, i.log_uniform, i.log_prior_proposal_ratio, i.proposal, i.num_evaluations))  # noqa: E731
         start = jnp.asarray([float(np.log(0.3 / 0.7))])
-        tr = jaxsub.run_chain(jax.random.key(seed), algo, algo.init(start), 1500, transform=keep)
+        tr = jaxsub.run_chain(jax.random.key(seed), algo, algo.init(start), 1500, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
         acc, lu, lpr, prop, evals = (np.asarray(a) for a in tr.infos)
         pos = np.asarray(tr.states)
         prev = np.concatenate([start[None], pos[:-1]])
@@ -424,7 +424,7 @@ def test_zero_likelihood_decides_at_once_and_constraint_in_prior_is_exact():
     logprior = lambda t: jnp.where(t > y_max, -jnp.log(t), -jnp.inf)  # noqa: E731  support in the prior
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.002)
     trace = jaxsub.run_chain(jax.random.key(1), algo, algo.init(jnp.float32(y_max + 0.01)), 500,
-                             transform=lambda s, i: (s.position, i.has_nan))
+                             transform=lambda s, i: s.position, info_transform=lambda s, i: i.has_nan)
     assert np.all(np.asarray(trace.states) > y_max)
     assert not np.any(np.asarray(trace.infos))
 
