@@ -187,7 +187,21 @@ def check_module_contract(module, case, monkeypatch):
         assert kernel_params[:2] == ["rng_key", "state"], f"{module.__name__} kernel parameters are {kernel_params}"
 
 
-@pytest.mark.parametrize("name", MODULE_CONSTRUCTORS)
+#: Known departures from the module contract, each tracked in an open issue (strict: a fix turns
+#: the case red until its entry is removed here).
+KNOWN_MODULE_DEBT = {
+    "anneal": "issue 15: jaxsub.anneal.init is the annealing driver's init(rng_key, model, data, ...), "
+              "not collapsed_gibbs's init(position); the package is discovered as the sampler module",
+    "coreference": "issue 12: coreference.build_kernel binds pairwise_log_factor (a model function) and "
+                   "as_top_level_api calls sampler.build_kernel, not the package attribute",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MODULE_DEBT[n])) if n in KNOWN_MODULE_DEBT else n
+     for n in MODULE_CONSTRUCTORS],
+)
 def test_build_kernel_takes_structure_and_kernel_takes_key_and_state(name, monkeypatch):
     if name not in CASES:
         pytest.fail(f"no contract case for {name}")
@@ -248,6 +262,15 @@ def _functions_with_attributes(tree: ast.AST):
     return hits
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known debt, tracked in open issue 16 item 1: the racing engine's constructors still attach "
+        "sample.with_coefficients / .batched / .batched_with_coefficients / sample_batch.single "
+        "(discrete/racing.py) and sample.with_delta (discrete/lil_ucb.py); strict, so this turns red "
+        "the day they become NamedTuples of functions and the marker must go"
+    ),
+)
 def test_no_function_has_attributes_attached():
     """Constructors that return several functions return a NamedTuple, never ``fn.extra = ...``."""
     offenders = []

@@ -642,7 +642,9 @@ def laplace_surrogates(
         evals, evecs = evals[::-1][:rank], (q @ evecs[:, ::-1])[:, :rank]
         return grad, diag, evecs * jnp.sqrt(jnp.maximum(evals, 0.0))[None, :]
 
-    keys = jax.random.split(rng_key if rng_key is not None else jax.random.key(0), shards.num_shards)
+    # keys are read only by structure='lowrank', which requires rng_key (checked above); the other
+    # structures get the shard index as a placeholder so that no key is made inside the library
+    keys = jax.random.split(rng_key, shards.num_shards) if rng_key is not None else jnp.arange(shards.num_shards)
     # sequential over shards (lax.map): per-datum gradients / Hessians of all shards at once may not fit in memory
     grads, curv, factors = jax.lax.map(curvature_one, (data, mask, modes, keys))
     modes, grads, curv, factors = (np.asarray(x, np.float64) for x in (modes, grads, curv, factors))

@@ -15,4 +15,4 @@ def _collapsed_gibbs_case():
     return Case(make, jnp.asarray(np.arange(8) % 2, jnp.int32), {})
 
 
-CASES = {"anneal.collapsed_gibbs": _collapsed_gibbs_case}
+CASES = {"anneal": _collapsed_gibbs_case}  # jaxsub.anneal.as_top_level_api is collapsed_gibbs

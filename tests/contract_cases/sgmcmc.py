@@ -38,7 +38,13 @@ def _multi_device_kernel_case():
     def make():
         return jaxsub.sgmcmc.multi_device_kernel(num_shards=3, chains_per_shard=2, batch_size=3, local_steps=2)
 
-    return Case(make, jnp.zeros((6, 2)), {})
+    def call(functions, rng_key):
+        """One round through the NamedTuple's init -> make_inputs -> kernel."""
+        inputs = functions.make_inputs(_SHARDS)
+        state = functions.init(jnp.zeros((6, 2)))
+        return functions.kernel(rng_key, state, *_MODEL, inputs, 1e-3)
+
+    return Case(make, jnp.zeros((6, 2)), {}, call=call)
 
 
 CASES = {name: (lambda name=name: _sgmcmc_case(name)) for name in ("dsgld", "cg_dsgld")}
