@@ -52,3 +52,30 @@ def test_benchmarks_help_lists_every_benchmark():
     assert out.returncode == 0, out.stderr
     for name in benchmarks.registry():
         assert f"  {name} " in out.stdout, name
+
+
+def test_jobs_default_to_cores_and_never_exceed_the_experiments():
+    from experiments.__main__ import _jobs
+
+    assert _jobs(None, 1) == 1 and _jobs(4, 2) == 2 and _jobs(1, 13) == 1
+    with pytest.raises(ValueError, match="--jobs"):
+        _jobs(0, 3)
+
+
+def test_run_one_logs_a_failure_to_its_folder_and_keeps_going(tmp_path, monkeypatch):
+    import experiments.__main__ as runner
+
+    class Broken:
+        @staticmethod
+        def run(out_dir, *, quick):
+            print("about to fail")
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(runner, "load", lambda name: Broken)
+    monkeypatch.setattr(runner, "describe", lambda name: {"title": "broken"})
+    name, status, seconds = runner._run_one("broken", str(tmp_path), True, "log.txt")
+    assert (name, status) == ("broken", "FAILED") and seconds >= 0
+    log = (tmp_path / "broken" / "log.txt").read_text()
+    assert "about to fail" in log and "RuntimeError: boom" in log
+    metrics = (tmp_path / "broken" / "metrics.json").read_text()
+    assert '"status": "FAILED"' in metrics and '"quick": true' in metrics
