@@ -11,16 +11,14 @@ PNG plots, ``metrics.json`` and the index ``OUT/index.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from experiments import describe, load, registry
-from experiments._common import stamp_report, to_jsonable
+from experiments._runner import run_one as _run_one
 
 
 def resolve_mode(names, quick: bool, full: bool) -> bool:
@@ -139,35 +137,6 @@ def _run_all(names, out_root: Path, quick: bool, jobs: int, tqdm):
                 print(f"{name} FAILED: see {out_root / name / 'log.txt'}", file=sys.stderr)
             yield name, status, elapsed
     bar.close()
-
-
-def _run_one(name: str, out_root: str, quick: bool, log_name: str | None):
-    """Run one experiment; write its metrics.json and stamp its report. Returns (name, status, seconds)."""
-    out_dir = Path(out_root) / name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log = open(out_dir / log_name, "w") if log_name else None
-    start = time.perf_counter()
-    try:
-        with contextlib.redirect_stdout(log or sys.stdout), contextlib.redirect_stderr(log or sys.stderr):
-            try:
-                metrics = load(name).run(out_dir, quick=quick)
-                status = "ok"
-            except Exception:  # keep going; report the failure in the index
-                traceback.print_exc()
-                metrics, status = {"error": traceback.format_exc(limit=3)}, "FAILED"
-    finally:
-        if log:
-            log.close()
-    elapsed = time.perf_counter() - start
-    stamp_report(out_dir / "report.md", quick=quick, seconds=elapsed, command=_command(name, quick))
-    metrics = dict(metrics or {})
-    metrics["_runner"] = {"quick": quick, "mode": "quick" if quick else "full", "seconds": elapsed, "status": status}
-    (out_dir / "metrics.json").write_text(json.dumps(to_jsonable(metrics), indent=2))
-    return name, status, elapsed
-
-
-def _command(name: str, quick: bool) -> str:
-    return f"python -m experiments {name} {'--quick' if quick else '--full'}"
 
 
 def _write_index(out_root: Path, summary, quick: bool) -> None:

@@ -64,6 +64,7 @@ def test_jobs_default_to_cores_and_never_exceed_the_experiments():
 
 def test_run_one_logs_a_failure_to_its_folder_and_keeps_going(tmp_path, monkeypatch):
     import experiments.__main__ as runner
+    import experiments._runner as runner_one
 
     class Broken:
         @staticmethod
@@ -71,7 +72,7 @@ def test_run_one_logs_a_failure_to_its_folder_and_keeps_going(tmp_path, monkeypa
             print("about to fail")
             raise RuntimeError("boom")
 
-    monkeypatch.setattr(runner, "load", lambda name: Broken)
+    monkeypatch.setattr(runner_one, "load", lambda name: Broken)
     monkeypatch.setattr(runner, "describe", lambda name: {"title": "broken"})
     name, status, seconds = runner._run_one("broken", str(tmp_path), True, "log.txt")
     assert (name, status) == ("broken", "FAILED") and seconds >= 0
