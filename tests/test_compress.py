@@ -472,6 +472,38 @@ def test_second_order_correction_removes_the_leading_error_for_logistic_regressi
             assert e2 < 0.2 * e1, (delta, e1, e2)
 
 
+def test_padded_pseudodata_as_jit_arguments_equal_the_closed_over_logdensity():
+    """compress.pseudodata(..., size=) padded with weight-0 rows, passed as arguments of ONE compiled
+    function, gives the closed-over first/second-order value and gradient (joint and by-label)."""
+    x, y, logprior, loglik = _gaussian_linear()
+    lab = (y > 0).astype(np.int32)
+    logprior_l, loglik_l = _logistic_model(3)
+    for model, clusterings in (
+        ((logprior, loglik), [compress.cluster_supervised(x, y, r) for r in (0.5, 0.8)]),
+        ((logprior_l, loglik_l), [compress.cluster_supervised(x, lab, r) for r in (0.5, 0.8)]),
+    ):
+        size = max(cl.c for cl in clusterings) + 3
+        for order in (False, True):
+            traces = []
+
+            @jax.jit
+            def value_and_grad(b, pseudo, order=order, model=model):
+                traces.append(1)
+                return jax.value_and_grad(compress.logdensity(*model, pseudo, second_order=order))(b)
+
+            for cl in clusterings:
+                pseudo = compress.pseudodata(cl, second_order=order, size=size)
+                assert pseudo.weights.shape == (size,) and pseudo.weights[cl.c:].sum() == 0
+                b = jnp.asarray([0.9, -1.8, 0.4])
+                v, g = value_and_grad(b, jax.tree.map(jnp.asarray, pseudo))
+                v0, g0 = jax.value_and_grad(compress.logdensity(*model, cl, second_order=order))(b)
+                np.testing.assert_allclose(v, v0, rtol=2e-5)
+                np.testing.assert_allclose(g, g0, rtol=2e-4, atol=2e-5 * abs(float(v0)))
+            assert len(traces) == 1  # one compiled program serves every clustering padded to `size`
+    with pytest.raises(ValueError, match="size"):
+        compress.pseudodata(clusterings[0], size=1)
+
+
 def test_second_order_needs_covariances():
     cl = compress.cluster(_blobs(200, 80, 5, 0.01, 0), 0.2)
     with pytest.raises(ValueError, match="covariances"):
