@@ -220,6 +220,7 @@ def test_hmc_on_compressed_linear_regression_matches_analytic_posterior(rng_key)
         assert_mean_matches(draws, mean_exact, min_ess=400)
 
 
+@pytest.mark.slow  # statistical (500 NUTS steps x 4 chains); the fast HMC test above checks the same posterior
 def test_nuts_on_compressed_linear_regression_matches_analytic_mean(rng_key):
     cl, fn, mean, cov, _ = _regression_problem()
     nuts = blackjax.nuts(fn, step_size=0.5, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32))
