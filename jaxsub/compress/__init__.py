@@ -16,6 +16,8 @@ posterior with any BlackJAX algorithm.
 * :func:`cluster_shards`, :func:`cluster_stream`, :func:`sharded_logdensity` --
   clustering per device shard, over streamed chunks, and a log-density whose
   centroids are split across devices (one ``psum``);
+* :func:`pseudodata` -- a clustering as (padded) arrays to pass to a jitted
+  function, so one compiled program serves many clusterings;
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
@@ -30,6 +32,7 @@ from jaxsub.compress._posterior import (
     kl_bound,
     logdensity,
     posterior_error,
+    pseudodata,
 )
 
 __all__ = [
@@ -47,5 +50,6 @@ __all__ = [
     "kl_bound",
     "logdensity",
     "posterior_error",
+    "pseudodata",
     "sharded_logdensity",
 ]

@@ -203,8 +203,8 @@ def _seed_from_key(key) -> int:
 
 #: First block of the doubling scheme (:func:`_leader_pass`) and the size below
 #: which a set of rows is streamed one row at a time (:func:`_sequential`).
-_FIRST_BLOCK = 256
-_BASE_ROWS = 64
+_FIRST_BLOCK = 512
+_BASE_ROWS = 32
 
 #: Relative margin under delta in the join rule: the bound is exact in real
 #: arithmetic; the margin keeps float64 round-off of the running sums from

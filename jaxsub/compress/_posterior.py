@@ -26,16 +26,60 @@ import numpy as np
 
 from jaxsub.compress._cluster import Clustering
 from jaxsub.types import LogDensityFn, LogLikelihoodFn, LogPriorFn
-from jaxsub.validation import check_real
+from jaxsub.validation import check_int, check_real
 
-__all__ = ["Pseudodata", "PosteriorError", "RadiusChoice", "logdensity", "kl_bound", "gaussian_kl", "posterior_error", "choose_radius"]
+__all__ = ["Pseudodata", "pseudodata", "PosteriorError", "RadiusChoice", "logdensity", "kl_bound", "gaussian_kl", "posterior_error", "choose_radius"]
 
 
 class Pseudodata(NamedTuple):
-    """Weighted pseudo-data: ``data`` (a pytree of arrays with a leading axis ``c``) and ``weights [c]``."""
+    """Weighted pseudo-data: ``data`` (a pytree of arrays with a leading axis ``c``) and ``weights [c]``.
+
+    ``scatter`` (optional, for ``logdensity(..., second_order=True)``): ``[c, m, r]`` factors
+    ``A_j`` with ``A_j A_j^T = C_j``, the within-cluster covariance of the varied datum
+    (``m = d`` for features, ``d + 1`` for joint ``(x, y)``); built by :func:`pseudodata`.
+    """
 
     data: Any
     weights: Any
+    scatter: Any = None
+
+
+def pseudodata(clustering: Clustering, *, second_order: bool = False, size: int | None = None) -> Pseudodata:
+    """A :class:`Pseudodata` of a :class:`~jaxsub.compress.Clustering`, optionally padded to ``size`` rows.
+
+    Pass its arrays as *arguments* of a jitted function and build the log-density there
+    (``logdensity(..., Pseudodata(*args), second_order=...)``): the pseudo-data are then not
+    compiled in as constants, and clusterings padded to one ``size`` share one compiled
+    program. Padding rows are copies of the first centroid with weight 0 (and zero scatter),
+    so the log-density and its gradient are unchanged.
+
+    Args:
+        clustering: the :class:`~jaxsub.compress.Clustering`.
+        second_order: also return the scatter factors (needs ``clustering.covariances``).
+        size: pad to this many rows (``>= clustering.c``); ``None``: no padding.
+
+    Returns:
+        ``Pseudodata(data, weights [size] float64, scatter [size, m, r] or None)`` (NumPy arrays).
+
+    Raises:
+        ValueError: ``size < c``; ``second_order`` without covariances.
+    """
+    if not isinstance(clustering, Clustering):
+        raise ValueError("clustering must be a Clustering")
+    c = clustering.c
+    size = c if size is None else check_int("size", size, low=c)
+    idx = np.concatenate([np.arange(c), np.zeros(size - c, np.int64)])
+    data = jax.tree.map(lambda a: np.asarray(a)[idx], clustering.pseudodata())
+    weights = np.concatenate([clustering.counts.astype(np.float64), np.zeros(size - c)])
+    scatter = None
+    if second_order:
+        if clustering.covariances is None:
+            raise ValueError(
+                "second_order=True needs Clustering.covariances, which cluster() stores only for d <= 64"
+            )
+        factors = _scatter_factors(clustering.covariances)
+        scatter = np.concatenate([factors, np.zeros((size - c,) + factors.shape[1:])])
+    return Pseudodata(data, weights, scatter)
 
 
 def _as_pseudodata(obj) -> Pseudodata:
@@ -162,30 +206,34 @@ def _scatter_factors(cov: np.ndarray) -> np.ndarray:
     return vecs[:, :, keep] * np.sqrt(vals[:, None, keep])
 
 
-def _second_order_logdensity(logprior_fn, loglikelihood_fn, clustering) -> LogDensityFn:
-    if not isinstance(clustering, Clustering):
-        raise ValueError("second_order=True needs a Clustering (it carries the within-cluster covariances)")
-    if clustering.covariances is None:
-        raise ValueError(
-            "second_order=True needs Clustering.covariances, which cluster() stores only for d <= 64"
-        )
-    mu = clustering.centroids
-    dim = mu.shape[1]
-    joint = clustering.targets is not None and clustering.covariances.shape[-1] == dim + 1
-    if joint:
-        v = np.column_stack([mu, clustering.targets])
+def _second_order_logdensity(logprior_fn, loglikelihood_fn, clustering_or_pseudodata) -> LogDensityFn:
+    if isinstance(clustering_or_pseudodata, Clustering):
+        pseudo = pseudodata(clustering_or_pseudodata, second_order=True)
+    elif isinstance(clustering_or_pseudodata, Pseudodata) and clustering_or_pseudodata.scatter is not None:
+        pseudo = clustering_or_pseudodata
     else:
-        v = mu
-    factors = _scatter_factors(clustering.covariances)
-    labels = None if (clustering.targets is None or joint) else jnp.asarray(clustering.targets)
-    v = jnp.asarray(v)
-    factors = jnp.asarray(factors)
-    weights = jnp.asarray(clustering.counts)
+        raise ValueError(
+            "second_order=True needs a Clustering (it carries the within-cluster covariances) "
+            "or a Pseudodata with scatter factors (compress.pseudodata(clustering, second_order=True))"
+        )
+    data, factors, weights = pseudo.data, jnp.asarray(pseudo.scatter), jnp.asarray(pseudo.weights)
+    # the datum varied: the row itself, the features of (x, label), or the joint (x, y)
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = jnp.asarray(data[0]), jnp.asarray(data[1])
+        joint = factors.shape[1] == x.shape[1] + 1
+        v, labels = (jnp.column_stack([x, y]), None) if joint else (x, y)
+    else:
+        joint, v, labels = False, jnp.asarray(data), None
+    if factors.ndim != 3 or factors.shape[:2] != v.shape[:2] or weights.shape != v.shape[:1]:
+        raise ValueError(
+            f"scatter must have shape [c, m, r] matching the data [c, m] = {tuple(v.shape[:2])}; got {tuple(factors.shape)}"
+        )
+    plain = labels is None and not joint
 
     def datum(vj, label):
         if joint:
             return (vj[:-1], vj[-1])
-        if label is None:
+        if plain:
             return vj
         return (vj, label)
 

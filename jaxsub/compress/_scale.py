@@ -33,7 +33,7 @@ from typing import Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxsub.compress._cluster import Clustering, _as_features, cluster
 from jaxsub.types import LogDensityFn, LogLikelihoodFn, LogPriorFn
@@ -64,7 +64,10 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, workers:
 
     Args:
         shards: a list of ``[N_s, d]`` arrays, or a ``jax.Array`` sharded over its
-            first axis (its addressable shards, in device order, are clustered).
+            first axis (its shards, in row order, are clustered). For an array sharded
+            across processes (``jax.distributed``) every process clusters the shards it
+            holds and the results are exchanged (``process_allgather``), so every process
+            returns the same global clustering.
         radius: :math:`\delta > 0`.
         standardize: divide every shard by the *global* :math:`R = \max_i \|x_i\|`.
         workers: host threads clustering shards at once (NumPy/SciPy release the GIL
@@ -79,6 +82,9 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, workers:
         ValueError: no shard, an empty shard, different widths, NaN rows, ``radius <= 0``.
     """
     check_real("radius", radius, low=0.0)
+    workers = check_int("workers", workers, low=1)
+    if isinstance(shards, jax.Array) and not shards.is_fully_addressable:
+        return _cluster_process_shards(shards, radius, standardize, workers, kwargs)
     if isinstance(shards, jax.Array):
         pieces = sorted(shards.addressable_shards, key=lambda s: s.index[0].start or 0)
         shards = [np.asarray(s.data) for s in pieces]
@@ -90,15 +96,75 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, workers:
     scale = 1.0
     if standardize:
         scale = max(float(np.sqrt(np.einsum("ij,ij->i", s, s).max())) for s in shards) or 1.0
-    workers = check_int("workers", workers, low=1)
-    if workers == 1:
-        parts = [cluster(s / scale, radius, **kwargs) for s in shards]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(lambda s: cluster(s / scale, radius, **kwargs), shards))
+    parts = _cluster_each(shards, scale, radius, workers, kwargs)
     return _concat(parts, parts[0].target_radius, scale, standardize)
+
+
+def _cluster_each(shards, scale, radius, workers, kwargs) -> list[Clustering]:
+    if workers == 1:
+        return [cluster(s / scale, radius, **kwargs) for s in shards]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda s: cluster(s / scale, radius, **kwargs), shards))
+
+
+def _allgather_exact(arr: np.ndarray) -> np.ndarray:
+    """``process_allgather`` of a float64/int64 host array, bit for bit (as uint32 pairs: JAX may run in float32)."""
+    from jax.experimental import multihost_utils
+
+    arr = np.ascontiguousarray(arr)
+    words = arr.view(np.uint32)
+    out = np.asarray(multihost_utils.process_allgather(words))
+    return np.ascontiguousarray(out).view(arr.dtype)
+
+
+def _cluster_process_shards(x: jax.Array, radius, standardize, workers, kwargs) -> Clustering:
+    """``cluster_shards`` of an array sharded across processes (``jax.distributed``).
+
+    Every process clusters the shards it holds; the per-shard results are exchanged with
+    ``process_allgather`` (bit-exact, padded to the largest shard) and concatenated in the
+    global shard order, so every process returns the same :class:`Clustering`, equal to
+    single-process ``cluster_shards`` of the same shards.
+    """
+    pieces = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+    starts = [int(p.index[0].start or 0) for p in pieces]
+    local = [_as_features(np.asarray(p.data), f"shard at row {st}") for p, st in zip(pieces, starts)]
+    k, d = len(local), local[0].shape[1]
+    scale = 1.0
+    if standardize:
+        sq = max(float(np.einsum("ij,ij->i", s, s).max()) for s in local)
+        scale = float(np.sqrt(_allgather_exact(np.array([sq])).max())) or 1.0
+    parts = _cluster_each(local, scale, radius, workers, kwargs)
+    sizes = _allgather_exact(np.array([[st, p.c, p.num_data] for st, p in zip(starts, parts)], np.int64))
+    if sizes.ndim != 3:
+        raise ValueError("every process must hold the same number of shards")
+    cmax, nmax = int(sizes[..., 1].max()), int(sizes[..., 2].max())
+    with_cov = all(p.covariances is not None for p in parts)
+
+    def padded(get, length, tail, dtype):
+        out = np.zeros((k, length) + tail, dtype)
+        for i, p in enumerate(parts):
+            v = get(p)
+            out[i, : v.shape[0]] = v
+        return _allgather_exact(out)
+
+    cen = padded(lambda p: p.centroids, cmax, (d,), np.float64)
+    cnt = padded(lambda p: p.counts, cmax, (), np.int64)
+    lab = padded(lambda p: p.labels, nmax, (), np.int64)
+    rad = padded(lambda p: p.radii, cmax, (), np.float64)
+    cov = padded(lambda p: p.covariances, cmax, (d, d), np.float64) if with_cov else None
+    flat = sizes.reshape(-1, 3)
+    order = np.argsort(flat[:, 0], kind="stable")
+    rebuilt = []
+    for j in order:
+        pr, i = divmod(int(j), k)
+        c, n = int(flat[j, 1]), int(flat[j, 2])
+        rebuilt.append(parts[0]._replace(
+            centroids=cen[pr, i, :c], counts=cnt[pr, i, :c], labels=lab[pr, i, :n], radii=rad[pr, i, :c],
+            covariances=None if cov is None else cov[pr, i, :c],
+        ))
+    return _concat(rebuilt, parts[0].target_radius, scale, standardize)
 
 
 def cluster_stream(
@@ -189,7 +255,10 @@ def sharded_logdensity(
     (``jax.shard_map``), and one ``psum`` over ``axis_name`` adds the blocks; the
     gradient with respect to the replicated position is reduced by the transpose of
     that ``psum``. The centroids are padded to a multiple of the device count with
-    weight-0 copies of the first centroid. Use it as ``blackjax.nuts(logdensity_fn, ...)``.
+    weight-0 copies of the first centroid; every device slices its block (by its axis
+    index) from the host copy, so the function works unchanged when the mesh spans
+    ``jax.distributed`` processes (each process builds it from the same clustering, e.g.
+    the one :func:`cluster_shards` returns on every process). Use it as ``blackjax.nuts(logdensity_fn, ...)``.
 
     Args:
         logprior_fn, loglikelihood_fn: as in :func:`~jaxsub.compress.logdensity`.
@@ -213,20 +282,23 @@ def sharded_logdensity(
     weights = np.concatenate([clustering.counts.astype(np.float64), np.zeros(pad)])
     data = clustering.pseudodata()
     data = jax.tree.map(lambda a: np.asarray(a)[idx], data)
-    spec = NamedSharding(mesh, P(axis_name))
-    data = jax.tree.map(lambda a: jax.device_put(jnp.asarray(a), spec), data)
-    weights = jax.device_put(jnp.asarray(weights, jnp.result_type(float)), spec)
+    per = (c + pad) // ndev
+    # host blocks (JAX's dtype, float32 unless x64): every device slices its own block by its
+    # axis index, so no array spanning devices (or processes) is closed over and the function
+    # works unchanged across jax.distributed processes
+    data = jax.tree.map(lambda a: np.asarray(jnp.asarray(a)), data)
+    weights = np.asarray(jnp.asarray(weights, jnp.result_type(float)))
 
-    def local(position, block, w):
+    def local(position):
+        start = jax.lax.axis_index(axis_name) * per
+        block = jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(jnp.asarray(a), start, per), data)
+        w = jax.lax.dynamic_slice_in_dim(jnp.asarray(weights), start, per)
         ll = jax.vmap(loglikelihood_fn, in_axes=(None, 0))(position, block)
         return jax.lax.psum(jnp.sum(w.astype(ll.dtype) * ll), axis_name)
 
     def logdensity_fn(position):
         pos_spec = jax.tree.map(lambda _: P(), position)
-        data_spec = jax.tree.map(lambda _: P(axis_name), data)
-        total = jax.shard_map(local, mesh=mesh, in_specs=(pos_spec, data_spec, P(axis_name)), out_specs=P())(
-            position, data, weights
-        )
+        total = jax.shard_map(local, mesh=mesh, in_specs=(pos_spec,), out_specs=P())(position)
         return logprior_fn(position) + total
 
     return logdensity_fn
