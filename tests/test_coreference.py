@@ -21,10 +21,18 @@ RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16
 
 
 @functools.cache
-def _kernel(exact: bool):
-    """One compiled sweep per mode, shared by the tests (the problem's blocks are fixed)."""
+def _sweep():
+    """One compiled sweep shared by the tests: ``exact`` and ``check_decisions`` traced flags."""
     blocks = _ragged_problem()[0]
-    return jax.jit(co.build_kernel(_factor, blocks, exact=exact, **({} if exact else RACE)))
+    kernel = co.build_kernel(blocks, **RACE)
+    jitted = jax.jit(lambda k, s, x, b, e, c: kernel(k, s, _factor, x, b, exact=e, check_decisions=c))
+    return lambda k, s, x, b, exact=False, check=False: jitted(k, s, x, jnp.float32(b), jnp.bool_(exact),
+                                                                  jnp.bool_(check))
+
+
+def _kernel(exact: bool):
+    sweep = _sweep()
+    return lambda k, s, x, b: sweep(k, s, x, b, exact)
 
 
 def _factor(xi, xj):
@@ -66,8 +74,8 @@ def _exact_conditional(a, labels, i, block_ids, beta):
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
-    update = co.conditional_update(_factor, blocks, 0, schedule=schedule, **RACE)
-    draw = jax.jit(jax.vmap(lambda k: update(k, state, mentions, beta)))
+    update = co.conditional_update(blocks, 0, schedule=schedule, **RACE)
+    draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
     labels = np.asarray(state.labels)
@@ -190,17 +198,21 @@ def test_nan_factors_surfaced_in_info_and_label_kept():
 
 def test_bad_inputs_raise_value_error():
     blocks, state, mentions, _ = _ragged_problem()
-    kernel = co.build_kernel(_factor, blocks, exact=True)
+    kernel = co.build_kernel(blocks)
     with pytest.raises(ValueError, match="leading axis 128"):
-        kernel(jax.random.key(0), state, {"a": jnp.zeros(127)}, 1.0)
+        kernel(jax.random.key(0), state, _factor, {"a": jnp.zeros(127)}, 1.0, exact=True)
     with pytest.raises(ValueError, match="temperature"):
-        kernel(jax.random.key(0), state, mentions, -1.0)
+        kernel(jax.random.key(0), state, _factor, mentions, -1.0, exact=True)
+    with pytest.raises(ValueError, match="exact"):
+        kernel(jax.random.key(0), state, _factor, mentions, 1.0, exact=1.0)
     with pytest.raises(ValueError, match="delta"):
-        co.build_kernel(_factor, blocks, delta=1.5)
+        co.build_kernel(blocks, delta=1.5)
     with pytest.raises(ValueError, match="first_batch_size"):
-        co.build_kernel(_factor, blocks, first_batch_size=1)
+        co.build_kernel(blocks, first_batch_size=1)
+    with pytest.raises(ValueError, match="blocks"):
+        co.build_kernel(None)
     with pytest.raises(ValueError, match="pairwise_log_factor"):
-        co.build_kernel(None, blocks)
+        kernel(jax.random.key(0), state, None, mentions, 1.0)
     with pytest.raises(ValueError, match="position"):
         co.init(jnp.zeros(128, jnp.int32) + 127, blocks)
     with pytest.raises(ValueError, match="position"):
@@ -214,7 +226,7 @@ def test_bad_inputs_raise_value_error():
     with pytest.raises(ValueError, match="same number"):
         co.encode_mentions({"x": ["a", "b"], "y": ["a"]}, {"x": "string", "y": "string"})
     with pytest.raises(ValueError, match="alone"):
-        co.conditional_update(_factor, co.make_blocks([0, 0, 1]), 2)
+        co.conditional_update(co.make_blocks([0, 0, 1]), 2)
 
 
 def test_default_similarity_factor_and_encoding():
