@@ -448,7 +448,10 @@ def _class_steps(blocks, config):
     keep = None
     if config["visit"] is not None:
         keep = np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
-    for n_cap, positions in mention_classes(blocks):
+    small_cap = 64
+    while small_cap * 2 < config["min_race_size"]:
+        small_cap *= 2  # every class below min_race_size is updated exactly: one class (one compile) for them
+    for n_cap, positions in mention_classes(blocks, small_cap):
         if keep is not None:
             positions = positions[keep[positions]]
             if positions.size == 0:
@@ -476,7 +479,8 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             is solved on the host per class (``schedule="padded"``).
         first_batch_size: m1 >= 2, the first mini-batch (paper: 50).
         max_candidates: the race width D (static); mentions with more candidates are updated exactly.
-        min_race_size: blocks with ``K = n_b - 1`` below the class of this size are updated exactly.
+        min_race_size: blocks whose class (``K = n_b - 1`` rounded up to ``64 * 2^k``) is below this are
+            updated exactly, all in one class (one compiled update).
         control_variate: use the per-candidate control variate (see module docstring).
         chunk_size: chunk of mentions summed at once by the exact update.
         schedule: ``"padded"`` (one shared population per block, zero rewards for other clusters,
