@@ -121,6 +121,13 @@ def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
     return SweepInfo(*(x + y for x, y in zip(a, b)))
 
 
+#: Default ``min_arm_draws`` (λ): candidates expected to have fewer than λ members in the race's first
+#: batch are summed exactly (see :func:`build_kernel`). With a few members among the padded zeros an
+#: arm's stage means are far from Normal and Racing-Normal's δ fails (measured on FEBRL 3, clusters
+#: of 1–6 in blocks of hundreds: decision error 0.119 at δ = 0.05 with λ = 0; docs/coreference.md).
+DEFAULT_MIN_ARM_DRAWS = 10.0
+
+
 # --------------------------------------------------------------------------- state
 def init(position, blocks: Blocks) -> CorefState:
     """State from cluster labels (``None``: every mention alone, as in the paper).
@@ -213,7 +220,7 @@ def _row(tree, i):
 
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
-                control_variate: bool, chunk_size: int, schedule: str = "padded"):
+                control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -225,15 +232,22 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     ar_w = jnp.arange(W, dtype=jnp.int32)
     C = min(chunk_size, n_cap)
 
-    def exact_sums(factors_at, labels, s, off, K, col, num_cols):
-        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column (chunked over the K other mentions)."""
+    def exact_sums(factors_at, labels, s, off, K, col, num_cols, slot_of=None):
+        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column, chunked over ``K`` mentions.
+
+        The ``k``-th mention summed is at window offset ``slot_of(k)`` (default: the ``k``-th other
+        mention of the block, ``k + (k >= off)``).
+        """
         nchunks = (K + C - 1) // C
+        if slot_of is None:
+            def slot_of(k):
+                return k + (k >= off).astype(jnp.int32)
 
         def body(carry):
             c, sums, bad = carry
             k = c * C + jnp.arange(C, dtype=jnp.int32)
             valid = k < K
-            o = k + (k >= off).astype(jnp.int32)
+            o = slot_of(k)
             js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
             f = factors_at(js)
             cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
@@ -289,15 +303,33 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             ar_d = jnp.arange(D, dtype=jnp.int32)
             N = n_cap
 
+            padded = schedule == "padded"
+            # Small arms (padded schedule): a candidate whose expected number of members in the
+            # first batch, m1 N_y / K, is below ``min_arm_draws`` is summed exactly (N_y evaluations)
+            # and left out of the race, whose shared population is the members of the large arms.
+            w_large = nonempty & (wsizes.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32))
+            k_large = jnp.sum(jnp.where(w_large, wsizes, 0), dtype=jnp.int32)
+
             def race_branch(_):
                 cand_slot = jnp.zeros((D,), jnp.int32).at[col].set(s + ar_w, mode="drop")
                 n_y = jnp.zeros((D,), jnp.int32).at[col].set(wsizes, mode="drop")
+                js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+                ok = wvalid & (ar_w != off)
+                cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
+                small_w = ok & ~w_large[jnp.clip(labels[js_w] - s, 0, W - 1)]
+                # window offsets: large arms' members first, then small arms' members (a stable
+                # partition by two cumulative sums, O(n_b) like the rest of the update's bookkeeping)
+                large_m = ok & ~small_w
+                dest = jnp.where(large_m, jnp.cumsum(large_m) - 1, k_large + jnp.cumsum(small_w) - 1)
+                perm = jnp.zeros((W,), jnp.int32).at[jnp.where(ok, dest, W)].set(ar_w, mode="drop")
+                k_small = jnp.sum(small_w, dtype=jnp.int32)
+                KL = k_large if padded else K
 
                 def member(idx):
                     idx = idx.astype(jnp.int32)
-                    k = (idx * K) // N
-                    c_k = (((k + 1) * N + K - 1) // K) - ((k * N + K - 1) // K)
-                    o = k + (k >= off).astype(jnp.int32)
+                    k = (idx * KL) // N
+                    c_k = (((k + 1) * N + KL - 1) // KL) - ((k * N + KL - 1) // KL)
+                    o = perm[jnp.clip(k, 0, W - 1)] if padded else k + (k >= off).astype(jnp.int32)
                     js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
                     cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
                     return js, cols, c_k.astype(jnp.float32)
@@ -318,7 +350,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                 cv = None
                 if control_variate and schedule == "padded":
                     # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
-                    has_rep = (n_y > 0) & (ar_d < ncand)
+                    large_y = jnp.zeros((D,), bool).at[col].set(w_large, mode="drop")
+                    has_rep = (n_y > 0) & (ar_d < ncand) & large_y
                     a = jnp.where(has_rep, factors_at(reps[cand_slot]), 0.0)
                     a = jnp.where(jnp.isfinite(a), a, 0.0)
                     num_cv = jnp.sum(has_rep, dtype=jnp.int32)
@@ -331,7 +364,11 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
                     cv = (h_fn, h_mean)
                 noise = jax.random.gumbel(k_noise, (D,))
-                log_f0 = jnp.where(ar_d < ncand, 0.0, -jnp.inf) + noise
+                small_sums, bad_small = jnp.zeros((D,), jnp.float32), jnp.zeros((), bool)
+                if padded:
+                    small_sums, bad_small = exact_sums(factors_at, labels, s, off, k_small, col, D,
+                                                       slot_of=lambda k: perm[jnp.clip(k_large + k, 0, W - 1)])
+                log_f0 = jnp.where(ar_d < ncand, small_sums, -jnp.inf) + noise
                 if schedule == "ragged":
                     # members of each candidate, contiguous by column (window offsets sorted by column)
                     js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
@@ -354,8 +391,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
                                                 num_data=N, delta=delta, first_batch_size=first_batch_size,
                                                 log_factor_states_fn=log_factor_states_fn, control_variate=cv)
-                    used = rinfo.num_data_used
-                bad = rinfo.has_nan
+                    used = rinfo.num_data_used + k_small
+                bad = rinfo.has_nan | bad_small
                 new = jnp.where(bad, yi, cand_slot[x])
                 def do_check(_):
                     sums, bad_x = exact_sums(factors_at, labels, s, off, K, col, D)
@@ -375,6 +412,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                 return new, info
 
             use_race = ncand <= D
+            if padded:
+                use_race = use_race & (k_large >= 2 * first_batch_size)
             if not isinstance(exact, bool):
                 use_race = use_race & ~exact
             new, info = jax.lax.cond(use_race, race_branch, exact_branch, None)
@@ -423,7 +462,8 @@ def _flag(name, value):
 
 
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
-            control_variate=True, chunk_size=256, visit=None, schedule="padded") -> dict:
+            control_variate=True, chunk_size=256, visit=None, schedule="padded",
+            min_arm_draws=DEFAULT_MIN_ARM_DRAWS) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -438,7 +478,9 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
     return dict(visit=visit, schedule=schedule, delta=delta, first_batch_size=first_batch_size,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
-                control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1))
+                control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
+                min_arm_draws=check_real("min_arm_draws", min_arm_draws, low=0.0, high=float(first_batch_size),
+                                         low_closed=True, high_closed=True))
 
 
 def _class_steps(blocks, config):
@@ -460,13 +502,13 @@ def _class_steps(blocks, config):
         out.append((n_cap, positions, _class_step(
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
-            chunk_size=config["chunk_size"], schedule=config["schedule"])))
+            chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
-                 schedule: str = "padded"):
+                 schedule: str = "padded", min_arm_draws: float = None):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -488,6 +530,11 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             each candidate's own members, :func:`jaxsub.discrete.racing_ragged`; no control variate).
         visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
             updates inside one large block); default all.
+        min_arm_draws: λ in [0, m1] (padded schedule; default :data:`DEFAULT_MIN_ARM_DRAWS`). A candidate
+            cluster whose expected number of members in the race's first batch, ``m1 N_y / K``, is below
+            λ is summed exactly (``N_y`` evaluations, counted) instead of raced, and the race's shared
+            population is the members of the other candidates; when fewer than ``2 m1`` mentions remain
+            for the race the update is exact. 0 races every candidate (the paper's rule).
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -506,7 +553,8 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
     """
     config = _config(blocks, delta=delta, first_batch_size=first_batch_size, max_candidates=max_candidates,
                      min_race_size=min_race_size, control_variate=control_variate, chunk_size=chunk_size,
-                     visit=visit, schedule=schedule)
+                     visit=visit, schedule=schedule,
+                     min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
