@@ -122,10 +122,11 @@ def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
 
 
 #: Default ``min_arm_draws`` (λ): candidates expected to have fewer than λ members in the race's first
-#: batch are summed exactly (see :func:`build_kernel`). With a few members among the padded zeros an
-#: arm's stage means are far from Normal and Racing-Normal's δ fails (measured on FEBRL 3, clusters
-#: of 1–6 in blocks of hundreds: decision error 0.119 at δ = 0.05 with λ = 0; docs/coreference.md).
-DEFAULT_MIN_ARM_DRAWS = 10.0
+#: batch, or fewer than m1 members, are summed exactly (see :func:`build_kernel`). With a few members
+#: among the padded zeros an arm's stage means are far from Normal and Racing-Normal's δ fails
+#: (measured on FEBRL 3, clusters of 1–6 in blocks of hundreds: decision error 0.129 at δ = 0.05 when
+#: every arm is raced; docs/coreference.md).
+DEFAULT_MIN_ARM_DRAWS = 1.0
 
 
 # --------------------------------------------------------------------------- state
@@ -304,10 +305,14 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             N = n_cap
 
             padded = schedule == "padded"
-            # Small arms (padded schedule): a candidate whose expected number of members in the
-            # first batch, m1 N_y / K, is below ``min_arm_draws`` is summed exactly (N_y evaluations)
-            # and left out of the race, whose shared population is the members of the large arms.
-            w_large = nonempty & (wsizes.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32))
+            # Small arms (padded schedule): a candidate with fewer members than the first batch
+            # (N_y < m1) or whose expected number of members in the first batch, m1 N_y / K, is below
+            # ``min_arm_draws`` is summed exactly (N_y evaluations) and left out of the race, whose
+            # shared population is the members of the large arms.
+            w_large = nonempty
+            if min_arm_draws > 0:  # λ = 0: every arm raced (the paper's rule)
+                w_large = (w_large & (wsizes >= first_batch_size)
+                           & (wsizes.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32)))
             k_large = jnp.sum(jnp.where(w_large, wsizes, 0), dtype=jnp.int32)
 
             def race_branch(_):
@@ -531,10 +536,12 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
         visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
             updates inside one large block); default all.
         min_arm_draws: λ in [0, m1] (padded schedule; default :data:`DEFAULT_MIN_ARM_DRAWS`). A candidate
-            cluster whose expected number of members in the race's first batch, ``m1 N_y / K``, is below
-            λ is summed exactly (``N_y`` evaluations, counted) instead of raced, and the race's shared
-            population is the members of the other candidates; when fewer than ``2 m1`` mentions remain
-            for the race the update is exact. 0 races every candidate (the paper's rule).
+            cluster with fewer members than the first batch (``N_y < m1``, as the per-arm schedules of
+            ``schedule="ragged"`` do) or whose expected number of members in the race's first batch,
+            ``m1 N_y / K``, is below λ is summed exactly (``N_y`` evaluations, counted) instead of raced,
+            and the race's shared population is the members of the other candidates; when fewer than
+            ``2 m1`` mentions remain for the race the update is exact. λ = 0 races every candidate
+            (the paper's rule, whose decision error exceeds δ when clusters are small; see docs).
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
