@@ -6,7 +6,9 @@ of annealed Gibbs), β = 1. Mentions are unit vectors ``c_y + 0.12 ε`` (ε stan
 ``"tokens"`` field): members of one cluster attract (f ≈ +1.5), others repel (f ≈ -2).
 A "sweep" updates the same V mentions (all of the block when it has at most 256 mentions,
 else 64 spread over the clusters: ``visit``) with δ = 0.05, m1 = 50 and ``max_candidates = 256``
-(so D = 200 is raced). Timings alternate exact and racing calls in one run
+(so D = 200 can be raced). With the default small-arm rule (``min_arm_draws=1``: arms with N_y < m1
+or m1 N_y / K < 1 are summed exactly) the N_y = 10 rows and the D = 200 rows (m1 N_y / K = 0.25) are
+exact updates inside the racing sweep. Timings alternate exact and racing calls in one run
 (``benchmarks._common.compare``, medians; compile time apart); the evaluation ratio comes from
 the sweeps' ``info.num_evaluations``.
 

@@ -4,7 +4,8 @@ Model: the pairwise-factor CRF ``p(y|x) ∝ exp(β Σ_{i<j, y_i=y_j} f(x_i, x_j)
 similarity factor of :func:`jaxsub.coreference.similarity_factor`, blocking, every mention
 starting alone (as in the paper), annealed Gibbs for MAP (β rising linearly over the sweeps).
 Both samplers run the same sweep (:func:`jaxsub.coreference.fit`); Sub Gibbs resamples each
-``y_i`` by Racing-Normal (δ = 0.05, m1 = 50) with the per-candidate control variate; exact
+``y_i`` by Racing-Normal (δ = 0.05, m1 = 50) with the per-candidate control variate, candidate
+clusters with fewer than m1 members (or m1 N_y / K < 1) being summed exactly; exact
 Gibbs evaluates every factor of every candidate.
 
 Data sets:
