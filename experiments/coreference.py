@@ -4,7 +4,8 @@ Model: the pairwise-factor CRF ``p(y|x) ∝ exp(β Σ_{i<j, y_i=y_j} f(x_i, x_j)
 similarity factor of :func:`jaxsub.coreference.similarity_factor`, blocking, every mention
 starting alone (as in the paper), annealed Gibbs for MAP (β rising linearly over the sweeps).
 Both samplers run the same sweep (:func:`jaxsub.coreference.fit`); Sub Gibbs resamples each
-``y_i`` by Racing-Normal (δ = 0.05, m1 = 50) with the per-candidate control variate; exact
+``y_i`` by Racing-Normal (δ = 0.05, m1 = 50) with the per-candidate control variate, candidate
+clusters with fewer than m1 members (or m1 N_y / K < 1) being summed exactly; exact
 Gibbs evaluates every factor of every candidate.
 
 Data sets:
@@ -77,12 +78,37 @@ def _describe(data):
                 exact_evals_per_sweep=int(np.sum(blocks.block_sizes() * (blocks.block_sizes() - 1))))
 
 
-def _compiled(data, **kw):
-    kernel = jax.jit(co.build_kernel(data["factor"], data["blocks"], delta=DELTA, **kw))
-    t0 = time.perf_counter()
+def _compiled(data, shared: bool, **kw):
+    """``{mode: compiled sweep(key, state, mentions, beta)}`` for modes "exact", "sub", "check".
+
+    ``shared`` (quick mode): one compilation with traced ``exact`` / ``check_decisions`` flags
+    serves the three (a ``lax.cond`` per update selects the branch). Otherwise the exact sweep is
+    compiled with ``exact=True`` static (no racing code in it) and Sub Gibbs / the check share one
+    compilation with a traced ``check_decisions`` flag.
+    """
+    kernel = co.build_kernel(data["blocks"], delta=DELTA, **kw)
+    factor = data["factor"]
     state = co.init(None, data["blocks"])
-    compiled = kernel.lower(jax.random.key(0), state, data["mentions"], np.float32(1.0)).compile()
-    return compiled, time.perf_counter() - t0
+    args = (jax.random.key(0), state, data["mentions"], np.float32(1.0))
+    t_bool, f_bool = np.bool_(True), np.bool_(False)
+    out, seconds = {}, {}
+    t0 = time.perf_counter()
+    if shared:
+        c = jax.jit(lambda k, s, x, b, e, ch: kernel(k, s, factor, x, b, e, ch)).lower(*args, t_bool, t_bool).compile()
+        out["exact"] = lambda k, s, x, b: c(k, s, x, b, t_bool, f_bool)
+        out["sub"] = lambda k, s, x, b: c(k, s, x, b, f_bool, f_bool)
+        out["check"] = lambda k, s, x, b: c(k, s, x, b, f_bool, t_bool)
+        seconds["exact"] = seconds["sub"] = time.perf_counter() - t0
+        return out, seconds
+    c = jax.jit(lambda k, s, x, b: kernel(k, s, factor, x, b, True)).lower(*args).compile()
+    out["exact"] = c
+    seconds["exact"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    c2 = jax.jit(lambda k, s, x, b, ch: kernel(k, s, factor, x, b, False, ch)).lower(*args, t_bool).compile()
+    out["sub"] = lambda k, s, x, b: c2(k, s, x, b, f_bool)
+    out["check"] = lambda k, s, x, b: c2(k, s, x, b, t_bool)
+    seconds["sub"] = time.perf_counter() - t0
+    return out, seconds
 
 
 def _run(data, betas, kernel, seed):
@@ -92,7 +118,7 @@ def _run(data, betas, kernel, seed):
         f1.append(co.b_cubed(labels, data["truth"]).f1)
         pw.append(co.pairwise_f1(labels, data["truth"]).f1)
 
-    _, tr = co.fit(jax.random.key(seed), data["factor"], data["mentions"], data["blocks"], betas, kernel=kernel,
+    _, tr = co.fit(jax.random.key(seed), data["factor"], data["mentions"], data["blocks"], betas, sweep=kernel,
                    callback=score)
     return dict(f1=np.asarray(f1), pairwise=np.asarray(pw), evals=np.cumsum(tr.num_evaluations),
                 seconds=np.cumsum(tr.seconds), races=tr.num_races, exact=tr.num_exact,
@@ -117,16 +143,17 @@ def _wilson(k, n, z=1.96):
     return (c - h, c + h)
 
 
-def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw):
-    res, compile_s = {}, {}
-    for exact in (True, False):
-        kernel, compile_s[exact] = _compiled(data, exact=exact, **kw)
+def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared):
+    sweeps, seconds = _compiled(data, shared, **kw)
+    compile_s = {True: seconds["exact"], False: seconds["sub"]}
+    res = {}
+    for mode in ("exact", "sub"):
         runs = []
         for r in range(num_runs):
-            runs.append(_run(data, betas, kernel, seed=100 + r))
+            runs.append(_run(data, betas, sweeps[mode], seed=100 + r))
             bar.update(1)
-        res["exact" if exact else "sub"] = runs
-    check = _run(data, betas, _compiled(data, check_decisions=True, **kw)[0], seed=999)
+        res[mode] = runs
+    check = _run(data, betas, sweeps["check"], seed=999)
     bar.update(1)
     ex, sub = res["exact"], res["sub"]
     converged = float(np.mean([r["f1"][-1] for r in ex]))
@@ -220,7 +247,7 @@ def run(out_dir, *, quick: bool) -> dict:
     with progress(total=total, desc="coreference runs") as bar:
         for tag, data, runs, sweeps, kw in datasets:
             betas = np.linspace(0.3, 2.0, sweeps).astype(np.float32)
-            metrics[tag] = _study(data, betas, runs, rep, out_dir, tag, bar, kw)
+            metrics[tag] = _study(data, betas, runs, rep, out_dir, tag, bar, kw, shared=quick)
     metrics["seconds"] = time.perf_counter() - t0
     rep.text(f"Total time {metrics['seconds']:.0f} s (shared 2-core CPU; load printed by the runner's caller).")
     rep.write()

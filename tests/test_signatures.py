@@ -192,8 +192,6 @@ def check_module_contract(module, case, monkeypatch):
 KNOWN_MODULE_DEBT = {
     "anneal": "issue 15: jaxsub.anneal.init is the annealing driver's init(rng_key, model, data, ...), "
               "not collapsed_gibbs's init(position); the package is discovered as the sampler module",
-    "coreference": "issue 12: coreference.build_kernel binds pairwise_log_factor (a model function) and "
-                   "as_top_level_api calls sampler.build_kernel, not the package attribute",
 }
 
 

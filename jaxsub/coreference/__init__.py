@@ -3,18 +3,19 @@
 * :mod:`~jaxsub.coreference.model` -- the model pieces: :func:`make_blocks` (blocking),
   :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``);
 * :mod:`~jaxsub.coreference.sampler` -- the Gibbs sweep (racing or ``exact=True``) as a BlackJAX-style
-  kernel (:func:`build_kernel`, :func:`init`, :func:`as_top_level_api`, here :func:`gibbs`), the
+  kernel (:func:`build_kernel`, :func:`init`, ``sampler.as_top_level_api`` exposed as :func:`gibbs`), the
   annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
   adapter into :func:`jaxsub.discrete.racing`;
 * :mod:`~jaxsub.coreference.scoring` -- :func:`b_cubed` and :func:`pairwise_f1`.
 
 See ``docs/coreference.md``.
 """
+from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
+from jaxsub.coreference import sampler
 from jaxsub.coreference.sampler import (
     CorefState,
     FitTrace,
     SweepInfo,
-    as_top_level_api,
     build_kernel,
     conditional_update,
     fit,
@@ -25,8 +26,9 @@ from jaxsub.coreference.sampler import (
 from jaxsub.coreference.model import Blocks, encode_mentions, make_blocks, similarity_factor
 from jaxsub.coreference.scoring import Scores, b_cubed, pairwise_f1
 
-#: ``jaxsub.coreference.gibbs(pairwise_log_factor, mentions, blocks, ...)`` -> ``SamplingAlgorithm``.
-gibbs = as_top_level_api
+#: ``jaxsub.coreference.gibbs(pairwise_log_factor, mentions, blocks, ...)`` -> ``SamplingAlgorithm``; the
+#: sampler module is :mod:`jaxsub.coreference.sampler` (``gibbs.build_kernel``, ``gibbs.init``, as in BlackJAX).
+gibbs = _TopLevelAPI(sampler)
 
 __all__ = [
     "Blocks",
@@ -34,7 +36,6 @@ __all__ = [
     "FitTrace",
     "Scores",
     "SweepInfo",
-    "as_top_level_api",
     "b_cubed",
     "build_kernel",
     "conditional_update",

@@ -121,6 +121,14 @@ def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
     return SweepInfo(*(x + y for x, y in zip(a, b)))
 
 
+#: Default ``min_arm_draws`` (λ): candidates expected to have fewer than λ members in the race's first
+#: batch, or fewer than m1 members, are summed exactly (see :func:`build_kernel`). With a few members
+#: among the padded zeros an arm's stage means are far from Normal and Racing-Normal's δ fails
+#: (measured on FEBRL 3, clusters of 1–6 in blocks of hundreds: decision error 0.129 at δ = 0.05 when
+#: every arm is raced; docs/coreference.md).
+DEFAULT_MIN_ARM_DRAWS = 1.0
+
+
 # --------------------------------------------------------------------------- state
 def init(position, blocks: Blocks) -> CorefState:
     """State from cluster labels (``None``: every mention alone, as in the paper).
@@ -212,30 +220,37 @@ def _row(tree, i):
     return jax.tree.map(lambda a: a[i], tree)
 
 
-def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
-                first_batch_size: int, control_variate: bool, check_decisions: bool, chunk_size: int,
-                schedule: str = "padded"):
-    """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``."""
+def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
+                control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0):
+    """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
+
+    Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
+    ``check`` are Python bools (specialised at trace time) or traced bools (``lax.cond``), so one
+    compiled sweep can serve the exact sampler, Sub Gibbs and the decision check.
+    """
     order, start_arr, size_arr = blocks_dev
     W = n_cap + 1  # window of block slots / mentions (n_b <= n_cap + 1)
     ar_w = jnp.arange(W, dtype=jnp.int32)
     C = min(chunk_size, n_cap)
 
-    def factors_at(xi, mentions, beta, js):
-        xj = jax.tree.map(lambda a: a[js], mentions)
-        return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
+    def exact_sums(factors_at, labels, s, off, K, col, num_cols, slot_of=None):
+        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column, chunked over ``K`` mentions.
 
-    def exact_sums(xi, mentions, beta, labels, s, off, K, col, num_cols):
-        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column (chunked over the K other mentions)."""
+        The ``k``-th mention summed is at window offset ``slot_of(k)`` (default: the ``k``-th other
+        mention of the block, ``k + (k >= off)``).
+        """
         nchunks = (K + C - 1) // C
+        if slot_of is None:
+            def slot_of(k):
+                return k + (k >= off).astype(jnp.int32)
 
         def body(carry):
             c, sums, bad = carry
             k = c * C + jnp.arange(C, dtype=jnp.int32)
             valid = k < K
-            o = k + (k >= off).astype(jnp.int32)
+            o = slot_of(k)
             js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
-            f = factors_at(xi, mentions, beta, js)
+            f = factors_at(js)
             cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
             f = jnp.where(valid, f, 0.0)
             bad = bad | jnp.any(valid & ~jnp.isfinite(f) & ~(f == -jnp.inf))
@@ -246,8 +261,13 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
         _, sums, bad = jax.lax.while_loop(lambda c: c[0] < nchunks, body, init_c)
         return sums, bad
 
-    def step(mentions, beta, carry, p):
+    def step(pairwise_log_factor, mentions, beta, exact, check, carry, p):
         state, key = carry
+
+        def factors_at(js):
+            xj = jax.tree.map(lambda a: a[js], mentions)
+            return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
+
         key, k_noise, k_race = jax.random.split(key, 3)
         labels, sizes, reps = state
         i = order[p]
@@ -268,7 +288,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
 
         def exact_branch(_):
             cand_slot = jnp.zeros((W,), jnp.int32).at[col].set(s + ar_w, mode="drop")
-            sums, bad = exact_sums(xi, mentions, beta, labels, s, off, K, col, W)
+            sums, bad = exact_sums(factors_at, labels, s, off, K, col, W)
             logits = jnp.where(ar_w < ncand, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
             x = jnp.argmax(logits)
             bad = bad | ~jnp.isfinite(logits[x])
@@ -277,29 +297,51 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                              bad.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
             return new, info
 
-        if not race:
+        if not race or (isinstance(exact, bool) and exact):
             new, info = exact_branch(None)
         else:
             D = d_cap
             ar_d = jnp.arange(D, dtype=jnp.int32)
             N = n_cap
 
+            padded = schedule == "padded"
+            # Small arms (padded schedule): a candidate with fewer members than the first batch
+            # (N_y < m1) or whose expected number of members in the first batch, m1 N_y / K, is below
+            # ``min_arm_draws`` is summed exactly (N_y evaluations) and left out of the race, whose
+            # shared population is the members of the large arms.
+            w_large = nonempty
+            if min_arm_draws > 0:  # λ = 0: every arm raced (the paper's rule)
+                w_large = (w_large & (wsizes >= first_batch_size)
+                           & (wsizes.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32)))
+            k_large = jnp.sum(jnp.where(w_large, wsizes, 0), dtype=jnp.int32)
+
             def race_branch(_):
                 cand_slot = jnp.zeros((D,), jnp.int32).at[col].set(s + ar_w, mode="drop")
                 n_y = jnp.zeros((D,), jnp.int32).at[col].set(wsizes, mode="drop")
+                js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
+                ok = wvalid & (ar_w != off)
+                cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
+                small_w = ok & ~w_large[jnp.clip(labels[js_w] - s, 0, W - 1)]
+                # window offsets: large arms' members first, then small arms' members (a stable
+                # partition by two cumulative sums, O(n_b) like the rest of the update's bookkeeping)
+                large_m = ok & ~small_w
+                dest = jnp.where(large_m, jnp.cumsum(large_m) - 1, k_large + jnp.cumsum(small_w) - 1)
+                perm = jnp.zeros((W,), jnp.int32).at[jnp.where(ok, dest, W)].set(ar_w, mode="drop")
+                k_small = jnp.sum(small_w, dtype=jnp.int32)
+                KL = k_large if padded else K
 
                 def member(idx):
                     idx = idx.astype(jnp.int32)
-                    k = (idx * K) // N
-                    c_k = (((k + 1) * N + K - 1) // K) - ((k * N + K - 1) // K)
-                    o = k + (k >= off).astype(jnp.int32)
+                    k = (idx * KL) // N
+                    c_k = (((k + 1) * N + KL - 1) // KL) - ((k * N + KL - 1) // KL)
+                    o = perm[jnp.clip(k, 0, W - 1)] if padded else k + (k >= off).astype(jnp.int32)
                     js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
                     cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
                     return js, cols, c_k.astype(jnp.float32)
 
                 def values(idx):
                     js, cols, c_k = member(idx)
-                    return factors_at(xi, mentions, beta, js) / c_k, cols, c_k
+                    return factors_at(js) / c_k, cols, c_k
 
                 def log_factor_fn(idx):
                     v, cols, _ = values(idx)
@@ -313,8 +355,9 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                 cv = None
                 if control_variate and schedule == "padded":
                     # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
-                    has_rep = (n_y > 0) & (ar_d < ncand)
-                    a = jnp.where(has_rep, factors_at(xi, mentions, beta, reps[cand_slot]), 0.0)
+                    large_y = jnp.zeros((D,), bool).at[col].set(w_large, mode="drop")
+                    has_rep = (n_y > 0) & (ar_d < ncand) & large_y
+                    a = jnp.where(has_rep, factors_at(reps[cand_slot]), 0.0)
                     a = jnp.where(jnp.isfinite(a), a, 0.0)
                     num_cv = jnp.sum(has_rep, dtype=jnp.int32)
                     h_mean = a * n_y.astype(jnp.float32) / N
@@ -326,7 +369,11 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
 
                     cv = (h_fn, h_mean)
                 noise = jax.random.gumbel(k_noise, (D,))
-                log_f0 = jnp.where(ar_d < ncand, 0.0, -jnp.inf) + noise
+                small_sums, bad_small = jnp.zeros((D,), jnp.float32), jnp.zeros((), bool)
+                if padded:
+                    small_sums, bad_small = exact_sums(factors_at, labels, s, off, k_small, col, D,
+                                                       slot_of=lambda k: perm[jnp.clip(k_large + k, 0, W - 1)])
+                log_f0 = jnp.where(ar_d < ncand, small_sums, -jnp.inf) + noise
                 if schedule == "ragged":
                     # members of each candidate, contiguous by column (window offsets sorted by column)
                     js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
@@ -338,7 +385,7 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                     def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
                         pos = jnp.clip(first[None, :] + idx.astype(jnp.int32), 0, W - 1)
                         js = order[jnp.clip(s + by_col[pos], 0, order.shape[0] - 1)]
-                        flat = factors_at(xi, mentions, beta, js.reshape(-1))
+                        flat = factors_at(js.reshape(-1))
                         return flat.reshape(js.shape)
 
                     x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
@@ -349,20 +396,32 @@ def _class_step(pairwise_log_factor, blocks_dev, n_cap: int, *, race: bool, d_ca
                     x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
                                                 num_data=N, delta=delta, first_batch_size=first_batch_size,
                                                 log_factor_states_fn=log_factor_states_fn, control_variate=cv)
-                    used = rinfo.num_data_used
-                bad = rinfo.has_nan
+                    used = rinfo.num_data_used + k_small
+                bad = rinfo.has_nan | bad_small
                 new = jnp.where(bad, yi, cand_slot[x])
-                errors = checked = jnp.zeros((), jnp.int32)
-                if check_decisions:
-                    sums, bad_x = exact_sums(xi, mentions, beta, labels, s, off, K, col, D)
+                def do_check(_):
+                    sums, bad_x = exact_sums(factors_at, labels, s, off, K, col, D)
                     x_exact = jnp.argmax(jnp.where(ar_d < ncand, sums, -jnp.inf) + noise)
-                    checked = (~bad & ~bad_x).astype(jnp.int32)
-                    errors = (checked.astype(bool) & (x_exact != x)).astype(jnp.int32)
+                    ok = ~bad & ~bad_x
+                    return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
+
+                def no_check(_):
+                    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+                if isinstance(check, bool):
+                    errors, checked = (do_check if check else no_check)(None)
+                else:
+                    errors, checked = jax.lax.cond(check, do_check, no_check, None)
                 info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
                                  jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
                 return new, info
 
-            new, info = jax.lax.cond(ncand <= D, race_branch, exact_branch, None)
+            use_race = ncand <= D
+            if padded:
+                use_race = use_race & (k_large >= 2 * first_batch_size)
+            if not isinstance(exact, bool):
+                use_race = use_race & ~exact
+            new, info = jax.lax.cond(use_race, race_branch, exact_branch, None)
         # representatives: i leaves yi (find another member if i was its representative and
         # members remain), then i represents ``new`` if it was empty
         def other_member(_):
@@ -388,17 +447,32 @@ def _check_mentions(mentions, m):
                          f"got shapes {[jnp.shape(a) for a in leaves]}")
 
 
-def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch_size=50, max_candidates=128,
-            min_race_size=128, control_variate=True, check_decisions=False, chunk_size=256, visit=None,
-            schedule="padded") -> dict:
-    """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
+def _check_factor(pairwise_log_factor):
     if not callable(pairwise_log_factor):
         raise ValueError(f"pairwise_log_factor must be callable; got {pairwise_log_factor!r}")
+
+
+def _flag(name, value):
+    """A mode flag: a Python bool (specialised at trace time) or a traced/array bool (``lax.cond``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, jax.core.Tracer):
+        if jnp.shape(value) != () or value.dtype != jnp.bool_:
+            raise ValueError(f"{name} must be a bool (or a traced scalar bool); got {value.dtype}{jnp.shape(value)}")
+        return value
+    arr = np.asarray(value)
+    if arr.shape != () or arr.dtype != np.bool_:
+        raise ValueError(f"{name} must be a bool (or a traced scalar bool); got {value!r}")
+    return bool(arr)
+
+
+def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
+            control_variate=True, chunk_size=256, visit=None, schedule="padded",
+            min_arm_draws=DEFAULT_MIN_ARM_DRAWS) -> dict:
+    """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
-    exact = bool(exact)
-    if not exact:
-        delta = check_real("delta", delta, low=0.0, high=1.0)
+    delta = check_real("delta", delta, low=0.0, high=1.0)
     first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
     if visit is not None:
         visit = np.asarray(visit)
@@ -406,12 +480,12 @@ def _config(pairwise_log_factor, blocks, *, delta=0.05, exact=False, first_batch
         if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
             raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
     schedule = check_choice("schedule", schedule, ("padded", "ragged"))
-    return dict(visit=visit, schedule=schedule, pairwise_log_factor=pairwise_log_factor, delta=delta, exact=exact,
-                first_batch_size=first_batch_size,
+    return dict(visit=visit, schedule=schedule, delta=delta, first_batch_size=first_batch_size,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
-                control_variate=bool(control_variate), check_decisions=bool(check_decisions),
-                chunk_size=check_int("chunk_size", chunk_size, low=1))
+                control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
+                min_arm_draws=check_real("min_arm_draws", min_arm_draws, low=0.0, high=float(first_batch_size),
+                                         low_closed=True, high_closed=True))
 
 
 def _class_steps(blocks, config):
@@ -421,118 +495,148 @@ def _class_steps(blocks, config):
     keep = None
     if config["visit"] is not None:
         keep = np.isin(np.arange(blocks.num_mentions), blocks.position[config["visit"]])
-    for n_cap, positions in mention_classes(blocks):
+    small_cap = 64
+    while small_cap * 2 < config["min_race_size"]:
+        small_cap *= 2  # every class below min_race_size is updated exactly: one class (one compile) for them
+    for n_cap, positions in mention_classes(blocks, small_cap):
         if keep is not None:
             positions = positions[keep[positions]]
             if positions.size == 0:
                 continue
-        race = (not config["exact"]) and n_cap >= config["min_race_size"]
+        race = n_cap >= config["min_race_size"]
         out.append((n_cap, positions, _class_step(
-            config["pairwise_log_factor"], blocks_dev, n_cap, race=race,
-            d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
+            blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
-            check_decisions=config["check_decisions"], chunk_size=config["chunk_size"], schedule=config["schedule"])))
+            chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"])))
     return out
 
 
-def build_kernel(pairwise_log_factor: Callable, blocks: Blocks, *, delta: float | None = 0.05, exact: bool = False,
-                 first_batch_size: int = 50, max_candidates: int = 128, min_race_size: int = 128,
-                 control_variate: bool = True, check_decisions: bool = False, chunk_size: int = 256, visit=None,
-                 schedule: str = "padded"):
+def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
+                 min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
+                 schedule: str = "padded", min_arm_draws: float = None):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
+    Only the structure is fixed here (the blocks, hence the classes of block sizes and the
+    compiled update per class, and the racing settings); the model (``pairwise_log_factor``,
+    ``mentions``) and the inverse temperature go to the kernel.
+
     Args:
-        pairwise_log_factor: ``f(x_i, x_j) -> scalar`` on single rows of the mentions pytree
-            (e.g. :func:`~jaxsub.coreference.similarity_factor`).
         blocks: :class:`Blocks` from :func:`~jaxsub.coreference.make_blocks`.
-        delta: racing error level in (0, 1) (ignored with ``exact=True``).
-        exact: exact Gibbs (every factor of every candidate) through the same sweep.
+        delta: racing error level in (0, 1). Static: Racing-Normal's threshold ``B_Normal(δ, N, m1)``
+            is solved on the host per class (``schedule="padded"``).
         first_batch_size: m1 >= 2, the first mini-batch (paper: 50).
         max_candidates: the race width D (static); mentions with more candidates are updated exactly.
-        min_race_size: blocks with ``K = n_b - 1`` below the class of this size are updated exactly.
+        min_race_size: blocks whose class (``K = n_b - 1`` rounded up to ``64 * 2^k``) is below this are
+            updated exactly, all in one class (one compiled update).
         control_variate: use the per-candidate control variate (see module docstring).
-        check_decisions: also recompute every race exactly under the same Gumbel noise and count
-            disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
         chunk_size: chunk of mentions summed at once by the exact update.
         schedule: ``"padded"`` (one shared population per block, zero rewards for other clusters,
             with the control variate) or ``"ragged"`` (the engine's per-arm doubling schedules over
             each candidate's own members, :func:`jaxsub.discrete.racing_ragged`; no control variate).
         visit: optional 1-D array of mention indices: the sweep updates only these (e.g. to time
             updates inside one large block); default all.
+        min_arm_draws: λ in [0, m1] (padded schedule; default :data:`DEFAULT_MIN_ARM_DRAWS`). A candidate
+            cluster with fewer members than the first batch (``N_y < m1``, as the per-arm schedules of
+            ``schedule="ragged"`` do) or whose expected number of members in the race's first batch,
+            ``m1 N_y / K``, is below λ is summed exactly (``N_y`` evaluations, counted) instead of raced,
+            and the race's shared population is the members of the other candidates; when fewer than
+            ``2 m1`` mentions remain for the race the update is exact. λ = 0 races every candidate
+            (the paper's rule, whose decision error exceeds δ when clusters are small; see docs).
 
     Returns:
-        ``kernel(rng_key, state, mentions, temperature) -> (state, SweepInfo)``; ``mentions`` is a
-        pytree of arrays with leading axis M (indexed by mention), ``temperature`` the inverse
-        temperature β > 0 (traceable).
+        ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
+        check_decisions=False) -> (state, SweepInfo)``:
+
+        * ``pairwise_log_factor``: ``f(x_i, x_j) -> scalar`` on single rows of ``mentions``
+          (e.g. :func:`~jaxsub.coreference.similarity_factor`);
+        * ``mentions``: a pytree of arrays with leading axis M (indexed by mention);
+        * ``temperature``: the inverse temperature β > 0 (traceable);
+        * ``exact``: exact Gibbs (every factor of every candidate) through the same sweep;
+        * ``check_decisions``: also recompute every race exactly under the same Gumbel noise and
+          count disagreements in ``info.num_errors`` (diagnostic; costs an exact update per race).
+
+        ``exact`` and ``check_decisions`` are Python bools (the unused branch is not compiled) or
+        traced scalar bools (one compiled sweep serves the exact sampler, Sub Gibbs and the check).
     """
-    config = _config(pairwise_log_factor, blocks, delta=delta, exact=exact, first_batch_size=first_batch_size,
-                     max_candidates=max_candidates, min_race_size=min_race_size, control_variate=control_variate,
-                     check_decisions=check_decisions, chunk_size=chunk_size, visit=visit, schedule=schedule)
+    config = _config(blocks, delta=delta, first_batch_size=first_batch_size, max_candidates=max_candidates,
+                     min_race_size=min_race_size, control_variate=control_variate, chunk_size=chunk_size,
+                     visit=visit, schedule=schedule,
+                     min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
-    def kernel(rng_key, state: CorefState, mentions, temperature=1.0):
+    def kernel(rng_key, state: CorefState, pairwise_log_factor, mentions, temperature=1.0, exact=False,
+               check_decisions=False):
+        _check_factor(pairwise_log_factor)
         temperature = check_hyperparameter("temperature", temperature, low=0.0)
         _check_mentions(mentions, m)
+        exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
         beta = jnp.asarray(temperature, jnp.float32)
         info = _zero_info()
-        key = rng_key
         for c, (positions, step) in enumerate(steps):
-            ck = jax.random.fold_in(key, c)
-            (state, _), infos = jax.lax.scan(lambda carry, p, step=step: step(mentions, beta, carry, p),
-                                             (state, ck), positions)
+            ck = jax.random.fold_in(rng_key, c)
+
+            def body(carry, p, step=step):
+                return step(pairwise_log_factor, mentions, beta, exact, check, carry, p)
+
+            (state, _), infos = jax.lax.scan(body, (state, ck), positions)
             info = _add_info(info, jax.tree.map(lambda a: jnp.sum(a, dtype=jnp.int32), infos))
         return state, info
 
     return kernel
 
 
-def conditional_update(pairwise_log_factor: Callable, blocks: Blocks, mention: int, **kernel_kwargs):
+def conditional_update(blocks: Blocks, mention: int, **kernel_kwargs):
     """One Gibbs update of a single mention, exactly as the sweep of :func:`build_kernel` does it.
 
     Args:
+        blocks: :class:`Blocks`.
         mention: the mention index (concrete int); its block must have at least 2 mentions.
         kernel_kwargs: as in :func:`build_kernel`.
 
     Returns:
-        ``update(rng_key, state, mentions, temperature) -> (state, SweepInfo)`` (for tests and
-        diagnostics: the law of ``state.labels[mention]`` is the racing (or exact) conditional).
+        ``update(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
+        check_decisions=False) -> (state, SweepInfo)`` (for tests and diagnostics: the law of
+        ``state.labels[mention]`` is the racing (or exact) conditional).
     """
     m = blocks.num_mentions
     mention = check_int("mention", mention, low=0, high=m - 1)
     p = int(blocks.position[mention])
-    config = _config(pairwise_log_factor, blocks, **kernel_kwargs)
+    config = _config(blocks, **kernel_kwargs)
     for n_cap, positions, step in _class_steps(blocks, config):
         if p in set(positions.tolist()):
             break
     else:
         raise ValueError(f"mention {mention} is alone in its block: there is nothing to update")
 
-    def update(rng_key, state, mentions, temperature=1.0):
+    def update(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False, check_decisions=False):
+        _check_factor(pairwise_log_factor)
         _check_mentions(mentions, m)
         beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
-        (state, _), info = step(mentions, beta, (state, rng_key), jnp.int32(p))
+        exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
+        (state, _), info = step(pairwise_log_factor, mentions, beta, exact, check, (state, rng_key), jnp.int32(p))
         return state, info
 
     return update
 
 
 def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *, temperature=1.0,
-                     **kernel_kwargs) -> SamplingAlgorithm:
+                     exact: bool = False, **kernel_kwargs) -> SamplingAlgorithm:
     """``SamplingAlgorithm``: ``init(position=labels or None)``, ``step(rng_key, state)`` = one sweep.
 
-    ``temperature`` is the inverse temperature β (traceable); other keyword arguments go to
-    :func:`build_kernel`.
+    ``temperature`` is the inverse temperature β (traceable), ``exact`` selects exact Gibbs; other
+    keyword arguments go to :func:`build_kernel`.
     """
+    _check_factor(pairwise_log_factor)
     check_hyperparameter("temperature", temperature, low=0.0)
-    kernel = build_kernel(pairwise_log_factor, blocks, **kernel_kwargs)
+    kernel = build_kernel(blocks, **kernel_kwargs)
 
     def init_fn(position=None, rng_key=None):
         del rng_key
         return init(position, blocks)
 
     def step_fn(rng_key, state):
-        return kernel(rng_key, state, mentions, temperature)
+        return kernel(rng_key, state, pairwise_log_factor, mentions, temperature, exact)
 
     return SamplingAlgorithm(init_fn, step_fn)
 
@@ -541,7 +645,7 @@ def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *,
 class FitTrace(NamedTuple):
     """Per-sweep record of :func:`fit` (NumPy arrays, one entry per sweep)."""
 
-    labels: np.ndarray  # [S, M] labels after each sweep (only if keep_labels) else [1, M] final
+    labels: np.ndarray  # [1, M] final labels
     num_evaluations: np.ndarray
     seconds: np.ndarray
     num_races: np.ndarray
@@ -553,16 +657,20 @@ class FitTrace(NamedTuple):
 
 
 def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temperatures, *, position=None,
-        callback: Callable | None = None, progress_bar: bool = False, kernel: Callable | None = None,
-        **kernel_kwargs) -> tuple[CorefState, FitTrace]:
+        callback: Callable | None = None, progress_bar: bool = False, sweep: Callable | None = None,
+        exact: bool = False, check_decisions: bool = False, **kernel_kwargs) -> tuple[CorefState, FitTrace]:
     """Run one sweep per entry of ``temperatures`` (annealed Gibbs for MAP with an increasing β).
 
     Args:
         temperatures: 1-D array of inverse temperatures β_s > 0, one per sweep (data, not code).
         callback: optional ``callback(sweep, labels_numpy)`` after each sweep (e.g. scoring).
-        kernel: optional ``jax.jit(build_kernel(...))`` (compiled here) or its compiled form
-            ``.lower(...).compile()`` (reused as is, ``compile_seconds`` ≈ 0) to share one
-            compilation across runs; then ``kernel_kwargs`` must be empty.
+        exact, check_decisions: as in the kernel of :func:`build_kernel`.
+        sweep: optional ``sweep(rng_key, state, mentions, temperature) -> (state, SweepInfo)``
+            to share one compilation across runs: a ``jax.jit``-ed function (compiled here, timed
+            apart) or its compiled form ``.lower(...).compile()`` (reused as is, ``compile_seconds``
+            ≈ 0), e.g. ``jax.jit(lambda k, s, x, b: kernel(k, s, factor, x, b, exact=True))``. Then
+            ``exact``, ``check_decisions`` and ``kernel_kwargs`` must be left out.
+        kernel_kwargs: structure for :func:`build_kernel` (when ``sweep`` is not given).
 
     Returns:
         ``(state, FitTrace)``; wall-clock excludes the first call's compilation (timed apart).
@@ -570,15 +678,19 @@ def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temper
     betas = np.asarray(temperatures, np.float32)
     if betas.ndim != 1 or betas.size < 1 or not np.all(np.isfinite(betas)) or np.any(betas <= 0):
         raise ValueError(f"temperatures must be a 1-D array of finite values > 0; got {temperatures!r}")
-    if kernel is None:
-        kernel = jax.jit(build_kernel(pairwise_log_factor, blocks, **kernel_kwargs))
-    elif kernel_kwargs:
-        raise ValueError(f"pass either kernel or kernel keyword arguments, not both; got {sorted(kernel_kwargs)}")
+    _check_factor(pairwise_log_factor)
+    if sweep is None:
+        kernel = build_kernel(blocks, **kernel_kwargs)
+        exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
+        sweep = jax.jit(lambda k, s, x, b: kernel(k, s, pairwise_log_factor, x, b, exact, check))
+    elif kernel_kwargs or exact or check_decisions:
+        raise ValueError("pass either sweep or kernel settings (exact, check_decisions, build_kernel keywords), "
+                         f"not both; got {sorted(kernel_kwargs) + ['exact'] * bool(exact)}")
     state = init(position, blocks)
     t0 = time.perf_counter()
-    compiled = kernel
-    if hasattr(kernel, "lower"):
-        compiled = kernel.lower(rng_key, state, mentions, jnp.float32(1.0)).compile()
+    compiled = sweep
+    if hasattr(sweep, "lower"):
+        compiled = sweep.lower(rng_key, state, mentions, jnp.float32(1.0)).compile()
     compile_s = time.perf_counter() - t0
     rows = []
     bar = None

@@ -22,4 +22,4 @@ def _gibbs_case():
     return Case(make, jnp.asarray(blocks.position, jnp.int32), {"temperature": 1.0})
 
 
-CASES = {"coreference": _gibbs_case}  # jaxsub.coreference.as_top_level_api is gibbs
+CASES = {"coreference.gibbs": _gibbs_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
