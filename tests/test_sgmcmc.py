@@ -214,10 +214,18 @@ def _run(algorithm, num_chains, num_rounds, burn, start):
     return np.asarray(trace.states["position"])[:, burn:], np.asarray(trace.states["shard"])
 
 
+_DIRECTIONS = np.array([[1.0, 0.0], [0.0, 1.0], [1.0 / np.sqrt(2), 1.0 / np.sqrt(2)]]).T  # [2, 3]
+
+
 def _check_moments(draws, mean, cov):
-    assert_mean_matches(draws, mean)
-    for u in (np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.array([1.0, 1.0]) / np.sqrt(2)):
-        assert_variance_matches(draws @ u, u @ cov @ u)
+    """Means and variances of the projections on both axes and the diagonal (per coordinate: MC error each).
+
+    Both moment tests pass arrays of one shape ``[16, 2400, 3]``: the ESS computation (eager
+    ``blackjax.diagnostics``) then compiles once for the file instead of once per shape.
+    """
+    proj = draws @ _DIRECTIONS
+    assert_mean_matches(proj, mean @ _DIRECTIONS)
+    assert_variance_matches(proj, np.einsum("ik,ij,jk->k", _DIRECTIONS, cov, _DIRECTIONS))
 
 
 def test_cg_dsgld_conjugate_matches_exact_moments():
@@ -230,7 +238,7 @@ def test_cg_dsgld_conjugate_matches_exact_moments():
     mean, cov, post_cov = _stationary(shards, probs, eps, n, "cg")
     # the discretised chain is within 3% of the analytic posterior at this step size
     np.testing.assert_allclose(np.diag(cov), np.diag(post_cov), rtol=0.03)
-    draws, visited = _run(algo, num_chains=8, num_rounds=2500, burn=100, start=mean)
+    draws, visited = _run(algo, num_chains=16, num_rounds=2500, burn=100, start=mean)
     _check_moments(draws, mean, cov)
     # shards are visited with the default probabilities f_s ∝ N_s
     freq = np.bincount(visited.ravel(), minlength=4) / visited.size
@@ -240,11 +248,14 @@ def test_cg_dsgld_conjugate_matches_exact_moments():
 
 def test_dsgld_one_local_step_matches_exact_moments():
     shards = blob_shards(seed=2)
-    eps, n = 1e-4, 10
+    # ε P / 2 = 0.032: lag-1 autocorrelation 0.968, ESS of the mean ≈ 16 x 2400 x 0.032 / 1.968 ≈ 620 for an
+    # AR(1) (about 340 measured, gate 200); the stationary moments are those of the discretised chain at
+    # this ε (exact, _stationary), so a larger ε changes the reference, not the tolerance
+    eps, n = 4e-4, 10
     algo = jaxsub.dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=eps, batch_size=n, local_steps=1)
     sizes = np.array([len(x) for x in shards])
     mean, cov, _ = _stationary(shards, sizes / sizes.sum(), eps, n, "dsgld")
-    draws, _ = _run(algo, num_chains=16, num_rounds=8000, burn=300, start=mean)
+    draws, _ = _run(algo, num_chains=16, num_rounds=2500, burn=100, start=mean)
     _check_moments(draws, mean, cov)
 
 
