@@ -260,22 +260,35 @@ def test_dsgld_one_local_step_matches_exact_moments():
 
 
 def test_cg_dsgld_stays_put_where_dsgld_drifts_with_many_local_steps():
-    """With 200 local steps DSGLD drifts to a mixture of local posteriors; CG-DSGLD does not."""
+    """With 200 local steps DSGLD drifts to a mixture of local posteriors; CG-DSGLD does not.
+
+    Both run through one compiled ``jaxsub.sgmcmc.sample_rounds`` program (data, surrogates, α as
+    arguments; α = 0 is DSGLD, checked against the DSGLD kernel in
+    ``test_kernel_takes_model_data_and_traced_hyperparameters``); its α = 1 trace equals
+    ``run_chains`` of ``jaxsub.cg_dsgld`` with the same key.
+    """
     shards = blob_shards(seed=4, sizes=(50, 50, 50, 50), scale=0.35)
     surrogates = exact_surrogates(shards)
-    kw = dict(step_size=1e-4, batch_size=10, local_steps=200, shard_probs=np.full(4, 0.25))
+    probs = np.full(4, 0.25)
+    kw = dict(step_size=1e-4, batch_size=10, local_steps=200, shard_probs=probs)
     post_mean = np.concatenate(shards).mean(0) * 200 / (200 + 1 / PRIOR_VAR)
-    out = {}
-    for name, algo in {
-        "dsgld": jaxsub.dsgld(gaussian_logprior, gaussian_loglik, shards, **kw),
-        "cg": jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, surrogates=surrogates, **kw),
-    }.items():
-        draws, _ = _run(algo, num_chains=2, num_rounds=80, burn=10, start=post_mean)
+    packed = make_shards(shards)
+    run = jax.jit(jaxsub.sgmcmc.sample_rounds(gaussian_logprior, gaussian_loglik, batch_size=10, local_steps=200,
+                                              num_rounds=80, shard_size=50))
+    start = jnp.tile(jnp.asarray(post_mean, jnp.float32), (2, 1))
+    out, traces = {}, {}
+    for name, alpha in (("dsgld", 0.0), ("cg", 1.0)):
+        _, traces[name] = run(jax.random.key(2026), start, packed.data, jnp.asarray(packed.sizes, jnp.int32),
+                              jnp.asarray(probs, jnp.float32), conducive_arrays(surrogates, probs), 1e-4, alpha)
+        draws = np.asarray(traces[name])[:, 10:]
         out[name] = float(np.mean(np.sum((draws - post_mean) ** 2, -1)))
     # posterior variance per coordinate is 1/200: CG-DSGLD's spread is of that order,
     # DSGLD's is the spread of the blob centres (~3 per coordinate).
     assert out["cg"] < 5 * 2 / 200
     assert out["dsgld"] > 100 * out["cg"]
+    algo = jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, surrogates=surrogates, **kw)
+    draws, _ = _run(algo, num_chains=2, num_rounds=80, burn=0, start=post_mean)
+    np.testing.assert_allclose(np.asarray(traces["cg"]), draws, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- jit / no-jit, info
