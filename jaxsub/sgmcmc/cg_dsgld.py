@@ -130,7 +130,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
 
 
 def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
-                  num_rounds: int, shard_size: int | None = None,
+                  num_rounds: int, shard_size: int | None = None, return_local_positions: bool = False,
                   transform: Callable | None = None) -> Callable:
     r"""A pure function running CG-DSGLD chains with the data, surrogates and hyperparameters as *arguments*.
 
@@ -144,7 +144,7 @@ def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_si
     ----------
     logprior_fn, loglikelihood_fn
         As in :func:`as_top_level_api`.
-    batch_size, local_steps, shard_size
+    batch_size, local_steps, shard_size, return_local_positions
         Static structure, as in :func:`build_kernel`.
     num_rounds
         Rounds per chain (static: the scan length).
@@ -161,7 +161,8 @@ def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_si
     into one key per round. Nothing is validated here (the arguments may be traced): use
     :func:`as_top_level_api` for checked construction.
     """
-    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps, shard_size=shard_size)
+    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps, shard_size=shard_size,
+                          return_local_positions=bool(return_local_positions))
     record = transform if transform is not None else (lambda state, info: state.position)
 
     def run(rng_key, positions, data, shard_sizes, shard_probs, arrays, step_size, exploration):
