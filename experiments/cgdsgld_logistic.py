@@ -12,7 +12,8 @@ Prior θ ~ N(0, 10 I). Default surrogates (``jaxsub.sgmcmc.laplace_surrogates``)
 per shard in parallel, 1,000 full-shard Adam steps (optax, learning rate 0.05) on
 the shard log-likelihood plus the fractional prior ``(N_s/N) log p_0`` (the
 damping rule), then the exact Hessian there and the second-order Taylor
-expansion (full precision). Previous default, kept for comparison (full mode only): per shard, SGLD on prior × shard likelihood
+expansion (full precision). Previous default, kept for comparison (full mode only): per shard, SGLD on
+prior × shard likelihood
 (all shards in parallel), full-covariance Gaussian moments, prior divided out
 (``jaxsub.sgmcmc.gaussian_surrogates``, minibatch 1,000 so that minibatch
 noise does not inflate the fitted variances). DSGLD and CG-DSGLD take L = 100
