@@ -66,9 +66,36 @@ def homogeneous_data(shard_size, test_per_class, seed=0):
     return [(x[i], y[i]) for i in np.array_split(perm, NUM_SHARDS)], test, description
 
 
+@jax.jit
+def _predict(draws, x):
+    return jax.nn.sigmoid(jax.lax.map(lambda d: forward(d, x), draws))
+
+
+def sgld_pooled_fn(rounds, local_steps):
+    """Centralised SGLD (``blackjax.sgld``) on the pooled rows, one draw per ``local_steps`` steps: a pure
+    function of (key, x, y, params0, step_size), compiled once for every split (same shapes)."""
+
+    def chain(key, px, py, params0, step_size):
+        n_total = px.shape[0]
+        sgld = blackjax.sgld(blackjax.sgmcmc.gradients.grad_estimator(logprior, loglik, n_total))
+
+        def one_round(theta, k):
+            def body(t, kk):
+                kb, kn = jax.random.split(kk)
+                idx = permutation_indices(kb, jnp.arange(BATCH), n_total)
+                return sgld.step(kn, t, (px[idx], py[idx]), 0.5 * step_size), None
+
+            theta = jax.lax.scan(body, theta, jax.random.split(k, local_steps))[0]
+            return theta, theta
+
+        return jax.lax.scan(one_round, params0, jax.random.split(key, rounds))[1]
+
+    return jax.jit(chain)
+
+
 def curves(draws, x_test, y_test, seconds):
     """Running posterior-predictive log-lik / accuracy after each draw; draws: leaves [T, ...]."""
-    p = jax.nn.sigmoid(jax.lax.map(lambda d: forward(d, jnp.asarray(x_test)), draws))
+    p = _predict(draws, jnp.asarray(x_test))
     cum = np.cumsum(np.asarray(p, np.float64), 0) / np.arange(1, p.shape[0] + 1)[:, None]
     cum = np.clip(cum, 1e-12, 1 - 1e-12)
     ll = (y_test * np.log(cum) + (1 - y_test) * np.log1p(-cum)).mean(1)
@@ -85,6 +112,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     burn = rounds // 4
     metrics = {"quick": quick, "splits": {}}
     all_curves, rows = {}, []
+    sampler = sgld_chain = None
     for label, a in progress(SPLITS, desc="splits"):
         if a is None:
             shards, (x_test, y_test), description = homogeneous_data(shard_size, test_per_class)
@@ -103,36 +131,31 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                                     "step_size": step_size, "laplace_fit_seconds": fit_seconds,
                                     "curvature_excess_max": float(jaxsub.sgmcmc.curvature_excess(sur, probs).max()),
                                     "data": description}
-        kw = dict(step_size=step_size, batch_size=BATCH, local_steps=local_steps, shard_probs=probs)
-        algos = {"DSGLD": jaxsub.dsgld(logprior, loglik, shards, **kw),
-                 "CG-DSGLD": jaxsub.cg_dsgld(logprior, loglik, shards, surrogates=sur, **kw)}
-        for name, algo in algos.items():
-            start = time.perf_counter()
-            trace = jaxsub.run_chain(jax.random.key(3), algo, algo.init(params0), rounds,
-                                     transform=lambda s, i: s.position)
-            jax.block_until_ready(trace.states)
-            seconds = time.perf_counter() - start
-            draws = jax.tree.map(lambda v: v[burn:], trace.states)
-            all_curves[(label, name)] = curves(draws, x_test, y_test, seconds * (rounds - burn) / rounds)
+        # one compiled program for both samplers and every split: data, surrogates and α are arguments
+        # (α = 0 is DSGLD); compiled ahead of time so that the wall-clock curves exclude compilation
+        packed = jaxsub.sgmcmc.make_shards(shards)
+        args = (packed.data, jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
+                jaxsub.sgmcmc.conducive_arrays(sur, probs), step_size)
+        positions = jax.tree.map(lambda v: v[None], params0)
         px = jnp.asarray(np.concatenate([s[0] for s in shards]))
         py = jnp.asarray(np.concatenate([s[1] for s in shards]))
-        sgld = blackjax.sgld(blackjax.sgmcmc.gradients.grad_estimator(logprior, loglik, n_total))
-
-        @jax.jit
-        def sgld_chain(key):
-            def one_round(theta, k):
-                def body(t, kk):
-                    kb, kn = jax.random.split(kk)
-                    idx = permutation_indices(kb, jnp.arange(BATCH), n_total)
-                    return sgld.step(kn, t, (px[idx], py[idx]), 0.5 * step_size), None
-
-                theta = jax.lax.scan(body, theta, jax.random.split(k, local_steps))[0]
-                return theta, theta
-
-            return jax.lax.scan(one_round, params0, jax.random.split(key, rounds))[1]
-
+        if sampler is None:
+            start = time.perf_counter()
+            sampler = jax.jit(jaxsub.sgmcmc.sample_rounds(
+                logprior, loglik, batch_size=BATCH, local_steps=local_steps, num_rounds=rounds,
+                shard_size=shard_size)).lower(jax.random.key(3), positions, *args, 1.0).compile()
+            sgld_chain = sgld_pooled_fn(rounds, local_steps).lower(
+                jax.random.key(3), px, py, params0, step_size).compile()
+            metrics["compile_seconds"] = time.perf_counter() - start
+        for name, alpha in (("DSGLD", 0.0), ("CG-DSGLD", 1.0)):
+            start = time.perf_counter()
+            _, trace = sampler(jax.random.key(3), positions, *args, alpha)
+            jax.block_until_ready(trace)
+            seconds = time.perf_counter() - start
+            draws = jax.tree.map(lambda v: v[0, burn:], trace)
+            all_curves[(label, name)] = curves(draws, x_test, y_test, seconds * (rounds - burn) / rounds)
         start = time.perf_counter()
-        path = jax.block_until_ready(sgld_chain(jax.random.key(3)))
+        path = jax.block_until_ready(sgld_chain(jax.random.key(3), px, py, params0, step_size))
         seconds = time.perf_counter() - start
         all_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[burn:], path), x_test, y_test,
                                                       seconds * (rounds - burn) / rounds)

@@ -31,7 +31,7 @@ import numpy as np
 
 import jaxsub
 import jaxsub.datasets
-from experiments._common import Report, savefig
+from experiments._common import Report, progress, savefig
 
 TITLE = "CG-DSGLD vs DSGLD: Bayesian linear regression on California housing, geographic shards (App. E.1)"
 
@@ -107,15 +107,14 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     exact_prec = np.stack([x.T @ x / sigma2 for x, _ in shards])
     fit_err = float(np.max(np.linalg.norm(np.asarray(sur.precision) - exact_prec, axis=(1, 2))
                            / np.linalg.norm(exact_prec, axis=(1, 2))))
-    kw = dict(step_size=step_size, batch_size=BATCH, local_steps=LOCAL_STEPS, shard_probs=probs)
     # The likelihood is Gaussian in w, so exact surrogates exist: N(w; (X_sᵀX_s)⁻¹X_sᵀy_s, σ²(X_sᵀX_s)⁻¹).
     exact_sur = jaxsub.sgmcmc.gaussian_surrogates(
         [np.linalg.solve(x.T @ x, x.T @ y) for x, y in shards], exact_prec)
-    algos = {
-        "DSGLD": jaxsub.dsgld(logprior, loglik, shards, **kw),
-        "CG-DSGLD (fitted q_s)": jaxsub.cg_dsgld(logprior, loglik, shards, surrogates=sur, **kw),
-        "CG-DSGLD (exact q_s)": jaxsub.cg_dsgld(logprior, loglik, shards, surrogates=exact_sur, **kw),
-    }
+    # all three samplers run through one compiled sample_rounds program (DSGLD is alpha = 0)
+    algos = {"DSGLD": (exact_sur, 0.0), "CG-DSGLD (fitted q_s)": (sur, 1.0), "CG-DSGLD (exact q_s)": (exact_sur, 1.0)}
+    runner = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
+                                                 num_rounds=rounds))
+    packed = jaxsub.sgmcmc.make_shards(shards)
     rows, curves = [], {}
     metrics = {"quick": quick, "data": description, "shard_sizes": sizes.tolist(), "sigma2": sigma2,
                "step_size": step_size, "surrogate_fit_seconds": sur.fit_info.seconds,
@@ -125,12 +124,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                "results": {}}
     exact_pred = x_te @ post_mean
     exact_mse = float(np.mean((y_te - exact_pred) ** 2))
-    for name, algo in algos.items():
+    for name, (surrogates, alpha) in progress(algos.items(), desc="samplers"):
         start = time.perf_counter()
-        init = jax.vmap(algo.init)(jnp.zeros((num_chains, dim), jnp.float32))
-        trace = jaxsub.run_chains(jax.random.key(11), algo, init, rounds, transform=lambda s, i: s.position,
-                                  progress_bar=not quick)
-        draws = np.asarray(trace.states, np.float64)[:, burn:]  # [chains, T, d]
+        _, trace = runner(jax.random.key(11), jnp.zeros((num_chains, dim), jnp.float32), packed.data,
+                          jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
+                          jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+        draws = np.asarray(trace, np.float64)[:, burn:]  # [chains, T, d]
         seconds = time.perf_counter() - start
         per_sample = ((y_te[None, None] - np.einsum("ctd,nd->ctn", draws, x_te)) ** 2).mean(-1)  # [chains, T]
         k = np.arange(1, per_sample.shape[1] + 1)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsub
-from experiments._common import Report, savefig
+from experiments._common import Report, progress, savefig
 
 TITLE = "CG-DSGLD vs DSGLD on heterogeneous blobs (paper Sec. 5.1, Fig. 1)"
 
@@ -50,21 +50,33 @@ def loglik(mu, x):
     return -0.5 * jnp.sum((x - mu) ** 2)
 
 
-def sample(algo, key, num_chains: int, total_steps: int, local_steps: int, progress: bool):
-    """Thinned draws ``[chains, total_steps / THIN, DIM]`` (every THIN-th SGLD step)."""
+def sample(runner, surrogates, alpha, key, num_chains: int, local_steps: int):
+    """Thinned draws ``[chains, total_steps / THIN, DIM]`` (every THIN-th SGLD step).
+
+    ``runner`` is a jitted :func:`jaxsub.sgmcmc.sample_rounds` for ``local_steps``, shared by
+    DSGLD (``alpha = 0``) and CG-DSGLD (``alpha = 1``): one compiled program per ``L``.
+    """
+    shards, arrays = surrogates
+    _, draws = runner(key, jnp.zeros((num_chains, DIM), jnp.float32), shards.data,
+                      jnp.asarray(shards.sizes, jnp.int32), jnp.full(NUM_SHARDS, 1.0 / NUM_SHARDS, jnp.float32),
+                      arrays, STEP_SIZE, alpha)
+    draws = np.asarray(draws)
+    if local_steps >= THIN:
+        return draws.reshape(num_chains, -1, DIM)
+    return draws[:, THIN // local_steps - 1 :: THIN // local_steps]
+
+
+def make_runner(local_steps: int, total_steps: int):
     rounds = total_steps // local_steps
-    init = jax.vmap(algo.init)(jnp.zeros((num_chains, DIM), jnp.float32))
     if local_steps >= THIN:
         assert local_steps % THIN == 0
         transform = lambda s, i: i.local_positions[THIN - 1 :: THIN]  # noqa: E731
     else:
         assert THIN % local_steps == 0
         transform = lambda s, i: s.position  # noqa: E731
-    trace = jaxsub.run_chains(key, algo, init, rounds, transform=transform, progress_bar=progress)
-    draws = np.asarray(trace.states)
-    if local_steps >= THIN:
-        return draws.reshape(num_chains, -1, DIM)
-    return draws[:, THIN // local_steps - 1 :: THIN // local_steps]
+    return jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                               num_rounds=rounds, shard_size=SHARD_SIZE,
+                                               return_local_positions=local_steps >= THIN, transform=transform))
 
 
 def running_errors(draws, post_mean, post_cov):
@@ -90,16 +102,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     burn = burn_steps // THIN
     results, draws_keep = {}, {}
     rows = []
-    for L in LOCAL_STEPS:
-        for name in ("DSGLD", "CG-DSGLD"):
-            kw = dict(step_size=STEP_SIZE, batch_size=BATCH, local_steps=L, shard_probs=probs,
-                      return_local_positions=L >= THIN)
-            if name == "DSGLD":
-                algo = jaxsub.dsgld(logprior, loglik, shards, **kw)
-            else:
-                algo = jaxsub.cg_dsgld(logprior, loglik, shards, surrogates=surrogates, **kw)
+    packed = (jaxsub.sgmcmc.make_shards(shards), jaxsub.sgmcmc.conducive_arrays(surrogates, probs))
+    for L in progress(LOCAL_STEPS, desc="local steps"):
+        runner = make_runner(L, total_steps)  # DSGLD is alpha = 0 of the same compiled program
+        for name, alpha in (("DSGLD", 0.0), ("CG-DSGLD", 1.0)):
             start = time.perf_counter()
-            draws = sample(algo, jax.random.key(L), num_chains, total_steps, L, progress=not quick)[:, burn:]
+            draws = sample(runner, packed, alpha, jax.random.key(L), num_chains, L)[:, burn:]
             seconds = time.perf_counter() - start
             mse_mean, mse_cov = running_errors(draws, post_mean, post_cov)
             results[(name, L)] = (mse_mean, mse_cov)

@@ -28,6 +28,7 @@ from jaxsub.sgmcmc.multi_device import (
     multi_device_kernel,
     positions_by_chain,
 )
+from jaxsub.sgmcmc.cg_dsgld import sample_rounds
 from jaxsub.sgmcmc.shards import Shards, make_shards, minibatch_indices
 from jaxsub.sgmcmc.surrogates import (
     ConduciveArrays,
@@ -66,4 +67,5 @@ __all__ = [
     "multi_device",
     "multi_device_kernel",
     "positions_by_chain",
+    "sample_rounds",
 ]

@@ -32,7 +32,8 @@ from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_sur
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter
 
-__all__ = ["CGDSGLDState", "CGDSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_surrogate_dim"]
+__all__ = ["CGDSGLDState", "CGDSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_surrogate_dim",
+           "sample_rounds"]
 
 init = dsgld.init
 
@@ -126,3 +127,54 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
                       exploration)
 
     return SamplingAlgorithm(init_fn, step_fn)
+
+
+def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
+                  num_rounds: int, shard_size: int | None = None, return_local_positions: bool = False,
+                  transform: Callable | None = None) -> Callable:
+    r"""A pure function running CG-DSGLD chains with the data, surrogates and hyperparameters as *arguments*.
+
+    ``jaxsub.cg_dsgld(...).step`` closes over the shards and surrogates, so every new data set,
+    surrogate fit or exploration weight is a new program to compile. The function returned here
+    takes them as arguments: jit it once and reuse it for every data set of the same shapes, every
+    surrogate of the same structure and every ``α`` -- ``exploration = 0`` is DSGLD exactly (the
+    conducive term is multiplied by 0), so DSGLD and CG-DSGLD share one compiled program.
+
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn
+        As in :func:`as_top_level_api`.
+    batch_size, local_steps, shard_size, return_local_positions
+        Static structure, as in :func:`build_kernel`.
+    num_rounds
+        Rounds per chain (static: the scan length).
+    transform
+        ``transform(state, info) -> pytree`` recorded every round (default: the position).
+
+    Returns
+    -------
+    ``run(rng_key, positions, data, shard_sizes, shard_probs, arrays, step_size, exploration)
+    -> (final_states, trace)``: ``positions`` have a leading chains axis; ``data``,
+    ``shard_sizes`` are ``Shards.data`` and ``Shards.sizes`` (:func:`jaxsub.sgmcmc.make_shards`);
+    ``arrays`` from :func:`jaxsub.sgmcmc.conducive_arrays`; leaves of ``trace`` are
+    ``[chains, num_rounds, ...]``. Chain ``c`` uses key ``split(rng_key, chains)[c]`` split
+    into one key per round. Nothing is validated here (the arguments may be traced): use
+    :func:`as_top_level_api` for checked construction.
+    """
+    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps, shard_size=shard_size,
+                          return_local_positions=bool(return_local_positions))
+    record = transform if transform is not None else (lambda state, info: state.position)
+
+    def run(rng_key, positions, data, shard_sizes, shard_probs, arrays, step_size, exploration):
+        def one_chain(key, position):
+            def body(state, k):
+                state, info = kernel(k, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs,
+                                     arrays, step_size, exploration)
+                return state, record(state, info)
+
+            return jax.lax.scan(body, init(position), jax.random.split(key, num_rounds))
+
+        num_chains = jax.tree.leaves(positions)[0].shape[0]
+        return jax.vmap(one_chain)(jax.random.split(rng_key, num_chains), positions)
+
+    return run
