@@ -70,8 +70,14 @@ def _batch_states(model, parts, states, idx, capacity=4):
     for c, i in enumerate(idx):
         for v, r in enumerate(states[i][1]):
             z[c, v] = parts[r]
-    make = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b)))
-    return enc, make(jnp.asarray(vo), jnp.asarray(z))
+    return enc, _batched_init(model, capacity)(jnp.asarray(vo), jnp.asarray(z))
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_init(model, capacity):
+    """One compiled batched ``init`` per model (shared by the tests on DATA)."""
+    enc = cc.encode_table(model, DATA)
+    return jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b)))
 
 
 def _observe(parts, st):
