@@ -443,6 +443,31 @@ def test_schedules_as_data():
         an.Schedule(np.array([5]), 3)
 
 
+def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_posterior():
+    n, g = 7, 70
+    st = an.anneal_stepsize(n, g, final_gibbs=40)
+    assert st.name == "Anneal Stepsize" and len(st) == n + g + 40 and st.sizes()[-1] == n
+    b = st.blocks[n:n + g]
+    t = np.arange(1, g + 1)
+    np.testing.assert_array_equal(b, np.clip(g // t, 1, n))  # floor(1 / beta_t), beta_t = t / T, capped at N
+    assert np.all(np.diff(b) <= 0) and b[0] == n and np.all(st.blocks[n + g // 2 + 1:] == 1)
+    assert np.all(st.blocks[:n] == 1)
+    with pytest.raises(ValueError, match="blocks"):
+        an.Schedule(np.full(3, an.ADD, np.int8), 3, blocks=np.array([1, 4, 1]))
+    with pytest.raises(ValueError, match="blocks"):
+        an.fit(jax.random.key(0), np.zeros((n, 1), int), an.MixtureModel(an.CRP(1.0), [an.BetaBernoulli()]), st)
+    # 4000 chains of the block sampler on R = 3, B = 4: after the block-1 passes, the exact posterior
+    R, B = 3, 4
+    out = jax.jit(lambda k: an.two_urns.run_schedule(k, st, R, B, 0.5, 0.45, 4000))(jax.random.key(7))
+    i, j = np.asarray(out.red_left), np.asarray(out.blue_left)
+    assert_discrete_matches(i * (B + 1) + j, np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
+    # negative control: the same sampler with the wrong urn probability is rejected
+    bad = jax.jit(lambda k: an.two_urns.run_schedule(k, st, R, B, 0.5, 0.2, 4000))(jax.random.key(7))
+    with pytest.raises(AssertionError, match="chi-square"):
+        assert_discrete_matches(np.asarray(bad.red_left) * (B + 1) + np.asarray(bad.blue_left),
+                                np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
+
+
 def test_fifo_policy_visits_rows_in_order():
     """loom's FIFO churn: the k-th add takes row order[k mod N], the k-th remove the oldest, order[k mod N]."""
     n = 12

@@ -1020,6 +1020,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
     if not isinstance(schedule, Schedule) or schedule.policy != "random" or schedule.initial_size != 0:
         raise ValueError("schedule must be a jaxsub.anneal.Schedule with policy 'random' starting empty")
+    if schedule.blocks is not None and np.any(schedule.blocks != 1):
+        raise ValueError("schedule has blocks > 1 (block Gibbs): CrossCat moves one row per tick")
     enc = encode_table(model, data, dtype)
     n = enc.cat.shape[0]
     if schedule.num_rows != n:
