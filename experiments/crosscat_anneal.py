@@ -80,13 +80,13 @@ def run(out_dir, *, quick: bool = False) -> dict:
                "flights (mixed)": load_crosscat_flights}
     if quick:  # CPU budget of the quick suite: one compiled sweep, the mixed table (every feature type)
         loaders = {"flights (mixed)": load_crosscat_flights}
-    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1600, 11)} if quick else \
+    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick else \
         {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
     budgets = (1, 3) if quick else (1, 3, 10)
     num_chains = 2 if quick else 4
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
-    report.text(f"Mode: {'quick (flights only, 1,600 rows x 11 columns, 2 chains, budgets 1 and 3, pylace at budget 3)' if quick else 'full (all three tables at full size, 4 chains, budgets 1, 3, 10)'}. " + __doc__.split("\n\n", 1)[1])
+    report.text(f"Mode: {'quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 1 and 3, pylace at budget 3)' if quick else 'full (all three tables at full size, 4 chains, budgets 1, 3, 10)'}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
     dep_fig, dep_axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)

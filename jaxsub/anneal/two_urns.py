@@ -51,11 +51,13 @@ def log_weight(i, j, num_red: int, num_blue: int, alpha, p_left):
             + betaln(alpha + i, alpha + j) + betaln(alpha + num_red - i, alpha + num_blue - j))
 
 
-def block_tick(rng_key: PRNGKey, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha, p_left) -> UrnCounts:
-    """One full-data block Gibbs tick moving ``min(block, #same-coloured balls in the picked ball's urn)`` balls."""
-    k_ball, k_urn = jax.random.split(rng_key)
+def block_tick(u, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha, p_left) -> UrnCounts:
+    """One full-data block Gibbs tick moving ``min(block, #same-coloured balls in the picked ball's urn)`` balls.
+
+    ``u``: two uniforms (the picked ball, the urn draw).
+    """
     n = num_red + num_blue
-    ball = jax.random.randint(k_ball, (), 0, n)
+    ball = jnp.minimum(jnp.floor(u[0] * n).astype(jnp.int32), n - 1)
     red = ball < num_red
     # within the colour, balls [0, count_left) sit in the left urn (exchangeable: any labelling works)
     idx = jnp.where(red, ball, ball - num_red)
@@ -70,9 +72,9 @@ def block_tick(rng_key: PRNGKey, state: UrnCounts, block, *, num_red: int, num_b
     j_l = jnp.where(red, state.blue_left, to_left)
     i_r = jnp.where(red, base, state.red_left)
     j_r = jnp.where(red, state.blue_left, base)
-    lw = jnp.stack([log_weight(i_l, j_l, num_red, num_blue, alpha, p_left),
-                    log_weight(i_r, j_r, num_red, num_blue, alpha, p_left)])
-    go_left = jax.random.categorical(k_urn, lw) == 0
+    diff = (log_weight(i_l, j_l, num_red, num_blue, alpha, p_left)
+            - log_weight(i_r, j_r, num_red, num_blue, alpha, p_left))
+    go_left = u[1] < jax.nn.sigmoid(diff)  # P(left) = e^L_l / (e^L_l + e^L_r)
     return UrnCounts(jnp.where(go_left, i_l, i_r).astype(jnp.int32), jnp.where(go_left, j_l, j_r).astype(jnp.int32))
 
 
@@ -100,13 +102,12 @@ def run_schedule(rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: i
     ki, kj = jax.random.split(k_init)
     init = UrnCounts(jax.random.binomial(ki, num_red, p_left, (num_chains,)).astype(jnp.int32),
                      jax.random.binomial(kj, num_blue, p_left, (num_chains,)).astype(jnp.int32))
-    chain_keys = jax.random.split(k_run, num_chains)
-    step = jax.vmap(lambda k, s, b: block_tick(k, s, b, num_red=num_red, num_blue=num_blue, alpha=alpha,
+    step = jax.vmap(lambda u, s, b: block_tick(u, s, b, num_red=num_red, num_blue=num_blue, alpha=alpha,
                                                p_left=p_left), in_axes=(0, 0, None))
 
     def body(st, xs):
-        t, b = xs
-        return step(jax.vmap(lambda k: jax.random.fold_in(k, t))(chain_keys), st, b), None
+        t, b = xs  # one batch of uniforms per tick for all chains
+        return step(jax.random.uniform(jax.random.fold_in(k_run, t), (num_chains, 2)), st, b), None
 
     out, _ = jax.lax.scan(body, init, (jnp.arange(blocks.shape[0], dtype=jnp.int32), blocks))
     return out
