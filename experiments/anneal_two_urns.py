@@ -12,7 +12,11 @@ Beta-Bernoulli feature), on many independent chains (vmap):
 * Anneal: linear subsample annealing, 10 N assignments (section 2.4);
 * Sequential: only the N sequential Gibbs additions (the paper's extra Fig. 2 panel);
 * Anneal Energy: prior init, then 10 N Gibbs steps with the likelihood raised to
-  beta = t / (0.9 T) (classical simulated annealing).
+  beta = t / (0.9 T) (classical simulated annealing);
+* Anneal Stepsize: prior init, then 10 N full-data *block* Gibbs steps moving a handful of
+  floor(1 / beta) same-coloured balls of one urn at once, beta = t / T
+  (:func:`jaxsub.anneal.anneal_stepsize`, run on the counts by
+  :func:`jaxsub.anneal.two_urns.run_schedule`; the paper's section 3.2).
 
 TVD is computed between the exact posterior and each strategy's final states after
 binning both onto a coarse grid of (x, y) = (#red left / R, #blue left / B) (the
@@ -80,6 +84,17 @@ def run(out_dir, *, quick: bool = False) -> dict:
     rows, metrics, hists = [], {"tvd": {}, "seconds": {}}, {}
     span = n  # one compiled sweep per policy/ramp, shared across schedules
     cache = an.SweepCache()
+    stepsize = an.anneal_stepsize(n, steps)
+    t0 = time.perf_counter()
+    out = jax.jit(lambda key: an.two_urns.run_schedule(key, stepsize, num_red, num_blue, alpha, p_left, num_chains))(
+        jax.random.key(99))
+    i, j = np.asarray(out.red_left), np.asarray(out.blue_left)
+    wall = time.perf_counter() - t0
+    h = _hist(i, j, num_red, num_blue, bins)
+    hists[stepsize.name] = (i, j, h)
+    metrics["tvd"][stepsize.name] = float(0.5 * np.abs(h - post_b).sum())
+    metrics["seconds"][stepsize.name] = wall
+    rows.append([stepsize.name, steps, len(stepsize), metrics["tvd"][stepsize.name], wall, wall])
     for k, sched in enumerate(schedules):
         t0 = time.perf_counter()
         res = an.fit(jax.random.key(100 + k), data, model, sched, num_chains=num_chains, grids=None, span=span, cache=cache,
@@ -110,7 +125,9 @@ def run(out_dir, *, quick: bool = False) -> dict:
     rep.text(f"Monte Carlo floor (TVD of {num_chains} exact posterior draws, same binning): "
              f"{np.mean(floor):.3f} +- {np.std(floor):.3f}. Target (paper's ordering): Anneal below both Gibbs "
              f"strategies: **{'met' if metrics['anneal_beats_gibbs'] else 'NOT met'}**.")
-    fig, axes = plt.subplots(1, 1 + len(schedules), figsize=(3.8 * (1 + len(schedules)), 3.8))
+    schedules = schedules + [stepsize]
+    fig, axes = plt.subplots(2, 4, figsize=(3.8 * 4, 3.8 * 2))
+    axes = axes.ravel()
     extent = (0, 1, 0, 1)
     axes[0].imshow(post_b.T, origin="lower", extent=extent, aspect="auto", cmap="viridis")
     axes[0].set_title("exact posterior (binned)")
@@ -118,11 +135,23 @@ def run(out_dir, *, quick: bool = False) -> dict:
         i, j, h = hists[sched.name]
         ax.imshow(h.T, origin="lower", extent=extent, aspect="auto", cmap="viridis")
         ax.set_title(f"{sched.name}\nTVD {metrics['tvd'][sched.name]:.3f}")
+    from scipy.stats import binom
+
+    prior = binom.pmf(np.arange(num_red + 1), num_red, p_left)[:, None] * binom.pmf(np.arange(num_blue + 1), num_blue,
+                                                                                     p_left)[None, :]
+    prior_b, _, _ = _binned(prior, bins)
+    metrics["tvd"]["Prior (exact)"] = float(0.5 * np.abs(prior_b - post_b).sum())
+    if 1 + len(schedules) < len(axes):
+        ax = axes[1 + len(schedules)]
+        ax.imshow(prior_b.T, origin="lower", extent=extent, aspect="auto", cmap="viridis")
+        ax.set_title(f"prior (exact, binned)\nTVD {metrics['tvd']['Prior (exact)']:.3f}")
+    for ax in axes[2 + len(schedules):]:
+        ax.axis("off")
     for ax in axes:
         ax.set_xlabel("#red left / R")
-    axes[0].set_ylabel("#blue left / B")
+        ax.set_ylabel("#blue left / B")
     rep.figure(savefig(fig, out_dir, "two_urns.png"),
                "Distribution of (x, y) after 10N Gibbs assignments (Sequential: after its N adds): exact "
-               "posterior and five strategies")
+               "posterior, six strategies and the exact prior (the paper's eight Figure 2 panels)")
     rep.write()
     return metrics

@@ -163,19 +163,26 @@ def test_gibbs_leaves_exact_posterior_invariant(prior):
     assert np.mean(np.any(z != start, axis=1)) > 0.5
 
 
-def test_gibbs_converges_to_exact_posterior_from_prior_start():
-    """Ergodicity check: chains started from one all-in-one-cluster state reach the exact posterior."""
+def test_final_full_data_passes_of_every_schedule_reach_the_exact_posterior():
+    """Anneal, loom (FIFO, through ``fit``), energy annealing and Sequential+Gibbs, each ending with ~15 full-data
+    Gibbs passes over 4 rows, leave 4000 independent chains distributed as the enumerated posterior (chi-square)."""
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3, 0.5), an.BetaBernoulli(0.5, 0.5)])
     data = np.array([[0, 1], [0, 1], [2, 0], [2, 0]])
     states, probs = exact.exact_partition_posterior(model, data)
     index = _partition_index(states)
-    res = an.fit(jax.random.key(5), data, model,
-                 an.Schedule(np.full(60, an.GIBBS, np.int8), 4, initial_size=4),
-                 num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
-                 initial_assignments=np.zeros(4, np.int32))
-    z = np.asarray(res.state.mixture.assignments)
-    draws = np.asarray([index[exact.canonical_labels(row)] for row in z])
-    assert_discrete_matches(draws, probs)
+    cache = an.SweepCache()  # one compiled sweep per (policy, energy ramp)
+    schedules = [an.linear_anneal(4, 8, final_gibbs=60), an.loom(4, extra_passes=2, small=2, big=100, final_gibbs=60),
+                 an.simulated_annealing(4, 120, ramp_fraction=0.5), an.sequential_gibbs(4, 64)]
+    # ergodicity: plain full-data Gibbs from one all-in-one-cluster state also reaches it (same compiled sweep)
+    from_one = an.Schedule(np.full(60, an.GIBBS, np.int8), 4, initial_size=4, name="Gibbs from one cluster")
+    for k, sched in enumerate(schedules + [from_one]):
+        init = np.zeros(4, np.int32) if sched is from_one else None
+        res = an.fit(jax.random.key(20 + k), data, model, sched, num_chains=4000, capacity=4, grids=None,
+                     span=128, num_checkpoints=1, cache=cache, initial_assignments=init)
+        z = np.asarray(res.state.mixture.assignments)
+        assert np.all(z >= 0), sched.name
+        draws = np.asarray([index[exact.canonical_labels(row)] for row in z])
+        assert_discrete_matches(draws, probs)
 
 
 # ----------------------------------------------------------------- priors
@@ -240,7 +247,13 @@ def test_two_urn_exact_posterior_sums_to_one_and_matches_direct_sum():
     grid = np.array([[direct(i, j) for j in range(13)] for i in range(9)])
     grid = np.exp(grid - grid.max())
     np.testing.assert_allclose(np.exp(logp), grid / grid.sum(), rtol=1e-10)
-    big = exact.two_urn_log_posterior(8000, 12000, 0.5, 0.45)
+    mid = exact.two_urn_log_posterior(800, 1200, 0.5, 0.45)  # 1e6 cells: normalised at scale
+    np.testing.assert_allclose(np.exp(mid).sum(), 1.0, rtol=1e-9)
+
+
+@pytest.mark.slow
+def test_two_urn_exact_posterior_is_normalised_at_the_papers_size():
+    big = exact.two_urn_log_posterior(8000, 12000, 0.5, 0.45)  # 1e8 cells (Figure 2's N = 20,000)
     np.testing.assert_allclose(np.exp(big).sum(), 1.0, rtol=1e-9)
 
 
@@ -341,7 +354,8 @@ def test_capacity_overflow_raises_or_grows_without_dropping_clusters():
 
 
 # ----------------------------------------------------------------- kernels: jit / vmap
-@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+# eager execution compiles every primitive separately (~14 CPU-s): slow; the jitted variant checks the same tick
+@pytest.mark.parametrize("variant", [pytest.param("without_jit", marks=pytest.mark.slow), "with_jit"])
 def test_tick_jit_and_vmap(variant):
     data = mixed_data(12)
     enc = an.encode(MIXED, data)
@@ -358,8 +372,8 @@ def test_tick_jit_and_vmap(variant):
     m = int(st.num_assigned)
     assert set(np.asarray(st.order[:m]).tolist()) == set(np.flatnonzero(z >= 0).tolist())
     batched = jax.vmap(lambda k: an.init(k, MIXED, enc, 8))(jax.random.split(jax.random.key(1), 3))
-    out, info = jax.vmap(lambda k, s: an.tick(k, s, an.ADD, 1.0, model=MIXED, data=enc))(
-        jax.random.split(jax.random.key(2), 3), batched)
+    out, info = jax.jit(jax.vmap(lambda k, s: an.tick(k, s, an.ADD, 1.0, model=MIXED, data=enc)))(
+        jax.random.split(jax.random.key(2), 3), batched)  # jitted: eager vmap compiles every primitive
     assert np.asarray(out.num_assigned).tolist() == [1, 1, 1]
 
 
@@ -389,17 +403,6 @@ def test_sweep_traces_once_and_fit_chains_are_consistent():
     allrows = np.array([[a, b] for a in range(3) for b in range(2)])
     lp = an.heldout_log_predictive(model, st, an.encode(model, allrows))
     np.testing.assert_allclose(np.exp(np.asarray(lp)).sum(), 1.0, rtol=1e-5)
-    # the compiled sweep traces once for repeated spans
-    enc = an.encode(MIXED, data)
-    sweep = an.build_sweep(MIXED, policy="random", span=50)
-    counted = jax.jit(chex.assert_max_traces(sweep, n=1))
-    states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32))(jax.random.split(jax.random.key(0), 2))
-    keys = jax.random.split(jax.random.key(1), 2)
-    for _ in range(3):
-        windows = an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), 50)
-        states = counted(states, keys, jnp.asarray(windows), enc)
-    assert np.all(np.asarray(states.cursor) == 150)
-    chex.clear_trace_counter()
 
 
 # ----------------------------------------------------------------- schedules
@@ -428,12 +431,61 @@ def test_schedules_as_data():
         an.Schedule(np.array([5]), 3)
 
 
-def test_fifo_policy_visits_rows_in_a_cycle():
-    data = mixed_data(20)
-    lm = an.loom(20, extra_passes=2, small=5, big=100)
-    res = an.fit(jax.random.key(4), data, MIXED, lm, num_chains=2, capacity=32, num_checkpoints=2, grids=None)
-    assert np.all(np.asarray(res.state.mixture.assignments) >= 0)
-    assert np.all(np.asarray(res.state.num_assigned) == 20)
+def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_posterior():
+    n, g = 7, 70
+    st = an.anneal_stepsize(n, g, final_gibbs=40)
+    assert st.name == "Anneal Stepsize" and len(st) == n + g + 40 and st.sizes()[-1] == n
+    b = st.blocks[n:n + g]
+    t = np.arange(1, g + 1)
+    np.testing.assert_array_equal(b, np.clip(g // t, 1, n))  # floor(1 / beta_t), beta_t = t / T, capped at N
+    assert np.all(np.diff(b) <= 0) and b[0] == n and np.all(st.blocks[n + g // 2 + 1:] == 1)
+    assert np.all(st.blocks[:n] == 1)
+    with pytest.raises(ValueError, match="blocks"):
+        an.Schedule(np.full(3, an.ADD, np.int8), 3, blocks=np.array([1, 4, 1]))
+    with pytest.raises(ValueError, match="blocks"):
+        an.fit(jax.random.key(0), np.zeros((n, 1), int), an.MixtureModel(an.CRP(1.0), [an.BetaBernoulli()]), st)
+    # 4000 chains of the block sampler on R = 3, B = 4: after the block-1 passes, the exact posterior
+    R, B = 3, 4
+    out = jax.jit(lambda k: an.two_urns.run_schedule(k, st, R, B, 0.5, 0.45, 4000))(jax.random.key(7))
+    i, j = np.asarray(out.red_left), np.asarray(out.blue_left)
+    assert_discrete_matches(i * (B + 1) + j, np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
+    # negative control: the same sampler with the wrong urn probability is rejected
+    bad = jax.jit(lambda k: an.two_urns.run_schedule(k, st, R, B, 0.5, 0.2, 4000))(jax.random.key(7))
+    with pytest.raises(AssertionError, match="chi-square"):
+        assert_discrete_matches(np.asarray(bad.red_left) * (B + 1) + np.asarray(bad.blue_left),
+                                np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
+
+
+def test_fifo_policy_visits_rows_in_order():
+    """loom's FIFO churn: the k-th add takes row order[k mod N], the k-th remove the oldest, order[k mod N]."""
+    n = 12
+    enc = an.encode(MIXED, mixed_data(n))
+    lm = an.loom(n, extra_passes=2, small=4, big=100)
+    sched = lm.then(an.Schedule(np.full(2 * n, an.GIBBS, np.int8), n, initial_size=n))  # two full FIFO Gibbs passes
+    st0 = an.init(jax.random.key(3), MIXED, enc, 16, policy="fifo")
+
+    @jax.jit
+    def run(st, codes, keys):
+        def body(s, xs):
+            s, info = an.tick(xs[1], s, xs[0], 1.0, model=MIXED, data=enc, policy="fifo")
+            window = (s.head + jnp.arange(n)) % n  # positions of the subsample in the cycle
+            inside = jnp.arange(n) < s.num_assigned
+            ok = jnp.all(jnp.where(inside, s.mixture.assignments[s.order[window]] >= 0,
+                                   s.mixture.assignments[s.order[window]] < 0))
+            return s, (info.removed_row, info.added_row, ok)
+        return jax.lax.scan(body, st, xs=(codes, keys))
+
+    out, (removed, added, window_ok) = run(st0, jnp.asarray(sched.codes, jnp.int32),
+                                           jax.random.split(jax.random.key(4), len(sched)))
+    order = np.asarray(st0.order)
+    assert sorted(order.tolist()) == list(range(n)) and not np.array_equal(order, np.arange(n))  # a shuffled cycle
+    rem, add = np.asarray(removed), np.asarray(added)
+    rem, add = rem[rem >= 0], add[add >= 0]
+    assert len(add) == sched.num_assignments and len(rem) == len(add) - n
+    np.testing.assert_array_equal(add, order[np.arange(len(add)) % n])
+    np.testing.assert_array_equal(rem, order[np.arange(len(rem)) % n])
+    assert np.all(np.asarray(window_ok))  # the subsample is always the window of the cycle after the head
+    assert np.all(np.asarray(out.mixture.assignments) >= 0) and int(out.num_assigned) == n
 
 
 def _while_bodies(hlo: str) -> list[str]:
@@ -459,11 +511,18 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     sched = (an.linear_anneal(n, 3 * n) if policy == "random"
              else an.loom(n, extra_passes=2, small=5, big=100, accelerate=False))
     span = 40
-    sweep = jax.jit(an.build_sweep(MIXED, policy=policy, span=span))
+    sweep = jax.jit(chex.assert_max_traces(an.build_sweep(MIXED, policy=policy, span=span), n=1))
     states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32, policy=policy))(jax.random.split(jax.random.key(0), 2))
     keys = jax.random.split(jax.random.key(1), 2)
     windows = jnp.asarray(an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), span))
     out = sweep(states, keys, windows, enc)
+    # the compiled sweep traces once for repeated spans (new windows, new cursors)
+    later = out
+    for _ in range(2):
+        w = jnp.asarray(an.sweep.schedule_windows(sched.codes, np.asarray(later.cursor), span))
+        later = sweep(later, keys, w, enc)
+    assert np.all(np.asarray(later.cursor) == min(len(sched), 3 * span))
+    chex.clear_trace_counter()
     # reference: the same ticks one by one (writes applied immediately), same uniforms
     tick = jax.jit(lambda u, s, c: an.moves._tick_uniforms(u, s, c, 1.0, model=MIXED, data=enc, policy=policy)[0])
     for c in range(2):

@@ -1,9 +1,12 @@
 """Tests of jaxsub.anneal.crosscat: exact invariance by enumeration, the new-view MH ratio, missing cells, errors."""
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +15,7 @@ from scipy import integrate
 
 import jaxsub.anneal as an
 from helpers import assert_discrete_matches
+from test_anneal import _while_bodies
 from jaxsub.anneal import crosscat as cc
 from jaxsub.anneal import exact
 
@@ -42,6 +46,7 @@ def _ref_log_joint(model, view_part, row_parts, data=DATA):
     return lp
 
 
+@functools.lru_cache(maxsize=None)
 def _enumerate(model):
     n, F = DATA.shape
     parts = list(exact.enumerate_partitions(n))
@@ -65,8 +70,14 @@ def _batch_states(model, parts, states, idx, capacity=4):
     for c, i in enumerate(idx):
         for v, r in enumerate(states[i][1]):
             z[c, v] = parts[r]
-    make = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b)))
-    return enc, make(jnp.asarray(vo), jnp.asarray(z))
+    return enc, _batched_init(model, capacity)(jnp.asarray(vo), jnp.asarray(z))
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_init(model, capacity):
+    """One compiled batched ``init`` per model (shared by the tests on DATA)."""
+    enc = cc.encode_table(model, DATA)
+    return jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, capacity, view_of=a, z=b)))
 
 
 def _observe(parts, st):
@@ -197,14 +208,17 @@ def test_non_uniform_dirichlet_predictive_matches_numerical_integration():
     beta = np.array([0.3, 1.7, 4.0])
     st = st._replace(hypers=st.hypers._replace(cat_prior=jnp.asarray(beta[None], jnp.float32)))
     c = np.array([1, 0, 2])
+    from scipy.stats import beta as beta_dist
+
     for lvl in range(3):
         got = float(cc._cat_pred(model, st.hypers, st.cat_counts, jnp.asarray([lvl]))[0, 0])
-        a = beta + c  # posterior Dirichlet; E[theta_l] by 2-D integration over the simplex
-        from scipy.stats import dirichlet
-
-        num, _ = integrate.dblquad(lambda t2, t1: [t1, t2, 1 - t1 - t2][lvl] * dirichlet.pdf([t1, t2, 1 - t1 - t2], a),
-                                   1e-9, 1 - 1e-9, 1e-9, lambda t1: 1 - t1 - 1e-9, epsabs=1e-10)
+        a = beta + c  # posterior Dirichlet; its theta_l marginal is Beta(a_l, A - a_l): E[theta_l] by quadrature
+        num, _ = integrate.quad(lambda t: t * beta_dist.pdf(t, a[lvl], a.sum() - a[lvl]), 0, 1, epsabs=1e-12,
+                                limit=200)
         np.testing.assert_allclose(math.exp(got), num, rtol=1e-4)
+    # negative control: the symmetric-concentration predictive (mean pseudo-count) differs
+    sym = (beta.mean() + c[0]) / (3 * beta.mean() + c.sum())
+    assert abs(math.exp(float(cc._cat_pred(model, st.hypers, st.cat_counts, jnp.asarray([0]))[0, 0])) - sym) > 1e-2
 
 
 def test_bad_tables_and_settings_raise():
@@ -228,34 +242,59 @@ def test_bad_tables_and_settings_raise():
 
 
 @pytest.mark.parametrize("feature_moves", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_row_tick_jit_vmap_and_sweep_traces_once_and_queries(feature_moves):
+def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature_moves):
+    """jit == vmap; the sweep traces once, equals tick-by-tick ``row_tick`` (same uniforms) and, inside its
+    loop, never copies the [chains, V, N] labels or the [chains, N] order (O(1) per tick in N)."""
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
-    enc = cc.encode_table(model, DATA)
+    data6 = np.vstack([DATA, [[1, 0, 0.3], [0, 1, np.nan]]])  # N = 6: no other int array has that shape
+    enc = cc.encode_table(model, data6)
+    n, V = data6.shape[0], 4
+    tick = jax.jit(lambda u, s, c: cc.row_tick(u, s, c, 1.0, model=model, data=enc)[0])
     st = cc.init(model, enc, 4)
-    u = jax.random.uniform(jax.random.key(0), (2 + st.z.shape[0],))
-    a, _ = cc.row_tick(u, st, an.ADD, 1.0, model=model, data=enc)
-    b, _ = jax.jit(lambda u, s: cc.row_tick(u, s, an.ADD, 1.0, model=model, data=enc))(u, st)
-    np.testing.assert_array_equal(a.z, b.z)
+    u = jax.random.uniform(jax.random.key(0), (2 + V,))
+    a = tick(u, st, an.ADD)
+    b = jax.jit(jax.vmap(tick, in_axes=(0, 0, None)))(u[None], jax.tree.map(lambda x: x[None], st), an.ADD)
+    chex.assert_trees_all_equal(a, jax.tree.map(lambda x: x[0], b))
     assert int(a.num_assigned) == 1 and int((np.asarray(a.z)[0] >= 0).sum()) == 1
     traces = []
-    sweep = cc.build_sweep(model, span=4, feature_moves=feature_moves)
+    span = 5
+    sweep = cc.build_sweep(model, span=span, feature_moves=feature_moves)
 
     def counted(*args):
         traces.append(1)
         return sweep(*args)
 
     jitted = jax.jit(counted)
-    states = jax.vmap(lambda _: cc.init(model, enc, 4))(jnp.arange(3))
+    states0 = jax.vmap(lambda _: cc.init(model, enc, 4))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(1), 3)
-    codes = an.linear_anneal(4, 8).codes
+    codes = an.linear_anneal(n, 2 * n).codes
+    states = states0
     for _ in range(3):
-        w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states.cursor), 4))
+        w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states.cursor), span))
         states = jitted(states, keys, w, enc)
-    assert len(traces) == 1 and np.all(np.asarray(states.num_assigned) == 4)
+    assert len(traces) == 1 and np.all(np.asarray(states.num_assigned) == n)
+    if not feature_moves:  # the scan with deferred writes == the ticks one by one with writes applied at once
+        for c in range(3):
+            ref = jax.tree.map(lambda x: x[c], states0)
+            for t in range(len(codes)):
+                ref = tick(jax.random.uniform(jax.random.fold_in(keys[c], t), (2 + V,)), ref, jnp.int32(codes[t]))
+            got = jax.tree.map(lambda x: x[c], states)
+            chex.assert_trees_all_close(ref.real_stats, got.real_stats, rtol=1e-6, atol=1e-6)  # float sums
+            chex.assert_trees_all_equal(ref._replace(real_stats=got.real_stats), got)
+        hlo = jitted.lower(states, keys, w, enc).compile().as_text()
+        bodies = _while_bodies(hlo)
+        assert bodies
+        for body in bodies:
+            assert not re.search(rf"s32\[3,{V},{n}\]\{{[^}}]*\}} copy\(", body), "per-tick copy of the labels"
+            assert not re.search(rf"s32\[3,{n}\]\{{[^}}]*\}} copy\(", body), "per-tick copy of the order"
     s0 = jax.tree.map(lambda x: x[0], states)
-    rows = cc.heldout_rows(model, s0, enc)
-    assert rows.shape == (4,) and np.all(np.isfinite(np.asarray(rows)))
-    draws = cc.predictive_samples(jax.random.key(2), model, s0, 50)
+
+    @jax.jit
+    def queries(s):
+        return cc.heldout_rows(model, s, enc), cc.predictive_samples(jax.random.key(2), model, s, 50)
+
+    rows, draws = queries(s0)
+    assert rows.shape == (n,) and np.all(np.isfinite(np.asarray(rows)))
     assert draws.shape == (50, 3) and set(np.unique(np.asarray(draws[:, 1]))) <= {0.0, 1.0}
     dep = cc.depends_on(states.view_of)
     assert dep.shape == (3, 3) and np.all(np.diag(dep) == 1)

@@ -38,7 +38,8 @@ Schedules (:mod:`jaxsub.anneal.schedules`), data = tick codes + row policy
     ``Schedule(codes, num_rows, policy)``, codes ``REMOVE``, ``ADD``, ``GIBBS``, ``ADD_PRIOR``;
     ``prior_gibbs``, ``sequential_gibbs``, ``linear_anneal`` (section 2.4),
     ``simulated_annealing`` (energy annealing baseline), ``loom`` (FIFO window with
-    accelerated extra passes, as posterior/loom).
+    accelerated extra passes, as posterior/loom), ``anneal_stepsize`` (the paper's full-data
+    block Gibbs with blocks ``1/beta``; ``Schedule.blocks``, run by :mod:`jaxsub.anneal.two_urns`).
 Pure moves (:mod:`jaxsub.anneal.moves`)
     ``AnnealState``, ``TickInfo``, ``init``, ``tick`` (remove + assign, pure,
     jit/vmap-able), ``resample_hypers`` (grid Gibbs).
@@ -57,6 +58,9 @@ CrossCat (:mod:`jaxsub.anneal.crosscat`)
     ``row_tick``, ``feature_gibbs`` (Algorithm 8 over views), ``new_view_mh`` (new feature
     set from the PY prior), ``resample_hypers``, ``build_sweep``, ``fit``; queries
     ``heldout_rows``, ``predictive_samples``, ``depends_on``.
+Two-urn model (:mod:`jaxsub.anneal.two_urns`)
+    ``run_schedule`` (block Gibbs on the counts, any ADD_PRIOR+GIBBS schedule with blocks),
+    ``block_tick``, ``log_weight``.
 Exact references (:mod:`jaxsub.anneal.exact`)
     ``two_urn_log_posterior`` (the paper's Figure 2 model), ``enumerate_partitions``,
     ``exact_partition_posterior`` (tiny mixtures, by enumeration).
@@ -66,7 +70,7 @@ slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` d
 the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
 ``max_capacity``.
 """
-from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, schedules, sweep
+from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, schedules, sweep, two_urns
 from jaxsub.anneal.driver import (
     Diagnostics,
     FitResult,
@@ -117,6 +121,7 @@ from jaxsub.anneal.schedules import (
     NOOP,
     REMOVE,
     Schedule,
+    anneal_stepsize,
     linear_anneal,
     loom,
     prior_gibbs,

@@ -424,14 +424,57 @@ def _update_feature_stats(model, state, data, row, k_view, delta):
     return state._replace(cat_counts=cc, real_stats=rs)
 
 
-def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
-    """One schedule tick on one chain, in every view at once (random policy).
+class _RowWrites(NamedTuple):
+    """Pending writes of one row tick to the ``[V, N]`` labels and the ``[N]`` order (applied in order).
 
-    ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
-    (bit 0) takes a uniform assigned row out of every view; add (bit 1) puts a uniform
-    unassigned row into every *occupied* view, drawing its cluster in view ``v`` from
-    ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
-    Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N.
+    ``z_pos`` ``[2]`` rows (removed, added), ``z_val`` ``[2, V]`` their new label columns;
+    ``order_pos`` / ``order_val`` ``[4]``. An inactive move writes back the value it read.
+    """
+
+    z_pos: jnp.ndarray
+    z_val: jnp.ndarray
+    order_pos: jnp.ndarray
+    order_val: jnp.ndarray
+
+
+def _get(x, i):
+    return jax.lax.dynamic_slice(x, (jnp.asarray(i, jnp.int32),), (1,))[0]
+
+
+def _set(x, i, v):
+    return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
+
+
+def _get_col(z, i):
+    return jax.lax.dynamic_slice(z, (jnp.zeros((), jnp.int32), jnp.asarray(i, jnp.int32)), (z.shape[0], 1))[:, 0]
+
+
+def _apply_row_writes(state: CrossCatState, w: _RowWrites) -> CrossCatState:
+    """Apply a tick's pending ``[V, N]``/``[N]`` writes (dynamic-update-slices, in place inside a scan)."""
+    z = state.z
+    for i in range(w.z_pos.shape[0]):
+        z = jax.lax.dynamic_update_slice(z, w.z_val[i][:, None].astype(z.dtype),
+                                         (jnp.zeros((), jnp.int32), w.z_pos[i]))
+    order = state.order
+    for i in range(w.order_pos.shape[0]):
+        order = _set(order, w.order_pos[i], w.order_val[i])
+    return state._replace(z=z, order=order)
+
+
+def _noop_row_writes(state: CrossCatState) -> _RowWrites:
+    """Writes that change nothing (element 0 written back), for one chain."""
+    zero = jnp.zeros((), jnp.int32)
+    col = _get_col(state.z, zero)
+    return _RowWrites(jnp.zeros((2,), jnp.int32), jnp.stack([col, col]), jnp.zeros((4,), jnp.int32),
+                      jnp.full((4,), _get(state.order, zero), jnp.int32))
+
+
+def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
+    """:func:`row_tick` without its ``[V, N]``/``[N]`` writes: ``(state, writes, overflow)``.
+
+    Every read of ``z`` and ``order`` happens here, before any write; :func:`build_sweep` applies
+    ``writes`` at the start of the next scan step, so XLA updates both arrays in place (a read
+    scheduled after an in-place write forces a copy of the whole array, O(V N) per tick).
     """
     V, n_rows = state.z.shape
     code = jnp.asarray(code, jnp.int32)
@@ -441,9 +484,10 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
     occ_v = nf > 0
     active = ~state.halted & (code != 0)
+    order = state.order
     j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
-    r = state.order[j_r]
-    k_r = state.z[:, r]
+    r = _get(order, j_r)
+    k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
     # an occupied view can seat the added row iff it has an empty slot or the removal empties one
     would_rem = active & do_rem & (m > 0)
@@ -452,38 +496,59 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     m_after = m - would_rem.astype(jnp.int32)
     overflow = active & do_add & (m_after < n_rows) & ~jnp.all(can)
     active = active & ~overflow
-    # remove
     g_rem = active & do_rem & (m > 0)
-    dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
-    st = _update_feature_stats(model, state, data, r, k_r, dr)
-    sizes = st.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(dr)
-    z = st.z.at[:, r].set(jnp.where(g_rem, -1, k_r))
-    last = jnp.maximum(m - 1, 0)
-    o_last = st.order[last]
-    order = st.order.at[j_r].set(jnp.where(g_rem, o_last, r)).at[last].set(jnp.where(g_rem, r, o_last))
     m1 = m - g_rem.astype(jnp.int32)
-    # add
+    g_add = active & do_add & (m1 < n_rows)
+    # all reads of order / z (positions as they will be after the removal swap j_r <-> last)
+    last = jnp.maximum(m - 1, 0)
+    o_last = _get(order, last)
     free = n_rows - m1
     j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
     j_a = jnp.minimum(j_a, n_rows - 1)
-    a = order[j_a]
+    m1c = jnp.minimum(m1, n_rows - 1)
+
+    def after_removal_swap(pos, original):
+        return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
+
+    a = after_removal_swap(j_a, _get(order, j_a))
+    o_m1 = after_removal_swap(m1c, _get(order, m1c))
+    a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
+    # remove: statistics only
+    dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
+    st = _update_feature_stats(model, state, data, r, k_r, dr)
+    sizes = st.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(dr)
+    # add: eq. (star) in every view at once
     lik = _view_scores(model, st._replace(sizes=sizes), data.cat[a], data.real[a], data.real_obs[a])
     lik = jnp.where(prior_only, 0.0, lik * beta)
     logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
-    g_add = active & do_add & (m1 < n_rows)
     k = jax.vmap(_sample)(u[2:], logits)
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
     st = _update_feature_stats(model, st, data, a, k, da)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k, 0)].add(da)
-    z = z.at[:, a].set(jnp.where(g_add, k, z[:, a]))
-    m1c = jnp.minimum(m1, n_rows - 1)
-    o_m1 = order[m1c]
-    order = order.at[j_a].set(jnp.where(g_add, o_m1, a)).at[m1c].set(jnp.where(g_add, a, o_m1))
-    new = st._replace(z=z, sizes=sizes, order=order, num_assigned=m1 + g_add.astype(jnp.int32),
+    i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
+    writes = _RowWrites(i32(r, a), jnp.stack([jnp.where(g_rem, -1, k_r), jnp.where(g_add, k, a_old)]).astype(jnp.int32),
+                        i32(j_r, last, j_a, m1c),
+                        i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
+                            jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)))
+    new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32),
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
-    return new, overflow
+    return new, writes, overflow
+
+
+def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
+    """One schedule tick on one chain, in every view at once (random policy).
+
+    ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
+    (bit 0) takes a uniform assigned row out of every view; add (bit 1) puts a uniform
+    unassigned row into every *occupied* view, drawing its cluster in view ``v`` from
+    ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
+    Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N (inside
+    :func:`build_sweep` the label/order writes are deferred so that they happen in place).
+    """
+    new, writes, overflow = _row_plan(u, state, code, beta, model=model, data=data)
+    return _apply_row_writes(new, writes), overflow
 
 
 # --------------------------------------------------------------------------- feature moves
@@ -784,26 +849,37 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     on "any chain needs it"). Tick ``t`` of a chain uses ``fold_in(chain_key, t)``.
     """
 
-    def one(state, key, window, base, data):
+    def one(state, u, window, base, data):
         cur = state.cursor
         raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
         past = (cur - base >= span) | (raw < 0)
         code = jnp.where(past, 0, raw)
         beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
-        u = jax.random.uniform(jax.random.fold_in(key, cur), (2 + state.z.shape[0],))
-        new, _ = row_tick(u, state, code, beta, model=model, data=data)
+        new, writes, _ = _row_plan(u, state, code, beta, model=model, data=data)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
         need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted & (new.num_assigned >= hyper_min_rows)
-        return new, need
+        return new, writes, need
 
     def sweep(states, chain_keys, windows, data):
         base = states.cursor
         fkeys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
+        num_u = 2 + states.z.shape[1]
 
-        def body(states, _):
-            states, need = jax.vmap(one, in_axes=(0, 0, 0, 0, None))(states, chain_keys, windows, base, data)
+        def span_uniforms(chain_key, cursor):  # uniforms of ticks cursor .. cursor + span - 1, one batch
+            ticks = cursor + jnp.arange(span, dtype=jnp.int32)
+            return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (num_u,)))(ticks)
+
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 2 + V]
+
+        def body(carry, u):
+            states, pending = carry
+            # the previous tick's [V, N] / [N] writes first, then this tick's reads (no copies)
+            states = jax.vmap(_apply_row_writes)(states, pending)
+            states, pending, need = jax.vmap(one, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
             if feature_moves or grids is not None:
-                def run(st):
+                def run(carry):
+                    st, pend = carry
+                    st = jax.vmap(_apply_row_writes)(st, pend)
                     ks = jax.vmap(jax.random.fold_in)(fkeys, st.cursor)
                     if feature_moves:
                         new, ok = jax.vmap(partial(feature_sweep, model=model, data=data, num_aux=num_aux,
@@ -813,14 +889,16 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                         ok = jnp.ones_like(need)
                     g = need & ok
                     new = new._replace(since_hyper=jnp.zeros_like(new.since_hyper), halted=new.halted | (need & ~ok))
-                    return jax.tree.map(lambda a, b: jnp.where(g.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
-                                        new, st._replace(halted=st.halted | (need & ~ok)))
+                    st = jax.tree.map(lambda a, b: jnp.where(g.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
+                                      new, st._replace(halted=st.halted | (need & ~ok)))
+                    return st, jax.vmap(_noop_row_writes)(st)
 
-                states = jax.lax.cond(jnp.any(need), run, lambda st: st, states)
-            return states, None
+                states, pending = jax.lax.cond(jnp.any(need), run, lambda c: c, (states, pending))
+            return (states, pending), None
 
-        states, _ = jax.lax.scan(body, states, None, length=span)
-        return states
+        pending = jax.vmap(_noop_row_writes)(states)
+        (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
+        return jax.vmap(_apply_row_writes)(states, pending)
 
     return sweep
 
@@ -942,6 +1020,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
     if not isinstance(schedule, Schedule) or schedule.policy != "random" or schedule.initial_size != 0:
         raise ValueError("schedule must be a jaxsub.anneal.Schedule with policy 'random' starting empty")
+    if schedule.blocks is not None and np.any(schedule.blocks != 1):
+        raise ValueError("schedule has blocks > 1 (block Gibbs): CrossCat moves one row per tick")
     enc = encode_table(model, data, dtype)
     n = enc.cat.shape[0]
     if schedule.num_rows != n:

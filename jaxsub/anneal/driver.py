@@ -242,6 +242,9 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
     num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a jaxsub.anneal.Schedule; got {type(schedule).__name__}")
+    if schedule.blocks is not None and np.any(schedule.blocks != 1):
+        raise ValueError("schedule has blocks > 1 (block Gibbs, e.g. anneal_stepsize): fit moves one row per tick; "
+                         "use jaxsub.anneal.two_urns.run_schedule")
     enc = encode(model, data, dtype)
     n = enc.cat.shape[0]
     hyper_min_rows = min(n, 100) if hyper_min_rows is None else check_int("hyper_min_rows", hyper_min_rows, low=0)

@@ -38,6 +38,7 @@ from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = [
     "ADD",
+    "anneal_stepsize",
     "ADD_PRIOR",
     "GIBBS",
     "NOOP",
@@ -74,6 +75,12 @@ class Schedule:
     initial_size
         Number of rows assigned when the schedule starts (0 for schedules that
         start empty, N for full-data Gibbs from a given state).
+    blocks
+        Optional 1-D integer array (same length as ``codes``, values in ``[1, N]``): the
+        number of rows a tick moves together (block Gibbs; ``None`` = 1 everywhere). Only
+        :func:`anneal_stepsize` sets it, and only the two-urn block sampler
+        (:func:`jaxsub.anneal.two_urns.run_schedule`) reads it; the mixture and CrossCat
+        kernels move one row per tick and reject a schedule with blocks.
 
     Raises
     ------
@@ -87,6 +94,7 @@ class Schedule:
     energy_ramp: int = 0
     name: str = "custom"
     initial_size: int = 0
+    blocks: np.ndarray | None = None
 
     def __post_init__(self):
         n = check_int("num_rows", self.num_rows, low=1)
@@ -111,6 +119,14 @@ class Schedule:
             t = int(np.argmax(after > n))
             raise ValueError(f"schedule adds beyond all {n} rows at tick {t}")
         object.__setattr__(self, "codes", codes)
+        if self.blocks is not None:
+            blocks = np.asarray(self.blocks)
+            if blocks.shape != codes.shape or not np.issubdtype(blocks.dtype, np.integer):
+                raise ValueError(f"blocks must be an integer array shaped like codes {codes.shape}; got "
+                                 f"{blocks.dtype} shape {blocks.shape}")
+            if blocks.min() < 1 or blocks.max() > n:
+                raise ValueError(f"blocks must lie in [1, num_rows={n}]; got [{blocks.min()}, {blocks.max()}]")
+            object.__setattr__(self, "blocks", blocks.astype(np.int32))
 
     def __len__(self) -> int:
         return int(self.codes.size)
@@ -147,8 +163,12 @@ class Schedule:
         """Concatenate two schedules on the same rows (policy and ramp of ``self``)."""
         if other.num_rows != self.num_rows:
             raise ValueError(f"cannot concatenate schedules for {self.num_rows} and {other.num_rows} rows")
+        blocks = None
+        if self.blocks is not None or other.blocks is not None:
+            ones = lambda s: np.ones(len(s), np.int32) if s.blocks is None else s.blocks  # noqa: E731
+            blocks = np.concatenate([ones(self), ones(other)])
         return Schedule(np.concatenate([self.codes, other.codes]), self.num_rows, self.policy,
-                        self.energy_ramp, name or f"{self.name}+{other.name}", self.initial_size)
+                        self.energy_ramp, name or f"{self.name}+{other.name}", self.initial_size, blocks)
 
 
 def prior_gibbs(num_rows: int, num_gibbs: int, *, policy: str = "random") -> Schedule:
@@ -204,6 +224,28 @@ def simulated_annealing(num_rows: int, num_gibbs: int, *, policy: str = "random"
     f = check_real("ramp_fraction", ramp_fraction, low=0.0, high=1.0, high_closed=True)
     codes = np.concatenate([np.full(n, ADD_PRIOR, np.int8), np.full(g, GIBBS, np.int8)])
     return Schedule(codes, n, policy, max(1, int(round(n + f * g))), "Anneal Energy")
+
+
+def anneal_stepsize(num_rows: int, num_gibbs: int, *, final_gibbs: int = 0) -> Schedule:
+    """The paper's "Anneal Stepsize" strategy (section 3.2, Figure 2): full-data block Gibbs with shrinking blocks.
+
+    Prior initialisation (``N`` ADD_PRIOR ticks), then ``num_gibbs`` full-data GIBBS ticks where tick
+    ``t = 1..T`` moves a handful of ``b_t = clip(floor(1 / beta_t), 1, N)`` same-valued rows of one
+    cluster together, ``beta_t = t / T`` (the linear subsample-annealing temperature): in the
+    continuum limit moving ``1/beta`` balls at once takes the steps subsample annealing takes at
+    inverse temperature ``beta``. Blocks reach 1 (plain Gibbs) for ``t > T/2``; ``final_gibbs``
+    appends single-row Gibbs ticks. As data: ``codes`` plus ``blocks`` (see :class:`Schedule`).
+    The paper calls it "only of theoretical interest"; it runs on the two-urn model
+    (:func:`jaxsub.anneal.two_urns.run_schedule`).
+    """
+    n = check_int("num_rows", num_rows, low=1)
+    g = check_int("num_gibbs", num_gibbs, low=1)
+    extra = check_int("final_gibbs", final_gibbs, low=0)
+    t = np.arange(1, g + 1, dtype=np.int64)
+    blocks = np.clip(g // t, 1, n)  # floor(1 / beta_t) = floor(T / t)
+    codes = np.concatenate([np.full(n, ADD_PRIOR, np.int8), np.full(g + extra, GIBBS, np.int8)])
+    blocks = np.concatenate([np.ones(n, np.int64), blocks, np.ones(extra, np.int64)]).astype(np.int32)
+    return Schedule(codes, n, "random", 0, "Anneal Stepsize", 0, blocks)
 
 
 def loom_extra_passes(size: int, extra_passes: float, small: int, big: int) -> int:
