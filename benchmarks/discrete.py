@@ -95,7 +95,7 @@ def _gauss_states_fn(y, mus):
     return lambda idx, states: _loglik(mus[states][None, :], y[idx][:, None])
 
 
-def _build(kind, data, N, D):
+def _build(kind, data, N, D, block_size=1):
     """``(exact, racing)`` samplers of ``kind`` over the arrays ``data`` (traced)."""
     if kind == "logistic":
         tx, w = data
@@ -115,19 +115,19 @@ def _build(kind, data, N, D):
     exact = discrete.gumbel_max(fn, D, N)
     race = discrete.racing(
         fn, D, N, delta=DELTA, control_variate=cv,
-        log_factor_states_fn=None if cv is not None else states_fn,
+        log_factor_states_fn=None if cv is not None else states_fn, block_size=block_size,
     )
     return exact, race
 
 
-def _single_rows(kind, N, D, repeats):
+def _single_rows(kind, N, D, repeats, block_size=1):
     if kind == "logistic":
         data = _logistic_problem(N, D)
     else:
         y, mus = _problem(N, D)
         data = (_loglik(mus[None, :], y[:, None]),) if kind == "table" else (y, mus)  # table: [N, D] once
     exact_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[0](k, f0))
-    race_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[1](k, f0))
+    race_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D, block_size)[1](k, f0))
     log_f0 = jnp.zeros(D, jnp.float32)
     keys = jax.random.split(jax.random.key(1), 1000)
     timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
@@ -136,7 +136,7 @@ def _single_rows(kind, N, D, repeats):
     evals = np.mean([int(i.num_evaluations) for i in infos])
     used = np.mean([int(i.num_data_used) for i in infos])
     return dict(
-        factor=kind, mode="single", N=N, D=D, draws=1,
+        factor=kind, mode="single", B=block_size, N=N, D=D, draws=1,
         eval_ratio=N * D / evals, data_ratio=N / used,
         exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
         exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],

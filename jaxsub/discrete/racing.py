@@ -754,7 +754,9 @@ def _build_racing(
     switch_stage = None
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
-        if can_eliminate:
+        # With D = 2 a running race has both arms alive, and the pass (2 N more rewards) would
+        # always push its count past N D: it is never taken, so its loops are not compiled.
+        if can_eliminate and num_states > 2:
             for t in range(1, num_stages):
                 if sizes[t] - sizes[t - 1] >= exact_pass_cost * N:
                     switch_stage = t
