@@ -639,6 +639,6 @@ def test_block_size_bad_configuration():
     with pytest.raises(ValueError, match="block_size"):
         discrete.racing(_fn, 3, 100, delta=0.1, block_size=100)
     with pytest.raises(ValueError, match="block_size"):
-        discrete.racing(_fn, 3, 100, delta=0.1, block_size=7, bound="ebs", reward_range=1.0)
+        discrete.racing(_fn, 3, 100, delta=0.1, block_size=7, first_batch_size=5, bound="ebs", reward_range=1.0)
     with pytest.raises(ValueError, match="first_batch_size"):
         discrete.racing(_fn, 3, 100, delta=0.1, block_size=10, first_batch_size=50)
