@@ -213,7 +213,7 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch")):
 
 
 #: Default block size used by the block rows (the measured choice, see docs/discrete.md).
-BLOCK = 16
+BLOCK = 64
 
 
 def markdown(rows) -> str:
