@@ -77,6 +77,7 @@ variance", 1979 (parallel variance merge).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, NamedTuple
 
@@ -92,7 +93,9 @@ from jaxsub.validation import check_choice, check_int, check_real
 __all__ = [
     "ControlVariate",
     "check_beta",
+    "RacingBatchSampler",
     "RacingInfo",
+    "RacingSampler",
     "as_control_variate",
     "pad_populations",
     "racing",
@@ -261,6 +264,60 @@ def _blocked(log_factor_fn, log_factor_states_fn, cv, num_rows: int, block_size:
             new_mean = jnp.asarray(mean) * scale
         new_cv = ControlVariate(wrap(cv.fn), new_mean)
     return wrap(log_factor_fn), wrap(log_factor_states_fn), new_cv
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingSampler:
+    """What :func:`racing` returns: an immutable record of pure functions (Optax style).
+
+    Calling it is calling ``sample``: ``sampler(rng_key, log_f0, beta=None) -> (x, info)``, so
+    ``jax.jit(sampler)`` / ``jax.vmap(sampler)`` and ``sampler.batched(...)`` work as before.
+    (Not a ``NamedTuple``: ``jax.jit`` keeps a weak reference to the function it compiles,
+    which tuples do not allow.)
+
+    Attributes
+    ----------
+    sample
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)``: one draw.
+    batched
+        ``batched(rng_keys [B], log_f0s [B, D], beta=None) -> (x [B], info)``: B draws,
+        work proportional to the unfinished draws (same draws as ``jax.vmap(sample)``).
+    with_coefficients
+        ``with_coefficients(rng_key, log_f0, coef_a, coef_b)``: the per-stage threshold
+        coefficients of :func:`racing_coefficients` as (traceable) arguments.
+    batched_with_coefficients
+        ``batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b)``.
+    """
+
+    sample: Callable
+    batched: Callable
+    with_coefficients: Callable
+    batched_with_coefficients: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingBatchSampler:
+    """What :func:`racing_batch` returns: an immutable record of pure functions.
+
+    Calling it is calling ``sample_batch`` (``jax.jit(sampler)`` works as before).
+
+    Attributes
+    ----------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params=None, beta=None) -> (x [B], info)``.
+    single
+        ``single(rng_key, log_f0, params=None, beta=None) -> (x, info)``: one draw (draw b of
+        ``sample_batch`` equals ``single`` with that draw's key, ``log_f0`` and ``params``).
+    """
+
+    sample_batch: Callable
+    single: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample_batch(*args, **kwargs)
 
 
 class _RaceState(NamedTuple):
@@ -447,7 +504,7 @@ def racing(
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
     skew_guard: float | None = DEFAULT_SKEW_GUARD,
     block_size: int = 1,
-) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
+) -> RacingSampler:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
     Parameters
@@ -579,18 +636,13 @@ def racing(
     def sample_batched(rng_keys: PRNGKey, log_f0s: Array, beta=None) -> tuple[Array, RacingInfo]:
         return batched(rng_keys, log_f0s, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
-    # Lower-level entry point: the threshold coefficients of racing_coefficients()
-    # as (traceable) arguments, so one compiled sampler serves many deltas (used by
-    # experiments/racing_synthetic.py to vmap over delta).
-    sample.with_coefficients = sample_with_coefficients
-    # Many draws at once, work proportional to the unfinished draws (see racing_batch).
-    sample.batched = sample_batched
-
     def sample_batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b):
         return batched(rng_keys, log_f0s, None, coef_a, coef_b)
 
-    sample.batched_with_coefficients = sample_batched_with_coefficients
-    return sample
+    # with_coefficients: the threshold coefficients of racing_coefficients() as (traceable)
+    # arguments, so one compiled sampler serves many deltas (experiments/racing_synthetic.py
+    # vmaps over delta); batched: many draws at once, work proportional to the unfinished draws.
+    return RacingSampler(sample, sample_batched, sample_with_coefficients, sample_batched_with_coefficients)
 
 
 def racing_batch(
@@ -613,7 +665,7 @@ def racing_batch(
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
     skew_guard: float | None = DEFAULT_SKEW_GUARD,
     block_size: int = 1,
-) -> Callable[[PRNGKey, Array, object], tuple[Array, RacingInfo]]:
+) -> RacingBatchSampler:
     """Racing for a batch of B draws whose targets differ by per-draw parameters.
 
     ``jax.vmap(racing(...))`` runs every loop until the slowest of the B draws
@@ -676,8 +728,7 @@ def racing_batch(
     def sample_single(rng_key: PRNGKey, log_f0: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
         return single(rng_key, log_f0, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
-    sample_batch.single = sample_single
-    return sample_batch
+    return RacingBatchSampler(sample_batch, sample_single)
 
 
 def _build_racing(
