@@ -770,6 +770,10 @@ def _build_racing(
         )
     if max_block_size is None:
         default_block = DEFAULT_MAX_BLOCK
+        if block_size > 1:
+            # Units are blocks: keep a chunk at about DEFAULT_MAX_BLOCK rows, and never above
+            # the population (a chunk past N would only read masked, padded rows).
+            default_block = min(max(DEFAULT_MAX_BLOCK // block_size, 1), num_data)
         max_block_size = max(default_block, first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
