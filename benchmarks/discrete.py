@@ -95,7 +95,7 @@ def _gauss_states_fn(y, mus):
     return lambda idx, states: _loglik(mus[states][None, :], y[idx][:, None])
 
 
-def _build(kind, data, N, D):
+def _build(kind, data, N, D, block_size=1):
     """``(exact, racing)`` samplers of ``kind`` over the arrays ``data`` (traced)."""
     if kind == "logistic":
         tx, w = data
@@ -115,19 +115,19 @@ def _build(kind, data, N, D):
     exact = discrete.gumbel_max(fn, D, N)
     race = discrete.racing(
         fn, D, N, delta=DELTA, control_variate=cv,
-        log_factor_states_fn=None if cv is not None else states_fn,
+        log_factor_states_fn=None if cv is not None else states_fn, block_size=block_size,
     )
     return exact, race
 
 
-def _single_rows(kind, N, D, repeats):
+def _single_rows(kind, N, D, repeats, block_size=1):
     if kind == "logistic":
         data = _logistic_problem(N, D)
     else:
         y, mus = _problem(N, D)
         data = (_loglik(mus[None, :], y[:, None]),) if kind == "table" else (y, mus)  # table: [N, D] once
     exact_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[0](k, f0))
-    race_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D)[1](k, f0))
+    race_j = jax.jit(lambda k, f0, data: _build(kind, data, N, D, block_size)[1](k, f0))
     log_f0 = jnp.zeros(D, jnp.float32)
     keys = jax.random.split(jax.random.key(1), 1000)
     timing = compare(exact_j, race_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
@@ -136,15 +136,15 @@ def _single_rows(kind, N, D, repeats):
     evals = np.mean([int(i.num_evaluations) for i in infos])
     used = np.mean([int(i.num_data_used) for i in infos])
     return dict(
-        factor=kind, mode="single", N=N, D=D, draws=1,
+        factor=kind, mode="single", B=block_size, N=N, D=D, draws=1,
         eval_ratio=N * D / evals, data_ratio=N / used,
         exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
         exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"],
+        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
     )
 
 
-def _vmap_rows(kind, N, D, draws, repeats):
+def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch")):
     """Two rows: ``jax.vmap`` of the single-draw sampler (mode ``vmap<B>``) and
     :func:`jaxsub.discrete.racing_batch` (mode ``batch<B>``, the per-draw shift as
     ``params``), each against the same vmapped exact sampler, in one run."""
@@ -195,6 +195,8 @@ def _vmap_rows(kind, N, D, draws, repeats):
     rows = []
     count_args = args(10_000)  # the same draws give both rows' evaluation counts
     for mode, candidate in ((f"vmap{draws}", race_v), (f"batch{draws}", batch_j)):
+        if mode.rstrip("0123456789") not in modes:
+            continue
         timing = compare(exact_v, candidate, args, repeats=repeats)
         _, info = candidate(*count_args)
         evals = float(np.mean(np.asarray(info.num_evaluations)))
@@ -205,24 +207,48 @@ def _vmap_rows(kind, N, D, draws, repeats):
             eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
             exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
             exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-            repeats=timing["repeats"],
+            repeats=timing["repeats"], racing_times=timing["candidate_times"],
         ))
     return rows
 
 
+#: Default block size used by the block rows (the measured choice, see docs/discrete.md).
+BLOCK = 64
+
+
+def markdown(rows) -> str:
+    """The rows as a markdown table (ratios, medians over the repeats, compile apart)."""
+    head = "| factor | mode | B | N | D | eval ratio ND/evals | data ratio N/T | exact (median) | racing (median, range) | speedup | compile exact / racing |"
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        times = r.get("racing_times") or [r["racing_s"]]
+        lines.append(
+            f"| {r['factor']} | {r['mode']} | {r.get('B', 1)} | {r['N']:.0e} | {r['D']} | {r['eval_ratio']:.1f} | {r['data_ratio']:.1f} | "
+            f"{1e3 * r['exact_s']:.2f} ms | {1e3 * r['racing_s']:.2f} ms ({1e3 * min(times):.2f}-{1e3 * max(times):.2f}) | "
+            f"**{r['speedup']:.2f}x** | {r['exact_compile_s']:.1f} / {r['racing_compile_s']:.1f} s |"
+        )
+    return "\n".join(lines)
+
+
 def run(*, quick: bool) -> list[dict]:
+    """The issue-16 table in one run (<= 3 minutes on 2 idle cores): single draws at N = 1e6
+    (D = 10: Gaussian with B = 1 and B = BLOCK, Gaussian + CV, table with B = 1 and BLOCK;
+    D = 100: Gaussian and logistic with B = BLOCK), the small-N row (N = 2e4, D = 10, B = 1 and
+    BLOCK) and 256 batched draws (D = 10). Quick mode: N / 10 and fewer repeats."""
     N = 10**5 if quick else 10**6
-    repeats = 3 if quick else 7
+    repeats = 3
+    plan = [
+        ("gauss", N, 10, 1), ("gauss", N, 10, BLOCK), ("gauss+cv", N, 10, 1), ("table", N, 10, 1), ("table", N, 10, BLOCK),
+        ("gauss", N, 100, BLOCK), ("logistic", N // 10 if quick else N // 4, 100, BLOCK),
+        ("gauss", 20_000, 10, 1), ("gauss", 20_000, 10, BLOCK),
+    ]
     rows = []
-    for D in (10, 100):
-        for kind in ("gauss", "gauss+cv", "table", "logistic"):
-            rows.append(_single_rows(kind, N, D, repeats))
-            print(rows[-1])
-    # vmap over 256 draws: the exact baseline does 256 N D evaluations per call, so
-    # D = 100 uses N / 10 to keep one baseline call under a minute on 2 CPU cores.
-    for D, n in ((10, N), (100, N // 10)):
-        for kind in ("gauss", "gauss+cv"):
-            for row in _vmap_rows(kind, n, D, 256 if not quick else 64, 3 if not quick else 2):
-                rows.append(row)
-                print(row)
+    for kind, n, D, B in plan:
+        rows.append(_single_rows(kind, n, D, repeats, block_size=B))
+        print({k: v for k, v in rows[-1].items() if not isinstance(v, list)}, flush=True)
+    for row in _vmap_rows("gauss", N, 10, 64 if quick else 256, repeats, modes=("batch",)):
+        rows.append(row)
+        print({k: v for k, v in row.items() if not isinstance(v, list)}, flush=True)
+    print()
+    print(markdown(rows))
     return rows

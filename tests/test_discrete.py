@@ -15,7 +15,7 @@ import pytest
 
 import jaxsub
 from discrete_problems import exact_probs, factor_fn, reward_table
-from helpers import assert_discrete_matches, assert_tv_within, variants
+from helpers import assert_discrete_matches, assert_tv_within, tv_tolerance, variants
 from jaxsub import discrete
 
 NUM_DRAWS = 20_000
@@ -87,10 +87,44 @@ RACING_CASES = {
     # name: (dist, probs, sigma, delta, options)
     "normal_pairwise": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="pairwise")),
     "normal_marginal": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="marginal")),
-    "heavy_tailed_lognormal": ("lognormal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal")),
-    "two_states": ("normal", [0.3, 0.7], 1e-2, 0.05, dict(bound="normal")),
+    "heavy_tailed_lognormal": ("lognormal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="pairwise")),
+    "two_states": ("normal", [0.3, 0.7], 1e-2, 0.05, dict(bound="normal", variance="pairwise")),
     "uniform_ebs": ("uniform", [0.2, 0.5, 0.3], 1e-3, 0.05, dict(bound="ebs", variance="pairwise")),
 }
+
+
+#: Chunk cap for the statistical tests: chunking changes neither the statistics nor the
+#: law (only the float summation order), and two chunk sizes (50, 200) compile fewer loops.
+TEST_BLOCK = 200
+_DRAW_CACHE: dict = {}
+
+
+def _table_draws(rng_key, table, num_draws=NUM_DRAWS, **opts):
+    """Draws of ``racing`` on ``table`` (a jit argument, so tables of one shape and one
+    configuration share a compiled sampler); cached per (table, options) within the module."""
+    table = np.asarray(table, np.float32)
+    cache_key = (table.tobytes(), table.shape, num_draws, repr(sorted(opts.items())), str(jax.random.key_data(rng_key)))
+    if cache_key not in _DRAW_CACHE:
+        fn_key = (table.shape, num_draws, repr(sorted((k, v) for k, v in opts.items() if k != "reward_range")))
+        run = _DRAW_CACHE.setdefault(("fn",) + fn_key, _draw_fn(table.shape, num_draws, opts))
+        crange = opts.get("reward_range")
+        out = run(rng_key, jnp.asarray(table), jnp.asarray(0.0 if crange is None else crange, jnp.float32))
+        _DRAW_CACHE[cache_key] = (np.asarray(out[0]), jax.tree.map(np.asarray, out[1]))
+    return _DRAW_CACHE[cache_key]
+
+
+def _draw_fn(shape, num_draws, opts):
+    N, D = shape
+    opts = {k: v for k, v in opts.items() if k != "reward_range"}
+    ebs = opts.get("bound") == "ebs"
+
+    @jax.jit
+    def run(rng_key, table, crange):
+        sample = discrete.racing(lambda idx: table[idx], D, N, reward_range=crange if ebs else None, **opts)
+        keys = jax.random.split(rng_key, num_draws)
+        return jax.vmap(sample, in_axes=(0, None))(keys, jnp.zeros(D, jnp.float32))
+
+    return run
 
 
 @pytest.mark.parametrize("name", sorted(RACING_CASES))
@@ -100,8 +134,7 @@ def test_racing_within_delta_in_tv(rng_key, name):
     table = reward_table(probs, N, sigma, dist=dist, seed=2)
     if opts.get("bound") == "ebs":
         opts = dict(opts, reward_range=table.max(axis=0) - table.min(axis=0))
-    sample = discrete.racing(factor_fn(table), D, N, delta=delta, **opts)
-    x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32))
+    x, info = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, **opts)
     check_budget(info, N, D)
     frac = info.num_evaluations.mean() / (N * D)
     assert frac < 0.8, f"racing evaluated {frac:.2f} of the rewards: test would be vacuous"
@@ -115,10 +148,9 @@ def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
     probs = [0.1, 0.35, 0.3, 0.15, 0.1]
     N, D, delta = 4000, 5, 0.05
     table = reward_table(probs, N, 4e-3, seed=2)
-    with_pass = discrete.racing(factor_fn(table), D, N, delta=delta)
-    without = discrete.racing(factor_fn(table), D, N, delta=delta, exact_pass_cost=None)
-    x, info = draw(with_pass, rng_key, jnp.zeros(D, jnp.float32))
-    x0, info0 = draw(without, rng_key, jnp.zeros(D, jnp.float32))
+    # (the same table and sampler as test_racing_within_delta_in_tv[normal_pairwise]: shared draws)
+    x, info = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, bound="normal", variance="pairwise")
+    x0, info0 = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, bound="normal", variance="pairwise", exact_pass_cost=None)
     check_budget(info, N, D)
     # Stages end at T = 50, 100, ..., 1600, 3200, 4000: the stage 1600 -> 3200 is
     # the first adding >= N / 4 random data, so races alive at T = 1600 take the pass.
@@ -147,7 +179,7 @@ def test_exact_pass_finds_zero_factor_of_a_survivor(rng_key):
     table[N - 1, 1] = -np.inf
     target = np.array([0.4, 0.0, 0.6])
     # exact_pass_cost=0.01: races alive after their first stage take the pass.
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=0.01)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=0.01, max_block_size=TEST_BLOCK)
     x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
     assert not info.has_nan.any()
     assert np.sum(target > 0) == 2  # arm 1 is impossible
@@ -155,7 +187,7 @@ def test_exact_pass_finds_zero_factor_of_a_survivor(rng_key):
     assert took.mean() > 0.1  # (races with all 3 arms alive stay random: count <= N * D)
     assert not np.any(x[took] == 1)
     # Without the pass the race would return the impossible arm 1 in most draws.
-    sample0 = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=None)
+    sample0 = discrete.racing(factor_fn(table), D, N, delta=0.05, exact_pass_cost=None, max_block_size=TEST_BLOCK)
     x0, _ = draw(sample0, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
     assert np.mean(x0 == 1) > 0.2
 
@@ -203,8 +235,9 @@ def test_compact_states_path_matches_full_path(rng_key, variance):
         calls.append(states.shape)
         return t[idx[:, None], states[None, :]]
 
-    full = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance)
-    compact = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, log_factor_states_fn=states_fn, num_compact_states=3)
+    fast = dict(max_block_size=50, exact_pass_cost=None)  # one loop per level to compile; same on both paths
+    full = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, **fast)
+    compact = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, log_factor_states_fn=states_fn, num_compact_states=3, **fast)
     xa, ia = draw(full, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     xb, ib = draw(compact, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert calls and all(c == (3,) for c in calls)
@@ -228,8 +261,9 @@ def test_column_compaction_matches_states_path(rng_key):
         calls.append(states.shape)
         return t[idx[:, None], states[None, :]]
 
-    columns = discrete.racing(factor_fn(table), D, N, delta=0.05)
-    states = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=D // 4)
+    fast = dict(max_block_size=50, exact_pass_cost=None)  # one loop per level to compile; same on every path
+    columns = discrete.racing(factor_fn(table), D, N, delta=0.05, **fast)
+    states = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=D // 4, **fast)
     xa, ia = draw(columns, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     xb, ib = draw(states, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert calls and all(c == (D // 4,) for c in calls)
@@ -240,7 +274,7 @@ def test_column_compaction_matches_states_path(rng_key):
     # Two compaction levels (D // 4 = 10, then K = 2): the same draws again.
     assert discrete.racing.__globals__["_compaction_levels"](D, 2) == [10, 2]
     calls.clear()
-    levels = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2)
+    levels = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2, **fast)
     xc, ic = draw(levels, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert set(calls) == {(10,), (2,)}
     np.testing.assert_array_equal(xa, xc)
@@ -416,7 +450,7 @@ def test_jit_and_vmap_variants_agree(rng_key, variant):
     probs = [0.2, 0.5, 0.3]
     N, D = 400, 3
     table = reward_table(probs, N, 4e-3, seed=12)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, max_block_size=50, exact_pass_cost=None)  # one loop
     batched = variants(jax.vmap(sample))[variant]
     keys = jax.random.split(rng_key, 4)
     log_f0s = jnp.zeros((4, D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, 4))
@@ -431,7 +465,7 @@ def test_no_retracing(rng_key):
     probs = [0.2, 0.5, 0.3]
     N, D = 500, 3
     table = reward_table(probs, N, 4e-3, seed=13)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, max_block_size=50, exact_pass_cost=None)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -520,3 +554,91 @@ def test_exported():
     assert jaxsub.discrete is discrete
     for name in ("gumbel_max", "racing", "lil_ucb", "b_normal", "taylor_control_variate", "pad_populations"):
         assert callable(getattr(discrete, name))
+
+
+# --------------------------------------------------------------------------- block sampling units (issue 16, item 3)
+
+#: Today's per-row race (block_size=1), pinned: draws and counts of 16 keys on a small problem,
+#: recorded before block sampling existed. B = 1 must reproduce them bit for bit.
+_PINNED_X = [1, 1, 1, 2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 2, 2, 2]
+_PINNED_EVALS = [850, 150, 150, 150, 300, 150, 150, 150, 150, 150, 450, 150, 150, 150, 450, 150]
+
+
+def _pinned_problem():
+    table = reward_table([0.2, 0.5, 0.3], 400, 4e-3, seed=12)
+    return table, jax.random.split(jax.random.key(123), 16)
+
+
+def test_block_size_one_reproduces_todays_draws():
+    table, keys = _pinned_problem()
+    sample = discrete.racing(factor_fn(table), 3, 400, delta=0.05, max_block_size=50, exact_pass_cost=None, block_size=1)
+    x, info = jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(3, jnp.float32))
+    np.testing.assert_array_equal(np.asarray(x), _PINNED_X)
+    np.testing.assert_array_equal(np.asarray(info.num_evaluations), _PINNED_EVALS)
+
+
+def test_block_sums_are_exact_with_a_short_last_block():
+    """N = 1000 rows in blocks of 7 (the last block has 6 rows): the exact path over blocks
+    returns the argmax of the full sums, and a -inf row kills its arm."""
+    N, D = 1000, 3
+    table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=3)
+    sums = table.astype(np.float32).astype(np.float64).sum(axis=0)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64)
+    run = jax.jit(sample)
+    for f0 in ([0.0, 0.0, 0.0], [0.6, 0.0, 0.0], [0.0, -0.6, 0.2]):
+        x, info = run(jax.random.key(0), jnp.asarray(f0, jnp.float32))
+        assert int(x) == int(np.argmax(sums + np.asarray(f0))) and bool(info.is_exact)
+        assert int(info.num_data_used) == N and int(info.num_evaluations) == N * D
+    table[N - 1, 1] = -np.inf  # the last row sits in the short last block
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64)
+    assert int(jax.jit(sample)(jax.random.key(0), jnp.zeros(D, jnp.float32))[0]) != 1
+
+
+def test_block_racing_within_delta_and_negative_control(rng_key):
+    """Blocks of B = 24 rows (167 blocks, the last one short): the law of the draws is
+    within delta of p in TV (Prop. 1 for the block population) and within delta + MC
+    error of the per-row race (B = 1) on the same problem. Negative control: the same
+    block race without its bound (a_t = 0: the first stage's point estimates decide)
+    must fail the TV check on a noisier problem. (On the first problem even a_t = 0 stays
+    within delta + MC error: its first-stage estimates are already close, so the TV
+    check alone has no power there; the noisier table gives it power.)"""
+    probs = [0.1, 0.35, 0.3, 0.15, 0.1]
+    N, D, delta, B = 4000, 5, 0.05, 24
+    table = reward_table(probs, N, 4e-3, seed=2)  # the normal_pairwise problem above
+    p = exact_probs(table)
+    a, b = (jnp.asarray(v, jnp.float32) for v in discrete.racing_coefficients(delta, D, -(-N // B), 20))
+    keys = jax.random.split(rng_key, NUM_DRAWS)
+
+    @jax.jit
+    def run(table, a):  # one compiled sampler for both tables and both thresholds
+        sample = discrete.racing(lambda idx: table[idx], D, N, delta=delta, block_size=B, first_batch_size=20, max_block_size=80)
+        return jax.vmap(sample.with_coefficients, in_axes=(0, None, None, None))(keys, jnp.zeros(D, jnp.float32), a, b)
+
+    x, info = jax.tree.map(np.asarray, run(jnp.asarray(table, jnp.float32), a))
+    check_budget(info, N, D)
+    assert info.num_evaluations.mean() < 0.8 * N * D  # it eliminates: the check is not vacuous
+    assert np.all(info.num_data_used[~info.is_exact] % B == 0)
+    assert_tv_within(x, p, slack=delta)
+    # Against the per-row race: TV(block, row) <= TV(block, p) + TV(row, p) <= 2 delta + MC,
+    # and both are within delta of p: compare the two empirical laws with their MC errors.
+    x1, _ = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, bound="normal", variance="pairwise")
+    emp_block, emp_row = (np.bincount(v, minlength=D) / v.size for v in (x, x1))
+    tv = 0.5 * np.abs(emp_block - emp_row).sum()
+    assert tv <= delta + 2 * tv_tolerance(p, NUM_DRAWS), tv
+    # Negative control: no bound (a_t = 0) on a noisier problem (sigma 10x: the first
+    # stage's estimates of the totals have sd ~7 nats) -> far outside delta.
+    noisy = reward_table(probs, N, 4e-2, seed=2)
+    x_bad, _ = run(jnp.asarray(noisy, jnp.float32), 0.0 * a)
+    with pytest.raises(AssertionError):
+        assert_tv_within(np.asarray(x_bad), exact_probs(noisy), slack=delta)
+
+
+def test_block_size_bad_configuration():
+    with pytest.raises(ValueError, match="block_size"):
+        discrete.racing(_fn, 3, 100, delta=0.1, block_size=0)
+    with pytest.raises(ValueError, match="block_size"):
+        discrete.racing(_fn, 3, 100, delta=0.1, block_size=100)
+    with pytest.raises(ValueError, match="block_size"):
+        discrete.racing(_fn, 3, 100, delta=0.1, block_size=7, first_batch_size=5, bound="ebs", reward_range=1.0)
+    with pytest.raises(ValueError, match="first_batch_size"):
+        discrete.racing(_fn, 3, 100, delta=0.1, block_size=10, first_batch_size=50)

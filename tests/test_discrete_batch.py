@@ -76,7 +76,7 @@ def test_batched_equals_vmap_of_single_draws_jit_nojit_no_retracing(rng_key):
     does, with and without jit; the jitted batch is traced once for new keys / log_f0s."""
     N, D, B = 400, 3, 6
     table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=12)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, group_size=4, max_block_size=50)  # one loop to compile
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, group_size=4, max_block_size=50, exact_pass_cost=None)  # one loop to compile
     reference = jax.jit(jax.vmap(sample))
     batched = variants(chex.assert_max_traces(sample.batched, n=1))
     for i in range(2):
@@ -95,7 +95,7 @@ def test_batched_with_coefficients_equals_vmapped_with_coefficients(rng_key):
     entry point gives the draws of the vmapped single-draw one."""
     N, D, B = 400, 3, 8
     table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=13)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False)
+    sample = discrete.racing(factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False, exact_pass_cost=None)
     keys = jax.random.split(rng_key, B)
     log_f0s = jax.random.gumbel(jax.random.fold_in(rng_key, 1), (B, D), jnp.float32)
     for delta in (0.01, 0.2):
@@ -117,7 +117,7 @@ def test_batched_compact_states_and_control_variate_equal_single(rng_key):
     h_mean = jnp.mean(h, axis=0)
     cv = (lambda idx, p: h[idx] + p, lambda p: h_mean + p)
     sample = discrete.racing_batch(
-        lambda idx, p: t[idx], D, N, delta=0.05, group_size=4, control_variate=cv, max_block_size=50,
+        lambda idx, p: t[idx], D, N, delta=0.05, group_size=4, control_variate=cv, max_block_size=50, exact_pass_cost=None,
         log_factor_states_fn=lambda idx, states, p: t[idx[:, None], states[None, :]], num_compact_states=3,
     )
     keys = jax.random.split(rng_key, B)

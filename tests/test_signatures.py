@@ -260,15 +260,6 @@ def _functions_with_attributes(tree: ast.AST):
     return hits
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known debt, tracked in open issue 16 item 1: the racing engine's constructors still attach "
-        "sample.with_coefficients / .batched / .batched_with_coefficients / sample_batch.single "
-        "(discrete/racing.py) and sample.with_delta (discrete/lil_ucb.py); strict, so this turns red "
-        "the day they become NamedTuples of functions and the marker must go"
-    ),
-)
 def test_no_function_has_attributes_attached():
     """Constructors that return several functions return a NamedTuple, never ``fn.extra = ...``."""
     offenders = []

@@ -22,13 +22,26 @@ is a :class:`RacingInfo`.
 from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
 from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
 from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
-from jaxsub.discrete.lil_ucb import lil_ucb
+from jaxsub.discrete.lil_ucb import LilUCBSampler, lil_ucb
 from jaxsub.discrete.ragged import racing_ragged
-from jaxsub.discrete.racing import ControlVariate, RacingInfo, check_beta, pad_populations, racing, racing_batch, racing_coefficients
+from jaxsub.discrete.racing import (
+    ControlVariate,
+    RacingBatchSampler,
+    RacingInfo,
+    RacingSampler,
+    check_beta,
+    pad_populations,
+    racing,
+    racing_batch,
+    racing_coefficients,
+)
 
 __all__ = [
     "ControlVariate",
+    "LilUCBSampler",
+    "RacingBatchSampler",
     "RacingInfo",
+    "RacingSampler",
     "b_normal",
     "check_beta",
     "data_moments",

@@ -19,6 +19,7 @@ So ``T_i <= N`` and at most ``N D`` rewards are drawn (Prop. 2).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, NamedTuple
 
@@ -43,6 +44,30 @@ class _UCBState(NamedTuple):
     steps: Array  # int32
 
 
+@dataclasses.dataclass(frozen=True)
+class LilUCBSampler:
+    """What :func:`lil_ucb` returns: an immutable record of pure functions (Optax style).
+
+    Calling it is calling ``sample``: ``sampler(rng_key, log_f0) -> (x, info)``, so
+    ``jax.jit(sampler)`` and ``jax.vmap(sampler)`` work as before. (A ``NamedTuple`` cannot
+    be weakly referenced, which ``jax.jit`` needs of the function it compiles.)
+
+    Attributes
+    ----------
+    sample
+        ``sample(rng_key, log_f0) -> (x, info)`` at the construction's ``delta``.
+    with_delta
+        ``with_delta(rng_key, log_f0, delta)``: the same sampler with a traceable ``delta``
+        (one compiled sampler for many deltas).
+    """
+
+    sample: Callable
+    with_delta: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample(*args, **kwargs)
+
+
 def lil_ucb(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
@@ -57,7 +82,7 @@ def lil_ucb(
     batch_size: int = 1,
     control_variate=None,
     gumbel_noise: bool = True,
-) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
+) -> LilUCBSampler:
     """Adapted lil'UCB sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (§3.2).
 
     Parameters
@@ -226,5 +251,4 @@ def lil_ucb(
         return state.winner, info
 
     # Lower-level entry point with a traceable delta (one compiled sampler for many deltas).
-    sample.with_delta = sample_with_delta
-    return sample
+    return LilUCBSampler(sample, sample_with_delta)

@@ -77,6 +77,7 @@ variance", 1979 (parallel variance merge).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, NamedTuple
 
@@ -92,7 +93,9 @@ from jaxsub.validation import check_choice, check_int, check_real
 __all__ = [
     "ControlVariate",
     "check_beta",
+    "RacingBatchSampler",
     "RacingInfo",
+    "RacingSampler",
     "as_control_variate",
     "pad_populations",
     "racing",
@@ -210,6 +213,111 @@ def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -
         return jnp.where(inside, values, jnp.zeros((), values.dtype))
 
     return padded
+
+
+def _scale_range(reward_range, block_size: int):
+    """Range of a block sum of B rewards whose per-row range is C: at most B C."""
+    if reward_range is None:
+        return None
+    if isinstance(reward_range, jax.core.Tracer):
+        return reward_range * block_size
+    return np.asarray(reward_range, np.float64) * block_size
+
+
+def _block_rows(block_indices: Array, num_rows: int, block_size: int) -> tuple[Array, Array]:
+    """Row indices ``[m * B]`` of the blocks ``block_indices`` [m] (clipped to N - 1) and their validity."""
+    rows = block_indices.astype(jnp.int32)[:, None] * block_size + jnp.arange(block_size, dtype=jnp.int32)[None, :]
+    valid = rows < num_rows
+    return jnp.minimum(rows, num_rows - 1).reshape(-1), valid
+
+
+def _block_sum(values: Array, valid: Array) -> Array:
+    """``[m * B, k]`` row rewards -> ``[m, k]`` block sums over the valid rows (a short last block
+    sums its rows only). A ``-inf`` row reward makes its block sum ``-inf``; NaN stays NaN."""
+    m, b = valid.shape
+    values = jnp.asarray(values)
+    values = values.reshape((m, b) + values.shape[1:])
+    return jnp.sum(jnp.where(valid[:, :, None], values, jnp.zeros((), values.dtype)), axis=1)
+
+
+def _blocked(log_factor_fn, log_factor_states_fn, cv, num_rows: int, block_size: int, num_blocks: int, with_params: bool):
+    """The block population of ``racing(..., block_size=B)``: factor functions over block indices
+    returning block sums, and the control variate with the per-block mean ``(N / num_blocks) h_mean``."""
+    scale = num_rows / num_blocks
+
+    def wrap(fn):
+        if fn is None:
+            return None
+
+        def blocked(indices, *rest):
+            rows, valid = _block_rows(jnp.asarray(indices), num_rows, block_size)
+            return _block_sum(fn(rows, *rest), valid)
+
+        return blocked
+
+    new_cv = None
+    if cv is not None:
+        mean = cv.mean
+        if callable(mean):
+            new_mean = lambda params, mean=mean: jnp.asarray(mean(params)) * scale  # noqa: E731
+        else:
+            new_mean = jnp.asarray(mean) * scale
+        new_cv = ControlVariate(wrap(cv.fn), new_mean)
+    return wrap(log_factor_fn), wrap(log_factor_states_fn), new_cv
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingSampler:
+    """What :func:`racing` returns: an immutable record of pure functions (Optax style).
+
+    Calling it is calling ``sample``: ``sampler(rng_key, log_f0, beta=None) -> (x, info)``, so
+    ``jax.jit(sampler)`` / ``jax.vmap(sampler)`` and ``sampler.batched(...)`` work as before.
+    (Not a ``NamedTuple``: ``jax.jit`` keeps a weak reference to the function it compiles,
+    which tuples do not allow.)
+
+    Attributes
+    ----------
+    sample
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)``: one draw.
+    batched
+        ``batched(rng_keys [B], log_f0s [B, D], beta=None) -> (x [B], info)``: B draws,
+        work proportional to the unfinished draws (same draws as ``jax.vmap(sample)``).
+    with_coefficients
+        ``with_coefficients(rng_key, log_f0, coef_a, coef_b)``: the per-stage threshold
+        coefficients of :func:`racing_coefficients` as (traceable) arguments.
+    batched_with_coefficients
+        ``batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b)``.
+    """
+
+    sample: Callable
+    batched: Callable
+    with_coefficients: Callable
+    batched_with_coefficients: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingBatchSampler:
+    """What :func:`racing_batch` returns: an immutable record of pure functions.
+
+    Calling it is calling ``sample_batch`` (``jax.jit(sampler)`` works as before).
+
+    Attributes
+    ----------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params=None, beta=None) -> (x [B], info)``.
+    single
+        ``single(rng_key, log_f0, params=None, beta=None) -> (x, info)``: one draw (draw b of
+        ``sample_batch`` equals ``single`` with that draw's key, ``log_f0`` and ``params``).
+    """
+
+    sample_batch: Callable
+    single: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample_batch(*args, **kwargs)
 
 
 class _RaceState(NamedTuple):
@@ -395,7 +503,8 @@ def racing(
     group_size: int = 16,
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
     skew_guard: float | None = DEFAULT_SKEW_GUARD,
-) -> Callable[[PRNGKey, Array], tuple[Array, RacingInfo]]:
+    block_size: int = 1,
+) -> RacingSampler:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
     Parameters
@@ -472,8 +581,21 @@ def racing(
         threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
         of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
         chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
-
-    Returns
+    block_size
+        B >= 1, the sampling unit (issue 16, item 3). With ``B > 1`` the race
+        samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the
+        population is the ``ceil(N / B)`` blocks, the reward of a block is the
+        sum of its rows' rewards; a last block of ``N mod B`` rows is summed over
+        its rows only, so every arm's total is exact). Prop. 1 holds for this
+        finite population unchanged; the permutation, the k x k co-moments and
+        the elimination test are paid once per block, and block sums are closer
+        to Normal. ``first_batch_size``, ``max_block_size`` and the schedule
+        count *blocks*; ``info`` counts rows (blocks x B, capped at N).
+        Blocks are consecutive rows in the order ``log_factor_fn`` indexes
+        them: if the data are sorted (by time, class, ...), shuffle them once
+        (the result stays exact; heterogeneous blocks only cost samples).
+        ``bound="ebs"`` needs ``N`` divisible by B (the block range is B C).
+        B = 1 (default) is the per-row race, unchanged.
     -------
     sample
         ``sample(rng_key, log_f0, beta=None) -> (x, info)`` with ``log_f0`` of shape ``[D]``
@@ -502,6 +624,7 @@ def racing(
         variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
         exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
         num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=False, skew_guard=skew_guard,
+        block_size=block_size,
     )
 
     def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:
@@ -513,18 +636,13 @@ def racing(
     def sample_batched(rng_keys: PRNGKey, log_f0s: Array, beta=None) -> tuple[Array, RacingInfo]:
         return batched(rng_keys, log_f0s, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
-    # Lower-level entry point: the threshold coefficients of racing_coefficients()
-    # as (traceable) arguments, so one compiled sampler serves many deltas (used by
-    # experiments/racing_synthetic.py to vmap over delta).
-    sample.with_coefficients = sample_with_coefficients
-    # Many draws at once, work proportional to the unfinished draws (see racing_batch).
-    sample.batched = sample_batched
-
     def sample_batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b):
         return batched(rng_keys, log_f0s, None, coef_a, coef_b)
 
-    sample.batched_with_coefficients = sample_batched_with_coefficients
-    return sample
+    # with_coefficients: the threshold coefficients of racing_coefficients() as (traceable)
+    # arguments, so one compiled sampler serves many deltas (experiments/racing_synthetic.py
+    # vmaps over delta); batched: many draws at once, work proportional to the unfinished draws.
+    return RacingSampler(sample, sample_batched, sample_with_coefficients, sample_batched_with_coefficients)
 
 
 def racing_batch(
@@ -546,7 +664,8 @@ def racing_batch(
     num_compact_states: int | None = None,
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
     skew_guard: float | None = DEFAULT_SKEW_GUARD,
-) -> Callable[[PRNGKey, Array, object], tuple[Array, RacingInfo]]:
+    block_size: int = 1,
+) -> RacingBatchSampler:
     """Racing for a batch of B draws whose targets differ by per-draw parameters.
 
     ``jax.vmap(racing(...))`` runs every loop until the slowest of the B draws
@@ -600,6 +719,7 @@ def racing_batch(
         variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
         exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
         num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=True, skew_guard=skew_guard,
+        block_size=block_size,
     )
 
     def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
@@ -608,14 +728,13 @@ def racing_batch(
     def sample_single(rng_key: PRNGKey, log_f0: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
         return single(rng_key, log_f0, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
-    sample_batch.single = sample_single
-    return sample_batch
+    return RacingBatchSampler(sample_batch, sample_single)
 
 
 def _build_racing(
     log_factor_fn, num_states, num_data, *, delta, first_batch_size, bound, variance, reward_range, control_variate,
     gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, exact_pass_cost,
-    with_params, skew_guard=DEFAULT_SKEW_GUARD,
+    with_params, skew_guard=DEFAULT_SKEW_GUARD, block_size=1,
 ):
     """Validate the configuration and build the engine (see :func:`racing`, :func:`racing_batch`).
 
@@ -623,6 +742,13 @@ def _build_racing(
     ``batched(keys, log_f0s, params, a, b)``; ``params`` is ``None`` unless ``with_params``
     (then ``log_factor_fn(indices, params)`` etc.).
     """
+    block_size = check_int("block_size", block_size, low=1)
+    num_rows = check_int("num_data", num_data, low=2)
+    if block_size > 1:
+        _check_common(num_states, num_rows, 2)  # N * D within the int32 counters (in rows)
+        num_data = -(-num_rows // block_size)  # the population: ceil(N / B) blocks
+        if num_data < 2:
+            raise ValueError(f"block_size must leave >= 2 blocks (block_size < num_data = {num_rows}); got {block_size}")
     num_states, num_data, first_batch_size = _check_common(num_states, num_data, first_batch_size)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     bound = check_choice("bound", bound, ("normal", "ebs"))
@@ -631,8 +757,23 @@ def _build_racing(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(control_variate)
+    if block_size > 1:
+        if bound == "ebs":
+            if num_rows % block_size:
+                raise ValueError(
+                    f"block_size must divide num_data with bound='ebs' (a short last block has no range "
+                    f"bound B C); got num_data={num_rows}, block_size={block_size}"
+                )
+            reward_range = _scale_range(reward_range, block_size)
+        log_factor_fn, log_factor_states_fn, cv = _blocked(
+            log_factor_fn, log_factor_states_fn, cv, num_rows, block_size, num_data, with_params
+        )
     if max_block_size is None:
         default_block = DEFAULT_MAX_BLOCK
+        if block_size > 1:
+            # Units are blocks: keep a chunk at about DEFAULT_MAX_BLOCK rows, and never above
+            # the population (a chunk past N would only read masked, padded rows).
+            default_block = min(max(DEFAULT_MAX_BLOCK // block_size, 1), num_data)
         max_block_size = max(default_block, first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     if not callable(log_factor_fn):
@@ -668,7 +809,9 @@ def _build_racing(
     switch_stage = None
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
-        if can_eliminate:
+        # With D = 2 a running race has both arms alive, and the pass (2 N more rewards) would
+        # always push its count past N D: it is never taken, so its loops are not compiled.
+        if can_eliminate and num_states > 2:
             for t in range(1, num_stages):
                 if sizes[t] - sizes[t - 1] >= exact_pass_cost * N:
                     switch_stage = t
@@ -1022,9 +1165,13 @@ def _build_racing(
     def finish(state, c):
         x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
         no_state = ~jnp.any(state.alive)
+        num_evaluations, num_used = state.num_evaluations, state.count
+        if block_size > 1:  # counts in rows: blocks x B, capped at N (and N D)
+            num_used = jnp.minimum(num_used * block_size, num_rows).astype(jnp.int32)
+            num_evaluations = jnp.minimum(num_evaluations * block_size, num_rows * D).astype(jnp.int32)
         info = RacingInfo(
-            num_evaluations=state.num_evaluations,
-            num_data_used=state.count,
+            num_evaluations=num_evaluations,
+            num_data_used=num_used,
             num_stages=jnp.where(state.count > 0, state.stage + 1, 0).astype(jnp.int32),
             is_exact=state.count == N,
             has_nan=state.has_nan | no_state,
