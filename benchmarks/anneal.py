@@ -29,6 +29,23 @@ from jaxsub.anneal.moves import _tick_uniforms
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 
 
+def _timed(call, repeats: int = 3):
+    """``(first_call_s, [s per repeat])``: the first call (compile + run) apart from ``repeats`` timed calls.
+
+    ``call(i)`` runs the ``i``-th call (``i = 0`` first); the result is waited for with
+    ``jax.block_until_ready``.
+    """
+    t0 = time.perf_counter()
+    jax.block_until_ready(call(0))
+    first = time.perf_counter() - t0
+    times = []
+    for i in range(1, repeats + 1):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(i))
+        times.append(time.perf_counter() - t0)
+    return first, times
+
+
 def _military_rows(n, seed=0):
     from jaxsub.datasets import load_military
 
@@ -98,15 +115,7 @@ def run(*, quick: bool = False) -> list[dict]:
             states = states._replace(cursor=jnp.zeros((chains,), jnp.int32))
             keys = jax.random.split(jax.random.key(1), chains)
             win = windows_for(chains)
-            t0 = time.perf_counter()
-            out = sweep(states, keys, win, enc)
-            jax.block_until_ready(out)
-            first = time.perf_counter() - t0
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                jax.block_until_ready(sweep(states, keys, win, enc))
-                times.append(time.perf_counter() - t0)
+            first, times = _timed(lambda i: sweep(states, keys, win, enc))
             best = float(np.median(times))
             rows.append({"case": "kernel", "N": n, "chains": chains, "steps_per_chain": steps,
                          "seconds": best, "assignments_per_s": chains * steps / best,
@@ -178,14 +187,7 @@ def _crosscat(quick):
                 jnp.arange(chains))
             win = jnp.full((chains, steps), an.GIBBS, jnp.int8)
             keys = jax.random.split(jax.random.key(0), chains)
-            t0 = time.perf_counter()
-            jax.block_until_ready(sweep(st, keys, win, enc))
-            first = time.perf_counter() - t0
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                jax.block_until_ready(sweep(st, keys, win, enc))
-                times.append(time.perf_counter() - t0)
+            first, times = _timed(lambda i: sweep(st, keys, win, enc))
             sec = float(np.median(times))
             out.append({"case": "crosscat_rows", "N": n, "chains": chains, "features": F, "views": views,
                         "ticks": steps, "seconds": sec, "seconds_range": [float(min(times)), float(max(times))],
@@ -200,14 +202,7 @@ def _crosscat(quick):
             continue
         fs = jax.jit(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc)[0])
         s1 = jax.tree.map(lambda a: a[0], st)
-        t0 = time.perf_counter()
-        jax.block_until_ready(fs(jax.random.key(1), s1))
-        f_first = time.perf_counter() - t0
-        ft = []
-        for i in range(3):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fs(jax.random.key(2 + i), s1))
-            ft.append(time.perf_counter() - t0)
+        f_first, ft = _timed(lambda i: fs(jax.random.key(1 + i), s1))
         f_sec = float(np.median(ft))
         row_sweep = n / (steps / sec1)
         out.append({"case": "crosscat_feature_sweep", "N": n, "features": F, "feature_sweep_s": f_sec,
