@@ -28,7 +28,7 @@ import optax
 import jaxsub
 from experiments import cgdsgld_logistic as logistic
 from experiments._common import Report, progress, savefig
-from jaxsub.subsample import permutation_indices
+from experiments._sgld import pooled_sgld_round
 
 TITLE = "Bayesian MLP on homogeneous and Beta(a, a) label-skewed shards (AER/Fertility, 254,654 rows)"
 
@@ -76,18 +76,7 @@ def sgld_pooled_fn(rounds, local_steps):
     function of (key, x, y, params0, step_size), compiled once for every split (same shapes)."""
 
     def chain(key, px, py, params0, step_size):
-        n_total = px.shape[0]
-        sgld = blackjax.sgld(blackjax.sgmcmc.gradients.grad_estimator(logprior, loglik, n_total))
-
-        def one_round(theta, k):
-            def body(t, kk):
-                kb, kn = jax.random.split(kk)
-                idx = permutation_indices(kb, jnp.arange(BATCH), n_total)
-                return sgld.step(kn, t, (px[idx], py[idx]), 0.5 * step_size), None
-
-            theta = jax.lax.scan(body, theta, jax.random.split(k, local_steps))[0]
-            return theta, theta
-
+        one_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps, step_size=step_size)
         return jax.lax.scan(one_round, params0, jax.random.split(key, rounds))[1]
 
     return jax.jit(chain)

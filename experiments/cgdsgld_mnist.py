@@ -33,7 +33,7 @@ import optax
 import jaxsub
 import jaxsub.datasets
 from experiments._common import Report, progress, savefig
-from jaxsub.subsample import permutation_indices
+from experiments._sgld import pooled_sgld_round
 
 TITLE = "CG-DSGLD vs DSGLD vs centralised SGLD: Bayesian MLP on label-skewed MNIST clients"
 
@@ -196,17 +196,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     # centralised SGLD on the pooled data, same steps, one draw per L steps
     px = jnp.asarray(np.concatenate([c[0] for c in clients]))
     py = jnp.asarray(np.concatenate([c[1] for c in clients]))
-    sgld = blackjax.sgld(blackjax.sgmcmc.gradients.grad_estimator(logprior, loglik, n_total))
-
-    @jax.jit
-    def sgld_round(theta, key):
-        def body(t, k):
-            kb, kn = jax.random.split(k)
-            idx = permutation_indices(kb, jnp.arange(BATCH), n_total)
-            return sgld.step(kn, t, (px[idx], py[idx]), 0.5 * step_size), None
-
-        theta = jax.lax.scan(body, theta, jax.random.split(key, local_steps))[0]
-        return theta, theta
+    sgld_round = jax.jit(pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
+                                           step_size=step_size))
 
     start = time.perf_counter()
     _, path = jax.lax.scan(sgld_round, centre, jax.random.split(jax.random.key(1), rounds))
