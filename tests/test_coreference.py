@@ -107,8 +107,8 @@ def test_racing_conditional_within_delta_of_exact_tv(schedule):
     _, wrong = _exact_conditional(a_wrong, labels, 0, range(120), beta)
     assert tv_distance(emp, wrong) > delta + tol
     # sizes stay consistent with labels (no cluster dropped)
-    ns = jax.tree.map(lambda x: x[0], new_states)
-    np.testing.assert_array_equal(np.asarray(ns.sizes), np.bincount(np.asarray(ns.labels), minlength=128))
+    for r in range(3):
+        _assert_state_consistent(jax.tree.map(lambda x, r=r: x[r], new_states), blocks)
 
 
 def _binomial_upper(p, n, z=3.5):
@@ -128,9 +128,23 @@ def test_racing_every_arm_fails_delta_on_loose_small_clusters():
     assert checked == 3000 and errors / checked > _binomial_upper(RACE["delta"], checked)
 
 
-def _numpy_exact_sweep(key, labels, a, blocks, beta, small_cap=64):
-    """Reference: the exact sweep's visiting order and key stream, sums in float64."""
+def _numpy_exact_sweep(key, labels, a, blocks, beta, lists=None, small_cap=64):
+    """Reference: the exact sweep's visiting order, key stream and candidate columns, sums in float64.
+
+    Columns of a block: its non-empty clusters in the order of ``state.active`` (initially increasing
+    ids; a new cluster is appended, an emptied one removed), then the first empty id (the new cluster)
+    unless the updated mention was alone (its own emptied cluster is then the empty candidate).
+    ``lists`` (returned, passed to the next sweep) carries those orders; returns ``(labels, lists)``.
+    """
     labels = np.array(labels)
+    sizes = np.bincount(labels, minlength=labels.size)
+    if lists is None:
+        lists = {}
+        for s in np.unique(blocks.start):
+            ids = range(s, s + blocks.size[s])
+            lists[s] = ([c for c in ids if sizes[c] > 0], [c for c in ids if sizes[c] == 0])
+    act = {s: v[0] for s, v in lists.items()}
+    tail = {s: v[1] for s, v in lists.items()}
     classes = co.mention_classes(blocks, small_cap)
     for c, (n_cap, positions) in enumerate(classes):
         k = jax.random.fold_in(key, c)
@@ -140,32 +154,55 @@ def _numpy_exact_sweep(key, labels, a, blocks, beta, small_cap=64):
             noise = np.asarray(jax.random.gumbel(k_noise, (W,)), np.float64)
             i = blocks.order[p]
             s, n = blocks.start[p], blocks.size[p]
-            sizes = np.bincount(labels, minlength=labels.size)
-            sizes[labels[i]] -= 1
-            slots = np.arange(s, s + n)
-            nonempty = sizes[slots] > 0
-            cand = nonempty.copy()
-            cand[np.argmax(~nonempty)] = True
-            cand_slots = slots[cand]
-            sums = np.zeros(len(cand_slots))
+            y = labels[i]
+            cols = act[s] + ([tail[s][0]] if sizes[y] > 1 else [])
+            sums = np.zeros(len(cols))
             for j in blocks.order[s:s + n]:
                 if j != i:
-                    sums[np.searchsorted(cand_slots, labels[j])] += beta * float(a[j])
-            x = np.argmax(sums + noise[: len(cand_slots)])
-            labels[i] = cand_slots[x]
-    return labels
+                    sums[cols.index(labels[j])] += beta * float(a[j])
+            new = cols[int(np.argmax(sums + noise[: len(cols)]))]
+            if new != y:
+                if sizes[new] == 0:
+                    tail[s].remove(new)
+                    act[s].append(new)
+                sizes[y] -= 1
+                sizes[new] += 1
+                if sizes[y] == 0:
+                    act[s].remove(y)
+                    tail[s].insert(0, y)
+                labels[i] = new
+    return labels, lists
+
+
+def _assert_state_consistent(state, blocks):
+    """The indexes of CorefState agree with the labels (see CorefState)."""
+    lab, sizes, mem, mpos, act, apos, seg, nact = (np.asarray(x) for x in state)
+    m = lab.size
+    np.testing.assert_array_equal(sizes, np.bincount(lab, minlength=m))
+    np.testing.assert_array_equal(mpos[mem], np.arange(m))
+    np.testing.assert_array_equal(apos[act], np.arange(m))
+    for s in np.unique(blocks.start):
+        n = blocks.size[s]
+        assert set(act[s:s + n]) == set(range(s, s + n)) and set(mem[s:s + n]) == set(blocks.order[s:s + n])
+        k = nact[s]
+        assert np.all(sizes[act[s:s + k]] > 0) and np.all(sizes[act[s + k:s + n]] == 0)
+        ends = seg[s:s + k] + sizes[act[s:s + k]]
+        assert seg[s] == s and ends[-1] == s + n and np.all(seg[s + 1:s + k] == ends[:-1])  # contiguous tiling
+        for q in range(s, s + k):
+            assert np.all(lab[mem[seg[q]:seg[q] + sizes[act[q]]]] == act[q])
 
 
 def test_exact_sweep_matches_numpy_reference():
     blocks, state, mentions, _ = _ragged_problem(seed=3)
     kernel = _kernel(True)
     key = jax.random.key(7)
-    labels = np.asarray(state.labels)
+    labels, lists = np.asarray(state.labels), None
     for s in range(2):
         ks = jax.random.fold_in(key, s)
         state, info = kernel(ks, state, mentions, 1.5)
-        labels = _numpy_exact_sweep(ks, labels, np.asarray(mentions["a"], np.float32), blocks, 1.5)
+        labels, lists = _numpy_exact_sweep(ks, labels, np.asarray(mentions["a"], np.float32), blocks, 1.5, lists)
         np.testing.assert_array_equal(np.asarray(state.labels), labels)
+        _assert_state_consistent(state, blocks)
         assert int(info.num_exact) == 128 and int(info.num_races) == 0
         assert int(info.num_evaluations) == 120 * 119 + 5 * 4 + 3 * 2
 
@@ -206,8 +243,7 @@ def test_resume_is_exact_and_no_cluster_dropped():
     np.testing.assert_array_equal(np.asarray(state.sizes), np.bincount(lab, minlength=lab.size))
     lo = blocks.start[blocks.position]
     assert np.all((lab >= lo) & (lab < lo + blocks.size[blocks.position]))
-    nonempty = np.flatnonzero(np.asarray(state.sizes) > 0)
-    np.testing.assert_array_equal(lab[np.asarray(state.reps)[nonempty]], nonempty)  # representatives are members
+    _assert_state_consistent(state, blocks)
 
 
 def test_nan_factors_surfaced_in_info_and_label_kept():

@@ -63,24 +63,47 @@ __all__ = [
 
 
 class CorefState(NamedTuple):
-    """Cluster membership.
+    """Cluster membership, with the per-block indexes that make one update O(candidates + data read).
+
+    Index spaces: *mention* (``i``), *cluster id* (block ``b`` owns the ids ``[s_b, s_b + n_b)``, its
+    sorted positions, see :class:`~jaxsub.coreference.Blocks`) and *slot* (a block's
+    ``[s_b, s_b + n_b)`` range of the per-block arrays below).
 
     Attributes
     ----------
     labels
-        ``[M]`` int32 cluster id of every mention (indexed by mention). Cluster ids of block
-        ``b`` are the sorted positions ``[s_b, s_b + n_b)`` (see :class:`~jaxsub.coreference.Blocks`).
+        ``[M]`` int32 cluster id of every mention.
     sizes
         ``[M]`` int32 number of mentions in each cluster id (0 = empty).
-    reps
-        ``[M]`` int32 one member mention of each non-empty cluster id (the control variate's
-        ``r_y``; arbitrary for empty ids). Kept up to date in O(1) per move, except when the
-        representative itself leaves a cluster (then one search over its block).
+    members
+        ``[M]`` int32 by slot: the block's mentions grouped by cluster, one contiguous segment per
+        non-empty cluster, segments in the order of ``active``.
+    member_pos
+        ``[M]`` int32 by mention: its slot in ``members``.
+    active
+        ``[M]`` int32 by slot: a permutation of the block's cluster ids, the ``num_active`` non-empty
+        ones first; ``active[s_b + num_active]`` is the block's next empty id (the "new cluster").
+    active_pos
+        ``[M]`` int32 by cluster id: its slot in ``active`` (the inverse permutation).
+    seg_start
+        ``[M]`` int32 by slot of ``active``: the slot in ``members`` where that cluster's segment starts
+        (meaningful for the non-empty clusters).
+    num_active
+        ``[M]`` int32: number of non-empty clusters of the block, stored at the block's first slot.
+
+    A move of one mention costs O(number of non-empty clusters between its old and new cluster's
+    slots) (segments shift by one member each, swap-remove style); see :func:`init` for the layout.
     """
 
     labels: jnp.ndarray
     sizes: jnp.ndarray
-    reps: jnp.ndarray
+    members: jnp.ndarray
+    member_pos: jnp.ndarray
+    active: jnp.ndarray
+    active_pos: jnp.ndarray
+    seg_start: jnp.ndarray
+    num_active: jnp.ndarray
+
 
 
 class SweepInfo(NamedTuple):
@@ -133,9 +156,15 @@ DEFAULT_MIN_ARM_DRAWS = 1.0
 def init(position, blocks: Blocks) -> CorefState:
     """State from cluster labels (``None``: every mention alone, as in the paper).
 
+    Traceable (``jax.vmap(lambda p: init(p, blocks))`` works); the indexes of :class:`CorefState` are
+    built by two sorts: ``active`` lists each block's non-empty ids (increasing) then its empty ids
+    (increasing), ``members`` groups the mentions by the ``active`` slot of their cluster (then by sorted
+    position), and ``seg_start`` is the exclusive cumulative sum of the sizes in ``active`` order (it
+    equals ``s_b`` at a block's first slot since every block's mentions sit in its own clusters).
+
     Args:
         position: ``None`` or ``[M]`` integer cluster ids, each inside its mention's block range
-            (e.g. ``state.labels`` of an earlier run, or ``singletons``).
+            (e.g. ``state.labels`` of an earlier run).
         blocks: :class:`Blocks`.
     """
     m = blocks.num_mentions
@@ -152,9 +181,19 @@ def init(position, blocks: Blocks) -> CorefState:
             if np.any((lab < lo) | (lab >= lo + blocks.size[blocks.position])):
                 raise ValueError("position: every label must be a cluster id of its mention's block "
                                  "(a sorted position in [start, start + size) of that block)")
+    ids = jnp.arange(m, dtype=jnp.int32)
+    start = jnp.asarray(blocks.start, jnp.int32)
     sizes = jnp.zeros((m,), jnp.int32).at[labels].add(1)
-    reps = jnp.zeros((m,), jnp.int32).at[labels].set(jnp.arange(m, dtype=jnp.int32))
-    return CorefState(labels, sizes, reps)
+    empty = (sizes == 0).astype(jnp.int32)
+    active = jnp.lexsort((ids, empty, start)).astype(jnp.int32)
+    active_pos = jnp.zeros((m,), jnp.int32).at[active].set(ids)
+    members = jnp.lexsort((jnp.asarray(blocks.position, jnp.int32), active_pos[labels])).astype(jnp.int32)
+    member_pos = jnp.zeros((m,), jnp.int32).at[members].set(ids)
+    size_act = sizes[active]
+    seg_start = (jnp.cumsum(size_act) - size_act).astype(jnp.int32)
+    num_active = jnp.zeros((m,), jnp.int32).at[start].add(1 - empty)
+    return CorefState(labels, sizes, members, member_pos, active, active_pos, seg_start, num_active)
+
 
 
 def mention_classes(blocks: Blocks, small_cap: int = 64):
@@ -220,6 +259,73 @@ def _row(tree, i):
     return jax.tree.map(lambda a: a[i], tree)
 
 
+def _move(state: CorefState, i, a, b, s, n, window: int) -> CorefState:
+    """Move mention ``i`` (block slots ``[s, s + n)``) from cluster ``a`` to cluster ``b != a``.
+
+    O(``window``) vectorised work, ``window`` >= the block's number of non-empty clusters (+1 for a new
+    one): ``i`` is swapped to the edge of ``a``'s segment, the segments strictly between ``a``'s and
+    ``b``'s ``active`` slots shift by one member toward ``a`` (each moves one member from one end to
+    the other), ``i`` joins ``b``'s segment; a new cluster takes the slot after the last non-empty one,
+    and an emptied ``a`` leaves the non-empty prefix of ``active`` (later slots shift down by one).
+    """
+    labels, sizes, members, member_pos, active, active_pos, seg_start, num_active = state
+    last_slot = labels.shape[0] - 1
+    drop = labels.shape[0]
+    nact = num_active[s]
+    fresh = sizes[b] == 0
+    qb = jnp.where(fresh, s + nact, active_pos[b])
+    seg_start = seg_start.at[qb].set(jnp.where(fresh, s + n, seg_start[qb]))
+    nact1 = nact + fresh.astype(jnp.int32)
+    qa = active_pos[a]
+    size_a = sizes[a]
+    size_b = sizes[b]
+    fwd = qa < qb
+    # 1. i to the end (forward) or the front (backward) of a's segment
+    mp = member_pos[i]
+    edge = jnp.where(fwd, seg_start[qa] + size_a - 1, seg_start[qa])
+    j_edge = members[edge]
+    members = members.at[mp].set(j_edge).at[edge].set(i)
+    member_pos = member_pos.at[j_edge].set(mp).at[i].set(edge)
+    start_qb = seg_start[qb]
+    # 2. segments strictly between the two slots shift by one toward a
+    ar = jnp.arange(window, dtype=jnp.int32)
+    q = jnp.minimum(qa, qb) + 1 + ar
+    valid = q < jnp.maximum(qa, qb)
+    qc = jnp.clip(q, 0, last_slot)
+    c_q = seg_start[qc]
+    n_q = sizes[active[qc]]
+    src = jnp.where(fwd, c_q + n_q - 1, c_q)
+    dst = jnp.where(fwd, c_q - 1, c_q + n_q)
+    moved = members[jnp.clip(src, 0, last_slot)]
+    members = members.at[jnp.where(valid, dst, drop)].set(moved, mode="drop")
+    member_pos = member_pos.at[jnp.where(valid, moved, drop)].set(dst, mode="drop")
+    seg_start = seg_start.at[jnp.where(valid, qc, drop)].add(jnp.where(fwd, -1, 1), mode="drop")
+    # 3. i joins b: forward, as the first member of b (b's segment grows at its front);
+    #    backward, as the last (a's segment shrinks at its front)
+    dest = jnp.where(fwd, start_qb - 1, seg_start[qb] + size_b)
+    members = members.at[dest].set(i)
+    member_pos = member_pos.at[i].set(dest)
+    seg_start = seg_start.at[qb].add(jnp.where(fwd, -1, 0))
+    seg_start = seg_start.at[qa].add(jnp.where(fwd, 0, 1))
+    labels = labels.at[i].set(b)
+    sizes = sizes.at[a].add(-1).at[b].add(1)
+    # 4. a emptied: slots (qa, s + nact1) shift down by one, a goes to the first empty slot
+    emptied = size_a == 1
+    q = qa + 1 + ar
+    valid = emptied & (q < s + nact1)
+    qc = jnp.clip(q, 0, last_slot)
+    ids = active[qc]
+    starts = seg_start[qc]
+    active = active.at[jnp.where(valid, q - 1, drop)].set(ids, mode="drop")
+    seg_start = seg_start.at[jnp.where(valid, q - 1, drop)].set(starts, mode="drop")
+    active_pos = active_pos.at[jnp.where(valid, ids, drop)].set(q - 1, mode="drop")
+    tail = s + nact1 - 1
+    active = active.at[jnp.where(emptied, tail, drop)].set(a, mode="drop")
+    active_pos = active_pos.at[a].set(jnp.where(emptied, tail, active_pos[a]))
+    num_active = num_active.at[s].set(nact1 - emptied.astype(jnp.int32))
+    return CorefState(labels, sizes, members, member_pos, active, active_pos, seg_start, num_active)
+
+
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                 control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
@@ -227,32 +333,29 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
     ``check`` are Python bools (specialised at trace time) or traced bools (``lax.cond``), so one
     compiled sweep can serve the exact sampler, Sub Gibbs and the decision check.
+
+    Candidates are *columns*: column ``c < num_active`` is the non-empty cluster ``active[s + c]``
+    (``i``'s own cluster ``a`` included, with ``i`` removed); if ``i`` was alone, ``a``'s column is the
+    empty candidate, else column ``num_active`` (the id ``active[s + num_active]``). A racing update
+    reads the O(D) column window of the state's indexes and the members it evaluates (through the
+    segments of ``members``), and moves ``i`` in O(D): no pass over the block.
     """
     order, start_arr, size_arr = blocks_dev
-    W = n_cap + 1  # window of block slots / mentions (n_b <= n_cap + 1)
+    W = n_cap + 1  # exact update: up to n_b <= n_cap + 1 candidate columns
     ar_w = jnp.arange(W, dtype=jnp.int32)
     C = min(chunk_size, n_cap)
+    D = d_cap
 
-    def exact_sums(factors_at, labels, s, off, K, col, num_cols, slot_of=None):
-        """Σ_{j ∈ C_y} β f(x_i, x_j) per candidate column, chunked over ``K`` mentions.
-
-        The ``k``-th mention summed is at window offset ``slot_of(k)`` (default: the ``k``-th other
-        mention of the block, ``k + (k >= off)``).
-        """
-        nchunks = (K + C - 1) // C
-        if slot_of is None:
-            def slot_of(k):
-                return k + (k >= off).astype(jnp.int32)
+    def chunk_sums(factors_at, count, member_col, num_cols):
+        """Σ β f(x_i, x_j) per column over ``count`` members; ``member_col(k) -> (mentions, columns)``."""
+        nchunks = (count + C - 1) // C
 
         def body(carry):
             c, sums, bad = carry
             k = c * C + jnp.arange(C, dtype=jnp.int32)
-            valid = k < K
-            o = slot_of(k)
-            js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
-            f = factors_at(js)
-            cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
-            f = jnp.where(valid, f, 0.0)
+            valid = k < count
+            js, cols = member_col(k)
+            f = jnp.where(valid, factors_at(js), 0.0)
             bad = bad | jnp.any(valid & ~jnp.isfinite(f) & ~(f == -jnp.inf))
             sums = sums.at[jnp.where(valid, cols, num_cols)].add(f, mode="drop")
             return c + 1, sums, bad
@@ -263,36 +366,38 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
     def step(pairwise_log_factor, mentions, beta, exact, check, carry, p):
         state, key = carry
-
-        def factors_at(js):
-            xj = jax.tree.map(lambda a: a[js], mentions)
-            return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
-
         key, k_noise, k_race = jax.random.split(key, 3)
-        labels, sizes, reps = state
+        last_slot = state.labels.shape[0] - 1
         i = order[p]
         s = start_arr[p]
         n = size_arr[p]
         K = n - 1
-        off = p - s
-        yi = labels[i]
-        sizes = sizes.at[yi].add(-1)
-        wvalid = ar_w < n
-        wsizes = jnp.where(wvalid, sizes[jnp.clip(s + ar_w, 0, sizes.shape[0] - 1)], 0)
-        nonempty = wsizes > 0
-        first_empty = jnp.argmax(wvalid & ~nonempty)
-        cand = nonempty | (ar_w == first_empty)
-        ncand = jnp.sum(cand, dtype=jnp.int32)
-        col = jnp.where(cand, jnp.cumsum(cand.astype(jnp.int32)) - 1, W).astype(jnp.int32)  # window slot -> column
+        a = state.labels[i]
+        nact = state.num_active[s]
+        a_empty = state.sizes[a] == 1  # i alone: a is the empty candidate
+        ncols = nact + (~a_empty).astype(jnp.int32)
+        col_a = state.active_pos[a] - s
+        mp_i = state.member_pos[i]
+        skip = mp_i - state.seg_start[s + col_a]  # i's offset in a's segment
         xi = _row(mentions, i)
 
+        def factors_at(js):
+            xj = jax.tree.map(lambda v: v[js], mentions)
+            return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj)
+
+        def column_id(c):
+            return state.active[jnp.clip(s + c, 0, last_slot)]
+
+        def block_member(k):  # the k-th other mention of the block (segment order), and its column
+            js = state.members[jnp.clip(s + k + (s + k >= mp_i).astype(jnp.int32), 0, last_slot)]
+            return js, state.active_pos[state.labels[js]] - s
+
         def exact_branch(_):
-            cand_slot = jnp.zeros((W,), jnp.int32).at[col].set(s + ar_w, mode="drop")
-            sums, bad = exact_sums(factors_at, labels, s, off, K, col, W)
-            logits = jnp.where(ar_w < ncand, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
+            sums, bad = chunk_sums(factors_at, K, block_member, W)
+            logits = jnp.where(ar_w < ncols, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
             x = jnp.argmax(logits)
             bad = bad | ~jnp.isfinite(logits[x])
-            new = jnp.where(bad, yi, cand_slot[x])
+            new = jnp.where(bad, a, column_id(x))
             info = SweepInfo(K.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.ones((), jnp.int32),
                              bad.astype(jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
             return new, info
@@ -300,47 +405,44 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         if not race or (isinstance(exact, bool) and exact):
             new, info = exact_branch(None)
         else:
-            D = d_cap
             ar_d = jnp.arange(D, dtype=jnp.int32)
             N = n_cap
-
             padded = schedule == "padded"
+            slots = jnp.clip(s + ar_d, 0, last_slot)
+            n_c = jnp.where(ar_d < nact, state.sizes[state.active[slots]], 0) - (ar_d == col_a).astype(jnp.int32)
+            g_c = state.seg_start[slots]
             # Small arms (padded schedule): a candidate with fewer members than the first batch
             # (N_y < m1) or whose expected number of members in the first batch, m1 N_y / K, is below
             # ``min_arm_draws`` is summed exactly (N_y evaluations) and left out of the race, whose
             # shared population is the members of the large arms.
-            w_large = nonempty
-            if min_arm_draws > 0:  # λ = 0: every arm raced (the paper's rule)
-                w_large = (w_large & (wsizes >= first_batch_size)
-                           & (wsizes.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32)))
-            k_large = jnp.sum(jnp.where(w_large, wsizes, 0), dtype=jnp.int32)
+            large = n_c > 0
+            if min_arm_draws > 0 and padded:  # λ = 0: every arm raced (the paper's rule)
+                large = (large & (n_c >= first_batch_size)
+                         & (n_c.astype(jnp.float32) * first_batch_size >= min_arm_draws * K.astype(jnp.float32)))
+            n_large = jnp.where(large, n_c, 0)
+            n_small = jnp.where(large, 0, n_c)
+            cum_large = jnp.cumsum(n_large)
+            cum_small = jnp.cumsum(n_small)
+            k_large = cum_large[-1]
+            k_small = cum_small[-1]
+
+            def member_in(k, cum, counts):
+                """The k-th member among the columns counted in ``counts`` (cumulative ``cum``)."""
+                c = jnp.clip(jnp.searchsorted(cum, k, side="right"), 0, D - 1).astype(jnp.int32)
+                off = k - (cum[c] - counts[c])
+                off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
+                return state.members[jnp.clip(g_c[c] + off, 0, last_slot)], c
 
             def race_branch(_):
-                cand_slot = jnp.zeros((D,), jnp.int32).at[col].set(s + ar_w, mode="drop")
-                n_y = jnp.zeros((D,), jnp.int32).at[col].set(wsizes, mode="drop")
-                js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
-                ok = wvalid & (ar_w != off)
-                cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
-                small_w = ok & ~w_large[jnp.clip(labels[js_w] - s, 0, W - 1)]
-                # window offsets: large arms' members first, then small arms' members (a stable
-                # partition by two cumulative sums, O(n_b) like the rest of the update's bookkeeping)
-                large_m = ok & ~small_w
-                dest = jnp.where(large_m, jnp.cumsum(large_m) - 1, k_large + jnp.cumsum(small_w) - 1)
-                perm = jnp.zeros((W,), jnp.int32).at[jnp.where(ok, dest, W)].set(ar_w, mode="drop")
-                k_small = jnp.sum(small_w, dtype=jnp.int32)
+                # Population index n in [0, N) -> the (n mod K_L)-th member of the large arms, reward / c_k
+                # with c_k = #{n < N : n mod K_L = k} (every arm's sum stays exact).
                 KL = k_large if padded else K
-
-                def member(idx):
-                    idx = idx.astype(jnp.int32)
-                    k = (idx * KL) // N
-                    c_k = (((k + 1) * N + KL - 1) // KL) - ((k * N + KL - 1) // KL)
-                    o = perm[jnp.clip(k, 0, W - 1)] if padded else k + (k >= off).astype(jnp.int32)
-                    js = order[jnp.clip(s + o, 0, order.shape[0] - 1)]
-                    cols = col[jnp.clip(labels[js] - s, 0, W - 1)]
-                    return js, cols, c_k.astype(jnp.float32)
+                q_n, r_n = N // jnp.maximum(KL, 1), N % jnp.maximum(KL, 1)
 
                 def values(idx):
-                    js, cols, c_k = member(idx)
+                    k = idx.astype(jnp.int32) % jnp.maximum(KL, 1)
+                    c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
+                    js, cols = member_in(k, cum_large, n_large)
                     return factors_at(js) / c_k, cols, c_k
 
                 def log_factor_fn(idx):
@@ -353,44 +455,39 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
                 num_cv = jnp.zeros((), jnp.int32)
                 cv = None
-                if control_variate and schedule == "padded":
-                    # one member r_y per non-empty candidate (state.reps; i itself never, as i was removed)
-                    large_y = jnp.zeros((D,), bool).at[col].set(w_large, mode="drop")
-                    has_rep = (n_y > 0) & (ar_d < ncand) & large_y
-                    a = jnp.where(has_rep, factors_at(reps[cand_slot]), 0.0)
-                    a = jnp.where(jnp.isfinite(a), a, 0.0)
+                if control_variate and padded:
+                    # r_y = the first member of the segment other than i
+                    reps = state.members[jnp.clip(g_c + ((ar_d == col_a) & (skip == 0)).astype(jnp.int32), 0,
+                                                  last_slot)]
+                    has_rep = large & (ar_d < ncols)
+                    h = jnp.where(has_rep, factors_at(reps), 0.0)
+                    h = jnp.where(jnp.isfinite(h), h, 0.0)
                     num_cv = jnp.sum(has_rep, dtype=jnp.int32)
-                    h_mean = a * n_y.astype(jnp.float32) / N
+                    h_mean = h * n_c.astype(jnp.float32) / N
 
                     def h_fn(idx):
-                        _, cols, c_k = member(idx)
-                        hv = a[jnp.clip(cols, 0, D - 1)] / c_k
+                        k = idx.astype(jnp.int32) % jnp.maximum(KL, 1)
+                        c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
+                        _, cols = member_in(k, cum_large, n_large)
+                        hv = h[cols] / c_k
                         return jnp.where(cols[:, None] == ar_d[None, :], hv[:, None], 0.0)
 
                     cv = (h_fn, h_mean)
                 noise = jax.random.gumbel(k_noise, (D,))
                 small_sums, bad_small = jnp.zeros((D,), jnp.float32), jnp.zeros((), bool)
                 if padded:
-                    small_sums, bad_small = exact_sums(factors_at, labels, s, off, k_small, col, D,
-                                                       slot_of=lambda k: perm[jnp.clip(k_large + k, 0, W - 1)])
-                log_f0 = jnp.where(ar_d < ncand, small_sums, -jnp.inf) + noise
+                    small_sums, bad_small = chunk_sums(factors_at, k_small,
+                                                       lambda k: member_in(k, cum_small, n_small), D)
+                log_f0 = jnp.where(ar_d < ncols, small_sums, -jnp.inf) + noise
                 if schedule == "ragged":
-                    # members of each candidate, contiguous by column (window offsets sorted by column)
-                    js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
-                    ok = wvalid & (ar_w != off)
-                    cols_w = jnp.where(ok, col[jnp.clip(labels[js_w] - s, 0, W - 1)], W)
-                    by_col = jnp.argsort(cols_w, stable=True).astype(jnp.int32)
-                    first = jnp.cumsum(n_y) - n_y
-
                     def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
-                        pos = jnp.clip(first[None, :] + idx.astype(jnp.int32), 0, W - 1)
-                        js = order[jnp.clip(s + by_col[pos], 0, order.shape[0] - 1)]
-                        flat = factors_at(js.reshape(-1))
-                        return flat.reshape(js.shape)
+                        off = idx.astype(jnp.int32)
+                        off = off + ((ar_d[None, :] == col_a) & (off >= skip)).astype(jnp.int32)
+                        js = state.members[jnp.clip(g_c[None, :] + off, 0, last_slot)]
+                        return factors_at(js.reshape(-1)).reshape(js.shape)
 
                     x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
-                                                delta=delta, first_batch_size=first_batch_size, population_sizes=n_y)
-                    num_cv = jnp.zeros((), jnp.int32)
+                                                delta=delta, first_batch_size=first_batch_size, population_sizes=n_c)
                     used = rinfo.num_evaluations
                 else:
                     x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
@@ -398,10 +495,11 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                                                 log_factor_states_fn=log_factor_states_fn, control_variate=cv)
                     used = rinfo.num_data_used + k_small
                 bad = rinfo.has_nan | bad_small
-                new = jnp.where(bad, yi, cand_slot[x])
+                new = jnp.where(bad, a, column_id(x))
+
                 def do_check(_):
-                    sums, bad_x = exact_sums(factors_at, labels, s, off, K, col, D)
-                    x_exact = jnp.argmax(jnp.where(ar_d < ncand, sums, -jnp.inf) + noise)
+                    sums, bad_x = chunk_sums(factors_at, K, block_member, D)
+                    x_exact = jnp.argmax(jnp.where(ar_d < ncols, sums, -jnp.inf) + noise)
                     ok = ~bad & ~bad_x
                     return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
 
@@ -416,25 +514,23 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                                  jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
                 return new, info
 
-            use_race = ncand <= D
+            use_race = ncols <= D
             if padded:
                 use_race = use_race & (k_large >= 2 * first_batch_size)
             if not isinstance(exact, bool):
                 use_race = use_race & ~exact
             new, info = jax.lax.cond(use_race, race_branch, exact_branch, None)
-        # representatives: i leaves yi (find another member if i was its representative and
-        # members remain), then i represents ``new`` if it was empty
-        def other_member(_):
-            js_w = order[jnp.clip(s + ar_w, 0, order.shape[0] - 1)]
-            hit = wvalid & (ar_w != off) & (labels[js_w] == yi)
-            return js_w[jnp.argmax(hit)]
 
-        need = (reps[yi] == i) & (sizes[yi] > 0) & (new != yi)
-        reps = reps.at[yi].set(jax.lax.cond(need, other_member, lambda _: reps[yi], None))
-        reps = reps.at[new].set(jnp.where(sizes[new] == 0, i, reps[new]))
-        labels = labels.at[i].set(new)
-        sizes = sizes.at[new].add(1)
-        return (CorefState(labels, sizes, reps), key), info
+        def move_in(window):
+            return lambda st: _move(st, i, a, new, s, n, window)
+
+        if race and D < W:
+            def do_move(st):
+                return jax.lax.cond(ncols <= D, move_in(D), move_in(W), st)
+        else:
+            do_move = move_in(W)
+        state = jax.lax.cond(new != a, do_move, lambda st: st, state)
+        return (state, key), info
 
     return step
 
