@@ -5,16 +5,18 @@ of annealed Gibbs), β = 1. Mentions are unit vectors ``c_y + 0.12 ε`` (ε stan
 ``c_y`` random), factor ``f = 4 (cos - 0.5)`` (:func:`jaxsub.coreference.similarity_factor` on a
 ``"tokens"`` field): members of one cluster attract (f ≈ +1.5), others repel (f ≈ -2).
 A "sweep" updates the same V mentions (all of the block when it has at most 256 mentions,
-else 64 spread over the clusters: ``visit``) with δ = 0.05, m1 = 50 and ``max_candidates = 256``
-(so D = 200 can be raced). With the default small-arm rule (``min_arm_draws=1``: arms with N_y < m1
-or m1 N_y / K < 1 are summed exactly) the N_y = 10 rows and the D = 200 rows (m1 N_y / K = 0.25) are
-exact updates inside the racing sweep. Timings alternate exact and racing calls in one run
-(``benchmarks._common.compare``, medians; compile time apart); the evaluation ratio comes from
-the sweeps' ``info.num_evaluations``.
+else 64 spread over the clusters, 16 for the block of 200,000: ``visit``) with δ = 0.05, m1 = 50 and
+``max_candidates = 256`` (so D = 200 can be raced). With the default small-arm rule
+(``min_arm_draws=1``: arms with N_y < m1 or m1 N_y / K < 1 are summed exactly) the N_y = 10 rows and
+the D = 200 rows (m1 N_y / K = 0.25) are exact updates inside the racing sweep. Timings alternate exact
+and racing calls in one run (``benchmarks._common.compare``, medians; compile time apart); the
+evaluation ratio comes from the sweeps' ``info.num_evaluations``.
 
-Each point also times the engine's per-arm schedules (``schedule="ragged"``,
-:func:`jaxsub.discrete.racing_ragged` from issue 16) against the padded shared population
-(``schedule="padded"``, the default), alternating in one run.
+Grid points with the same block size (N_y D) share one compiled sweep (the block structure is the
+same; mentions and state are arguments), with a traced ``exact`` flag serving both samplers, so the
+full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine's per-arm schedules
+(``schedule="ragged"``, :func:`jaxsub.discrete.racing_ragged`) against the padded shared population
+(``schedule="padded"``, the default), alternating in one run. ``--quick``: N_y ∈ {100, 1000}, D = 20.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from benchmarks._common import compare
 from jaxsub import coreference as co
 
 TITLE = "coreference: racing Gibbs sweep vs exact Gibbs sweep (N_y x D grid)"
+FACTOR = co.similarity_factor({"v": "tokens"}, {"v": 4.0}, thresholds={"v": 0.5})
 
 
 def _problem(n_y: int, d: int, seed: int = 0):
@@ -41,52 +44,77 @@ def _problem(n_y: int, d: int, seed: int = 0):
     mentions = {"v": jnp.asarray(v, jnp.float32)}
     blocks = co.make_blocks(np.zeros(truth.size, int))
     labels = blocks.position[np.searchsorted(truth, truth)]  # first mention of each cluster as its id
-    factor = co.similarity_factor({"v": "tokens"}, {"v": 4.0}, thresholds={"v": 0.5})
-    m = truth.size
-    visit = np.arange(m) if m <= 256 else np.linspace(0, m - 1, 64).astype(np.int64)
-    return mentions, blocks, co.init(jnp.asarray(labels, jnp.int32), blocks), factor, visit
+    return mentions, blocks, co.init(jnp.asarray(labels, jnp.int32), blocks)
+
+
+def _visit(m: int) -> np.ndarray:
+    if m <= 256:
+        return np.arange(m)
+    return np.linspace(0, m - 1, 16 if m > 100_000 else 64).astype(np.int64)
 
 
 def _load() -> float:
     return os.getloadavg()[0]
 
 
+def _sweeps(m: int):
+    """Compiled sweeps for a block of m mentions: (exact-or-Sub with a traced flag, ragged)."""
+    blocks = co.make_blocks(np.zeros(m, int))
+    kw = dict(visit=_visit(m), max_candidates=256, delta=0.05)
+    k_pad = co.build_kernel(blocks, **kw)
+    k_rag = co.build_kernel(blocks, schedule="ragged", **kw)
+    pad = jax.jit(lambda k, s, x, e: k_pad(k, s, FACTOR, x, 1.0, exact=e))
+    rag = jax.jit(lambda k, s, x: k_rag(k, s, FACTOR, x, 1.0))
+    return pad, rag
+
+
 def run(*, quick: bool = False) -> list[dict]:
     grid = [(100, 20), (1000, 20)] if quick else [(n, d) for n in (10, 100, 1000) for d in (2, 20, 200)]
-    rows = []
+    grid = sorted(grid, key=lambda g: g[0] * g[1])
+    rows, compiled = [], {}
+    t_exact, t_sub = np.bool_(True), np.bool_(False)
     for n_y, d in grid:
-        mentions, blocks, state, factor, visit = _problem(n_y, d)
-        kw = dict(visit=visit, max_candidates=256, delta=0.05)
-        k_exact = co.build_kernel(blocks, visit=visit)
-        k_sub = co.build_kernel(blocks, **kw)
-        k_rag = co.build_kernel(blocks, schedule="ragged", **kw)
-        exact = jax.jit(lambda k, s, x, b: k_exact(k, s, factor, x, b, exact=True))
-        sub = jax.jit(lambda k, s, x, b: k_sub(k, s, factor, x, b))
-        rag = jax.jit(lambda k, s, x, b: k_rag(k, s, factor, x, b))
+        mentions, blocks, state = _problem(n_y, d)
+        m = n_y * d
         t0 = time.perf_counter()
-        info_e = jax.block_until_ready(exact(jax.random.key(0), state, mentions, 1.0)[1])
+        if m not in compiled:
+            compiled[m] = _sweeps(m)
+        pad, rag = compiled[m]
+        info_e = jax.block_until_ready(pad(jax.random.key(0), state, mentions, t_exact)[1])
+        info_s = jax.block_until_ready(pad(jax.random.key(0), state, mentions, t_sub)[1])
         t1 = time.perf_counter()
-        info_s = jax.block_until_ready(sub(jax.random.key(0), state, mentions, 1.0)[1])
+        info_r = jax.block_until_ready(rag(jax.random.key(0), state, mentions)[1])
         t2 = time.perf_counter()
-        info_r = jax.block_until_ready(rag(jax.random.key(0), state, mentions, 1.0)[1])
-        t3 = time.perf_counter()
         load0 = _load()
-        timing = compare(lambda k: exact(k, state, mentions, 1.0)[0].labels,
-                         lambda k: sub(k, state, mentions, 1.0)[0].labels,
+        timing = compare(lambda k: pad(k, state, mentions, t_exact)[0].labels,
+                         lambda k: pad(k, state, mentions, t_sub)[0].labels,
                          lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
-        vs_pad = compare(lambda k: sub(k, state, mentions, 1.0)[0].labels,
-                         lambda k: rag(k, state, mentions, 1.0)[0].labels,
+        vs_pad = compare(lambda k: pad(k, state, mentions, t_sub)[0].labels,
+                         lambda k: rag(k, state, mentions)[0].labels,
                          lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
         rows.append({
-            "N_y": n_y, "D": d, "block": n_y * d, "updates": int(visit.size),
+            "N_y": n_y, "D": d, "block": m, "updates": int(_visit(m).size),
             "exact_s": timing["baseline_s"], "racing_s": timing["candidate_s"],
             "wallclock_ratio": timing["speedup"],
             "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
             "ragged_s": vs_pad["candidate_s"], "ragged_vs_padded_wallclock": vs_pad["speedup"],
             "ragged_evaluation_ratio": int(info_e.num_evaluations) / max(int(info_r.num_evaluations), 1),
             "races": int(info_s.num_races), "exact_updates_in_racing_sweep": int(info_s.num_exact),
-            "exact_first_call_s": round(t1 - t0, 2), "racing_first_call_s": round(t2 - t1, 2),
-            "ragged_first_call_s": round(t3 - t2, 2),
+            "padded_first_calls_s": round(t1 - t0, 2), "ragged_first_call_s": round(t2 - t1, 2),
             "load_1min": round((load0 + _load()) / 2, 2),
         })
+    print(markdown(rows))
     return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The benchmark's table in markdown (the docs' format)."""
+    head = ("| N_y | D | block | V | exact s | racing s | wall-clock ratio | evaluation ratio | "
+            "ragged vs padded wall-clock | exact / ragged evaluations | load |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        lines.append(f"| {r['N_y']} | {r['D']} | {r['block']:,} | {r['updates']} | {r['exact_s']:.3g} | "
+                     f"{r['racing_s']:.3g} | {r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | "
+                     f"{r['ragged_vs_padded_wallclock']:.2f} | {r['ragged_evaluation_ratio']:.3g} | "
+                     f"{r['load_1min']:.1f} |")
+    return "\n".join(lines)

@@ -21,7 +21,7 @@ RAGGED = [1, 50, 30, 15, 8, 4, 2, 1, 1, 8]  # cluster sizes of block 0 (mention 
 
 # min_arm_draws=2: candidates with m1 N_y / K < 2 (N_y < 24 here: clusters of 15, 8, 4, 2, 1, 1, 8) are
 # summed exactly, the race runs over the 80 members of the clusters of 50 and 30.
-RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16, min_arm_draws=2.0)
+RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16, min_arm_draws=2.0, race_widths=())
 SMALL_MEMBERS = 15 + 8 + 4 + 2 + 1 + 1 + 8
 
 
@@ -79,7 +79,9 @@ def _exact_conditional(a, labels, i, block_ids, beta):
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
-    update = co.conditional_update(blocks, 0, schedule=schedule, **RACE)
+    # padded: race widths (12, 16), the update (<= 11 candidates) races at width 12 (lax.switch)
+    widths = (12,) if schedule == "padded" else ()
+    update = co.conditional_update(blocks, 0, schedule=schedule, **{**RACE, "race_widths": widths})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0

@@ -151,6 +151,10 @@ def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
 #: every arm is raced; docs/coreference.md).
 DEFAULT_MIN_ARM_DRAWS = 1.0
 
+#: Default extra race width (see ``race_widths`` of :func:`build_kernel`): updates with at most 16
+#: candidates race over 16 columns instead of ``max_candidates``.
+DEFAULT_RACE_WIDTHS = (16,)
+
 
 # --------------------------------------------------------------------------- state
 def init(position, blocks: Blocks) -> CorefState:
@@ -327,7 +331,8 @@ def _move(state: CorefState, i, a, b, s, n, window: int) -> CorefState:
 
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
-                control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0):
+                control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0,
+                race_widths=()):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -345,8 +350,12 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     ar_w = jnp.arange(W, dtype=jnp.int32)
     C = min(chunk_size, n_cap)
     D = d_cap
+    # Large (raced) arms have >= m1 members each when min_arm_draws > 0: at most n_cap // m1 of them.
+    L_MAX = D if min_arm_draws <= 0 else min(D, n_cap // first_batch_size + 1)
+    C_SMALL = min(C, 64)  # chunk for the small arms' exact sums (often a few dozen members)
+    widths = sorted({min(w, D) for w in race_widths} | {D})
 
-    def chunk_sums(factors_at, count, member_col, num_cols):
+    def chunk_sums(factors_at, count, member_col, num_cols, C=C):
         """Σ β f(x_i, x_j) per column over ``count`` members; ``member_col(k) -> (mentions, columns)``."""
         nchunks = (count + C - 1) // C
 
@@ -426,100 +435,116 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             k_large = cum_large[-1]
             k_small = cum_small[-1]
 
-            def member_in(k, cum, counts):
-                """The k-th member among the columns counted in ``counts`` (cumulative ``cum``)."""
-                c = jnp.clip(jnp.searchsorted(cum, k, side="right"), 0, D - 1).astype(jnp.int32)
-                off = k - (cum[c] - counts[c])
-                off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
-                return state.members[jnp.clip(g_c[c] + off, 0, last_slot)], c
+            def make_race(D, ar_d=ar_d, n_c=n_c, g_c=g_c, large=large, n_large=n_large, n_small=n_small,
+                          cum_large=cum_large, cum_small=cum_small):
+                """The racing update with race width ``D`` (columns ``>= D`` are empty: ``ncols <= D``)."""
+                ar_d, n_c, g_c, large = ar_d[:D], n_c[:D], g_c[:D], large[:D]
+                n_large, n_small, cum_large, cum_small = n_large[:D], n_small[:D], cum_large[:D], cum_small[:D]
+                L = min(L_MAX, D)
 
-            def race_branch(_):
-                # Population index n in [0, N) -> the (n mod K_L)-th member of the large arms, reward / c_k
-                # with c_k = #{n < N : n mod K_L = k} (every arm's sum stays exact).
-                KL = k_large if padded else K
-                q_n, r_n = N // jnp.maximum(KL, 1), N % jnp.maximum(KL, 1)
+                def member_in(k, cum, counts):
+                    """The k-th member among the columns counted in ``counts`` (cumulative ``cum``)."""
+                    c = jnp.minimum(jnp.sum(cum[None, :] <= k[:, None], axis=1, dtype=jnp.int32), D - 1)
+                    off = k - (cum[c] - counts[c])
+                    off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
+                    return state.members[jnp.clip(g_c[c] + off, 0, last_slot)], c
 
-                def values(idx):
-                    k = idx.astype(jnp.int32) % jnp.maximum(KL, 1)
-                    c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
-                    js, cols = member_in(k, cum_large, n_large)
-                    return factors_at(js) / c_k, cols, c_k
+                def race_branch(_):
+                    # Population index n in [0, N) -> the (n mod K_L)-th member of the large arms, reward / c_k
+                    # with c_k = #{n < N : n mod K_L = k} (every arm's sum stays exact).
+                    KL = k_large if padded else K
+                    q_n, r_n = N // jnp.maximum(KL, 1), N % jnp.maximum(KL, 1)
 
-                def log_factor_fn(idx):
-                    v, cols, _ = values(idx)
-                    return jnp.where(cols[:, None] == ar_d[None, :], v[:, None], 0.0)
-
-                def log_factor_states_fn(idx, states):
-                    v, cols, _ = values(idx)
-                    return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
-
-                num_cv = jnp.zeros((), jnp.int32)
-                cv = None
-                if control_variate and padded:
-                    # r_y = the first member of the segment other than i
-                    reps = state.members[jnp.clip(g_c + ((ar_d == col_a) & (skip == 0)).astype(jnp.int32), 0,
-                                                  last_slot)]
-                    has_rep = large & (ar_d < ncols)
-                    h = jnp.where(has_rep, factors_at(reps), 0.0)
-                    h = jnp.where(jnp.isfinite(h), h, 0.0)
-                    num_cv = jnp.sum(has_rep, dtype=jnp.int32)
-                    h_mean = h * n_c.astype(jnp.float32) / N
-
-                    def h_fn(idx):
+                    def values(idx):
                         k = idx.astype(jnp.int32) % jnp.maximum(KL, 1)
                         c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
-                        _, cols = member_in(k, cum_large, n_large)
-                        hv = h[cols] / c_k
-                        return jnp.where(cols[:, None] == ar_d[None, :], hv[:, None], 0.0)
+                        js, cols = member_in(k, cum_large, n_large)
+                        return factors_at(js) / c_k, cols, c_k
 
-                    cv = (h_fn, h_mean)
-                noise = jax.random.gumbel(k_noise, (D,))
-                small_sums, bad_small = jnp.zeros((D,), jnp.float32), jnp.zeros((), bool)
-                if padded:
-                    small_sums, bad_small = chunk_sums(factors_at, k_small,
-                                                       lambda k: member_in(k, cum_small, n_small), D)
-                log_f0 = jnp.where(ar_d < ncols, small_sums, -jnp.inf) + noise
-                if schedule == "ragged":
-                    def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
-                        off = idx.astype(jnp.int32)
-                        off = off + ((ar_d[None, :] == col_a) & (off >= skip)).astype(jnp.int32)
-                        js = state.members[jnp.clip(g_c[None, :] + off, 0, last_slot)]
-                        return factors_at(js.reshape(-1)).reshape(js.shape)
+                    def log_factor_fn(idx):
+                        v, cols, _ = values(idx)
+                        return jnp.where(cols[:, None] == ar_d[None, :], v[:, None], 0.0)
 
-                    x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
-                                                delta=delta, first_batch_size=first_batch_size, population_sizes=n_c)
-                    used = rinfo.num_evaluations
-                else:
-                    x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
-                                                num_data=N, delta=delta, first_batch_size=first_batch_size,
-                                                log_factor_states_fn=log_factor_states_fn, control_variate=cv)
-                    used = rinfo.num_data_used + k_small
-                bad = rinfo.has_nan | bad_small
-                new = jnp.where(bad, a, column_id(x))
+                    def log_factor_states_fn(idx, states):
+                        v, cols, _ = values(idx)
+                        return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
 
-                def do_check(_):
-                    sums, bad_x = chunk_sums(factors_at, K, block_member, D)
-                    x_exact = jnp.argmax(jnp.where(ar_d < ncols, sums, -jnp.inf) + noise)
-                    ok = ~bad & ~bad_x
-                    return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
+                    num_cv = jnp.zeros((), jnp.int32)
+                    cv = None
+                    if control_variate and padded:
+                        # r_y = the first member of the segment other than i
+                        # (evaluated for the large columns only, compacted to the static bound L)
+                        has_rep = large & (ar_d < ncols)
+                        lc = jnp.zeros((L,), jnp.int32).at[jnp.where(has_rep, jnp.cumsum(has_rep) - 1, L)].set(
+                            ar_d, mode="drop")
+                        num_cv = jnp.sum(has_rep, dtype=jnp.int32)
+                        reps = state.members[jnp.clip(g_c[lc] + ((lc == col_a) & (skip == 0)).astype(jnp.int32), 0,
+                                                      last_slot)]
+                        h_l = factors_at(reps)
+                        h_l = jnp.where((jnp.arange(L) < num_cv) & jnp.isfinite(h_l), h_l, 0.0)
+                        h = jnp.zeros((D,), jnp.float32).at[jnp.where(jnp.arange(L) < num_cv, lc, D)].set(h_l, mode="drop")
+                        h_mean = h * n_c.astype(jnp.float32) / N
 
-                def no_check(_):
-                    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+                        def h_fn(idx):
+                            k = idx.astype(jnp.int32) % jnp.maximum(KL, 1)
+                            c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
+                            _, cols = member_in(k, cum_large, n_large)
+                            hv = h[cols] / c_k
+                            return jnp.where(cols[:, None] == ar_d[None, :], hv[:, None], 0.0)
 
-                if isinstance(check, bool):
-                    errors, checked = (do_check if check else no_check)(None)
-                else:
-                    errors, checked = jax.lax.cond(check, do_check, no_check, None)
-                info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
-                                 jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
-                return new, info
+                        cv = (h_fn, h_mean)
+                    noise = jax.random.gumbel(k_noise, (D,))
+                    small_sums, bad_small = jnp.zeros((D,), jnp.float32), jnp.zeros((), bool)
+                    if padded:
+                        small_sums, bad_small = chunk_sums(factors_at, k_small,
+                                                           lambda k: member_in(k, cum_small, n_small), D, C_SMALL)
+                    log_f0 = jnp.where(ar_d < ncols, small_sums, -jnp.inf) + noise
+                    if schedule == "ragged":
+                        def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
+                            off = idx.astype(jnp.int32)
+                            off = off + ((ar_d[None, :] == col_a) & (off >= skip)).astype(jnp.int32)
+                            js = state.members[jnp.clip(g_c[None, :] + off, 0, last_slot)]
+                            return factors_at(js.reshape(-1)).reshape(js.shape)
+
+                        x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
+                                                    delta=delta, first_batch_size=first_batch_size, population_sizes=n_c)
+                        used = rinfo.num_evaluations
+                    else:
+                        x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
+                                                    num_data=N, delta=delta, first_batch_size=first_batch_size,
+                                                    log_factor_states_fn=log_factor_states_fn, control_variate=cv)
+                        used = rinfo.num_data_used + k_small
+                    bad = rinfo.has_nan | bad_small
+                    new = jnp.where(bad, a, column_id(x))
+
+                    def do_check(_):
+                        sums, bad_x = chunk_sums(factors_at, K, block_member, D)
+                        x_exact = jnp.argmax(jnp.where(ar_d < ncols, sums, -jnp.inf) + noise)
+                        ok = ~bad & ~bad_x
+                        return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
+
+                    def no_check(_):
+                        return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+                    if isinstance(check, bool):
+                        errors, checked = (do_check if check else no_check)(None)
+                    else:
+                        errors, checked = jax.lax.cond(check, do_check, no_check, None)
+                    info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
+                                     jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                    return new, info
+
+                return race_branch
 
             use_race = ncols <= D
             if padded:
                 use_race = use_race & (k_large >= 2 * first_batch_size)
             if not isinstance(exact, bool):
                 use_race = use_race & ~exact
-            new, info = jax.lax.cond(use_race, race_branch, exact_branch, None)
+            # the narrowest race width that holds the candidates (the engine's cost grows with it)
+            width = jnp.sum(ncols > jnp.asarray(widths[:-1], jnp.int32), dtype=jnp.int32)
+            branches = [exact_branch] + [make_race(w) for w in widths]
+            new, info = jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)
 
         def move_in(window):
             return lambda st: _move(st, i, a, new, s, n, window)
@@ -564,7 +589,7 @@ def _flag(name, value):
 
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
-            min_arm_draws=DEFAULT_MIN_ARM_DRAWS) -> dict:
+            min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -576,7 +601,11 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
         if visit.ndim != 1 or not np.issubdtype(visit.dtype, np.integer) or np.any((visit < 0) | (visit >= m)):
             raise ValueError(f"visit must be a 1-D array of mention indices in [0, {m}); got {visit!r}")
     schedule = check_choice("schedule", schedule, ("padded", "ragged"))
-    return dict(visit=visit, schedule=schedule, delta=delta, first_batch_size=first_batch_size,
+    try:
+        race_widths = tuple(check_int("race_widths", w, low=2) for w in race_widths)
+    except TypeError:
+        raise ValueError(f"race_widths must be a sequence of integers >= 2; got {race_widths!r}") from None
+    return dict(visit=visit, schedule=schedule, delta=delta, first_batch_size=first_batch_size, race_widths=race_widths,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
@@ -603,13 +632,14 @@ def _class_steps(blocks, config):
         out.append((n_cap, positions, _class_step(
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
-            chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"])))
+            chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"],
+            race_widths=config["race_widths"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
-                 schedule: str = "padded", min_arm_draws: float = None):
+                 schedule: str = "padded", min_arm_draws: float = None, race_widths=None):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -638,6 +668,10 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             and the race's shared population is the members of the other candidates; when fewer than
             ``2 m1`` mentions remain for the race the update is exact. λ = 0 races every candidate
             (the paper's rule, whose decision error exceeds δ when clusters are small; see docs).
+        race_widths: extra static race widths below ``max_candidates`` (default
+            :data:`DEFAULT_RACE_WIDTHS`): each update races at the narrowest width holding its candidates
+            (``lax.switch``; the engine's per-race cost grows with the width). Each width is one more
+            compiled race per class of block sizes; ``()`` races at ``max_candidates`` only.
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -657,7 +691,8 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
     config = _config(blocks, delta=delta, first_batch_size=first_batch_size, max_candidates=max_candidates,
                      min_race_size=min_race_size, control_variate=control_variate, chunk_size=chunk_size,
                      visit=visit, schedule=schedule,
-                     min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws)
+                     min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
+                     race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
