@@ -664,7 +664,7 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
         delta: racing error level in (0, 1). Static: Racing-Normal's threshold ``B_Normal(δ, N, m1)``
             is solved on the host per class (``schedule="padded"``).
         first_batch_size: m1 >= 2, the first mini-batch (paper: 50).
-        max_candidates: the race width D (static); mentions with more candidates are updated exactly.
+        max_candidates: the widest race D (static); mentions with more candidates are updated exactly.
         min_race_size: blocks whose class (``K = n_b - 1`` rounded up to ``64 * 2^k``) is below this are
             updated exactly, all in one class (one compiled update).
         control_variate: use the per-candidate control variate (see module docstring).
