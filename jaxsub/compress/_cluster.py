@@ -27,7 +27,7 @@ the exact centroids and radii are recomputed in float64 and any cluster above
 :func:`_repair`, which splits off its farthest members. ``cluster`` therefore
 always returns ``radii <= radius`` (tested on adversarial streams).
 
-Leader + trim (default, ``rule="trim"``; :func:`_stream_labels`). Checking the join rule row by
+Leader + trim (``rule="trim"``, the default for ``d <= 16``; :func:`_stream_labels`). Checking the join rule row by
 row costs NumPy calls per block and per cluster; most rows of a large set need no check. So
 first a greedy pass with no radius check (every row joins the nearest centroid within
 ``delta``; centroids move to the member mean; same blocked stream as below), then
@@ -37,8 +37,8 @@ for every kept cluster; a few vectorised rounds). The dropped rows (the outer sh
 try the trimmed clusters under the exact join rule (:func:`_join_back`), and the rest are
 clustered again the same way; sets of at most ``_TRIM_MIN_ROWS`` rows, or sets the trim would
 mostly drop, go to the exact-join stream below. ``rule="stream"`` runs the exact-join stream on
-the whole data (the previous default: about 3x slower on flights, fewer clusters on some
-synthetic blob data, more on flights).
+the whole data (the previous default, and the default for ``d > 16``: 3-5x slower on flights,
+more clusters there at delta >= 0.05, fewer on synthetic blobs and on MNIST).
 
 Vectorised stream (:func:`_leader_pass`). The stream is cut into blocks of
 doubling length; a block's rows look up their nearest centroid among the
@@ -77,7 +77,12 @@ import numpy as np
 
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS"]
+__all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
+
+#: Clustering rules accepted by :func:`cluster` (module docstring): leader + trim, the exact-join
+#: stream, or ``"auto"``: trim for ``d <= 16``, stream above (on MNIST-like d = 784 rows trimming
+#: drops so many rows that it opens up to 2.5x more clusters than the stream, no faster).
+RULES = ("auto", "trim", "stream")
 
 #: Neighbour searches accepted by :func:`cluster` (``"auto"``: k-d tree when
 #: ``d <= _AUTO_KDTREE_MAX_DIM``, projected k-d tree above).
@@ -438,6 +443,8 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     and whose exact post-join radius stays ``<= delta`` (``exact``; the three nearest are
     tried), else it opens a new cluster.
     """
+    if exact is not True:
+        return _sequential_greedy(x, rows, clusters, delta, exact, labels)
     m, d = rows.size, x.shape[1]
     sums, cnt, rad = np.empty((m, d)), np.zeros(m), np.zeros(m)
     members, lead = np.empty(m, np.int64), np.empty(m, np.int64)
@@ -490,6 +497,42 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
     if not exact:
         clusters.move(ids, anchors)
+    labels[rows] = ids[members]
+    return ids
+
+
+def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.ndarray:
+    """The greedy passes of :func:`_sequential` (no radius check): each row joins the nearest
+    centroid (``mode == _GREEDY``; centroids move) or leader (``mode`` false; leaders stay) within
+    ``delta`` among the clusters opened in this call, else it opens a new cluster."""
+    m, d = rows.size, x.shape[1]
+    xr_all = x[rows]
+    sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
+    members = np.empty(m, np.int64)
+    moving = bool(mode)
+    d2max = delta * delta
+    k = 0
+    for t in range(m):
+        xr = xr_all[t]
+        if k:
+            diff = cen[:k] - xr
+            dist2 = np.einsum("ij,ij->i", diff, diff)
+            j = int(np.argmin(dist2))
+            if dist2[j] <= d2max:
+                sums[j] += xr
+                cnt[j] += 1.0
+                if moving:
+                    cen[j] = sums[j] / cnt[j]
+                members[t] = j
+                continue
+        sums[k], cnt[k], cen[k] = xr, 1.0, xr
+        members[t] = k
+        k += 1
+    diff = xr_all - cen[:k][members]
+    far = np.zeros(k)
+    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+    ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
+    clusters.move(ids, cen[:k])
     labels[rows] = ids[members]
     return ids
 
@@ -581,14 +624,12 @@ _GREEDY = "centroid"
 
 def _group_sums(xs: np.ndarray, lab: np.ndarray, num: int):
     """Per-group sums ``[num, d]`` and counts ``[num]`` of the rows ``xs`` with group ids ``lab``."""
+    from scipy.sparse import csr_matrix
+
     counts = np.bincount(lab, minlength=num)
-    sums = np.zeros((num, xs.shape[1]))
-    if lab.size:
-        order = np.argsort(lab, kind="stable")
-        nz = np.flatnonzero(counts)
-        starts = np.concatenate([[0], np.cumsum(counts[nz])[:-1]])
-        sums[nz] = np.add.reduceat(xs[order], starts, axis=0)
-    return sums, counts
+    # one sparse [num, m] indicator product: a counting sort, no comparison sort of the labels
+    indicator = csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(num, lab.size))
+    return np.asarray(indicator @ xs), counts
 
 
 def _trim(x: np.ndarray, rows: np.ndarray, lab: np.ndarray, delta: float) -> np.ndarray:
@@ -654,7 +695,7 @@ def _join_back(x, zx, kept, dropped, ids, clusters: _Clusters, delta, labels, se
     return dropped[~joined]
 
 
-def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, exact: bool = True) -> np.ndarray:
+def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, exact: bool = True, rule: str = "auto") -> np.ndarray:
     """Cluster labels of the rows of ``x`` (before the final exact check).
 
     ``exact=False``: the greedy leader pass alone (the reference of the benchmark). ``exact``:
@@ -667,7 +708,9 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
     zx = srch.coords(x)
     clusters = _Clusters(x.shape[1], zx.shape[1], max(1024, x.shape[0] // 64), srch.coords)
     rows = np.arange(x.shape[0])
-    if exact:
+    if rule == "auto":
+        rule = "trim" if x.shape[1] <= _AUTO_KDTREE_MAX_DIM else "stream"
+    if exact and rule == "trim":
         while rows.size > _TRIM_MIN_ROWS:
             ids = _leader_pass(x, zx, rows, clusters, delta, _GREEDY, labels, srch)
             local = np.full(clusters.size, -1, np.int64)
@@ -687,11 +730,14 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
 
 def _exact_stats(x: np.ndarray, labels: np.ndarray, num: int):
     """Member means, counts and exact radii (float64) of a labelling."""
-    counts = np.bincount(labels, minlength=num).astype(np.int64)
-    order = np.argsort(labels, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    sums = np.add.reduceat(x[order], starts, axis=0)
-    centroids = sums / counts[:, None]
+    # sums of the offsets from each cluster's first member: exact for identical rows, and less
+    # round-off than plain sums when the cluster sits far from the origin
+    first = np.full(num, x.shape[0], np.int64)
+    np.minimum.at(first, labels, np.arange(x.shape[0]))
+    ref = x[first]
+    sums, counts = _group_sums(x - ref[labels], labels, num)
+    counts = counts.astype(np.int64)
+    centroids = ref + sums / counts[:, None]
     diff = x - centroids[labels]
     dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     radii = np.zeros(num)
@@ -791,6 +837,7 @@ def cluster(
     method: str = "auto",
     key=None,
     standardize: bool = False,
+    rule: str = "auto",
     kdtree_eps: float = _KDTREE_EPS,
     projected_dims: int = _PROJECTED_DIMS,
     projected_candidates: int = _PROJECTED_CANDIDATES,
@@ -820,6 +867,12 @@ def cluster(
     standardize
         Divide the features by :math:`R = \max_i \|x_i\|_2` first, as in the
         paper (§4), so every row lies in the unit ball; ``R`` is returned as ``scale``.
+    rule
+        ``"trim"``: leader + trim, a greedy pass whose clusters are trimmed to radius
+        ``delta`` and whose dropped rows are clustered again (module docstring);
+        ``"stream"``: the exact-join stream on all rows (slower; fewer clusters on some
+        data, e.g. MNIST); ``"auto"`` (default): ``"trim"`` for ``d <= 16``, else
+        ``"stream"``. All return every radius ``<= delta``.
     kdtree_eps, projected_dims, projected_candidates
         SciPy's approximation factor; principal components and candidate
         leaders per row of ``"projected"``.
@@ -843,6 +896,7 @@ def cluster(
     """
     delta = check_real("radius", radius, low=0.0)
     method = check_choice("method", method, METHODS)
+    rule = check_choice("rule", rule, RULES)
     arr = _as_features(x)
     search, method = _search_settings(
         method, arr.shape[1], dict(kdtree_eps=kdtree_eps, projected_dims=projected_dims, projected_candidates=projected_candidates)
@@ -850,7 +904,7 @@ def cluster(
     scale = _max_norm(arr) if standardize else 1.0
     if scale != 1.0:
         arr = arr / scale
-    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)))
+    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)), rule=rule)
     return _finish(arr, labels, delta, None, scale, standardize, method)
 
 
@@ -885,6 +939,7 @@ def cluster_supervised(
     method: str = "auto",
     key=None,
     standardize: bool = False,
+    rule: str = "auto",
     **search_kwargs,
 ) -> Clustering:
     r"""Cluster supervised data so the centroids are valid pseudo-data for :math:`p(y \mid x, \theta)`.
@@ -913,7 +968,7 @@ def cluster_supervised(
         ``[N, d]`` features.
     y
         ``[N]`` targets.
-    radius, method, key, standardize, search_kwargs
+    radius, method, key, standardize, rule, search_kwargs
         As in :func:`cluster`.
 
     Returns
@@ -923,6 +978,7 @@ def cluster_supervised(
     """
     delta = check_real("radius", radius, low=0.0)
     mode = check_choice("mode", mode, ("auto", "by_label", "joint"))
+    rule = check_choice("rule", rule, RULES)
     arr = _as_features(x)
     yarr = np.asarray(y)
     if yarr.ndim != 1 or yarr.shape[0] != arr.shape[0]:
@@ -931,7 +987,8 @@ def cluster_supervised(
         mode = "by_label" if (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool) else "joint"
     if mode == "joint":
         yf = _as_features(yarr, "y")
-        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, **search_kwargs)
+        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, rule=rule,
+                        **search_kwargs)
         return joint._replace(centroids=joint.centroids[:, :-1], targets=joint.centroids[:, -1])
     if not (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool):
         raise ValueError(f"y must hold integer class labels for mode='by_label'; got dtype {yarr.dtype}")
@@ -950,7 +1007,7 @@ def cluster_supervised(
         rows = np.flatnonzero(groups == g)
         if rows.size == 0:
             continue
-        local = _stream_labels(arr[rows], delta, method, search, rng)
+        local = _stream_labels(arr[rows], delta, method, search, rng, rule=rule)
         labels[rows] = local + offset
         offset += int(local.max()) + 1
     return _finish(arr, labels, delta, yarr, scale, standardize, method)
