@@ -447,7 +447,8 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
         return _sequential_greedy(x, rows, clusters, delta, exact, labels)
     m, d = rows.size, x.shape[1]
     sums, cnt, rad = np.empty((m, d)), np.zeros(m), np.zeros(m)
-    members, lead = np.empty(m, np.int64), np.empty(m, np.int64)
+    cen = np.empty((m, d))  # sums / cnt, updated on every join (not recomputed per row)
+    members = np.empty(m, np.int64)
     xr_all = x[rows]
     limit = delta * (1.0 - _MARGIN)
     # a row can join a cluster only if its centroid is within delta, hence only if some earlier
@@ -459,44 +460,40 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     for t in range(m):
         xr = xr_all[t]
         if k and near[t]:
-            cen = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
-            diff = cen - xr
+            diff = cen[:k] - xr
             dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
             joined = False
             for j in np.argsort(dist)[:3]:
-                if dist[j] > (2.0 * delta if exact is True else delta):
+                if dist[j] > 2.0 * delta:
                     break
-                if exact is True:
-                    # O(d) bound first (members within rad[j] of the centroid, which moves by
-                    # dist / (n + 1)); the exact radius over the members only if it fails
-                    drift = dist[j] / (cnt[j] + 1.0)
-                    bound = max(rad[j], dist[j]) + drift
-                    if bound <= limit:
-                        rad[j] = bound
-                    else:
-                        mean = (sums[j] + xr) / (cnt[j] + 1.0)
-                        dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
-                        exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
-                        if exact_rad > limit:
-                            continue
-                        rad[j] = exact_rad
+                # O(d) bound first (members within rad[j] of the centroid, which moves by
+                # dist / (n + 1)); the exact radius over the members only if it fails
+                drift = dist[j] / (cnt[j] + 1.0)
+                bound = max(rad[j], dist[j]) + drift
+                if bound <= limit:
+                    rad[j] = bound
+                else:
+                    mean = (sums[j] + xr) / (cnt[j] + 1.0)
+                    dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
+                    exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
+                    if exact_rad > limit:
+                        continue
+                    rad[j] = exact_rad
                 sums[j] += xr
                 cnt[j] += 1
+                cen[j] = sums[j] / cnt[j]
                 members[t] = j
                 joined = True
                 break
             if joined:
                 continue
-        sums[k], cnt[k], lead[k], rad[k] = xr, 1.0, t, 0.0
+        sums[k], cnt[k], cen[k], rad[k] = xr, 1.0, xr, 0.0
         members[t] = k
         k += 1
-    anchors = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
-    diff = xr_all - anchors[members]
+    diff = xr_all - cen[:k][members]
     far = np.zeros(k)
     np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
     ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
-    if not exact:
-        clusters.move(ids, anchors)
     labels[rows] = ids[members]
     return ids
 
