@@ -81,6 +81,11 @@ def _zscore(x, x_test):
     return (x - mu) / sd, (x_test - mu) / sd
 
 
+def _compile(fn, *args):
+    """``jax.jit(fn)`` lowered and compiled for ``args`` (compile time kept apart from run time)."""
+    return jax.jit(fn).lower(*args).compile()
+
+
 def _split(n, frac_test, seed):
     perm = np.random.default_rng(seed).permutation(n)
     k = int(round(n * frac_test))
@@ -98,13 +103,19 @@ def _logistic(num_features, num_classes):
         x, y = datum
         return jax.nn.log_softmax(x @ p["W"] + p["b"])[y]
 
-    def predict_error(samples, x_test, y_test):
-        logits = jnp.einsum("nd,sdk->snk", x_test, samples["W"]) + samples["b"][:, None, :]
-        probs = jax.nn.softmax(logits, axis=-1).mean(axis=0)
-        return 100.0 * float(jnp.mean(jnp.argmax(probs, axis=-1) != y_test))
+    def per_draw(samples, x_test):  # [S, n, K] class probabilities of every draw (NumPy: no compiles)
+        w = np.asarray(samples["W"], np.float64)  # [S, d, K]: one GEMM for all draws
+        logits = (x_test @ w.transpose(1, 0, 2).reshape(w.shape[1], -1)).reshape(x_test.shape[0], w.shape[0], -1)
+        logits = logits.transpose(1, 0, 2) + np.asarray(samples["b"], np.float64)[:, None, :]
+        logits -= logits.max(axis=-1, keepdims=True)
+        probs = np.exp(logits)
+        return probs / probs.sum(axis=-1, keepdims=True)
+
+    def error(mean_prediction, y_test):  # test error % of the posterior-averaged probabilities
+        return 100.0 * float(np.mean(np.argmax(mean_prediction, axis=-1) != y_test))
 
     init = {"W": jnp.zeros((num_features, num_classes)), "b": jnp.zeros(num_classes)}
-    return logprior, loglik, predict_error, init
+    return logprior, loglik, per_draw, error, init
 
 
 def _linear(num_features, noise_sd, y_scale):
@@ -115,12 +126,14 @@ def _linear(num_features, noise_sd, y_scale):
         x, y = datum
         return -0.5 * ((y - x @ p["beta"] - p["b0"]) / noise_sd) ** 2
 
-    def predict_error(samples, x_test, y_test):  # test MSE in the original units
-        pred = (x_test @ samples["beta"].T + samples["b0"]).mean(axis=1)
-        return float(jnp.mean((y_scale * (pred - y_test)) ** 2))
+    def per_draw(samples, x_test):  # [S, n] predictions of every draw
+        return (np.asarray(samples["beta"], np.float64) @ x_test.T) + np.asarray(samples["b0"], np.float64)[:, None]
+
+    def error(mean_prediction, y_test):  # test MSE in the original units
+        return float(np.mean((y_scale * (mean_prediction - y_test)) ** 2))
 
     init = {"beta": jnp.zeros(num_features), "b0": jnp.zeros(())}
-    return logprior, loglik, predict_error, init
+    return logprior, loglik, per_draw, error, init
 
 
 def _flat(samples):
@@ -137,11 +150,11 @@ def _prepare(name, quick):
         ds = datasets.load_mnist()
         x, y, xt, yt = ds.x, ds.y, ds.x_test, ds.y_test
         note = "MNIST 60,000/10,000, 784 pixels in [0, 1]"
-        if quick:  # 2x2 average pooling (196 features) and a 6,000-image subsample
+        if quick:  # 2x2 average pooling (196 features) and a 1,500-image subsample
             pool = lambda a: a.reshape(-1, 14, 2, 14, 2).mean(axis=(2, 4)).reshape(-1, 196)  # noqa: E731
-            x, xt = pool(x[:3000]), pool(xt[:2000])
-            y, yt = y[:3000], yt[:2000]
-            note = "QUICK: first 3,000 train / 2,000 test images, 2x2-pooled to 196 features"
+            x, xt = pool(x[:1500]), pool(xt[:1000])
+            y, yt = y[:1500], yt[:1000]
+            note = "QUICK: first 1,500 train / 1,000 test images, 2x2-pooled to 196 features"
         r = np.sqrt((x.astype(np.float64) ** 2).sum(axis=1).max())
         return x / r, y, xt / r, yt, "logistic", (0.08, 0.10, 0.15), note
     if name == "flights":
@@ -185,16 +198,31 @@ def _run_dataset(name, quick, key, bar, trial=0):
         x, y = x[perm], y[perm]
     if kind == "logistic":
         num_classes = int(max(y.max(), yt.max())) + 1
-        logprior, loglik, predict_error, init = _logistic(d, num_classes)
+        logprior, loglik, per_draw, error, init = _logistic(d, num_classes)
         data = (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32))
-        yt_j = jnp.asarray(yt, jnp.int32)
     else:
         xa = np.column_stack([x, np.ones(n)])
         noise_sd = float(np.sqrt(np.mean((y - xa @ np.linalg.lstsq(xa, y, rcond=None)[0]) ** 2)))
-        logprior, loglik, predict_error, init = _linear(d, noise_sd, 1.0)
+        logprior, loglik, per_draw, error, init = _linear(d, noise_sd, 1.0)
         data = (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
-        yt_j = jnp.asarray(yt, jnp.float32)
-    xt_j = jnp.asarray(xt, jnp.float32)
+    xt_np = np.asarray(xt, np.float64)
+
+    def prefix_sums(samples, stops):
+        """``{k: sum of the predictions of draws [0, k)}`` for every ``k`` in ``stops`` (50 draws at a time)."""
+        num = jax.tree.leaves(samples)[0].shape[0]
+        out, total = {0: 0.0}, 0.0
+        for lo in range(0, num, 50):
+            chunk = per_draw(jax.tree.map(lambda a: a[lo : lo + 50], samples), xt_np)
+            for k in stops:
+                if lo < k <= lo + 50:
+                    out[k] = total + chunk[: k - lo].sum(axis=0)
+            total = total + chunk.sum(axis=0)
+        return out
+
+    def predict_error(samples):
+        """Test error of the posterior average over ``samples`` (NumPy, float64)."""
+        num = jax.tree.leaves(samples)[0].shape[0]
+        return error(prefix_sums(samples, [num])[num] / num, yt)
     # full mode: MNIST (60,000 x 784, 7,850 parameters; ~40 ms per exact gradient on 2
     # shared cores) gets fewer draws so the whole experiment stays under ~25 minutes
     num_warmup, num_samples = (40, 100) if quick else ((100, 200) if name == "mnist" else (300, 500))
@@ -205,14 +233,13 @@ def _run_dataset(name, quick, key, bar, trial=0):
     exact_fn = compress.logdensity(logprior, loglik, data)
     k_warm, k_exact, k_vi, k_comp = jax.random.split(key, 4)
 
-    @jax.jit
     def warm_run(k, position, data):
         fn = compress.logdensity(logprior, loglik, data)
         warm = blackjax.window_adaptation(blackjax.hmc, fn, num_integration_steps=10)
         return warm.run(k, position, num_steps=num_warmup)[0]
 
     t0 = time.perf_counter()
-    state, params = jax.block_until_ready(warm_run(k_warm, init, data))
+    state, params = jax.block_until_ready(_compile(warm_run, k_warm, init, data)(k_warm, init, data))
     params = dict(params, num_integration_steps=10)
     warmup_s = time.perf_counter() - t0
     bar.update(1)
@@ -241,26 +268,29 @@ def _run_dataset(name, quick, key, bar, trial=0):
         sig = (second_order, tuple((l.shape, str(l.dtype)) for l in jax.tree.leaves(pseudo)))
         t = time.perf_counter()
         if sig not in compiled:
-            compiled[sig] = jax.jit(chain).lower(*args).compile()  # compile apart from the timed run
+            compiled[sig] = _compile(chain, *args)  # compile apart from the timed run
         compile_s = time.perf_counter() - t
         t = time.perf_counter()
         positions, acc = jax.block_until_ready(compiled[sig](*args))
-        return positions, float(np.mean(acc)), time.perf_counter() - t, compile_s
+        elapsed = time.perf_counter() - t
+        # NumPy from here on: slicing and predictions compile nothing
+        return jax.tree.map(np.asarray, positions), float(np.mean(acc)), elapsed, compile_s
 
     def curve(samples, t_start, t_total):
-        """Test error of the running posterior average vs wall-clock (sample k at t_start + k/S * t_total)."""
-        pts = []
-        for k in np.unique(np.linspace(5, num_samples, 5 if quick else 10).astype(int)):
-            sub = jax.tree.map(lambda a: a[max(0, k // 2) : k], samples)
-            pts.append((t_start + k / num_samples * t_total, predict_error(sub, xt_j, yt_j)))
-        return pts
+        """Test error of the running posterior average vs wall-clock (sample k at t_start + k/S * t_total).
+
+        The average over draws ``[k // 2, k)``; every draw's prediction computed once (NumPy), windows by prefix sums.
+        """
+        ks = np.unique(np.linspace(5, num_samples, 5 if quick else 10).astype(int))
+        csum = prefix_sums(samples, sorted(set(ks.tolist()) | {int(k) // 2 for k in ks}))
+        return [(t_start + k / num_samples * t_total, error((csum[k] - csum[k // 2]) / (k - k // 2), yt)) for k in ks]
 
     burn = num_samples // 5
     exact_samples, exact_acc, exact_s, exact_c = sample(compress.Pseudodata(data, np.ones(n, np.float32)), k_exact)
     exact_flat = _flat(jax.tree.map(lambda a: a[burn:], exact_samples))
     diag_kl = exact_flat.shape[1] >= exact_flat.shape[0] // 2  # too few draws for a full covariance
     kl = lambda q: compress.gaussian_kl(exact_flat, q, diagonal=diag_kl)  # noqa: E731
-    exact_err = predict_error(jax.tree.map(lambda a: a[burn:], exact_samples), xt_j, yt_j)
+    exact_err = predict_error(jax.tree.map(lambda a: a[burn:], exact_samples))
     bar.update(1)
     def sd_error(flat):
         err = compress.posterior_error(exact_flat, flat)
@@ -279,19 +309,21 @@ def _run_dataset(name, quick, key, bar, trial=0):
         else:
             cl = compress.cluster_supervised(x, y, delta, mode="joint", key=i)
         clusterings.append((cl, time.perf_counter() - t))
-    # quick mode: the radii share one compiled chain per order (pseudo-data padded with weight-0
-    # rows to the largest c, or to N when that is less than twice as large, which leaves the log-density unchanged but makes the smaller
-    # clusterings' sampling time that of the largest); full mode: no padding
-    pad = max(cl.c for cl, _ in clusterings) if quick else None
-    if quick and 2 * pad >= n:  # close to N: share the exact chain's compiled program too
-        pad = n
+    # quick mode: the radii share one compiled chain per order: pseudo-data padded with weight-0 rows
+    # (the log-density is unchanged) to the largest c, which makes the smaller clusterings' sampling
+    # time that of the largest. First order: padded to N instead when the largest c is over N / 2 or
+    # the exact chain is cheap (N x parameters <= 2e5, cadata), so the exact chain's compiled program
+    # serves. Full mode: no padding.
+    pad2 = max(cl.c for cl, _ in clusterings) if quick else None
+    pad1 = n if quick and (2 * pad2 >= n or n * exact_flat.shape[1] <= 200_000) else pad2
     for i, (delta, (cl, cl_s)) in enumerate(zip(radii, clusterings)):
         orders = (False, True) if cl.covariances is not None else (False,)  # 2nd order needs d <= 64
         for order in orders:
+            pad = pad2 if order else pad1
             pseudo = compress.pseudodata(cl, second_order=order, size=pad)
             samples, acc, s_s, c_s = sample(pseudo, jax.random.fold_in(k_comp, 100 * order + i), second_order=order)
             flat = _flat(jax.tree.map(lambda a: a[burn:], samples))
-            err = predict_error(jax.tree.map(lambda a: a[burn:], samples), xt_j, yt_j)
+            err = predict_error(jax.tree.map(lambda a: a[burn:], samples))
             rows.append(dict(method="compressed HMC, 2nd order" if order else "compressed HMC", N=n, c=cl.c, delta=delta,
                              achieved_delta=cl.radius, rho=cl.rho, approx_kl=kl(flat), test_error=err, cluster_s=cl_s,
                              sample_s=s_s, compile_s=c_s, accept=acc, padded_to=pad or cl.c, **sd_error(flat)))
@@ -304,16 +336,19 @@ def _run_dataset(name, quick, key, bar, trial=0):
     vi = blackjax.meanfield_vi(exact_fn, optax.adam(1e-2), num_samples=5)
     vstate = vi.init(state.position)
 
-    @jax.jit
     def vi_run(k, vstate, data):  # the data as an argument, all steps in one compiled scan
         step = blackjax.meanfield_vi(compress.logdensity(logprior, loglik, data), optax.adam(1e-2), num_samples=5).step
         return jax.lax.scan(lambda st, kk: (step(kk, st)[0], None), vstate, jax.random.split(k, num_vi))[0]
 
     t = time.perf_counter()
-    vstate = jax.block_until_ready(vi_run(k_vi, vstate, data))
+    vstate = jax.block_until_ready(_compile(vi_run, k_vi, vstate, data)(k_vi, vstate, data))
     vi_s = time.perf_counter() - t
-    vi_draws = vi.sample(jax.random.fold_in(k_vi, 1), vstate, 4000)
-    vi_err = predict_error(jax.tree.map(lambda a: a[:500], vi_draws), xt_j, yt_j)
+    # draws of the fitted mean-field Gaussian N(mu, exp(rho)^2) (what vi.sample draws), in NumPy: an
+    # eager or jitted vi.sample costs a threefry compile of seconds for 4,000 draws
+    vi_rng = np.random.default_rng(int(jax.random.randint(jax.random.fold_in(k_vi, 1), (), 0, 2**31 - 1)))
+    vi_draws = jax.tree.map(lambda m, r: np.asarray(m) + np.exp(np.asarray(r)) * vi_rng.standard_normal((4000,) + np.shape(m)),
+                            vstate.mu, vstate.rho)
+    vi_err = predict_error(jax.tree.map(lambda a: a[:500], vi_draws))
     rows.append(dict(method="meanfield VI", N=n, c=n, delta=float("nan"), rho=1.0, approx_kl=kl(_flat(vi_draws)),
                      test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), **sd_error(_flat(vi_draws))))
     bar.update(1)
@@ -425,7 +460,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "sd-unit errors are dominated by Monte Carlo error (80 autocorrelated draws, max over all parameters). VI time: meanfield_vi steps (5 Monte Carlo samples each, Adam 1e-2), compiled step. "
         "Per-gradient speed ratios: benchmarks/compress.py."
         + (" QUICK MODE: sizes reduced as stated per dataset; 40 warm-up + 100 HMC draws, 100 VI steps; the three radii "
-          "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c), so their sampling "
+          "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c, first order to N "
+          "where that c is over N / 2 or the exact chain is cheap), so their sampling "
           "times are those of the smallest radius: read speed from benchmarks/compress.py or full mode." if quick else "")
     )
     rep.write()

@@ -9,7 +9,7 @@ from scipy.special import logsumexp
 
 import jaxsub
 from jaxsub import compress
-from jaxsub.compress._cluster import _exact_stats, _repair, _search_settings, _stream_labels
+from jaxsub.compress._cluster import _exact_stats, _repair, _search_settings, _stream_labels, _trim
 
 from helpers import assert_mean_matches, assert_variance_matches, variants
 
@@ -304,6 +304,8 @@ def test_gaussian_kl_is_lemma_1_on_the_sample_moments():
         (lambda: compress.cluster(np.ones((5, 2)), 0.1, method="lsh"), "method"),
         (lambda: compress.cluster(np.array([[0.0, 1.0], [np.nan, 0.0]]), 0.1), "NaN"),
         (lambda: compress.cluster(np.ones((5, 2)), 0.1, kdtree_eps=-1.0), "kdtree_eps"),
+        (lambda: compress.cluster(np.ones((5, 2)), 0.1, rule="greedy"), "rule"),
+        (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(5, int), 0.1, rule="greedy"), "rule"),
         (lambda: compress.cluster(np.ones((5, 2)), 0.1, projected_dims=0), "projected_dims"),
         (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(4, int), 0.1), "y must have shape"),
         (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(5), 0.1, mode="by_label"), "integer"),
@@ -363,6 +365,36 @@ def test_radius_is_at_most_delta_exactly_on_adversarial_streams(name):
         assert cl.c <= 300
 
 
+@pytest.mark.parametrize("rule", ["trim", "stream"])
+@pytest.mark.parametrize("name", ["sorted", "sorted_by_norm", "duplicated", "one_far_outlier_first", "d1_sorted", "shell"])
+def test_both_rules_keep_the_radius_on_adversarial_streams(name, rule):
+    # rule="auto" picks trim for d <= 16 on sets of more than _TRIM_MIN_ROWS rows only; here
+    # both rules run on every low-dimensional adversarial stream
+    x, delta = _adversarial_streams()[name]
+    cl = compress.cluster(x, delta, rule=rule)
+    _check_clustering(x, cl, delta)
+    if name == "duplicated":
+        assert cl.c <= 300
+
+
+def test_trim_makes_every_kept_cluster_fit_the_radius():
+    # _trim on a labelling that breaks the radius (the greedy leader pass, see the negative
+    # control below): it drops members, and every kept cluster's exact radius is <= delta
+    x, delta = _blobs(3000, 4, 40, 0.05, 3), 0.08
+    search, method = _search_settings("kdtree", 4, {})
+    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False))
+    assert _exact_stats(x, labels, num)[2].max() > delta
+    keep = _trim(x, np.arange(x.shape[0]), labels, delta)
+    assert 0 < np.count_nonzero(~keep) < x.shape[0] // 2
+    for j in np.unique(labels[keep]):
+        members = x[keep & (labels == j)]
+        assert np.sqrt(((members - members.mean(axis=0)) ** 2).sum(axis=1)).max() <= delta
+    # and the full trim rule (greedy pass, trim, join-back, recursion) differs from the stream
+    trim, stream = compress.cluster(x, delta, rule="trim"), compress.cluster(x, delta, rule="stream")
+    _check_clustering(x, trim, delta)
+    assert not np.array_equal(trim.labels, stream.labels)
+
+
 def _corpus():
     """(x, delta, c of the previous rule at commit b8c6f30, measured with cluster(x, delta) there)."""
     rng = np.random.default_rng
@@ -376,12 +408,17 @@ def _corpus():
     }
 
 
-@pytest.mark.parametrize("name", sorted(_corpus()))
-def test_join_rule_spends_the_radius(name):
+@pytest.mark.parametrize(
+    "name, rule",
+    [(n, "auto") for n in sorted(_corpus())] + [(n, "stream") for n in sorted(_corpus()) if n != "blobs784"],
+)
+def test_join_rule_spends_the_radius(name, rule):
     # never more clusters than the previous O(d)-running-bound rule (its counts were measured
     # on the same data at commit b8c6f30), and within 1.5x of greedy leader + exact repair
+    # (auto: leader + trim for the d <= 16 corpora, the exact-join stream for blobs784, so
+    # "stream" is added for the others)
     x, delta, previous = _corpus()[name]
-    cl = compress.cluster(x, delta)
+    cl = compress.cluster(x, delta, rule=rule)
     _check_clustering(x, cl, delta)
     assert cl.c <= previous, (cl.c, previous)
     search, method = _search_settings("auto", x.shape[1], {})

@@ -21,7 +21,7 @@ posterior with any BlackJAX algorithm.
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
-from jaxsub.compress._cluster import METHODS, Clustering, cluster, cluster_supervised
+from jaxsub.compress._cluster import METHODS, RULES, Clustering, cluster, cluster_supervised
 from jaxsub.compress._scale import cluster_shards, cluster_stream, sharded_logdensity
 from jaxsub.compress._posterior import (
     PosteriorError,
@@ -37,6 +37,7 @@ from jaxsub.compress._posterior import (
 
 __all__ = [
     "METHODS",
+    "RULES",
     "Clustering",
     "PosteriorError",
     "Pseudodata",

@@ -27,6 +27,19 @@ the exact centroids and radii are recomputed in float64 and any cluster above
 :func:`_repair`, which splits off its farthest members. ``cluster`` therefore
 always returns ``radii <= radius`` (tested on adversarial streams).
 
+Leader + trim (``rule="trim"``, the default for ``d <= 16``; :func:`_stream_labels`). Checking the join rule row by
+row costs NumPy calls per block and per cluster; most rows of a large set need no check. So
+first a greedy pass with no radius check (every row joins the nearest centroid within
+``delta``; centroids move to the member mean; same blocked stream as below), then
+:func:`_trim`: per cluster, every member farther than ``delta`` from the centroid of the kept
+members is dropped, all at once, until no cluster has one (exact float64 radius ``<= delta``
+for every kept cluster; a few vectorised rounds). The dropped rows (the outer shells) first
+try the trimmed clusters under the exact join rule (:func:`_join_back`), and the rest are
+clustered again the same way; sets of at most ``_TRIM_MIN_ROWS`` rows, or sets the trim would
+mostly drop, go to the exact-join stream below. ``rule="stream"`` runs the exact-join stream on
+the whole data (the previous default, and the default for ``d > 16``: 3-5x slower on flights,
+more clusters there at delta >= 0.05, fewer on synthetic blobs and on MNIST).
+
 Vectorised stream (:func:`_leader_pass`). The stream is cut into blocks of
 doubling length; a block's rows look up their nearest centroid among the
 clusters opened before the block (one k-d-tree query per row) and join under
@@ -64,7 +77,12 @@ import numpy as np
 
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS"]
+__all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
+
+#: Clustering rules accepted by :func:`cluster` (module docstring): leader + trim, the exact-join
+#: stream, or ``"auto"``: trim for ``d <= 16``, stream above (on MNIST-like d = 784 rows trimming
+#: drops so many rows that it opens up to 2.5x more clusters than the stream, no faster).
+RULES = ("auto", "trim", "stream")
 
 #: Neighbour searches accepted by :func:`cluster` (``"auto"``: k-d tree when
 #: ``d <= _AUTO_KDTREE_MAX_DIM``, projected k-d tree above).
@@ -355,7 +373,7 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool) -
     da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
     dist = np.sqrt(np.einsum("ij,ij->i", da, da))
     take = np.ones(rows.size, bool)
-    if exact:
+    if exact is True:
         limit = delta * (1.0 - _MARGIN)
         lead, far0 = clusters.anchor[gid], clusters.far[gid]
         thr = np.full(ng, np.inf)
@@ -405,7 +423,7 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool) -
         moved = np.flatnonzero(np.add.reduceat(take.astype(np.int64), starts) > 0)
         clusters.far[gid[moved]] = far[moved]
     if take.all():
-        clusters.sums[gid] += np.add.reduceat(xs, starts) if not exact else block_sums
+        clusters.sums[gid] += block_sums if exact is True else np.add.reduceat(xs, starts)
     else:
         clusters.sums[gid] += np.add.reduceat(xs * take[:, None], starts)
     clusters.counts[gid] += np.add.reduceat(take.astype(np.int64), starts)
@@ -425,9 +443,12 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     and whose exact post-join radius stays ``<= delta`` (``exact``; the three nearest are
     tried), else it opens a new cluster.
     """
+    if exact is not True:
+        return _sequential_greedy(x, rows, clusters, delta, exact, labels)
     m, d = rows.size, x.shape[1]
     sums, cnt, rad = np.empty((m, d)), np.zeros(m), np.zeros(m)
-    members, lead = np.empty(m, np.int64), np.empty(m, np.int64)
+    cen = np.empty((m, d))  # sums / cnt, updated on every join (not recomputed per row)
+    members = np.empty(m, np.int64)
     xr_all = x[rows]
     limit = delta * (1.0 - _MARGIN)
     # a row can join a cluster only if its centroid is within delta, hence only if some earlier
@@ -439,44 +460,76 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     for t in range(m):
         xr = xr_all[t]
         if k and near[t]:
-            cen = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
-            diff = cen - xr
+            diff = cen[:k] - xr
             dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
             joined = False
             for j in np.argsort(dist)[:3]:
-                if dist[j] > (2.0 * delta if exact else delta):
+                if dist[j] > 2.0 * delta:
                     break
-                if exact:
-                    # O(d) bound first (members within rad[j] of the centroid, which moves by
-                    # dist / (n + 1)); the exact radius over the members only if it fails
-                    drift = dist[j] / (cnt[j] + 1.0)
-                    bound = max(rad[j], dist[j]) + drift
-                    if bound <= limit:
-                        rad[j] = bound
-                    else:
-                        mean = (sums[j] + xr) / (cnt[j] + 1.0)
-                        dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
-                        exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
-                        if exact_rad > limit:
-                            continue
-                        rad[j] = exact_rad
+                # O(d) bound first (members within rad[j] of the centroid, which moves by
+                # dist / (n + 1)); the exact radius over the members only if it fails
+                drift = dist[j] / (cnt[j] + 1.0)
+                bound = max(rad[j], dist[j]) + drift
+                if bound <= limit:
+                    rad[j] = bound
+                else:
+                    mean = (sums[j] + xr) / (cnt[j] + 1.0)
+                    dm = np.vstack([xr_all[:t][members[:t] == j], xr]) - mean
+                    exact_rad = np.sqrt(np.einsum("ij,ij->i", dm, dm).max())
+                    if exact_rad > limit:
+                        continue
+                    rad[j] = exact_rad
                 sums[j] += xr
                 cnt[j] += 1
+                cen[j] = sums[j] / cnt[j]
                 members[t] = j
                 joined = True
                 break
             if joined:
                 continue
-        sums[k], cnt[k], lead[k], rad[k] = xr, 1.0, t, 0.0
+        sums[k], cnt[k], cen[k], rad[k] = xr, 1.0, xr, 0.0
         members[t] = k
         k += 1
-    anchors = sums[:k] / cnt[:k, None] if exact else xr_all[lead[:k]]
-    diff = xr_all - anchors[members]
+    diff = xr_all - cen[:k][members]
     far = np.zeros(k)
     np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
     ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
-    if not exact:
-        clusters.move(ids, anchors)
+    labels[rows] = ids[members]
+    return ids
+
+
+def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.ndarray:
+    """The greedy passes of :func:`_sequential` (no radius check): each row joins the nearest
+    centroid (``mode == _GREEDY``; centroids move) or leader (``mode`` false; leaders stay) within
+    ``delta`` among the clusters opened in this call, else it opens a new cluster."""
+    m, d = rows.size, x.shape[1]
+    xr_all = x[rows]
+    sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
+    members = np.empty(m, np.int64)
+    moving = bool(mode)
+    d2max = delta * delta
+    k = 0
+    for t in range(m):
+        xr = xr_all[t]
+        if k:
+            diff = cen[:k] - xr
+            dist2 = np.einsum("ij,ij->i", diff, diff)
+            j = int(np.argmin(dist2))
+            if dist2[j] <= d2max:
+                sums[j] += xr
+                cnt[j] += 1.0
+                if moving:
+                    cen[j] = sums[j] / cnt[j]
+                members[t] = j
+                continue
+        sums[k], cnt[k], cen[k] = xr, 1.0, xr
+        members[t] = k
+        k += 1
+    diff = xr_all - cen[:k][members]
+    far = np.zeros(k)
+    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+    ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
+    clusters.move(ids, cen[:k])
     labels[rows] = ids[members]
     return ids
 
@@ -527,7 +580,7 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
             if todo.any():
                 joined[todo] = _join_block(x, block[todo], local[near[todo, 0]], clusters, delta, exact, labels, rows[:s])
             left = np.flatnonzero(~joined)
-            if exact and left.size:
+            if exact is True and left.size:
                 # rows refused by their nearest cluster, or with no centroid within delta, try the
                 # next nearest centroids within 2 delta: a row at distance t from the centroid of
                 # n rows ends at t n / (n + 1) from the new centroid, so a join is possible up to
@@ -556,13 +609,116 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
     return local
 
 
-def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, exact: bool = True) -> np.ndarray:
-    """Cluster labels of the rows of ``x`` (before the final exact check)."""
+#: Leader + trim: sets of at most this many rows, and sets the trim leaves mostly unclustered, go
+#: to the exact-join stream (:func:`_leader_pass` with ``exact``) instead.
+_TRIM_MIN_ROWS = 2048
+_TRIM_MIN_PROGRESS = 0.5
+
+#: ``exact`` value of the greedy pass of leader + trim: rows join the nearest centroid within delta
+#: (anchors move to the member mean), no radius check.
+_GREEDY = "centroid"
+
+
+def _group_sums(xs: np.ndarray, lab: np.ndarray, num: int):
+    """Per-group sums ``[num, d]`` and counts ``[num]`` of the rows ``xs`` with group ids ``lab``."""
+    from scipy.sparse import csr_matrix
+
+    counts = np.bincount(lab, minlength=num)
+    # one sparse [num, m] indicator product: a counting sort, no comparison sort of the labels
+    indicator = csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(num, lab.size))
+    return np.asarray(indicator @ xs), counts
+
+
+def _trim(x: np.ndarray, rows: np.ndarray, lab: np.ndarray, delta: float) -> np.ndarray:
+    """Members kept (mask over ``rows``) so that every group of ``lab`` has exact radius ``<= delta``.
+
+    Each round recomputes the centroids of the kept members of the groups still under check
+    and drops, all at once, every member farther than ``delta`` from its centroid; groups
+    that dropped nothing are done (their kept members are all within ``delta`` of their
+    centroid, which no longer changes). A group shrinks every round it stays under check, so
+    the loop ends.
+    """
+    limit = delta * (1.0 - _MARGIN)
+    num = int(lab.max()) + 1 if lab.size else 0
+    keep = np.ones(rows.size, bool)
+    sub = np.arange(rows.size)
+    while sub.size:
+        lg = lab[sub]
+        xs = x[rows[sub]]
+        sums, counts = _group_sums(xs, lg, num)
+        diff = xs - sums[lg] / counts[lg][:, None]
+        bad = np.einsum("ij,ij->i", diff, diff) > limit * limit
+        if not bad.any():
+            break
+        keep[sub[bad]] = False
+        again = np.zeros(num, bool)
+        again[lg[bad]] = True
+        sub = sub[~bad & again[lg]]
+    return keep
+
+
+def _join_back(x, zx, kept, dropped, ids, clusters: _Clusters, delta, labels, search: _Search) -> np.ndarray:
+    """Rows the trim dropped try the nearest trimmed clusters under the exact join rule; returns the others.
+
+    The state of the clusters ``ids`` is reset to their kept members (sum, count, anchor = mean,
+    ``far`` = exact radius); every dropped row is proposed to its ``_TRIES`` nearest clusters
+    within ``2 delta`` in turn (:func:`_join_block`, exact post-join radius).
+    """
+    lab = labels[kept]
+    pos = np.full(clusters.size, -1, np.int64)
+    pos[ids] = np.arange(ids.size)
+    sums, counts = _group_sums(x[kept], pos[lab], ids.size)
+    alive = counts > 0
+    if not alive.any() or dropped.size == 0:
+        return dropped
+    mean = sums[alive] / counts[alive][:, None]
+    live = ids[alive]
+    clusters.sums[live], clusters.counts[live] = sums[alive], counts[alive]
+    clusters.move(live, mean)
+    diff = x[kept] - clusters.anchor[lab]
+    far = np.zeros(clusters.size)
+    np.maximum.at(far, lab, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+    clusters.far[live] = far[live]
+    near, _ = _nearest_anchors(x, zx, clusters.anchor[live], clusters.zanchor[live], dropped, 2.0 * delta, search, _TRIES)
+    joined = np.zeros(dropped.size, bool)
+    pool = kept
+    for t in range(near.shape[1]):
+        todo = ~joined & (near[:, t] >= 0)
+        if not todo.any():
+            break
+        sel = np.flatnonzero(todo)
+        joined[sel] = _join_block(x, dropped[sel], live[near[sel, t]], clusters, delta, True, labels, pool)
+        pool = np.concatenate([kept, dropped[joined]])
+    return dropped[~joined]
+
+
+def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, exact: bool = True, rule: str = "auto") -> np.ndarray:
+    """Cluster labels of the rows of ``x`` (before the final exact check).
+
+    ``exact=False``: the greedy leader pass alone (the reference of the benchmark). ``exact``:
+    leader + trim (module docstring): the greedy leader pass, then :func:`_trim` drops the
+    members beyond ``delta`` of every cluster's centroid, and the dropped rows are clustered
+    again the same way; small sets, and sets the trim mostly drops, go to the exact-join stream.
+    """
     srch = _make_search(x, method, search, rng)
     labels = np.full(x.shape[0], -1, np.int64)
     zx = srch.coords(x)
     clusters = _Clusters(x.shape[1], zx.shape[1], max(1024, x.shape[0] // 64), srch.coords)
-    _leader_pass(x, zx, np.arange(x.shape[0]), clusters, delta, exact, labels, srch)
+    rows = np.arange(x.shape[0])
+    if rule == "auto":
+        rule = "trim" if x.shape[1] <= _AUTO_KDTREE_MAX_DIM else "stream"
+    if exact and rule == "trim":
+        while rows.size > _TRIM_MIN_ROWS:
+            ids = _leader_pass(x, zx, rows, clusters, delta, _GREEDY, labels, srch)
+            local = np.full(clusters.size, -1, np.int64)
+            local[ids] = np.arange(ids.size)
+            keep = _trim(x, rows, local[labels[rows]], delta)
+            if keep.mean() < _TRIM_MIN_PROGRESS:
+                break  # most rows dropped: leave this set to the exact-join stream
+            labels[rows[~keep]] = -1
+            rows = _join_back(x, zx, rows[keep], rows[~keep], ids, clusters, delta, labels, srch)
+        labels[rows] = -1
+    _leader_pass(x, zx, rows, clusters, delta, exact, labels, srch)
     return labels
 
 
@@ -571,11 +727,14 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
 
 def _exact_stats(x: np.ndarray, labels: np.ndarray, num: int):
     """Member means, counts and exact radii (float64) of a labelling."""
-    counts = np.bincount(labels, minlength=num).astype(np.int64)
-    order = np.argsort(labels, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    sums = np.add.reduceat(x[order], starts, axis=0)
-    centroids = sums / counts[:, None]
+    # sums of the offsets from each cluster's first member: exact for identical rows, and less
+    # round-off than plain sums when the cluster sits far from the origin
+    first = np.full(num, x.shape[0], np.int64)
+    np.minimum.at(first, labels, np.arange(x.shape[0]))
+    ref = x[first]
+    sums, counts = _group_sums(x - ref[labels], labels, num)
+    counts = counts.astype(np.int64)
+    centroids = ref + sums / counts[:, None]
     diff = x - centroids[labels]
     dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     radii = np.zeros(num)
@@ -675,6 +834,7 @@ def cluster(
     method: str = "auto",
     key=None,
     standardize: bool = False,
+    rule: str = "auto",
     kdtree_eps: float = _KDTREE_EPS,
     projected_dims: int = _PROJECTED_DIMS,
     projected_candidates: int = _PROJECTED_CANDIDATES,
@@ -704,6 +864,12 @@ def cluster(
     standardize
         Divide the features by :math:`R = \max_i \|x_i\|_2` first, as in the
         paper (§4), so every row lies in the unit ball; ``R`` is returned as ``scale``.
+    rule
+        ``"trim"``: leader + trim, a greedy pass whose clusters are trimmed to radius
+        ``delta`` and whose dropped rows are clustered again (module docstring);
+        ``"stream"``: the exact-join stream on all rows (slower; fewer clusters on some
+        data, e.g. MNIST); ``"auto"`` (default): ``"trim"`` for ``d <= 16``, else
+        ``"stream"``. All return every radius ``<= delta``.
     kdtree_eps, projected_dims, projected_candidates
         SciPy's approximation factor; principal components and candidate
         leaders per row of ``"projected"``.
@@ -727,6 +893,7 @@ def cluster(
     """
     delta = check_real("radius", radius, low=0.0)
     method = check_choice("method", method, METHODS)
+    rule = check_choice("rule", rule, RULES)
     arr = _as_features(x)
     search, method = _search_settings(
         method, arr.shape[1], dict(kdtree_eps=kdtree_eps, projected_dims=projected_dims, projected_candidates=projected_candidates)
@@ -734,7 +901,7 @@ def cluster(
     scale = _max_norm(arr) if standardize else 1.0
     if scale != 1.0:
         arr = arr / scale
-    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)))
+    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)), rule=rule)
     return _finish(arr, labels, delta, None, scale, standardize, method)
 
 
@@ -769,6 +936,7 @@ def cluster_supervised(
     method: str = "auto",
     key=None,
     standardize: bool = False,
+    rule: str = "auto",
     **search_kwargs,
 ) -> Clustering:
     r"""Cluster supervised data so the centroids are valid pseudo-data for :math:`p(y \mid x, \theta)`.
@@ -797,7 +965,7 @@ def cluster_supervised(
         ``[N, d]`` features.
     y
         ``[N]`` targets.
-    radius, method, key, standardize, search_kwargs
+    radius, method, key, standardize, rule, search_kwargs
         As in :func:`cluster`.
 
     Returns
@@ -807,6 +975,7 @@ def cluster_supervised(
     """
     delta = check_real("radius", radius, low=0.0)
     mode = check_choice("mode", mode, ("auto", "by_label", "joint"))
+    rule = check_choice("rule", rule, RULES)
     arr = _as_features(x)
     yarr = np.asarray(y)
     if yarr.ndim != 1 or yarr.shape[0] != arr.shape[0]:
@@ -815,7 +984,8 @@ def cluster_supervised(
         mode = "by_label" if (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool) else "joint"
     if mode == "joint":
         yf = _as_features(yarr, "y")
-        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, **search_kwargs)
+        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, rule=rule,
+                        **search_kwargs)
         return joint._replace(centroids=joint.centroids[:, :-1], targets=joint.centroids[:, -1])
     if not (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool):
         raise ValueError(f"y must hold integer class labels for mode='by_label'; got dtype {yarr.dtype}")
@@ -834,7 +1004,7 @@ def cluster_supervised(
         rows = np.flatnonzero(groups == g)
         if rows.size == 0:
             continue
-        local = _stream_labels(arr[rows], delta, method, search, rng)
+        local = _stream_labels(arr[rows], delta, method, search, rng, rule=rule)
         labels[rows] = local + offset
         offset += int(local.max()) + 1
     return _finish(arr, labels, delta, yarr, scale, standardize, method)
