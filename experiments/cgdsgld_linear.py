@@ -32,6 +32,7 @@ import numpy as np
 import jaxsub
 import jaxsub.datasets
 from experiments._common import Report, progress, savefig
+from experiments._sgld import jit
 
 TITLE = "CG-DSGLD vs DSGLD: Bayesian linear regression on California housing, geographic shards (App. E.1)"
 
@@ -112,8 +113,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         [np.linalg.solve(x.T @ x, x.T @ y) for x, y in shards], exact_prec)
     # all three samplers run through one compiled sample_rounds program (DSGLD is alpha = 0)
     algos = {"DSGLD": (exact_sur, 0.0), "CG-DSGLD (fitted q_s)": (sur, 1.0), "CG-DSGLD (exact q_s)": (exact_sur, 1.0)}
-    runner = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
-                                                 num_rounds=rounds))
+    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
+                                             num_rounds=rounds), quick=quick)
     packed = jaxsub.sgmcmc.make_shards(shards)
     rows, curves = [], {}
     metrics = {"quick": quick, "data": description, "shard_sizes": sizes.tolist(), "sigma2": sigma2,

@@ -59,7 +59,11 @@ class SurrogateFitInfo(NamedTuple):
         ``"sgld"`` (moment matching) or ``"laplace"``.
     gradient_norm
         Laplace fits: per shard, the norm of the damped objective's gradient at the
-        expansion point, divided by ``N_s`` (how far the optimiser is from the mode).
+        expansion point, divided by ``N_s`` (how far the optimiser is from the shard's own
+        damped mode; with ``expansion='fedavg'`` it is not expected to be small).
+    expansion_point
+        Laplace fits: ``[S, d]`` flattened points where each shard's likelihood was expanded
+        (all rows equal for ``expansion='fedavg'``).
     """
 
     seconds: float
@@ -68,6 +72,7 @@ class SurrogateFitInfo(NamedTuple):
     clipped_eigenvalues: np.ndarray
     method: str = "sgld"
     gradient_norm: np.ndarray | None = None
+    expansion_point: np.ndarray | None = None
 
 
 class GaussianSurrogates(NamedTuple):
@@ -507,15 +512,37 @@ def laplace_surrogates(
     num_steps: int = 500,
     rng_key: PRNGKey | None = None,
     num_power_iterations: int = 3,
+    expansion: str = "fedavg",
+    fedavg_local_steps: int = 20,
 ) -> GaussianSurrogates:
     r"""Laplace (second-order Taylor) surrogates of the shard likelihoods, fitted with optax.
 
     For every shard, in parallel (``vmap`` over shards):
 
-    1. **Expansion point** ``θ̂_s``: ``num_steps`` full-shard steps of an optax optimiser
-       (default ``optax.adam(1e-2)``) on the *damped* shard objective
-       ``-(1/N_s)[Σ_{x∈X_s} \log p(x|θ) + δ_s \log p_0(θ)]`` with ``δ_s = damping · N_s / N``
-       (the shard's share of the prior, a "fractional prior"), started at ``position``.
+    1. **Expansion point** ``θ̂_s``, from full-shard steps of an optax optimiser (default
+       ``optax.adam(1e-2)``) on the *damped* shard objective
+       ``F_s(θ) = -(1/N_s)[Σ_{x∈X_s} \log p(x|θ) + δ_s \log p_0(θ)]`` with ``δ_s = damping · N_s / N``
+       (the shard's share of the prior, a "fractional prior"), started at ``position``:
+
+       * ``expansion='fedavg'`` (the default): one **common** point ``θ̂_s = θ̄`` for every shard,
+         found federatedly by FedAvg (McMahan et al. 2017): ``⌈num_steps / fedavg_local_steps⌉``
+         rounds, each running ``fedavg_local_steps`` optimiser steps on every ``F_s`` from the current
+         ``θ̄`` (fresh optimiser state) and setting ``θ̄ ← Σ_s (N_s/N) θ_s``. Only parameters cross
+         shards. With one local step of plain gradient descent a round is a gradient step on the
+         *global* objective ``-(1/N) \log[p_0^{damping} ∏_s p_s]`` (since ``Σ_s (N_s/N) ∇F_s`` is its
+         gradient), so ``θ̄`` approaches the global (damped) mode; with more local steps it drifts
+         towards a mixture of shard optima ("client drift") but stays a *shared* point.
+       * ``expansion='local'``: ``num_steps`` steps on each ``F_s`` separately (each shard's own
+         fractional-prior mode).
+
+       Why ``'fedavg'`` is the default (measured, docs/sgmcmc.md): the conducive term's
+       zero mean holds for any surrogates, but how much drift it removes depends on the
+       surrogates agreeing with the shard likelihoods *where the chain runs*. Expanded at their own
+       modes, the likelihoods of label-skewed shards are far from quadratic between those points
+       and the global posterior (logistic regression on Beta(0.1, 0.1) label-skewed shards:
+       posterior mean 23.0 Laplace sd from the MAP with local expansions, 1.70 with the
+       FedAvg-centred ones, 37.1 for DSGLD). At a common point ``θ̄`` the conducive term at ``θ̄``
+       is exactly the gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``.
     2. **Curvature** ``Λ_s ≈ -∇²_θ Σ_{x∈X_s}\log p(x|θ)`` at ``θ̂_s`` (the likelihood only,
        prior not included), in one of three structures (``structure``):
        ``'full'`` (``jax.hessian``, ``O(d²)`` memory: small models); ``'diag'`` (the exact
@@ -562,15 +589,23 @@ def laplace_surrogates(
         Needed for ``'lowrank'`` (random start of the subspace iteration).
     num_power_iterations
         Subspace iterations for ``'lowrank'``.
+    expansion
+        ``'fedavg'`` (one common expansion point from FedAvg; default) or ``'local'`` (each
+        shard's own damped mode).
+    fedavg_local_steps
+        ``>= 1``, optimiser steps per shard per FedAvg round (``expansion='fedavg'``).
 
     Returns
     -------
     GaussianSurrogates
-        ``fit_info.method == 'laplace'``; ``fit_info.gradient_norm`` reports convergence.
+        ``fit_info.method == 'laplace'``; ``fit_info.gradient_norm`` reports convergence;
+        ``fit_info.expansion_point`` the points used.
 
     References
     ----------
     El Mekkaoui et al., UAI 2021, Sec. 4.1 (Gaussian surrogates; Laplace as one choice).
+    McMahan, Moore, Ramage, Hampson & Agüera y Arcas, "Communication-efficient learning of deep
+    networks from decentralized data", AISTATS 2017 (FedAvg).
     """
     import optax
 
@@ -578,6 +613,8 @@ def laplace_surrogates(
     curvature = check_choice("curvature", curvature, ("hessian", "fisher"))
     damping = check_real("damping", damping, low=0.0, low_closed=True)
     num_steps = check_int("num_steps", num_steps, low=0)
+    expansion = check_choice("expansion", expansion, ("fedavg", "local"))
+    fedavg_local_steps = check_int("fedavg_local_steps", fedavg_local_steps, low=1)
     shards = make_shards(shards)
     from jaxsub.sgmcmc.shards import check_finite_shards
 
@@ -600,7 +637,7 @@ def laplace_surrogates(
     sizes_j = jnp.asarray(sizes, dtype)
     prior_flat = lambda flat: logprior_fn(unravel(flat))  # noqa: E731
 
-    def optimise(data_s, mask_s, n_s, w_s):
+    def optimise(start_flat, data_s, mask_s, n_s, w_s, length):
         loglik = _shard_loglik_sum(loglikelihood_fn, unravel, data_s, mask_s)
         objective = lambda flat: -(loglik(flat) + w_s * prior_flat(flat)) / n_s  # noqa: E731
 
@@ -610,12 +647,23 @@ def laplace_surrogates(
             updates, opt_state = optimizer.update(grad, opt_state, flat)
             return (optax.apply_updates(flat, updates), opt_state), None
 
-        (flat, _), _ = jax.lax.scan(step, (flat0, optimizer.init(flat0)), None, length=num_steps)
+        (flat, _), _ = jax.lax.scan(step, (start_flat, optimizer.init(start_flat)), None, length=length)
         return flat
 
     start = time.perf_counter()
     with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
-        modes = jax.vmap(optimise)(data, mask, sizes_j, weights)
+        if expansion == "local":
+            modes = jax.vmap(lambda *a: optimise(flat0, *a, num_steps))(data, mask, sizes_j, weights)
+        else:
+            fedavg_weights = jnp.asarray(sizes / total_n, dtype)
+            num_rounds = -(-num_steps // fedavg_local_steps)
+
+            def fedavg_round(centre, _):
+                local = jax.vmap(lambda *a: optimise(centre, *a, fedavg_local_steps))(data, mask, sizes_j, weights)
+                return fedavg_weights @ local, None
+
+            centre = jax.lax.scan(fedavg_round, flat0, None, length=num_rounds)[0]
+            modes = jnp.broadcast_to(centre, (shards.num_shards, dim))
 
     def diag_curvature(loglik, flat, data_s, mask_s):
         if curvature == "fisher":
@@ -680,6 +728,9 @@ def laplace_surrogates(
     if not np.all(np.isfinite(shift)):
         raise ValueError("the Laplace fit produced a non-finite h_s (diverged optimiser: lower the learning rate)")
     evaluations = int(shards.num_shards * num_steps * int(np.max(sizes)))
-    info = SurrogateFitInfo(seconds, 0, evaluations, clipped, "laplace", np.asarray(grad_norms))
+    if expansion == "fedavg":
+        evaluations = int(shards.num_shards * fedavg_local_steps * (-(-num_steps // fedavg_local_steps))
+                          * int(np.max(sizes)))
+    info = SurrogateFitInfo(seconds, 0, evaluations, clipped, "laplace", np.asarray(grad_norms), modes)
     return GaussianSurrogates(_host(prec, dtype), _host(shift, dtype), _host(means, dtype),
                               structure != "full", info, None if factor_out is None else _host(factor_out, dtype))
