@@ -77,7 +77,7 @@ def make_runner(local_steps: int, total_steps: int, quick: bool = False):
         transform = lambda s, i: s.position  # noqa: E731
     return jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
                                            num_rounds=rounds, shard_size=SHARD_SIZE,
-                                           return_local_positions=local_steps >= THIN, transform=transform), quick=quick)
+                                           return_local_positions=local_steps >= THIN, transform=transform), quick=quick, level=0)
 
 
 def running_errors(draws, post_mean, post_cov):

@@ -557,8 +557,19 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     for _ in range(50):  # Newton on the pooled log posterior
         p = 1 / (1 + np.exp(-x @ theta))
         theta += np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + np.eye(2), x.T @ (y - p) - theta)
+    opt = optax.sgd(2.0)
     fed = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                           fedavg_local_steps=1, optimizer=optax.sgd(2.0))
+                                           fedavg_local_steps=1, optimizer=opt)
+    # the same compute as a reusable jitted program gives the same surrogates; a program built for
+    # another structure is refused
+    program = jax.jit(jaxsub.sgmcmc.laplace_program(lp, ll, jnp.zeros(2), structure="full", num_steps=3000,
+                                                    fedavg_local_steps=1, optimizer=opt))
+    again = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
+                                             fedavg_local_steps=1, optimizer=opt, program=program)
+    np.testing.assert_allclose(again.precision, fed.precision, rtol=1e-4)
+    np.testing.assert_allclose(again.shift, fed.shift, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="program was built for another structure"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="diag", program=program)
     points = fed.fit_info.expansion_point
     np.testing.assert_array_equal(points, np.broadcast_to(points[0], points.shape))  # one common point
     np.testing.assert_allclose(points[0], theta, atol=2e-3)
