@@ -81,6 +81,14 @@ FEDAVG_ROUNDS, FEDAVG_STEPS = 6, 20  # quick mode; 5x as many rounds in full mod
 
 
 @jax.jit
+def _conducive_ratio(theta, shard, arrays, xs, ys, scale):
+    """‖conducive term‖ / ‖scaled minibatch likelihood gradient‖ at θ on one client (one compiled program)."""
+    g_cg = jax.flatten_util.ravel_pytree(jaxsub.sgmcmc.conducive_gradient(theta, shard, arrays))[0]
+    g_ll = jax.grad(lambda p: jnp.sum(jax.vmap(loglik, in_axes=(None, 0))(p, (xs, ys))))(theta)
+    return jnp.linalg.norm(g_cg) / (scale * jnp.linalg.norm(jax.flatten_util.ravel_pytree(g_ll)[0]))
+
+
+@jax.jit
 def _predict(draws, x):  # one compiled program for every sampler (same shapes)
     return jax.lax.map(lambda p: jax.nn.softmax(logits_fn(p, x)), draws)
 
@@ -133,9 +141,10 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         metrics["laplace_local_fit_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
     fedavg_rounds = FEDAVG_ROUNDS if quick else 5 * FEDAVG_ROUNDS
-    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
-                                           num_steps=fedavg_rounds * FEDAVG_STEPS, fedavg_local_steps=FEDAVG_STEPS,
-                                           optimizer=optax.adam(1e-2))
+    laplace_kw = dict(structure="diag", curvature="fisher", num_steps=fedavg_rounds * FEDAVG_STEPS,
+                      fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+    program = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, params0, **laplace_kw), quick=quick)
+    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, program=program, **laplace_kw)
     centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(sur.fit_info.expansion_point[0], jnp.float32))
     metrics["laplace_fit_seconds"] = time.perf_counter() - start
     metrics["fedavg_centre_test_accuracy"] = float(
@@ -146,13 +155,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         if surrogates is None:
             continue
         arrays = jaxsub.sgmcmc.conducive_arrays(surrogates, probs)
-        ratios = []
-        for s in range(num_clients):
-            g_cg = jax.flatten_util.ravel_pytree(jaxsub.sgmcmc.conducive_gradient(centre, s, arrays))[0]
-            xs, ys = jnp.asarray(clients[s][0][:BATCH]), jnp.asarray(clients[s][1][:BATCH])
-            g_ll = jax.grad(lambda p: jnp.sum(jax.vmap(loglik, in_axes=(None, 0))(p, (xs, ys))))(centre)
-            g_ll = jax.flatten_util.ravel_pytree(g_ll)[0] * (len(clients[s][1]) / (BATCH * probs[s]))
-            ratios.append(float(jnp.linalg.norm(g_cg) / jnp.linalg.norm(g_ll)))
+        ratios = [float(_conducive_ratio(centre, s, arrays, jnp.asarray(clients[s][0][:BATCH]),
+                                         jnp.asarray(clients[s][1][:BATCH]), len(clients[s][1]) / (BATCH * probs[s])))
+                  for s in range(num_clients)]
         metrics["conducive_to_likelihood_gradient_norm_at_start" + tag] = ratios
     # DSGLD (α = 0) and both CG-DSGLD variants share one compiled program (data, surrogates, α are arguments)
     runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
