@@ -223,3 +223,72 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     rep.figure(fig_name, "Running posterior-predictive test accuracy")
     rep.write()
     return metrics
+
+
+def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), seeds=(1, 2), *, quick=True):
+    """What closes the gap to pooled SGLD: shorter rounds (same total SGLD steps) or damped surrogate curvature?
+
+    From the FedAvg centre, for every ``L`` in ``local_steps`` (``total / L`` rounds, the quick run's
+    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the default surrogates' curvature scaled by
+    ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
+    so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
+    for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
+    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run``:
+    ``python -m experiments.cgdsgld_mnist`` prints it.
+    """
+    data = jaxsub.datasets.load_mnist()
+    rng = np.random.default_rng(0)
+    n_train, n_test, total_steps = (10_000, 2_000, 1_200) if quick else (60_000, 10_000, 30_000)
+    keep = rng.choice(data.x.shape[0], n_train, replace=False)
+    x_test, y_test = jnp.asarray(data.x_test[:n_test]), np.asarray(data.y_test[:n_test])
+    clients = make_clients(data.x[keep], data.y[keep], 10, rng)
+    n_total = sum(len(c[1]) for c in clients)
+    step_size = 2 * LR / n_total
+    params0 = init_params(0)
+    probs = np.full(10, 0.1)
+    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
+                                           num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
+                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+    theta_bar = np.asarray(sur.fit_info.expansion_point[0])
+    centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(theta_bar, jnp.float32))
+    prec = np.asarray(sur.precision, np.float64)
+    grads = np.asarray(sur.shift, np.float64) - prec * theta_bar
+
+    def scaled(c):
+        return sur._replace(precision=(c * prec).astype(np.float32),
+                            shift=(c * prec * theta_bar + grads).astype(np.float32))
+
+    packed = jaxsub.sgmcmc.make_shards(clients)
+    results = {}
+    for L in local_steps:
+        rounds = total_steps // L
+        burn, thin = rounds // 3, max(1, 20 // L)
+        runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=L, num_rounds=rounds),
+                     quick=quick)
+        for name, surrogates, alpha in [("DSGLD", sur, 0.0)] + [(f"CG-DSGLD c={c:g}", scaled(c), 1.0)
+                                                                for c in curvature_scales]:
+            accs = []
+            for seed in seeds:
+                _, trace = runner(jax.random.key(seed), jax.tree.map(lambda v: v[None], centre), packed.data,
+                                  jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
+                                  jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+                draws = jax.tree.map(lambda a: a[0, burn:][thin - 1 :: thin], trace)
+                accs.append(float(predictive_accuracy(draws, x_test, y_test)[-1]))
+            results[f"L={L} {name}"] = accs
+    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
+    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=20, step_size=step_size)
+    chain = jit(lambda t, k: jax.lax.scan(sgld_round, t, k), quick=quick)
+    accs = []
+    for seed in seeds:
+        _, path = chain(centre, jax.random.split(jax.random.key(seed), total_steps // 20))
+        accs.append(float(predictive_accuracy(jax.tree.map(lambda a: a[(total_steps // 20) // 3 :], path),
+                                              x_test, y_test)[-1]))
+    results["SGLD (pooled)"] = accs
+    return results
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(local_steps_study(), indent=1))
