@@ -8,11 +8,13 @@ is split into S = 10 shards of equal size whose positive fraction is drawn
 from Beta(a, a), clipped to [0.05, 0.95] (see ``MIN_FRACTION``) -- a = 0.1
 (heterogeneous: shards are 95% positive or 95% negative) and a = 10 (nearly balanced) -- as in the paper's Sec. 5.3.4
 (which uses SUSY and an MLP; here the model is logistic regression, App. E.2).
-Prior θ ~ N(0, 10 I). Default surrogates (``jaxsub.sgmcmc.laplace_surrogates``):
-per shard in parallel, 1,000 full-shard Adam steps (optax, learning rate 0.05) on
-the shard log-likelihood plus the fractional prior ``(N_s/N) log p_0`` (the
-damping rule), then the exact Hessian there and the second-order Taylor
-expansion (full precision). Previous default, kept for comparison (full mode only): per shard, SGLD on
+Prior θ ~ N(0, 10 I). Default surrogates (``jaxsub.sgmcmc.laplace_surrogates``, the library
+default ``expansion='fedavg'``): one common expansion point found federatedly -- 30 FedAvg rounds,
+each 20 full-shard Adam steps (optax, learning rate 0.05) per shard on the shard log-likelihood plus the
+fractional prior ``(N_s/N) log p_0`` (the damping rule), then the size-weighted average -- and at that
+point each shard's exact Hessian and second-order Taylor expansion (full precision). Compared with
+``expansion='local'`` (each shard expanded at its own damped mode after 1,000 Adam steps: the previous
+default). Older default, kept for comparison (full mode only): per shard, SGLD on
 prior × shard likelihood
 (all shards in parallel), full-covariance Gaussian moments, prior divided out
 (``jaxsub.sgmcmc.gaussian_surrogates``, minibatch 1,000 so that minibatch
@@ -21,9 +23,8 @@ local steps per round (App. E.2), minibatch 500, ε = 0.1/N, f_s = 1/10; plain S
 (``blackjax.sgld`` on the pooled shards, same step size and minibatch) is the
 reference, and CG-DSGLD with *oracle* surrogates (each shard log-likelihood's
 second-order expansion at the full-data MAP) shows what accurate surrogates
-in the region the chain visits achieve; CG-DSGLD with every shard expanded at one *common* point found
-federatedly (30 FedAvg rounds of 20 local Adam steps, ``laplace_surrogates(..., num_steps=0)`` there) is
-the federated counterpart of that oracle. Metrics on the held-out set, from the posterior predictive averaged
+in the region the chain visits achieve; the FedAvg-centred default is its federated counterpart.
+Metrics on the held-out set, from the posterior predictive averaged
 over all draws so far: log-likelihood per point and accuracy; and the distance of
 each sampler's posterior mean from the full-data MAP in Laplace standard deviations.
 """
@@ -41,6 +42,7 @@ import optax
 import jaxsub
 import jaxsub.datasets
 from experiments._common import Report, progress, savefig
+from experiments._sgld import jit
 from jaxsub.subsample import permutation_indices
 
 TITLE = "CG-DSGLD vs DSGLD: logistic regression on Beta(a, a) label-imbalanced shards (AER/Fertility)"
@@ -138,38 +140,7 @@ def laplace_surrogates_at(theta, shards):
     return jaxsub.sgmcmc.gaussian_surrogates(np.stack(means), np.stack(precs))
 
 
-FEDAVG_ROUNDS, FEDAVG_STEPS = 30, 20
-
-
-@jax.jit
-def _fedavg_round(centre, data, mask, sizes, weights):
-    """One FedAvg round: FEDAVG_STEPS full-shard Adam steps (lr 0.05) per shard on its log-likelihood plus its
-    share N_s/N of the log-prior, from ``centre``, then the average (f_s = 1/S). Data are arguments."""
-    opt = optax.adam(0.05)
-
-    def local(d, m, n, w):
-        def objective(p):
-            return -(jnp.sum(jnp.where(m, jax.vmap(lambda z: loglik(p, z))(d), 0.0)) + w * logprior(p)) / n
-
-        def step(carry, _):
-            p, st = carry
-            upd, st = opt.update(jax.grad(objective)(p), st, p)
-            return (optax.apply_updates(p, upd), st), None
-
-        return jax.lax.scan(step, (centre, opt.init(centre)), None, length=FEDAVG_STEPS)[0][0]
-
-    return jax.vmap(local)(data, mask, sizes, weights).mean(0)
-
-
-def fedavg_centre(shards, dim):
-    """A common expansion point found federatedly (FedAvg, McMahan et al. 2017): only parameters cross shards."""
-    packed = jaxsub.sgmcmc.make_shards(shards)
-    sizes = jnp.asarray(packed.sizes, jnp.float32)
-    centre = jnp.zeros(dim, jnp.float32)
-    with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
-        for _ in range(FEDAVG_ROUNDS):
-            centre = _fedavg_round(centre, packed.data, jnp.asarray(packed.mask), sizes, sizes / sizes.sum())
-    return centre
+FEDAVG_ROUNDS, FEDAVG_STEPS = 30, 20  # FedAvg centre of the default surrogates: 30 rounds x 20 local Adam steps
 
 
 def mahalanobis(draws, theta_map, hess) -> float:
@@ -191,7 +162,7 @@ def predictive_curves(draws, x_test, y_test, num_points: int = 25):
 
 def sgld_reference_fn(num_steps, num_chains, dim):
     """Plain SGLD on the pooled data with blackjax.sgld (minibatches without replacement in O(n)); a pure
-    function of (key, x, y, step_size) so that one compiled program serves every split."""
+    function of (key, x, y, step_size) so that one compiled program serves every split (the caller jits it)."""
 
     def chains(key, x, y, step_size):
         n_total = x.shape[0]
@@ -209,7 +180,7 @@ def sgld_reference_fn(num_steps, num_chains, dim):
 
         return jnp.swapaxes(jax.vmap(one_chain)(jax.random.split(key, num_chains)), 0, 1)
 
-    return jax.jit(chains)
+    return chains
 
 
 def run(out_dir: Path, *, quick: bool) -> dict:
@@ -222,6 +193,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     metrics = {"quick": quick, "data": None, "settings": {}}
     curves, rows = {}, []
     sampler = sgld_ref = None
+    programs = {}
     for a in progress(A_VALUES, desc="Beta(a, a)"):
         shards, (x_test, y_test), fracs, description = make_data(shard_size, test_per_class, a)
         metrics["data"] = description
@@ -245,37 +217,39 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 "surrogate_clipped_eigenvalues": fit.clipped_eigenvalues.tolist(),
                 "curvature_excess": jaxsub.sgmcmc.surrogates.curvature_excess(
                     sur, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
-        start = time.perf_counter()
-        laplace = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), structure="full",
-                                                   num_steps=1_000, optimizer=optax.adam(0.05))
+        if not programs:  # one compiled Laplace fit per setting, shared by both splits (same shapes)
+            opt = optax.adam(0.05)
+            programs["fedavg"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS,
+                                      fedavg_local_steps=FEDAVG_STEPS, optimizer=opt)
+            programs["local"] = dict(structure="full", num_steps=1_000, optimizer=opt, expansion="local")
+            for kw in programs.values():
+                kw["program"] = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, jnp.zeros(dim), **kw), quick=quick)
+        start = time.perf_counter()  # the library default: FedAvg-centred expansion
+        laplace = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **programs["fedavg"])
         laplace_seconds = time.perf_counter() - start
+        theta_map, hess = laplace_reference(shards)
+        laplace_local = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **programs["local"])
         metrics["settings"][f"a={a}"].update({
             "laplace_fit_seconds": laplace_seconds,
-            "laplace_gradient_norm": np.asarray(laplace.fit_info.gradient_norm).round(6).tolist(),
+            "fedavg_centre_distance_from_map_laplace_sd": mahalanobis(laplace.fit_info.expansion_point[:1],
+                                                                      theta_map, hess),
             "curvature_excess_laplace_default": jaxsub.sgmcmc.curvature_excess(
-                laplace, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
-        theta_map, hess = laplace_reference(shards)
-        start = time.perf_counter()
-        centre = fedavg_centre(shards, dim)
-        laplace_common = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, centre, structure="full",
-                                                          num_steps=0)
-        metrics["settings"][f"a={a}"].update({
-            "fedavg_centre_seconds": time.perf_counter() - start,
-            "fedavg_centre_distance_from_map_laplace_sd": mahalanobis(np.asarray(centre)[None], theta_map, hess),
-            "curvature_excess_laplace_at_fedavg_centre": jaxsub.sgmcmc.curvature_excess(
-                laplace_common, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
+                laplace, np.full(NUM_SHARDS, 0.1)).round(1).tolist(),
+            "laplace_local_gradient_norm": np.asarray(laplace_local.fit_info.gradient_norm).round(6).tolist(),
+            "curvature_excess_laplace_local": jaxsub.sgmcmc.curvature_excess(
+                laplace_local, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
         oracle = laplace_surrogates_at(theta_map, shards)
         metrics["settings"][f"a={a}"]["curvature_excess_laplace_at_map"] = jaxsub.sgmcmc.surrogates.curvature_excess(
             oracle, np.full(NUM_SHARDS, 0.1)).round(1).tolist()
         # one compiled program for every sampler and split (data, surrogates, α are arguments; α = 0 is DSGLD)
         if sampler is None:
-            sampler = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
-                                                          num_rounds=rounds, shard_size=shard_size))
-            sgld_ref = sgld_reference_fn(rounds * LOCAL_STEPS, num_chains, dim)
+            sampler = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
+                                                      num_rounds=rounds, shard_size=shard_size), quick=quick)
+            sgld_ref = jit(sgld_reference_fn(rounds * LOCAL_STEPS, num_chains, dim), quick=quick)
         packed = jaxsub.sgmcmc.make_shards(shards)
         probs = np.full(NUM_SHARDS, 0.1)
         runs = {"DSGLD": (laplace, 0.0), "CG-DSGLD": (laplace, 1.0), "CG-DSGLD (SGLD-fitted q_s)": (sur, 1.0),
-                "CG-DSGLD (Laplace q_s at FedAvg centre)": (laplace_common, 1.0),
+                "CG-DSGLD (local Laplace q_s)": (laplace_local, 1.0),
                 "CG-DSGLD (Laplace q_s at MAP)": (oracle, 1.0)}
         if sur is None:
             del runs["CG-DSGLD (SGLD-fitted q_s)"]
@@ -310,7 +284,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     fig, axes = plt.subplots(2, len(A_VALUES), figsize=(12, 8), squeeze=False)
     for j, a in enumerate(A_VALUES):
         for name, style in (("DSGLD", "--"), ("CG-DSGLD", "-"), ("CG-DSGLD (SGLD-fitted q_s)", "-"),
-                            ("CG-DSGLD (Laplace q_s at FedAvg centre)", "-"),
+                            ("CG-DSGLD (local Laplace q_s)", "-"),
                             ("CG-DSGLD (Laplace q_s at MAP)", "-."), ("SGLD", ":")):
             if (name, a) not in curves:
                 continue

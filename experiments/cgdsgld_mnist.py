@@ -9,9 +9,10 @@ same start -- the FedAvg centre below -- and with the same number of SGLD steps 
 
 * SGLD on the pooled data (``blackjax.sgld``; the centralised reference);
 * DSGLD, ``L`` local steps per round, ``f_s = 1/S`` (``jaxsub.sgmcmc.sample_rounds`` at α = 0);
-* CG-DSGLD with diagonal Laplace surrogates expanded at a common point: ``θ̄`` from FedAvg
-  (10 rounds of 20 local Adam steps per client, then averaging; 30 rounds in full mode), then
-  ``jaxsub.sgmcmc.laplace_surrogates(structure='diag', curvature='fisher', num_steps=0)`` at ``θ̄``;
+* CG-DSGLD with diagonal Laplace surrogates expanded at a common point, the library default
+  ``jaxsub.sgmcmc.laplace_surrogates(structure='diag', curvature='fisher', expansion='fedavg')``:
+  ``θ̄`` from FedAvg (6 rounds of 20 local Adam steps, lr 0.01, per client, then the size-weighted
+  average; 30 rounds in full mode), and the empirical Fisher diagonal of every client at ``θ̄``;
 * full mode also: CG-DSGLD with the local Laplace surrogates (each client expanded at its own
   fractional-prior mode, the library default), whose conducive term is ~0.1% of the gradient here.
 
@@ -33,7 +34,7 @@ import optax
 import jaxsub
 import jaxsub.datasets
 from experiments._common import Report, progress, savefig
-from experiments._sgld import pooled_sgld_round
+from experiments._sgld import jit, pooled_sgld_round
 
 TITLE = "CG-DSGLD vs DSGLD vs centralised SGLD: Bayesian MLP on label-skewed MNIST clients"
 
@@ -42,10 +43,13 @@ BATCH = 32
 LR = 0.1  # drift per step = LR x mean per-datum gradient, i.e. ε = 2 LR / N
 
 
-def init_params(key):
-    k1, k2 = jax.random.split(key)
-    return {"w1": jax.random.normal(k1, (784, HIDDEN)) * np.sqrt(1.0 / 784), "b1": jnp.zeros(HIDDEN),
-            "w2": jax.random.normal(k2, (HIDDEN, 10)) * np.sqrt(1.0 / HIDDEN), "b2": jnp.zeros(10)}
+def init_params(seed: int):
+    """Glorot-style start (NumPy's generator: a jax.random.normal call would compile a program of its own)."""
+    rng = np.random.default_rng(seed)
+    return {"w1": jnp.asarray(rng.normal(size=(784, HIDDEN)) * np.sqrt(1.0 / 784), jnp.float32),
+            "b1": jnp.zeros(HIDDEN),
+            "w2": jnp.asarray(rng.normal(size=(HIDDEN, 10)) * np.sqrt(1.0 / HIDDEN), jnp.float32),
+            "b2": jnp.zeros(10)}
 
 
 def logits_fn(params, x):
@@ -73,45 +77,25 @@ def make_clients(x, y, num_clients, rng):
     return clients
 
 
-FEDAVG_ROUNDS, FEDAVG_STEPS = 10, 20
+FEDAVG_ROUNDS, FEDAVG_STEPS = 6, 20  # quick mode; 5x as many rounds in full mode
 
 
-def fedavg(clients, params0, probs, n_total, *, rounds):
-    """Federated estimate of the global mode (FedAvg, McMahan et al. 2017): each round every client runs
-    FEDAVG_STEPS full-client Adam steps (lr 1e-2) on its log-likelihood plus its share N_s/N of the log-prior,
-    from the current centre, and the centre becomes the f-weighted average. Only parameters cross clients."""
-    packed = jaxsub.sgmcmc.make_shards(clients)
-    opt = optax.adam(1e-2)
-    weights = jnp.asarray(packed.sizes / n_total, jnp.float32)
+@jax.jit
+def _conducive_ratio(theta, shard, arrays, xs, ys, scale):
+    """‖conducive term‖ / ‖scaled minibatch likelihood gradient‖ at θ on one client (one compiled program)."""
+    g_cg = jax.flatten_util.ravel_pytree(jaxsub.sgmcmc.conducive_gradient(theta, shard, arrays))[0]
+    g_ll = jax.grad(lambda p: jnp.sum(jax.vmap(loglik, in_axes=(None, 0))(p, (xs, ys))))(theta)
+    return jnp.linalg.norm(g_cg) / (scale * jnp.linalg.norm(jax.flatten_util.ravel_pytree(g_ll)[0]))
 
-    @jax.jit
-    def one_round(centre):
-        def local(data_s, mask_s, n_s, w_s):
-            def objective(p):
-                per = jax.vmap(lambda d: loglik(p, d))(data_s)
-                return -(jnp.sum(jnp.where(mask_s, per, 0.0)) + w_s * logprior(p)) / n_s
 
-            def step(carry, _):
-                p, st = carry
-                upd, st = opt.update(jax.grad(objective)(p), st, p)
-                return (optax.apply_updates(p, upd), st), None
-
-            return jax.lax.scan(step, (centre, opt.init(centre)), None, length=FEDAVG_STEPS)[0][0]
-
-        local_params = jax.vmap(local)(packed.data, jnp.asarray(packed.mask),
-                                       jnp.asarray(packed.sizes, jnp.float32), weights)
-        return jax.tree.map(lambda v: jnp.tensordot(jnp.asarray(probs, jnp.float32), v, axes=1), local_params)
-
-    centre = params0
-    with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
-        for _ in range(rounds):
-            centre = one_round(centre)
-    return centre
+@jax.jit
+def _predict(draws, x):  # one compiled program for every sampler (same shapes)
+    return jax.lax.map(lambda p: jax.nn.softmax(logits_fn(p, x)), draws)
 
 
 def predictive_accuracy(draws, x_test, y_test):
     """Running posterior-predictive accuracy; draws: pytree with leaves [T, ...]."""
-    probs = jax.lax.map(lambda p: jax.nn.softmax(logits_fn(p, x_test)), draws)  # [T, n, 10]
+    probs = _predict(draws, x_test)  # [T, n, 10]
     cum = np.cumsum(np.asarray(probs, np.float64), axis=0) / np.arange(1, probs.shape[0] + 1)[:, None, None]
     return (cum.argmax(-1) == y_test[None, :]).mean(1)
 
@@ -133,7 +117,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     top2 = float(np.mean([np.sort(d)[-2:].sum() / d.sum() for d in digits]))
     n_total = sum(len(c[1]) for c in clients)
     step_size = 2 * LR / n_total
-    params0 = init_params(jax.random.key(0))
+    params0 = init_params(0)
     dim = sum(int(np.size(p)) for p in jax.tree.leaves(params0))
     burn = rounds // 3
     metrics = {"quick": quick, "clients": num_clients, "train_rows": n_total, "test_rows": n_test, "dim": dim,
@@ -152,12 +136,16 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     if not quick:  # the previous default, for comparison (full mode only: compile time)
         start = time.perf_counter()
         sur_local = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag",
-                                                     curvature="fisher", num_steps=300, optimizer=optax.adam(1e-2))
+                                                     curvature="fisher", num_steps=300, optimizer=optax.adam(1e-2),
+                                                     expansion="local")
         metrics["laplace_local_fit_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
-    centre = fedavg(clients, params0, probs, n_total, rounds=FEDAVG_ROUNDS if quick else 3 * FEDAVG_ROUNDS)
-    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, centre, structure="diag", curvature="fisher",
-                                           num_steps=0)
+    fedavg_rounds = FEDAVG_ROUNDS if quick else 5 * FEDAVG_ROUNDS
+    laplace_kw = dict(structure="diag", curvature="fisher", num_steps=fedavg_rounds * FEDAVG_STEPS,
+                      fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+    program = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, params0, **laplace_kw), quick=quick)
+    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, program=program, **laplace_kw)
+    centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(sur.fit_info.expansion_point[0], jnp.float32))
     metrics["laplace_fit_seconds"] = time.perf_counter() - start
     metrics["fedavg_centre_test_accuracy"] = float(
         np.mean(np.asarray(logits_fn(centre, x_test)).argmax(-1) == y_test))
@@ -167,17 +155,13 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         if surrogates is None:
             continue
         arrays = jaxsub.sgmcmc.conducive_arrays(surrogates, probs)
-        ratios = []
-        for s in range(num_clients):
-            g_cg = jax.flatten_util.ravel_pytree(jaxsub.sgmcmc.conducive_gradient(centre, s, arrays))[0]
-            xs, ys = jnp.asarray(clients[s][0][:BATCH]), jnp.asarray(clients[s][1][:BATCH])
-            g_ll = jax.grad(lambda p: jnp.sum(jax.vmap(loglik, in_axes=(None, 0))(p, (xs, ys))))(centre)
-            g_ll = jax.flatten_util.ravel_pytree(g_ll)[0] * (len(clients[s][1]) / (BATCH * probs[s]))
-            ratios.append(float(jnp.linalg.norm(g_cg) / jnp.linalg.norm(g_ll)))
+        ratios = [float(_conducive_ratio(centre, s, arrays, jnp.asarray(clients[s][0][:BATCH]),
+                                         jnp.asarray(clients[s][1][:BATCH]), len(clients[s][1]) / (BATCH * probs[s])))
+                  for s in range(num_clients)]
         metrics["conducive_to_likelihood_gradient_norm_at_start" + tag] = ratios
     # DSGLD (α = 0) and both CG-DSGLD variants share one compiled program (data, surrogates, α are arguments)
-    runner = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                                 num_rounds=rounds))
+    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                             num_rounds=rounds), quick=quick)
     packed = jaxsub.sgmcmc.make_shards(clients)
     algos = {"DSGLD": (sur, 0.0), "CG-DSGLD (local Laplace q_s)": (sur_local, 1.0), "CG-DSGLD": (sur, 1.0)}
     if sur_local is None:
@@ -196,11 +180,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     # centralised SGLD on the pooled data, same steps, one draw per L steps
     px = jnp.asarray(np.concatenate([c[0] for c in clients]))
     py = jnp.asarray(np.concatenate([c[1] for c in clients]))
-    sgld_round = jax.jit(pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
-                                           step_size=step_size))
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
+                                   step_size=step_size)
+    sgld_chain = jit(lambda theta, keys: jax.lax.scan(sgld_round, theta, keys), quick=quick)
 
     start = time.perf_counter()
-    _, path = jax.lax.scan(sgld_round, centre, jax.random.split(jax.random.key(1), rounds))
+    _, path = sgld_chain(centre, jax.random.split(jax.random.key(1), rounds))
     draws = jax.tree.map(lambda a: a[burn:], path)
     curves["SGLD (pooled)"] = predictive_accuracy(draws, x_test, y_test)
     rows.append(["SGLD (pooled)", float(curves["SGLD (pooled)"][-1]), time.perf_counter() - start])
@@ -238,3 +223,72 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     rep.figure(fig_name, "Running posterior-predictive test accuracy")
     rep.write()
     return metrics
+
+
+def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), seeds=(1, 2), *, quick=True):
+    """What closes the gap to pooled SGLD: shorter rounds (same total SGLD steps) or damped surrogate curvature?
+
+    From the FedAvg centre, for every ``L`` in ``local_steps`` (``total / L`` rounds, the quick run's
+    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the default surrogates' curvature scaled by
+    ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
+    so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
+    for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
+    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run``:
+    ``python -m experiments.cgdsgld_mnist`` prints it.
+    """
+    data = jaxsub.datasets.load_mnist()
+    rng = np.random.default_rng(0)
+    n_train, n_test, total_steps = (10_000, 2_000, 1_200) if quick else (60_000, 10_000, 30_000)
+    keep = rng.choice(data.x.shape[0], n_train, replace=False)
+    x_test, y_test = jnp.asarray(data.x_test[:n_test]), np.asarray(data.y_test[:n_test])
+    clients = make_clients(data.x[keep], data.y[keep], 10, rng)
+    n_total = sum(len(c[1]) for c in clients)
+    step_size = 2 * LR / n_total
+    params0 = init_params(0)
+    probs = np.full(10, 0.1)
+    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
+                                           num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
+                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+    theta_bar = np.asarray(sur.fit_info.expansion_point[0])
+    centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(theta_bar, jnp.float32))
+    prec = np.asarray(sur.precision, np.float64)
+    grads = np.asarray(sur.shift, np.float64) - prec * theta_bar
+
+    def scaled(c):
+        return sur._replace(precision=(c * prec).astype(np.float32),
+                            shift=(c * prec * theta_bar + grads).astype(np.float32))
+
+    packed = jaxsub.sgmcmc.make_shards(clients)
+    results = {}
+    for L in local_steps:
+        rounds = total_steps // L
+        burn, thin = rounds // 3, max(1, 20 // L)
+        runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=L, num_rounds=rounds),
+                     quick=quick)
+        for name, surrogates, alpha in [("DSGLD", sur, 0.0)] + [(f"CG-DSGLD c={c:g}", scaled(c), 1.0)
+                                                                for c in curvature_scales]:
+            accs = []
+            for seed in seeds:
+                _, trace = runner(jax.random.key(seed), jax.tree.map(lambda v: v[None], centre), packed.data,
+                                  jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
+                                  jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+                draws = jax.tree.map(lambda a: a[0, burn:][thin - 1 :: thin], trace)
+                accs.append(float(predictive_accuracy(draws, x_test, y_test)[-1]))
+            results[f"L={L} {name}"] = accs
+    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
+    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=20, step_size=step_size)
+    chain = jit(lambda t, k: jax.lax.scan(sgld_round, t, k), quick=quick)
+    accs = []
+    for seed in seeds:
+        _, path = chain(centre, jax.random.split(jax.random.key(seed), total_steps // 20))
+        accs.append(float(predictive_accuracy(jax.tree.map(lambda a: a[(total_steps // 20) // 3 :], path),
+                                              x_test, y_test)[-1]))
+    results["SGLD (pooled)"] = accs
+    return results
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(local_steps_study(), indent=1))

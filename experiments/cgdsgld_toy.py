@@ -21,6 +21,7 @@ import numpy as np
 
 import jaxsub
 from experiments._common import Report, progress, savefig
+from experiments._sgld import jit
 
 TITLE = "CG-DSGLD vs DSGLD on heterogeneous blobs (paper Sec. 5.1, Fig. 1)"
 
@@ -66,7 +67,7 @@ def sample(runner, surrogates, alpha, key, num_chains: int, local_steps: int):
     return draws[:, THIN // local_steps - 1 :: THIN // local_steps]
 
 
-def make_runner(local_steps: int, total_steps: int):
+def make_runner(local_steps: int, total_steps: int, quick: bool = False):
     rounds = total_steps // local_steps
     if local_steps >= THIN:
         assert local_steps % THIN == 0
@@ -74,9 +75,9 @@ def make_runner(local_steps: int, total_steps: int):
     else:
         assert THIN % local_steps == 0
         transform = lambda s, i: s.position  # noqa: E731
-    return jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                               num_rounds=rounds, shard_size=SHARD_SIZE,
-                                               return_local_positions=local_steps >= THIN, transform=transform))
+    return jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                           num_rounds=rounds, shard_size=SHARD_SIZE,
+                                           return_local_positions=local_steps >= THIN, transform=transform), quick=quick, level=0)
 
 
 def running_errors(draws, post_mean, post_cov):
@@ -104,7 +105,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     rows = []
     packed = (jaxsub.sgmcmc.make_shards(shards), jaxsub.sgmcmc.conducive_arrays(surrogates, probs))
     for L in progress(LOCAL_STEPS, desc="local steps"):
-        runner = make_runner(L, total_steps)  # DSGLD is alpha = 0 of the same compiled program
+        runner = make_runner(L, total_steps, quick)  # DSGLD is alpha = 0 of the same compiled program
         for name, alpha in (("DSGLD", 0.0), ("CG-DSGLD", 1.0)):
             start = time.perf_counter()
             draws = sample(runner, packed, alpha, jax.random.key(L), num_chains, L)[:, burn:]

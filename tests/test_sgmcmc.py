@@ -509,7 +509,9 @@ def test_laplace_surrogates_equal_exact_ones_on_a_conjugate_model(structure):
 
 
 def test_laplace_damping_keeps_separable_shards_finite():
-    """A one-label logistic shard has no likelihood maximum: the fractional prior gives a finite expansion point."""
+    """A one-label logistic shard has no likelihood maximum: the fractional prior gives a finite expansion point
+    (each shard's own damped mode, expansion='local'; the FedAvg centre of the default is an average of such
+    local optima, so it inherits their finiteness)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 200, 2)).astype(np.float32)
     x[0, :, 0] = np.abs(x[0, :, 0]) + 0.1  # shard 0: all y = 1 and x_0 > 0, separable along +e_0
@@ -519,16 +521,71 @@ def test_laplace_damping_keeps_separable_shards_finite():
     lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
     data = {"x": x, "y": y}  # stacked [S, N, ...] shards
     sur = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
-                                           optimizer=__import__("optax").adam(0.05))
+                                           optimizer=__import__("optax").adam(0.05), expansion="local")
     assert np.all(np.isfinite(sur.mean)) and np.all(np.isfinite(sur.precision))
     assert np.all(sur.fit_info.gradient_norm < 1e-5)  # converged to the damped mode
     assert np.all(np.abs(sur.mean) < 15)
     undamped = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
-                                                damping=0.0, optimizer=__import__("optax").adam(0.05))
+                                                damping=0.0, optimizer=__import__("optax").adam(0.05),
+                                                expansion="local")
     # negative control: without damping the separable shards' optimiser runs away (no mode to converge to)
     assert np.all(undamped.fit_info.gradient_norm[:2] > 100 * sur.fit_info.gradient_norm[:2])
     for s in (0, 1):
         assert np.linalg.norm(undamped.mean[s]) > 1.5 * np.linalg.norm(sur.mean[s])
+
+
+def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
+    """expansion='fedavg' (the default): one shared expansion point. With one local step of plain gradient
+    descent per round, FedAvg's average of the shards' steps on F_s = -(ℓ_s + (N_s/N) log p_0)/N_s, weighted
+    by N_s/N, is a gradient step on -(1/N) log posterior, so the point converges to the global MAP (computed
+    here by Newton's method on the pooled data). Negative control: the local expansion points (each shard's
+    own damped mode, expansion='local') differ from each other and from the MAP on these label-skewed shards."""
+    import optax
+
+    rng = np.random.default_rng(5)
+    sizes, fracs = (80, 120, 100), (0.9, 0.1, 0.5)  # label-skewed shards of unequal sizes
+    shards = []
+    for n, f in zip(sizes, fracs):
+        y = (rng.uniform(size=n) < f).astype(np.float32)
+        x = np.column_stack([np.ones(n), rng.normal(size=n) + y]).astype(np.float32)
+        shards.append((x, y))
+    ll = lambda th, d: d[1] * (d[0] @ th) - jnp.logaddexp(0.0, d[0] @ th)  # noqa: E731
+    lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
+    x = np.concatenate([s[0] for s in shards]).astype(np.float64)
+    y = np.concatenate([s[1] for s in shards]).astype(np.float64)
+    theta = np.zeros(2)
+    for _ in range(50):  # Newton on the pooled log posterior
+        p = 1 / (1 + np.exp(-x @ theta))
+        theta += np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + np.eye(2), x.T @ (y - p) - theta)
+    opt = optax.sgd(2.0)
+    fed = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
+                                           fedavg_local_steps=1, optimizer=opt)
+    # the same compute as a reusable jitted program gives the same surrogates; a program built for
+    # another structure is refused
+    program = jax.jit(jaxsub.sgmcmc.laplace_program(lp, ll, jnp.zeros(2), structure="full", num_steps=3000,
+                                                    fedavg_local_steps=1, optimizer=opt))
+    again = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
+                                             fedavg_local_steps=1, optimizer=opt, program=program)
+    np.testing.assert_allclose(again.precision, fed.precision, rtol=1e-4)
+    np.testing.assert_allclose(again.shift, fed.shift, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="program was built for another structure"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="diag", program=program)
+    points = fed.fit_info.expansion_point
+    np.testing.assert_array_equal(points, np.broadcast_to(points[0], points.shape))  # one common point
+    np.testing.assert_allclose(points[0], theta, atol=2e-3)
+    local = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
+                                             expansion="local", optimizer=optax.sgd(2.0))
+    lpts = local.fit_info.expansion_point
+    assert np.all(local.fit_info.gradient_norm < 1e-4)  # each at its own damped mode
+    assert np.linalg.norm(lpts[0] - lpts[1]) > 1.0 and np.min(np.linalg.norm(lpts - theta, axis=1)) > 0.05
+    # both are Taylor expansions of the same likelihoods: at the shared point, Σ_s ∇log q_s = ∇ℓ(θ̄)
+    grad_q = np.einsum("sij,j->si", -fed.precision, points[0]) + fed.shift
+    p = 1 / (1 + np.exp(-x @ points[0]))
+    np.testing.assert_allclose(grad_q.sum(0), x.T @ (y - p), rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="expansion"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), expansion="global")
+    with pytest.raises(ValueError, match="fedavg_local_steps"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), fedavg_local_steps=0)
 
 
 # ---------------------------------------------------------------- pytree positions, many clients, participation

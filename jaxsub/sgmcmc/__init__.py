@@ -38,6 +38,7 @@ from jaxsub.sgmcmc.surrogates import (
     conducive_gradient,
     curvature_excess,
     gaussian_surrogates,
+    laplace_program,
     laplace_surrogates,
 )
 
@@ -58,6 +59,7 @@ __all__ = [
     "curvature_excess",
     "draws_by_chain",
     "dsgld",
+    "laplace_program",
     "laplace_surrogates",
     "shards",
     "surrogates",
