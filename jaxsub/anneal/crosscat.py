@@ -816,14 +816,21 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         mask = _level_mask(model)
         k_dir = next(keys)
 
+        counts = state.cat_counts.astype(dt)  # [Fc, C, L]
+        n_c = jnp.sum(counts, -1)  # [Fc, C] observed cells per cluster
+
         def level(lvl, cp):  # per-level (non-uniform) concentration, all features at once
-            cand = jnp.broadcast_to(cp[None], (g.shape[0],) + cp.shape)
-            cand = jax.vmap(lambda c, v: jax.lax.dynamic_update_slice_in_dim(
-                c, jnp.full((c.shape[0], 1), v, c.dtype), lvl, axis=1))(cand, g)
-            lp = jax.vmap(lambda b: _dm_marginal(model, b, state.cat_counts))(cand)  # [G, Fc]
-            new = draw(jax.random.fold_in(k_dir, lvl), g, lp.T)
-            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)
+            # log p(X | beta_l = g) up to terms free of beta_l: with B_rest the sum of the other levels,
+            # sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
+            # (the Dirichlet-multinomial marginal of _dm_marginal; O(Fc C G) per level, not O(Fc C L G))
+            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)  # [Fc]
             keep = jax.lax.dynamic_index_in_dim(mask, lvl, axis=1, keepdims=False)
+            b_rest = jnp.sum(jnp.where(mask, cp, 0.0), -1) - jnp.where(keep, col, 0.0)  # [Fc]
+            c_l = jax.lax.dynamic_index_in_dim(counts, lvl, axis=2, keepdims=False)  # [Fc, C]
+            bg = (b_rest[:, None] + g[None, :])[:, :, None]  # [Fc, G, 1]
+            lp = (jnp.sum(gammaln(bg) - gammaln(bg + n_c[:, None, :]), -1)
+                  + jnp.sum(gammaln(g[None, :, None] + c_l[:, None, :]) - gammaln(g)[None, :, None], -1))  # [Fc, G]
+            new = draw(jax.random.fold_in(k_dir, lvl), g, lp)
             return jax.lax.dynamic_update_slice_in_dim(cp, jnp.where(keep, new, col)[:, None], lvl, axis=1)
 
         cp = jax.lax.fori_loop(0, model.max_levels, level, cp)
