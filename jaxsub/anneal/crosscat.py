@@ -294,13 +294,17 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
         hypers = init_hypers(model, V, dtype)
     view_of = jnp.zeros((F,), jnp.int32) if view_of is None else jnp.asarray(view_of, jnp.int32)
     occ = jax.ops.segment_sum(jnp.ones((F,), jnp.int32), view_of, V) > 0
-    if z is None:
+    if z is None:  # empty subsample: zero statistics (no scatter over the table for XLA to constant-fold)
         z = jnp.full((V, n), -1, jnp.int32)
+        on = jnp.zeros((n,), bool)
+        sizes = jnp.zeros((V, capacity), jnp.int32)
+        cc = jnp.zeros((len(model.cat_idx), capacity, model.max_levels), jnp.int32)
+        rs = jnp.zeros((len(model.real_idx), capacity, 3), data.real.dtype)
     else:
         z = jnp.where(occ[:, None], jnp.asarray(z, jnp.int32), -1)
-    on = jnp.any(z >= 0, axis=0)
-    sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
-    cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
+        on = jnp.any(z >= 0, axis=0)
+        sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
+        cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
     order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
