@@ -110,7 +110,7 @@ def run(*, quick: bool = False) -> list[dict]:
         sweep = jax.jit(an.build_sweep(model, policy="random", span=steps))
         windows_for = lambda c: jnp.full((c, steps), an.GIBBS, jnp.int8)  # noqa: E731
         for chains in (1, 8):
-            states = jax.vmap(lambda k: an.init(k, model, enc, capacity, assignments=jnp.asarray(z0)))(
+            states = jax.vmap(lambda k: an.init(jnp.asarray(z0), model, enc, capacity, rng_key=k))(
                 jax.random.split(jax.random.key(0), chains))
             states = states._replace(cursor=jnp.zeros((chains,), jnp.int32))
             keys = jax.random.split(jax.random.key(1), chains)
@@ -130,7 +130,7 @@ def run(*, quick: bool = False) -> list[dict]:
             ref.step(uniforms[t])
         np_s = time.perf_counter() - t0
         short = jax.jit(an.build_sweep(model, policy="random", span=np_steps))
-        st1 = jax.vmap(lambda k: an.init(k, model, enc, capacity, assignments=jnp.asarray(z0)))(
+        st1 = jax.vmap(lambda k: an.init(jnp.asarray(z0), model, enc, capacity, rng_key=k))(
             jax.random.split(jax.random.key(0), 1))
         out = short(st1, key[None], jnp.full((1, np_steps), an.GIBBS, jnp.int8), enc)
         agree = float(np.mean(np.asarray(out.mixture.assignments[0]) == ref.z))

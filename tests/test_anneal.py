@@ -22,9 +22,28 @@ MIXED = an.MixtureModel(
 )
 
 
+# one compiled program per (model, capacity, shapes) instead of op-by-op dispatch of every primitive
+_state_from_assignments = jax.jit(an.state_from_assignments, static_argnums=(0, 3))
+
+
 def mixed_data(n, seed=0):
     rng = np.random.default_rng(seed)
     return np.column_stack([rng.integers(0, 3, n), rng.integers(0, 2, n), rng.normal(size=n)])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def fast_xla_compile():
+    """Compile with XLA's backend (LLVM) optimisations off in these files (``jax_disable_most_optimizations``).
+
+    Compilation dominates these tests (tiny problems, many distinct programs); the flag only lowers
+    the LLVM optimisation level, so the programs compute the same values and XLA's HLO passes (copy
+    insertion, fusion: what the no-copy tests inspect) still run. Speed is measured in
+    ``benchmarks/``, never here. Imported by the other anneal/CrossCat test files.
+    """
+    old = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", old)
 
 
 # ----------------------------------------------------------------- predictive = marginal-likelihood ratio
@@ -68,7 +87,7 @@ def test_predictive_matches_brute_force_marginal_ratio(which):
     model = an.MixtureModel(an.CRP(1.0), [feature])
     data = mixed_data(7, seed=3)[:, [which]]
     enc = an.encode(model, data, jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
-    state = an.state_from_assignments(model, enc, jnp.asarray([0, 0, 0, 0, 1, 1, -1]), 3)
+    state = _state_from_assignments(model, enc, jnp.asarray([0, 0, 0, 0, 1, 1, -1]), 3)
     scores = np.asarray(an.predictive_log_scores(model, state, enc.cat[6], enc.real[6]), np.float64)
     col = data[:, 0]
     for k, members in ((0, [0, 1, 2, 3]), (1, [4, 5]), (2, [])):
@@ -86,7 +105,7 @@ def test_cluster_log_marginals_match_closed_form():
     data = mixed_data(9, seed=5)
     enc = an.encode(MIXED, data)
     z = np.array([0, 1, 0, 2, 2, 1, 0, -1, 3])
-    state = an.state_from_assignments(MIXED, enc, jnp.asarray(z), 5)
+    state = _state_from_assignments(MIXED, enc, jnp.asarray(z), 5)
     want = 0.0
     for k in range(4):
         for f, feat in enumerate(MIXED.features):
@@ -100,7 +119,7 @@ def test_add_remove_are_inverses():
     enc = an.encode(MIXED, data)
     rng = np.random.default_rng(0)
     z = rng.integers(-1, 4, 30)
-    state = an.state_from_assignments(MIXED, enc, jnp.asarray(z), 6)
+    state = _state_from_assignments(MIXED, enc, jnp.asarray(z), 6)
     add, remove = jax.jit(an.add), jax.jit(an.remove)
     for row in range(30):
         if z[row] >= 0:
@@ -115,7 +134,7 @@ def test_add_remove_are_inverses():
     r = int(np.flatnonzero(z >= 0)[0])
     z2 = z.copy()
     z2[r] = -1
-    ref = an.state_from_assignments(MIXED, enc, jnp.asarray(z2), 6)
+    ref = _state_from_assignments(MIXED, enc, jnp.asarray(z2), 6)
     got = remove(state, enc, r)
     chex.assert_trees_all_equal(got.sizes, ref.sizes)
     chex.assert_trees_all_equal(got.cat_counts, ref.cat_counts)
@@ -144,7 +163,7 @@ def test_gibbs_leaves_exact_posterior_invariant(prior):
     rng = np.random.default_rng(11)
     start = np.asarray(states)[rng.choice(len(states), size=num_chains, p=probs)]
     algo = an.collapsed_gibbs(model, data, capacity=5)
-    init_states = jax.vmap(algo.init)(jnp.asarray(start, jnp.int32))
+    init_states = jax.jit(jax.vmap(algo.init))(jnp.asarray(start, jnp.int32))
 
     @jax.jit
     def run(keys, st):
@@ -276,7 +295,7 @@ def test_hyper_gibbs_draws_alpha_from_its_grid_conditional():
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3, 1.0)])
     data = np.array([[0], [0], [1], [2], [2], [2], [1]])
     enc = an.encode(model, data)
-    state = an.state_from_assignments(model, enc, jnp.asarray([0, 0, 1, 2, 2, 2, 3]), 6)
+    state = _state_from_assignments(model, enc, jnp.asarray([0, 0, 1, 2, 2, 2, 3]), 6)
     grid = (0.2, 0.5, 1.0, 2.0, 5.0)
     grids = an.HyperGrids(alpha=grid, dirichlet=(0.3, 1.0, 3.0))
     keys = jax.random.split(jax.random.key(0), 20000)
@@ -328,17 +347,20 @@ def test_capacity_overflow_raises_or_grows_without_dropping_clusters():
     model = an.MixtureModel(an.CRP(50.0), [an.DirichletCategorical(3, 0.1)])
     data = np.arange(16)[:, None] % 3
     sched = an.sequential_gibbs(16, 32)
+    cache = an.SweepCache()  # one compile per capacity, shared by the three runs
     with pytest.raises(an.CapacityError, match="max_capacity"):
-        an.fit(jax.random.key(0), data, model, sched, capacity=4, max_capacity=4, grids=None, num_checkpoints=2)
-    grown = an.fit(jax.random.key(0), data, model, sched, capacity=4, max_capacity=64, grids=None, num_checkpoints=2)
+        an.fit(jax.random.key(0), data, model, sched, capacity=8, max_capacity=8, grids=None, num_checkpoints=2,
+               cache=cache)
+    grown = an.fit(jax.random.key(0), data, model, sched, capacity=8, max_capacity=64, grids=None, num_checkpoints=2,
+                   cache=cache)
     roomy = an.fit(jax.random.key(0), data, model, sched, capacity=int(grown.trace.capacity[-1]),
-                   grids=None, num_checkpoints=2)
-    assert grown.trace.capacity[-1] > 4 and roomy.trace.capacity[-1] == grown.trace.capacity[-1]
+                   grids=None, num_checkpoints=2, cache=cache)
+    assert grown.trace.capacity[-1] > 8 and roomy.trace.capacity[-1] == grown.trace.capacity[-1]
     # growing and resuming reproduces the run that had enough slots from the start
     chex.assert_trees_all_equal(grown.state.mixture.assignments, roomy.state.mixture.assignments)
     # the SamplingAlgorithm reports overflow and halts instead of dropping a cluster
     algo = an.collapsed_gibbs(model, data, capacity=2)
-    st = algo.init(jnp.asarray(np.arange(16) % 2, jnp.int32))
+    st = jax.jit(algo.init)(jnp.asarray(np.arange(16) % 2, jnp.int32))
     step = jax.jit(algo.step)
     flagged = False
     for i in range(200):
@@ -360,18 +382,18 @@ def test_tick_jit_and_vmap(variant):
     data = mixed_data(12)
     enc = an.encode(MIXED, data)
     tick = variants(lambda k, s, c: an.tick(k, s, c, 1.0, model=MIXED, data=enc))[variant]
-    st = an.init(jax.random.key(0), MIXED, enc, 8, assignments=jnp.asarray([0, -1] + [-1] * 10))
+    st = jax.jit(lambda z: an.init(z, MIXED, enc, 8))(jnp.asarray([0, -1] + [-1] * 10))
     # eager (no-jit) execution compiles every primitive once, so it runs one tick only
     codes = [an.GIBBS] if variant == "without_jit" else [an.ADD, an.GIBBS, an.ADD_PRIOR, an.REMOVE]
     for i, code in enumerate(codes):
         st, info = tick(jax.random.key(i), st, code)
     assert int(st.num_assigned) == (1 if variant == "without_jit" else 2) and int(st.cursor) == len(codes)
     z = np.asarray(st.mixture.assignments)
-    ref = an.state_from_assignments(MIXED, enc, jnp.asarray(z), 8)
+    ref = _state_from_assignments(MIXED, enc, jnp.asarray(z), 8)
     chex.assert_trees_all_equal(ref.sizes, st.mixture.sizes)
     m = int(st.num_assigned)
     assert set(np.asarray(st.order[:m]).tolist()) == set(np.flatnonzero(z >= 0).tolist())
-    batched = jax.vmap(lambda k: an.init(k, MIXED, enc, 8))(jax.random.split(jax.random.key(1), 3))
+    batched = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 8, rng_key=k)))(jax.random.split(jax.random.key(1), 3))
     out, info = jax.jit(jax.vmap(lambda k, s: an.tick(k, s, an.ADD, 1.0, model=MIXED, data=enc)))(
         jax.random.split(jax.random.key(2), 3), batched)  # jitted: eager vmap compiles every primitive
     assert np.asarray(out.num_assigned).tolist() == [1, 1, 1]
@@ -399,9 +421,9 @@ def test_sweep_traces_once_and_fit_chains_are_consistent():
         chex.assert_trees_all_close(ref.real_sums, res.state.mixture.real_sums[c], atol=1e-3)
     # held-out score: the per-row predictive is a proper density over the categorical levels
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.BetaBernoulli()])
-    st = an.state_from_assignments(model, an.encode(model, data[:, :2]), res.state.mixture.assignments[0], cap)
+    st = _state_from_assignments(model, an.encode(model, data[:, :2]), res.state.mixture.assignments[0], cap)
     allrows = np.array([[a, b] for a in range(3) for b in range(2)])
-    lp = an.heldout_log_predictive(model, st, an.encode(model, allrows))
+    lp = jax.jit(an.heldout_log_predictive, static_argnums=0)(model, st, an.encode(model, allrows))
     np.testing.assert_allclose(np.exp(np.asarray(lp)).sum(), 1.0, rtol=1e-5)
 
 
@@ -462,7 +484,7 @@ def test_fifo_policy_visits_rows_in_order():
     enc = an.encode(MIXED, mixed_data(n))
     lm = an.loom(n, extra_passes=2, small=4, big=100)
     sched = lm.then(an.Schedule(np.full(2 * n, an.GIBBS, np.int8), n, initial_size=n))  # two full FIFO Gibbs passes
-    st0 = an.init(jax.random.key(3), MIXED, enc, 16, policy="fifo")
+    st0 = jax.jit(lambda k: an.init(None, MIXED, enc, 16, rng_key=k, policy="fifo"))(jax.random.key(3))
 
     @jax.jit
     def run(st, codes, keys):
@@ -512,7 +534,7 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
              else an.loom(n, extra_passes=2, small=5, big=100, accelerate=False))
     span = 40
     sweep = jax.jit(chex.assert_max_traces(an.build_sweep(MIXED, policy=policy, span=span), n=1))
-    states = jax.vmap(lambda k: an.init(k, MIXED, enc, 32, policy=policy))(jax.random.split(jax.random.key(0), 2))
+    states = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 32, rng_key=k, policy=policy)))(jax.random.split(jax.random.key(0), 2))
     keys = jax.random.split(jax.random.key(1), 2)
     windows = jnp.asarray(an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), span))
     out = sweep(states, keys, windows, enc)

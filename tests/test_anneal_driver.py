@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxsub.anneal as an
+from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
 
 BIN = an.MixtureModel(an.CRP(1.0), [an.BetaBernoulli(0.5, 0.5)] * 6)
 
@@ -114,9 +115,9 @@ def test_no_module_level_caches_and_gibbs_init_needs_no_default_key():
     x = np.column_stack([np.arange(8) % 3, np.arange(8) % 2])
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.BetaBernoulli()])
     algo = an.collapsed_gibbs(model, x, capacity=8)
-    st = algo.init(jnp.zeros(8, jnp.int32))
-    st2, info = algo.step(jax.random.key(1), st)
+    st = jax.jit(algo.init)(jnp.zeros(8, jnp.int32))
+    st2, info = jax.jit(algo.step)(jax.random.key(1), st)
     assert int(st2.num_assigned) == 8
     kernel = an.build_kernel(model)
-    st3, _ = kernel(jax.random.key(1), st, an.encode(model, x))
+    st3, _ = jax.jit(kernel)(jax.random.key(1), st, an.encode(model, x))
     np.testing.assert_array_equal(st3.mixture.assignments, st2.mixture.assignments)

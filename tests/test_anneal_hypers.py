@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxsub.anneal as an
+from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
 from helpers import assert_discrete_matches
 from jaxsub.anneal import exact
 
@@ -47,7 +48,7 @@ def test_gibbs_with_hyper_moves_leaves_exact_joint_posterior_invariant(prior_kin
     start = [states[i] for i in rng.choice(len(states), size=num_chains, p=probs)]
     algo = an.collapsed_gibbs(model, DATA, capacity=4, grids=grids)
     z0 = jnp.asarray([s[0] for s in start], jnp.int32)
-    st = jax.vmap(algo.init)(z0)
+    st = jax.jit(jax.vmap(algo.init))(z0)
     h = st.mixture.hypers
     a0 = jnp.asarray([s[1] for s in start], jnp.float32)
     d0 = jnp.asarray([s[2] for s in start], jnp.float32)

@@ -15,7 +15,7 @@ from scipy import integrate
 
 import jaxsub.anneal as an
 from helpers import assert_discrete_matches
-from test_anneal import _while_bodies
+from test_anneal import _while_bodies, fast_xla_compile  # noqa: F401  (autouse fixture)
 from jaxsub.anneal import crosscat as cc
 from jaxsub.anneal import exact
 
@@ -115,11 +115,12 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     enc, st = _batch_states(model, parts, states, idx)
 
     def step(key, s):
-        if move == "rows":  # 4 full-data Gibbs ticks in every view
-            for t in range(4):
+        if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
+            def one(t, s):
                 u = jax.random.uniform(jax.random.fold_in(key, t), (2 + s.z.shape[0],))
-                s, _ = cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)
-            return s
+                return cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)[0]
+
+            return jax.lax.fori_loop(0, 4, one, s)
         for f in range(3):
             k = jax.random.fold_in(key, f)
             if move == "feature_gibbs":
@@ -204,21 +205,22 @@ def _rows(vo, z):
 def test_non_uniform_dirichlet_predictive_matches_numerical_integration():
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(3),))
     enc = cc.encode_table(model, np.array([[0.0], [2.0], [2.0]]))
-    st = cc.init(model, enc, 2, z=jnp.zeros((2, 3), jnp.int32))
+    st = jax.jit(lambda: cc.init(model, enc, 2, z=jnp.zeros((2, 3), jnp.int32)))()  # one compile, not op by op
     beta = np.array([0.3, 1.7, 4.0])
     st = st._replace(hypers=st.hypers._replace(cat_prior=jnp.asarray(beta[None], jnp.float32)))
     c = np.array([1, 0, 2])
     from scipy.stats import beta as beta_dist
 
+    pred = jax.jit(lambda lvl: cc._cat_pred(model, st.hypers, st.cat_counts, lvl)[0, 0])
     for lvl in range(3):
-        got = float(cc._cat_pred(model, st.hypers, st.cat_counts, jnp.asarray([lvl]))[0, 0])
+        got = float(pred(jnp.asarray([lvl])))
         a = beta + c  # posterior Dirichlet; its theta_l marginal is Beta(a_l, A - a_l): E[theta_l] by quadrature
         num, _ = integrate.quad(lambda t: t * beta_dist.pdf(t, a[lvl], a.sum() - a[lvl]), 0, 1, epsabs=1e-12,
                                 limit=200)
         np.testing.assert_allclose(math.exp(got), num, rtol=1e-4)
     # negative control: the symmetric-concentration predictive (mean pseudo-count) differs
     sym = (beta.mean() + c[0]) / (3 * beta.mean() + c.sum())
-    assert abs(math.exp(float(cc._cat_pred(model, st.hypers, st.cat_counts, jnp.asarray([0]))[0, 0])) - sym) > 1e-2
+    assert abs(math.exp(float(pred(jnp.asarray([0])))) - sym) > 1e-2
 
 
 def test_bad_tables_and_settings_raise():
@@ -250,7 +252,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
     enc = cc.encode_table(model, data6)
     n, V = data6.shape[0], 4
     tick = jax.jit(lambda u, s, c: cc.row_tick(u, s, c, 1.0, model=model, data=enc)[0])
-    st = cc.init(model, enc, 4)
+    st = jax.jit(lambda: cc.init(model, enc, 4))()
     u = jax.random.uniform(jax.random.key(0), (2 + V,))
     a = tick(u, st, an.ADD)
     b = jax.jit(jax.vmap(tick, in_axes=(0, 0, None)))(u[None], jax.tree.map(lambda x: x[None], st), an.ADD)
@@ -265,7 +267,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
         return sweep(*args)
 
     jitted = jax.jit(counted)
-    states0 = jax.vmap(lambda _: cc.init(model, enc, 4))(jnp.arange(3))
+    states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 4)))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(1), 3)
     codes = an.linear_anneal(n, 2 * n).codes
     states = states0
@@ -307,7 +309,7 @@ def test_hyper_grid_gibbs_matches_exact_conditionals():
     enc = cc.encode_table(model, x)
     z = np.full((2, 6), -1)
     z[0] = [0, 0, 0, 1, 2, 1]
-    st = cc.init(model, enc, 4, z=jnp.asarray(z))
+    st = jax.jit(lambda zz: cc.init(model, enc, 4, z=zz))(jnp.asarray(z))
     g = (0.3, 1.0, 3.0)
     grids = cc.CrossCatGrids(row_alpha=(0.5, 2.0, 8.0), dirichlet=g)
     out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(
@@ -329,3 +331,34 @@ def test_hyper_grid_gibbs_matches_exact_conditionals():
     # the draws give a non-uniform concentration (levels differ in some draws)
     assert np.mean(np.asarray(out.cat_prior[:, 0, 0]) != np.asarray(out.cat_prior[:, 0, 2])) > 0.3
 
+
+
+def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
+    """A view that runs out of cluster slots halts (nothing dropped); ``fit`` doubles the capacity and resumes.
+
+    Row ticks resume exactly: the grown run equals a run that had the final capacity from the start
+    (same labels, counts), its statistics equal those rebuilt from its labels, and with
+    ``max_capacity`` = ``capacity`` the same run raises ``CapacityError`` instead."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(10.0), (an.DirichletCategorical(3, 0.1), an.NormalInverseChiSquared()))
+    x = np.column_stack([np.arange(24) % 3, np.random.default_rng(0).normal(size=24) * 5.0])
+    x[5, 1] = np.nan
+    sched = an.sequential_gibbs(24, 48)
+    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache())
+    with pytest.raises(an.CapacityError, match="max_capacity=8"):
+        cc.fit(jax.random.key(0), x, model, sched, capacity=8, max_capacity=8, **kw)
+    grown = cc.fit(jax.random.key(0), x, model, sched, capacity=8, **kw)
+    cap = int(grown.trace_capacity[-1])
+    assert cap == 16 and np.all(np.diff(grown.trace_capacity) >= 0)
+    assert int(np.max(np.asarray(grown.state.sizes > 0).sum(-1))) > 8  # it needed the extra slots
+    roomy = cc.fit(jax.random.key(0), x, model, sched, capacity=cap, **kw)
+    assert np.all(roomy.trace_capacity == cap)
+    chex.assert_trees_all_equal(grown.state.z, roomy.state.z)
+    chex.assert_trees_all_equal(grown.state.sizes, roomy.state.sizes)
+    assert np.all(np.asarray(grown.state.num_assigned) == 24) and not np.any(np.asarray(grown.state.halted))
+    enc = cc.encode_table(model, x)
+    ref = jax.jit(jax.vmap(lambda vo, z: cc.init(model, enc, cap, view_of=vo, z=z)))(grown.state.view_of, grown.state.z)
+    chex.assert_trees_all_equal(ref.sizes, grown.state.sizes)
+    chex.assert_trees_all_equal(ref.cat_counts, grown.state.cat_counts)
+    chex.assert_trees_all_close(ref.real_stats, grown.state.real_stats, atol=1e-3)
+    with pytest.raises(ValueError, match="new_capacity"):
+        cc.grow(grown.state, cap - 1)

@@ -189,10 +189,7 @@ def check_module_contract(module, case, monkeypatch):
 
 #: Known departures from the module contract, each tracked in an open issue (strict: a fix turns
 #: the case red until its entry is removed here).
-KNOWN_MODULE_DEBT = {
-    "anneal": "issue 15: jaxsub.anneal.init is the annealing driver's init(rng_key, model, data, ...), "
-              "not collapsed_gibbs's init(position); the package is discovered as the sampler module",
-}
+KNOWN_MODULE_DEBT: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -41,13 +41,16 @@ Schedules (:mod:`jaxsub.anneal.schedules`), data = tick codes + row policy
     accelerated extra passes, as posterior/loom), ``anneal_stepsize`` (the paper's full-data
     block Gibbs with blocks ``1/beta``; ``Schedule.blocks``, run by :mod:`jaxsub.anneal.two_urns`).
 Pure moves (:mod:`jaxsub.anneal.moves`)
-    ``AnnealState``, ``TickInfo``, ``init``, ``tick`` (remove + assign, pure,
+    ``AnnealState``, ``TickInfo``, ``init(position, model, data, capacity)`` (``position``: an
+    assignment vector or ``None`` for the empty subsample), ``tick`` (remove + assign, pure,
     jit/vmap-able), ``resample_hypers`` (grid Gibbs).
 Kernels (:mod:`jaxsub.anneal.sweep`)
     ``build_sweep`` (``lax.scan`` over ticks of ``vmap``-ed chains);
     ``build_kernel(model, grids) -> kernel(rng_key, state, data)`` and
-    ``as_top_level_api`` = ``collapsed_gibbs(model, data, capacity)`` -> BlackJAX
-    ``SamplingAlgorithm`` of full-data random-scan collapsed Gibbs.
+    ``collapsed_gibbs(model, data, capacity)`` (``sweep.as_top_level_api``) -> BlackJAX
+    ``SamplingAlgorithm`` of full-data random-scan collapsed Gibbs; ``init(position, model,
+    data, capacity)`` (:mod:`jaxsub.anneal.moves`) is its ``init``: BlackJAX's module
+    contract holds for :mod:`jaxsub.anneal.sweep`.
 Driver (:mod:`jaxsub.anneal.driver`, host side)
     ``fit(key, data, model, schedule, ...) -> FitResult(state, trace, labels, heldout_rows)``
     (``labels``: compact ``0..K-1``), ``SweepCache`` (compiled sweeps, owned by the caller),
@@ -83,7 +86,9 @@ from jaxsub.anneal.driver import (
     heldout_score,
 )
 from jaxsub.anneal.moves import AnnealState, TickInfo, init, resample_hypers, tick
-from jaxsub.anneal.sweep import as_top_level_api, build_kernel, build_sweep, collapsed_gibbs
+# the package re-exports the kernel and the SamplingAlgorithm constructor; BlackJAX's sampler module (init,
+# build_kernel, as_top_level_api) is jaxsub.anneal.sweep, so its as_top_level_api is not re-exported here
+from jaxsub.anneal.sweep import build_kernel, build_sweep, collapsed_gibbs
 from jaxsub.anneal.mixture import (
     CapacityError,
     MixtureState,

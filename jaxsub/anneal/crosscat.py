@@ -44,7 +44,8 @@ Assumptions: a newly opened view takes the row ``(alpha, d)`` of its slot (reset
 values whenever a view empties), so with hyper grids the hyperprior of a newborn view's row
 partition is a point mass at the model's values; with fixed hyperparameters every move leaves
 the exact posterior invariant (tests enumerate it). Capacity ``C`` clusters per view is static:
-a chain that needs more halts and :func:`fit` raises :class:`~jaxsub.anneal.mixture.CapacityError`.
+a chain that needs more halts (nothing dropped) and :func:`fit` grows the capacity on the host
+(:func:`grow`) and resumes, up to ``max_capacity`` (then :class:`~jaxsub.anneal.mixture.CapacityError`).
 
 References
 ----------
@@ -88,6 +89,7 @@ __all__ = [
     "build_sweep",
     "default_crosscat_grids",
     "depends_on",
+    "grow",
     "encode_table",
     "feature_gibbs",
     "fit",
@@ -292,17 +294,41 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
         hypers = init_hypers(model, V, dtype)
     view_of = jnp.zeros((F,), jnp.int32) if view_of is None else jnp.asarray(view_of, jnp.int32)
     occ = jax.ops.segment_sum(jnp.ones((F,), jnp.int32), view_of, V) > 0
-    if z is None:
+    if z is None:  # empty subsample: zero statistics (no scatter over the table for XLA to constant-fold)
         z = jnp.full((V, n), -1, jnp.int32)
+        on = jnp.zeros((n,), bool)
+        sizes = jnp.zeros((V, capacity), jnp.int32)
+        cc = jnp.zeros((len(model.cat_idx), capacity, model.max_levels), jnp.int32)
+        rs = jnp.zeros((len(model.real_idx), capacity, 3), data.real.dtype)
     else:
         z = jnp.where(occ[:, None], jnp.asarray(z, jnp.int32), -1)
-    on = jnp.any(z >= 0, axis=0)
-    sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
-    cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
+        on = jnp.any(z >= 0, axis=0)
+        sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
+        cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
     order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
                          zero, zero, jnp.zeros((), bool))
+
+
+def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
+    """Reallocate a (possibly batched) state with ``new_capacity`` cluster slots per view (host side, outside jit).
+
+    Occupied slots keep their index, so every label in ``z`` stays valid; the new slots are
+    empty (zero sizes and statistics). Leading batch (chain) axes are kept; ``halted`` is
+    left as it is (the caller clears it to resume).
+    """
+    cap = state.sizes.shape[-1]
+    new_capacity = check_int("new_capacity", new_capacity, low=cap)
+    extra = new_capacity - cap
+
+    def pad(x, axis):
+        widths = [(0, 0)] * x.ndim
+        widths[x.ndim + axis] = (0, extra)
+        return jnp.pad(x, widths)
+
+    return state._replace(sizes=pad(state.sizes, -1), cat_counts=pad(state.cat_counts, -2),
+                          real_stats=pad(state.real_stats, -2))
 
 
 # --------------------------------------------------------------------------- scores
@@ -794,14 +820,21 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         mask = _level_mask(model)
         k_dir = next(keys)
 
+        counts = state.cat_counts.astype(dt)  # [Fc, C, L]
+        n_c = jnp.sum(counts, -1)  # [Fc, C] observed cells per cluster
+
         def level(lvl, cp):  # per-level (non-uniform) concentration, all features at once
-            cand = jnp.broadcast_to(cp[None], (g.shape[0],) + cp.shape)
-            cand = jax.vmap(lambda c, v: jax.lax.dynamic_update_slice_in_dim(
-                c, jnp.full((c.shape[0], 1), v, c.dtype), lvl, axis=1))(cand, g)
-            lp = jax.vmap(lambda b: _dm_marginal(model, b, state.cat_counts))(cand)  # [G, Fc]
-            new = draw(jax.random.fold_in(k_dir, lvl), g, lp.T)
-            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)
+            # log p(X | beta_l = g) up to terms free of beta_l: with B_rest the sum of the other levels,
+            # sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
+            # (the Dirichlet-multinomial marginal of _dm_marginal; O(Fc C G) per level, not O(Fc C L G))
+            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)  # [Fc]
             keep = jax.lax.dynamic_index_in_dim(mask, lvl, axis=1, keepdims=False)
+            b_rest = jnp.sum(jnp.where(mask, cp, 0.0), -1) - jnp.where(keep, col, 0.0)  # [Fc]
+            c_l = jax.lax.dynamic_index_in_dim(counts, lvl, axis=2, keepdims=False)  # [Fc, C]
+            bg = (b_rest[:, None] + g[None, :])[:, :, None]  # [Fc, G, 1]
+            lp = (jnp.sum(gammaln(bg) - gammaln(bg + n_c[:, None, :]), -1)
+                  + jnp.sum(gammaln(g[None, :, None] + c_l[:, None, :]) - gammaln(g)[None, :, None], -1))  # [Fc, G]
+            new = draw(jax.random.fold_in(k_dir, lvl), g, lp)
             return jax.lax.dynamic_update_slice_in_dim(cp, jnp.where(keep, new, col)[:, None], lvl, axis=1)
 
         cp = jax.lax.fori_loop(0, model.max_levels, level, cp)
@@ -966,7 +999,7 @@ def depends_on(view_of) -> np.ndarray:
 class CrossCatFit(NamedTuple):
     """``state`` (batched), ``heldout`` ``[K, chains]`` summed test scores, ``heldout_rows`` ``[chains, T]`` at the end,
     ``num_views`` / ``num_clusters`` (mean over occupied views) ``[K, chains]``, ``seconds`` ``[K]``,
-    ``compile_seconds``."""
+    ``compile_seconds``, ``trace_capacity`` ``[K]`` cluster slots per view at each checkpoint (grown on overflow)."""
 
     state: CrossCatState
     heldout: np.ndarray
@@ -975,6 +1008,7 @@ class CrossCatFit(NamedTuple):
     num_clusters: np.ndarray
     seconds: np.ndarray
     compile_seconds: float
+    trace_capacity: np.ndarray | None = None
 
 
 @partial(jax.jit, static_argnames=("model",))
@@ -991,6 +1025,12 @@ def _heldout_batched(states, test, *, model):
     return jax.vmap(lambda s: heldout_rows(model, s, test))(states)
 
 
+@partial(jax.jit, static_argnames=("model", "capacity", "num_aux", "num_chains", "dtype"))
+def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype):
+    """``num_chains`` copies of :func:`init` (empty) as one compiled program instead of op-by-op dispatch."""
+    return jax.vmap(lambda _: init(model, data, capacity, num_aux=num_aux, dtype=dtype))(jnp.arange(num_chains))
+
+
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
               feature_moves):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
@@ -1002,7 +1042,8 @@ _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp",
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
-        capacity: int = 32, grids: CrossCatGrids | str | None = "default", test_data=None, num_checkpoints: int = 5,
+        capacity: int = 32, max_capacity: int = 1024, grids: CrossCatGrids | str | None = "default", test_data=None,
+        num_checkpoints: int = 5,
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None) -> CrossCatFit:
     """Run a row schedule (policy ``"random"``) for CrossCat on ``num_chains`` vmapped chains.
@@ -1010,12 +1051,26 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     Starts from all features in one view and no rows (``schedule.initial_size`` must be 0).
     ``time_budget`` (seconds of sampling) stops early at a checkpoint. ``span`` ticks per compiled
     call (default ``len(schedule) / num_checkpoints``); ``cache`` a
-    :class:`~jaxsub.anneal.driver.SweepCache` to share compilations across calls. Raises
-    :class:`~jaxsub.anneal.mixture.CapacityError` if a chain needs more than ``capacity``
-    clusters in a view, ``ValueError`` for bad settings or tables.
+    :class:`~jaxsub.anneal.driver.SweepCache` to share compilations across calls.
+
+    Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
+    cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
+    capacity on the host (:func:`grow`, one new compile per capacity) and resumes. Row ticks
+    resume exactly (the run equals one started with the larger capacity); a feature sweep that
+    halted is retried after the next row tick. ``trace_capacity`` records the capacity at every
+    checkpoint.
+
+    Raises
+    ------
+    CapacityError
+        (:class:`~jaxsub.anneal.mixture.CapacityError`) a chain needs more than ``max_capacity``
+        clusters in a view.
+    ValueError
+        Bad settings or tables.
     """
     num_chains = check_int("num_chains", num_chains, low=1)
     capacity = check_int("capacity", capacity, low=1)
+    max_capacity = check_int("max_capacity", max_capacity, low=capacity)
     num_aux = check_int("num_aux", num_aux, low=1)
     num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
     if not isinstance(schedule, Schedule) or schedule.policy != "random" or schedule.initial_size != 0:
@@ -1032,22 +1087,26 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
             raise ValueError(f"grids must be a CrossCatGrids, 'default' or None; got {grids!r}")
         grids = default_crosscat_grids(model)
     test = encode_table(model, test_data, dtype) if test_data is not None else None
-    states = jax.vmap(lambda _: init(model, enc, capacity, num_aux=num_aux, dtype=dtype))(jnp.arange(num_chains))
+    states = _init_chains_jit(enc, model=model, capacity=capacity, num_aux=num_aux, num_chains=num_chains, dtype=dtype)
     keys = jax.random.split(rng_key, num_chains)
     span = math.ceil(len(schedule) / num_checkpoints) if span is None else check_int("span", span, low=1)
     static = dict(model=model, span=span, energy_ramp=schedule.energy_ramp, grids=grids, num_aux=num_aux,
                   hyper_min_rows=hyper_min_rows, feature_moves=feature_moves)
     codes = np.asarray(schedule.codes)
-    windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
-    sig = ("crosscat", tuple(sorted(static.items(), key=lambda kv: kv[0])),
-           tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows, enc))))
     cache = SweepCache() if cache is None else cache
     compile_seconds = 0.0
-    if sig not in cache.executables:
-        t0 = time.perf_counter()
-        cache.executables[sig] = _sweep_jit.lower(states, keys, windows, enc, **static).compile()
-        compile_seconds = time.perf_counter() - t0
-    exe = cache.executables[sig]
+
+    def executable(states, windows):
+        nonlocal compile_seconds
+        sig = ("crosscat", tuple(sorted(static.items(), key=lambda kv: kv[0])),
+               tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows, enc))))
+        if sig not in cache.executables:
+            t0 = time.perf_counter()
+            cache.executables[sig] = _sweep_jit.lower(states, keys, windows, enc, **static).compile()
+            compile_seconds += time.perf_counter() - t0
+        return cache.executables[sig]
+
+    executable(states, jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span)))
     rows, elapsed = [], 0.0
     bar = None
     if progress_bar:
@@ -1057,15 +1116,20 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     rows_t = None
     while True:
         windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
+        exe = executable(states, windows)
         t0 = time.perf_counter()
         states = jax.block_until_ready(exe(states, keys, windows, enc))
         elapsed += time.perf_counter() - t0
         if bool(np.any(np.asarray(states.halted))):
-            raise mx.CapacityError(f"a chain needs more than capacity={capacity} clusters in a view; raise capacity")
+            if capacity >= max_capacity:
+                raise mx.CapacityError(f"a chain needs more than max_capacity={max_capacity} clusters in a view "
+                                       f"at tick {int(np.asarray(states.cursor).min())}; raise max_capacity")
+            capacity = min(2 * capacity, max_capacity)
+            states = grow(states, capacity)._replace(halted=jnp.zeros((num_chains,), bool))
         nv, nk = _stats(states, model=model)
         rows_t = _heldout_batched(states, test, model=model) if test is not None else None
         held = np.asarray(jnp.sum(rows_t, -1)) if test is not None else np.full(num_chains, np.nan)
-        rows.append((held, np.asarray(nv), np.asarray(nk), elapsed))
+        rows.append((held, np.asarray(nv), np.asarray(nk), elapsed, capacity))
         cur = int(np.asarray(states.cursor).min())
         if bar is not None:
             bar.n = cur
@@ -1076,4 +1140,4 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         bar.close()
     cols = list(zip(*rows))
     return CrossCatFit(states, np.stack(cols[0]), None if rows_t is None else np.asarray(rows_t), np.stack(cols[1]),
-                       np.stack(cols[2]), np.asarray(cols[3]), compile_seconds)
+                       np.stack(cols[2]), np.asarray(cols[3]), compile_seconds, np.asarray(cols[4]))

@@ -60,13 +60,12 @@ class SweepCache:
         return len(self.executables)
 
 
-def _run_sweep(states, chain_keys, windows, data, *, model, policy, span, energy_ramp, grids, hyper_min_rows):
+def _run_sweep(states, chain_keys, windows, data, hyper_min_rows, *, model, policy, span, energy_ramp, grids):
     return build_sweep(model, policy=policy, span=span, energy_ramp=energy_ramp, grids=grids,
                        hyper_min_rows=hyper_min_rows)(states, chain_keys, windows, data)
 
 
-_sweep_jit = jax.jit(_run_sweep, static_argnames=("model", "policy", "span", "energy_ramp", "grids",
-                                                  "hyper_min_rows"))
+_sweep_jit = jax.jit(_run_sweep, static_argnames=("model", "policy", "span", "energy_ramp", "grids"))
 
 
 @partial(jax.jit, static_argnames=("model",))
@@ -93,6 +92,18 @@ def heldout_score(model: MixtureModel, state, test: EncodedData, batch_size: int
 
 
 _heldout_rows_jit = jax.jit(heldout_rows, static_argnames=("model", "batch_size"))
+
+
+def _init_chains(keys, assignments, data, hypers, *, model, capacity, policy, dtype):
+    """Batched :func:`~jaxsub.anneal.moves.init` (one compiled program instead of op-by-op dispatch)."""
+    if assignments is None:
+        return jax.vmap(lambda k: init(None, model, data, capacity, rng_key=k, policy=policy, hypers=hypers,
+                                       dtype=dtype))(keys)
+    return jax.vmap(lambda k, z: init(z, model, data, capacity, rng_key=k, policy=policy, hypers=hypers,
+                                      dtype=dtype))(keys, assignments)
+
+
+_init_chains_jit = jax.jit(_init_chains, static_argnames=("model", "capacity", "policy", "dtype"))
 
 
 def compact_labels(assignments) -> np.ndarray:
@@ -275,26 +286,26 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
             raise ValueError(f"initial_assignments assign {sizes.tolist()} rows; the schedule expects {schedule.initial_size}")
         if schedule.policy == "fifo" and schedule.initial_size not in (0, n):
             raise ValueError("a 'fifo' schedule can only start empty or from a full assignment")
-        states = jax.vmap(lambda k, zz: init(k, model, enc, capacity, policy=schedule.policy, assignments=zz,
-                                             hypers=hypers, dtype=dtype))(init_keys, jnp.asarray(z, jnp.int32))
+        states = _init_chains_jit(init_keys, jnp.asarray(z, jnp.int32), enc, hypers, model=model, capacity=capacity,
+                                  policy=schedule.policy, dtype=dtype)
     else:
-        states = jax.vmap(lambda k: init(k, model, enc, capacity, policy=schedule.policy, hypers=hypers,
-                                         dtype=dtype))(init_keys)
+        states = _init_chains_jit(init_keys, None, enc, hypers, model=model, capacity=capacity,
+                                  policy=schedule.policy, dtype=dtype)
     num_ticks = len(schedule)
     span = math.ceil(num_ticks / num_checkpoints) if span is None else check_int("span", span, low=1)
     codes = np.asarray(schedule.codes)
     cache = SweepCache() if cache is None else cache
-    static = dict(model=model, policy=schedule.policy, span=span, energy_ramp=schedule.energy_ramp, grids=grids,
-                  hyper_min_rows=hyper_min_rows)
+    static = dict(model=model, policy=schedule.policy, span=span, energy_ramp=schedule.energy_ramp, grids=grids)
+    min_rows = jnp.asarray(hyper_min_rows, jnp.int32)  # traced: one compiled sweep for every hyper_min_rows
     compile_seconds = 0.0
 
     def get_sweep(windows):
         nonlocal compile_seconds
-        sig = (model, schedule.policy, span, schedule.energy_ramp, grids, hyper_min_rows,
+        sig = (model, schedule.policy, span, schedule.energy_ramp, grids,
                tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, enc))))
         if sig not in cache.executables:
             t0 = time.perf_counter()
-            cache.executables[sig] = _sweep_jit.lower(states, chain_keys, windows, enc, **static).compile()
+            cache.executables[sig] = _sweep_jit.lower(states, chain_keys, windows, enc, min_rows, **static).compile()
             compile_seconds += time.perf_counter() - t0
         return cache.executables[sig]
 
@@ -310,7 +321,7 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
         windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
         sweep = get_sweep(windows)
         t0 = time.perf_counter()
-        states = sweep(states, chain_keys, windows, enc)
+        states = sweep(states, chain_keys, windows, enc, min_rows)
         jax.block_until_ready(states)
         elapsed += time.perf_counter() - t0
         cursor = np.asarray(states.cursor)

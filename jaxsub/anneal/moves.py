@@ -103,21 +103,32 @@ class TickInfo(NamedTuple):
     overflow: jnp.ndarray
 
 
-def init(rng_key: PRNGKey | None, model: MixtureModel, data: EncodedData, capacity: int, *,
-         policy: str = "random", assignments=None, hypers: Hypers | None = None,
-         dtype=jnp.float32) -> AnnealState:
-    """Initial chain state: empty subsample, or a given assignment vector.
+def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng_key: PRNGKey | None = None,
+         policy: str = "random", hypers: Hypers | None = None, dtype=jnp.float32) -> AnnealState:
+    """Initial chain state (BlackJAX's ``init(position, ...)``): a given assignment vector, or an empty subsample.
 
     Parameters
     ----------
+    position
+        ``[N]`` labels in ``[-1, capacity)`` (``-1``: row not in the subsample), or ``None`` for
+        the empty subsample that annealing schedules start from. For ``"random"`` the assigned
+        rows are put first in ``order``; for ``"fifo"`` they must be a prefix of the shuffled
+        order, so only ``None`` (empty) or a full assignment is accepted.
+    model, data, capacity
+        The mixture, its :class:`~jaxsub.anneal.model.EncodedData` and the number of cluster slots.
     rng_key
-        Used for the shuffled FIFO order (policy ``"fifo"``, required there); ignored
-        by ``"random"`` (may be ``None``).
-    assignments
-        Optional ``[N]`` labels in ``[-1, capacity)``. For ``"random"`` the assigned
-        rows are put first in ``order``; for ``"fifo"`` they must be a prefix of the
-        shuffled order, so only ``None`` (empty) or a full assignment is accepted.
+        Used for the shuffled FIFO order (policy ``"fifo"``, required there); ignored by
+        ``"random"`` (may be ``None``).
+    policy
+        ``"random"`` or ``"fifo"`` (see :class:`~jaxsub.anneal.schedules.Schedule`).
+    hypers
+        Initial hyperparameters (default :func:`~jaxsub.anneal.model.init_hypers`).
+
+    Returns
+    -------
+    AnnealState
     """
+    assignments = position
     n = data.cat.shape[0]
     if hypers is None:
         hypers = init_hypers(model, dtype)

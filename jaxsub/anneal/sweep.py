@@ -37,7 +37,7 @@ from jaxsub.base import SamplingAlgorithm
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs", "schedule_windows"]
+__all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs", "init", "schedule_windows"]
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -60,7 +60,8 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     Each tick's writes to the ``[N]`` arrays (``order``, assignments) are carried
     to the start of the next scan step and applied before that step's reads (and
     once more after the scan), so XLA updates them in place: O(1) per tick in N.
-    Not jitted here (the caller jits).
+    ``hyper_min_rows`` may be a Python int or a traced int32 scalar (the driver passes it traced,
+    so one compiled sweep serves every value). Not jitted here (the caller jits).
     """
     do_hyper = grids is not None and not grids.empty
 
@@ -176,7 +177,7 @@ def as_top_level_api(model: MixtureModel, data, capacity: int, *, grids: HyperGr
 
     def init_fn(position, rng_key=None):
         del rng_key  # the random-scan policy needs no key
-        return init(None, model, enc, capacity, policy="random", assignments=position, hypers=hypers, dtype=dtype)
+        return init(position, model, enc, capacity, policy="random", hypers=hypers, dtype=dtype)
 
     def step_fn(rng_key, state):
         return kernel(rng_key, state, enc)

@@ -15,4 +15,6 @@ def _collapsed_gibbs_case():
     return Case(make, jnp.asarray(np.arange(8) % 2, jnp.int32), {})
 
 
-CASES = {"anneal": _collapsed_gibbs_case}  # jaxsub.anneal.as_top_level_api is collapsed_gibbs
+# jaxsub.anneal.sweep is the BlackJAX-style sampler module (init(position, ...), build_kernel(model, grids),
+# as_top_level_api); jaxsub.anneal.collapsed_gibbs is that as_top_level_api, re-exported by the package
+CASES = {"anneal.sweep": _collapsed_gibbs_case, "anneal.collapsed_gibbs": _collapsed_gibbs_case}
