@@ -7,6 +7,9 @@ exact target with ``log f0 = 0`` is ``p`` itself, whatever sigma.
 """
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,3 +60,28 @@ def exact_probs(table: np.ndarray, log_f0=None) -> np.ndarray:
 def factor_fn(table, dtype=jnp.float32):
     t = jnp.asarray(table, dtype)
     return lambda idx: t[idx]
+
+
+# --------------------------------------------------------------------------- one compiled small race
+#: The small configuration shared by the jit / vmap / retracing / pinned-draw tests of
+#: tests/test_discrete.py and tests/test_discrete_batch.py: N = 400, D = 3, delta = 0.05,
+#: one chunk size (max_block_size = m1 = 50), no exact pass. The table is a jit *argument*, so
+#: every table of this shape is raced by the same two compiled programs (single and vmapped).
+SMALL_N, SMALL_D = 400, 3
+SMALL_OPTIONS = dict(delta=0.05, max_block_size=50, exact_pass_cost=None, group_size=4, block_size=1)
+
+
+def small_racing(table):
+    """``racing`` on ``table`` [400, 3] in the shared small configuration (a traceable table)."""
+    from jaxsub import discrete
+
+    return discrete.racing(lambda idx: table[idx], SMALL_D, SMALL_N, **SMALL_OPTIONS)
+
+
+@functools.cache
+def small_racing_jitted():
+    """``(single, vmapped)``: ``single(key, table, log_f0)`` and ``vmapped(keys [B], table, log_f0s [B, D])``,
+    jitted once per process (a second table or new keys reuse the compiled programs)."""
+    single = jax.jit(lambda key, table, log_f0: small_racing(table)(key, log_f0))
+    vmapped = jax.jit(jax.vmap(lambda key, table, log_f0: small_racing(table)(key, log_f0), in_axes=(0, None, 0)))
+    return single, vmapped

@@ -7,15 +7,16 @@ delta in total variation (Prop. 1), plus the Monte Carlo tolerance of
 problem is chosen so that the samplers do eliminate arms (mean evaluations well
 below N * D, asserted), otherwise the TV check would be vacuous.
 """
-import chex
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxsub
-from discrete_problems import exact_probs, factor_fn, reward_table
-from helpers import assert_discrete_matches, assert_tv_within, tv_tolerance, variants
+from discrete_problems import SMALL_D, SMALL_N, SMALL_OPTIONS, exact_probs, factor_fn, reward_table, small_racing, small_racing_jitted
+from helpers import assert_discrete_matches, assert_tv_within, tv_tolerance
 from jaxsub import discrete
 
 NUM_DRAWS = 20_000
@@ -401,6 +402,13 @@ def test_minus_inf_state_never_returned(rng_key, which):
     assert not info.has_nan.any()
 
 
+@functools.cache
+def _nan_race():
+    """One compiled race (N = 1000, D = 3, delta = 0.1) for both NaN tests: the table is an argument."""
+    return jax.jit(jax.vmap(lambda key, table, log_f0: discrete.racing(lambda idx: table[idx], 3, 1000, delta=0.1)(key, log_f0),
+                            in_axes=(0, None, None)))
+
+
 @pytest.mark.parametrize("which", ["racing", pytest.param("lil_ucb", marks=pytest.mark.slow), "gumbel_max"])
 def test_nan_rewards_are_flagged(rng_key, which):
     probs = [0.3, 0.4, 0.3]
@@ -412,8 +420,11 @@ def test_nan_rewards_are_flagged(rng_key, which):
         lil_ucb=lambda: discrete.lil_ucb(factor_fn(table), D, N, delta=0.1, reward_range=1.0),
         gumbel_max=lambda: discrete.gumbel_max(factor_fn(table), D, N),
     )[which]
-    sample = jax.jit(jax.vmap(make(), in_axes=(0, None)))
-    keys = jax.random.split(rng_key, 64)
+    if which == "racing":
+        sample = functools.partial(lambda keys, f0, t: _nan_race()(keys, t, f0), t=jnp.asarray(table, jnp.float32))
+    else:
+        sample = jax.jit(jax.vmap(make(), in_axes=(0, None)))
+    keys = jax.random.split(rng_key, 200)  # (200 keys: the shape of the racing program shared with the next test)
     _, info = sample(keys, jnp.zeros(D, jnp.float32))
     assert np.asarray(info.has_nan).all()
     # A NaN in log_f0 is flagged too.
@@ -430,9 +441,8 @@ def test_nan_single_datum_flagged_by_racing_when_reached(rng_key):
     N, D, bad = 1000, 3, 123
     table = reward_table(probs, N, 0.05, seed=11)
     table[bad, :] = np.nan
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.1)
     keys = jax.random.split(rng_key, 200)
-    x, info = jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(D, jnp.float32))
+    x, info = _nan_race()(keys, jnp.asarray(table, jnp.float32), jnp.zeros(D, jnp.float32))
     # Position of the bad datum in each draw's permutation (white box: racing uses
     # the first half of split(rng_key) for the permutation).
     perms = jax.vmap(lambda k: permutation_indices(permutation_round_keys(jax.random.split(k)[0]), jnp.arange(N), N))(keys)
@@ -447,34 +457,31 @@ def test_nan_single_datum_flagged_by_racing_when_reached(rng_key):
 
 @pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
 def test_jit_and_vmap_variants_agree(rng_key, variant):
-    probs = [0.2, 0.5, 0.3]
-    N, D = 400, 3
-    table = reward_table(probs, N, 4e-3, seed=12)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, max_block_size=50, exact_pass_cost=None)  # one loop
-    batched = variants(jax.vmap(sample))[variant]
-    keys = jax.random.split(rng_key, 4)
-    log_f0s = jnp.zeros((4, D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, 4))
-    x, info = batched(keys, log_f0s)
-    single = jax.jit(sample)
-    for k in range(4):  # vmapped draws equal single draws with the same key
-        xk, ik = single(keys[k], log_f0s[k])
+    """The shared small race (tests/discrete_problems.py; one compiled program for every table):
+    vmapped draws, with and without jit, equal single jitted draws with the same keys."""
+    table = jnp.asarray(reward_table([0.2, 0.5, 0.3], SMALL_N, 4e-3, seed=12), jnp.float32)
+    single, vmapped = small_racing_jitted()
+    B = 16
+    keys = jax.random.split(rng_key, B)
+    log_f0s = jnp.zeros((B, SMALL_D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, B))
+    if variant == "with_jit":
+        x, info = vmapped(keys, table, log_f0s)
+    else:
+        x, info = jax.vmap(small_racing(table))(keys, log_f0s)
+    for k in range(B):  # vmapped draws equal single draws with the same key
+        xk, ik = single(keys[k], table, log_f0s[k])
         assert int(xk) == int(x[k]) and int(ik.num_evaluations) == int(info.num_evaluations[k])
+    assert len(np.unique(np.asarray(info.num_evaluations))) >= 2  # draws stopped at different stages
 
 
 def test_no_retracing(rng_key):
-    probs = [0.2, 0.5, 0.3]
-    N, D = 500, 3
-    table = reward_table(probs, N, 4e-3, seed=13)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, max_block_size=50, exact_pass_cost=None)
-
-    @jax.jit
-    @chex.assert_max_traces(n=1)
-    def run(key, log_f0):
-        return sample(key, log_f0)
-
-    for i in range(3):
-        run(jax.random.fold_in(rng_key, i), jnp.full((D,), float(i), jnp.float32))
-    chex.clear_trace_counter()
+    """New keys, new log_f0 values and a new table (all arguments) reuse the one compiled program."""
+    single, _ = small_racing_jitted()
+    for seed in (13, 14):
+        table = jnp.asarray(reward_table([0.2, 0.5, 0.3], SMALL_N, 4e-3, seed=seed), jnp.float32)
+        for i in range(3):
+            single(jax.random.fold_in(rng_key, i), table, jnp.full((SMALL_D,), float(i), jnp.float32))
+    assert single._cache_size() == 1
 
 
 @pytest.mark.parametrize(
@@ -571,8 +578,9 @@ def _pinned_problem():
 
 def test_block_size_one_reproduces_todays_draws():
     table, keys = _pinned_problem()
-    sample = discrete.racing(factor_fn(table), 3, 400, delta=0.05, max_block_size=50, exact_pass_cost=None, block_size=1)
-    x, info = jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(3, jnp.float32))
+    assert SMALL_OPTIONS["block_size"] == 1 and (SMALL_N, SMALL_D) == table.shape  # the shared small race, B = 1 explicitly
+    _, vmapped = small_racing_jitted()
+    x, info = vmapped(keys, jnp.asarray(table, jnp.float32), jnp.zeros((16, 3), jnp.float32))
     np.testing.assert_array_equal(np.asarray(x), _PINNED_X)
     np.testing.assert_array_equal(np.asarray(info.num_evaluations), _PINNED_EVALS)
 

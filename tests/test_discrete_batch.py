@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from discrete_problems import exact_probs, factor_fn, reward_table
+from discrete_problems import SMALL_D, SMALL_N, exact_probs, factor_fn, reward_table, small_racing, small_racing_jitted
 from helpers import assert_tv_within, variants
 from jaxsub import discrete
 
@@ -73,16 +73,16 @@ def test_racing_batch_per_draw_params_within_delta(rng_key):
 
 def test_batched_equals_vmap_of_single_draws_jit_nojit_no_retracing(rng_key):
     """Shared target: ``sample.batched`` returns, draw by draw, what ``jax.vmap(sample)``
-    does, with and without jit; the jitted batch is traced once for new keys / log_f0s."""
-    N, D, B = 400, 3, 6
-    table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=12)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.05, group_size=4, max_block_size=50, exact_pass_cost=None)  # one loop to compile
-    reference = jax.jit(jax.vmap(sample))
-    batched = variants(chex.assert_max_traces(sample.batched, n=1))
+    does, with and without jit; the jitted batch is traced once for new keys / log_f0s.
+    (The shared small race of tests/discrete_problems.py: its vmapped program is compiled once.)"""
+    B = 16
+    table = jnp.asarray(reward_table([0.2, 0.5, 0.3], SMALL_N, 4e-3, seed=12), jnp.float32)
+    _, reference = small_racing_jitted()
+    batched = variants(chex.assert_max_traces(lambda keys, log_f0s: small_racing(table).batched(keys, log_f0s), n=1))
     for i in range(2):
         keys = jax.random.split(jax.random.fold_in(rng_key, i), B)
-        log_f0s = jnp.zeros((B, D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, B) + i)
-        ref = reference(keys, log_f0s)
+        log_f0s = jnp.zeros((B, SMALL_D), jnp.float32).at[:, 0].set(jnp.linspace(-1, 1, B) + i)
+        ref = reference(keys, table, log_f0s)
         assert len(np.unique(np.asarray(ref[1].num_stages))) >= 2
         _assert_same_draws(batched["with_jit"](keys, log_f0s), ref)
         if i == 0:

@@ -6,6 +6,8 @@ and the exact path must match p (chi-square). Negative control: the same
 ragged problem zero-padded to max N_i (``pad_populations``) and raced with
 Racing-Normal fails, because the padded small arms have very skewed rewards.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,8 +30,29 @@ def _problem():
 
 
 def _draws(sample, args, num_draws, seed=1):
+    # A multiple of lax.map's batch: a remainder would compile the sampler a second time.
+    assert num_draws % 256 == 0, num_draws
     keys = jax.random.split(jax.random.key(seed), num_draws)
     x, info = jax.jit(lambda ks: jax.lax.map(lambda k: sample(k, *args), ks, batch_size=256))(keys)
+    return np.asarray(x), jax.tree.map(np.asarray, info)
+
+
+@functools.cache
+def _exact_draws_fn():
+    """The exact ragged sampler, compiled once for both tests that use it (table, log_f0, sizes and
+    beta are arguments; 4096 keys)."""
+
+    def run(keys, table, log_f0, sizes, beta):
+        fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+        sample = discrete.racing_ragged(fn, 4, N_MAX, delta=0.05, exact=True)
+        return jax.lax.map(lambda k: sample(k, log_f0, sizes, beta), keys, batch_size=256)
+
+    return jax.jit(run)
+
+
+def _exact_draws(table, log_f0, sizes, beta=1.0, num_draws=4096):
+    keys = jax.random.split(jax.random.key(1), num_draws)
+    x, info = _exact_draws_fn()(keys, table, log_f0, jnp.asarray(sizes, jnp.int32), jnp.asarray(beta, jnp.float32))
     return np.asarray(x), jax.tree.map(np.asarray, info)
 
 
@@ -40,9 +63,7 @@ def _softmax(w):
 
 def test_ragged_exact_path_matches_target():
     table, log_f0 = _problem()
-    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
-    sample = discrete.racing_ragged(fn, 4, N_MAX, delta=0.05, exact=True)
-    x, info = _draws(sample, (log_f0, jnp.asarray(SIZES, jnp.int32)), 4000)
+    x, info = _exact_draws(table, log_f0, SIZES)  # beta = 1: p itself
     assert_discrete_matches(x, _softmax(GAPS))
     assert info.is_exact.all() and not info.has_nan.any()
     assert np.all(info.num_evaluations == SIZES.sum())  # exactly every arm's own population
@@ -53,7 +74,7 @@ def test_ragged_racing_within_delta_and_cheaper_than_padding():
     table, log_f0 = _problem()
     sizes = jnp.asarray(SIZES, jnp.int32)
     fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
-    delta, num_draws = 0.05, 6000
+    delta, num_draws = 0.05, 6144
     x, info = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=delta), (log_f0, sizes), num_draws)
     p = _softmax(GAPS)
     assert_tv_within(x, p, slack=delta)
@@ -105,20 +126,20 @@ def test_annealed_draws_follow_p_to_the_beta(beta):
     w = table.sum(0)
     target = _softmax(beta * w)
     fn = lambda idx: jnp.asarray(table, jnp.float32)[idx]  # noqa: E731
-    x, _ = _draws(discrete.gumbel_max(fn, D, N), (log_f0, beta), 6000)
+    x, _ = _draws(discrete.gumbel_max(fn, D, N), (log_f0, beta), 6144)
     assert_discrete_matches(x, target)
-    x, info = _draws(discrete.racing(fn, D, N, delta=0.05), (log_f0, beta), 6000)
+    x, info = _draws(discrete.racing(fn, D, N, delta=0.05), (log_f0, beta), 6144)
     assert_tv_within(x, target, slack=0.05)
     # not vacuous: p^beta differs from p by more than the tolerance
-    assert tv_distance(target, _softmax(w)) > 0.05 + tv_tolerance(target, 6000)
+    assert tv_distance(target, _softmax(w)) > 0.05 + tv_tolerance(target, 6144)
 
 
 def test_beta_infinity_gives_the_map_state():
     table, log_f0 = _problem()
     fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
     args = (log_f0, jnp.asarray(SIZES, jnp.int32), jnp.inf)
-    x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05, exact=True), args, 100)
+    x, _ = _exact_draws(table, log_f0, SIZES, beta=jnp.inf)
     assert np.all(x == np.argmax(GAPS))
     # the race at beta = inf identifies the argmax with error <= delta
-    x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05), args, 1000)
-    assert np.mean(x != np.argmax(GAPS)) <= 0.05 + 4 * np.sqrt(0.05 * 0.95 / 1000)
+    x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05), args, 1024)
+    assert np.mean(x != np.argmax(GAPS)) <= 0.05 + 4 * np.sqrt(0.05 * 0.95 / 1024)

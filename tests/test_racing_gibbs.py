@@ -47,7 +47,9 @@ def test_exact_gibbs_matches_conditional():
         assert int(gibbs.step(key, state)[0].position) == int(draws[i])
 
 
-@pytest.mark.parametrize("delta", [1e-6, 0.05])
+# delta = 1e-6 (exact in law) is slow: test_exact_gibbs_matches_conditional (the exact path) and
+# tests/test_discrete.py::test_exact_option_uses_all_data_and_tiny_delta_is_exact_in_law stay fast.
+@pytest.mark.parametrize("delta", [pytest.param(1e-6, marks=pytest.mark.slow), 0.05])
 def test_racing_gibbs_within_delta_of_exact_conditional(delta):
     log_f0, log_factor_fn, probs = _categorical_problem(num_data=1000, scale=1.0)
     gibbs = jaxsub.racing_gibbs(log_f0, log_factor_fn, 1000, delta=delta)

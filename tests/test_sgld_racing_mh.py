@@ -31,7 +31,9 @@ def test_log_proposal_ratio_uses_the_same_minibatch_both_ways():
     np.testing.assert_allclose(float(log_ratio), expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("exact", [True, False], ids=["exact_mh", "racing_mh"])
+# The exact-MH variant is slow: the racing variant (same posterior check) and
+# test_log_proposal_ratio_uses_the_same_minibatch_both_ways stay fast.
+@pytest.mark.parametrize("exact", [pytest.param(True, marks=pytest.mark.slow), False], ids=["exact_mh", "racing_mh"])
 def test_corrected_sgld_targets_the_posterior(exact):
     """A step size at which plain SGLD is visibly biased; the MH-corrected chain is not."""
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=2000)

@@ -429,9 +429,10 @@ def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tup
     """``[(chunk_size, last_stage_index), ...]``: consecutive stages sharing a chunk size.
 
     Stage t reads ``m_t = T_t - T_{t-1}`` new indices in chunks of
-    ``c_t = max{m1 * LADDER^k <= min(m_t, max_block_size)}``. For t < t*,
-    ``m_t`` and ``T_{t-1}`` are ``m1`` times powers of two, so chunks tile the
-    stage exactly; the last stage (clipped to N) masks its final chunk.
+    ``c_t = max{m1 * LADDER^k <= min(m_t, max_block_size)}``, and at least
+    ``c_{t-1}``. For t < t*, ``m_t`` and ``T_{t-1}`` are ``m1`` times powers of
+    two, so chunks tile the stage exactly; the last stage (clipped to N) masks
+    its final chunk (with ``m_t < c_{t-1}``, part of its only chunk).
     """
     ladder = [first_batch_size]
     while ladder[-1] * LADDER <= max_block_size:
@@ -442,6 +443,11 @@ def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tup
         m_t = stop - prev
         prev = stop
         c = max(c for c in ladder if c <= max(m_t, first_batch_size))
+        if groups:
+            # Never a smaller chunk than the previous stage's: only the last, clipped stage
+            # can have fewer new indices (m_t < m_{t-1}); it masks part of one larger chunk
+            # instead of adding a loop (one loop body fewer to compile).
+            c = max(c, groups[-1][0])
         if groups and groups[-1][0] == c:
             groups[-1] = (c, t)
         else:
@@ -1047,6 +1053,16 @@ def _build_racing(
                 kept = eliminate(mean_d, m2, alive, stage_c, count, c, m3)
                 alive = jnp.where(at_end & ~is_final & ~bad, kept, alive)
             done = s.done | bad | (jnp.sum(alive, dtype=jnp.int32) <= 1) | (at_end & is_final)
+            exact_pass = s.exact_pass
+            if switch_stage is not None:
+                # Entering ``switch_stage`` still running: take the exact pass when it keeps the
+                # count within N D (see ``exact_pass_cost``): restart the sums at T = 0; the race
+                # loops (``~exact_pass`` in their conditions) then leave this draw to the pass loop.
+                take = (at_end & ~done & (s.stage == switch_stage - 1)
+                        & (jnp.sum(alive, dtype=jnp.int32) * N <= N * D - num_eval))
+                count = jnp.where(take, 0, count).astype(jnp.int32)
+                mean_d = jnp.where(take, jnp.zeros_like(mean_d), mean_d)  # the pass's running sums
+                exact_pass = take
             return s._replace(
                 count=count,
                 mean_d=mean_d,
@@ -1057,6 +1073,7 @@ def _build_racing(
                 has_nan=s.has_nan | bad,
                 num_evaluations=num_eval,
                 stage=s.stage + (at_end & ~done).astype(jnp.int32),
+                exact_pass=exact_pass,
             )
 
         return body
@@ -1122,43 +1139,25 @@ def _build_racing(
             below = levels[j + 1] if j + 1 < len(levels) else 0
             loop_specs.append((lambda s, below=below: running(s) & (n_alive(s) > below), make(k)))
 
-    def race_specs(first_stage: int, last_stage: int, chunk_size: int, skip_pass: bool):
-        """Loops over stages first_stage..last_stage with one chunk size; with
-        ``skip_pass``, draws finishing with the exact pass are left alone."""
+    def race_specs(first_stage: int, last_stage: int, chunk_size: int):
+        """Loops over stages first_stage..last_stage with one chunk size; draws that
+        took the exact pass (at ``switch_stage``, in the stage body) are left alone."""
 
         def running(s):
             r = ~s.done & (s.stage <= last_stage)
-            return r & ~s.exact_pass if skip_pass else r
+            return r & ~s.exact_pass if switch_stage is not None else r
 
         level_specs(running, lambda k: make_body(chunk_size, k))
 
+    # A race still running when it enters ``switch_stage`` takes the exact pass when that
+    # keeps its count within the exact sampler's (num_evaluations <= N * D): the stage body
+    # restarts its means at T = 0 and marks it; the pass loop then reads all N data in order
+    # for its surviving arms. Other races go on with the random stages (same loops).
     first = 0
-    after_switch = []  # the stages >= switch_stage, for races that do not take the pass
     for chunk_size, last_stage in groups:
-        if switch_stage is None or last_stage < switch_stage:
-            race_specs(first, last_stage, chunk_size, False)
-        else:
-            if first < switch_stage:
-                race_specs(first, switch_stage - 1, chunk_size, False)
-            after_switch.append((max(first, switch_stage), last_stage, chunk_size))
+        race_specs(first, last_stage, chunk_size)
         first = last_stage + 1
     if switch_stage is not None:
-        # A race still running at ``switch_stage`` takes the exact pass when that
-        # keeps its count within the exact sampler's (num_evaluations <= N * D):
-        # it restarts its means at T = 0 and reads all N data in order for its
-        # surviving arms. Other races go on with the random stages.
-        def start_pass(s, c):
-            n_alive = jnp.sum(s.alive, dtype=jnp.int32)
-            take = ~s.done & (n_alive * N <= N * D - s.num_evaluations)
-            return s._replace(
-                count=jnp.where(take, 0, s.count).astype(jnp.int32),
-                mean_d=jnp.where(take, jnp.zeros_like(s.mean_d), s.mean_d),  # the pass's running sums
-                exact_pass=take,
-            )
-
-        loop_specs.append(("map", start_pass))
-        for first_stage, last_stage, chunk_size in after_switch:
-            race_specs(first_stage, last_stage, chunk_size, True)
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
         level_specs(in_pass, lambda k: make_pass_body(max_block_size, k))
 
