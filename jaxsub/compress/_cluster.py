@@ -490,12 +490,18 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
         sums[k], cnt[k], cen[k], rad[k] = xr, 1.0, xr, 0.0
         members[t] = k
         k += 1
-    diff = xr_all - cen[:k][members]
-    far = np.zeros(k)
-    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
-    ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
+    ids = _open_found(clusters, xr_all, members, sums[:k], cnt[:k], cen[:k])
     labels[rows] = ids[members]
     return ids
+
+
+def _open_found(clusters: _Clusters, xr_all, members, sums, cnt, cen) -> np.ndarray:
+    """Open the clusters a sequential pass found (sums, counts, centroids; ``members[t]`` = the
+    cluster of row ``t``), each with its exact farthest-member distance as radius; returns their ids."""
+    diff = xr_all - cen[members]
+    far = np.zeros(cnt.shape[0])
+    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+    return clusters.open(sums, cnt.astype(np.int64), far)
 
 
 def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.ndarray:
@@ -525,10 +531,7 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
         sums[k], cnt[k], cen[k] = xr, 1.0, xr
         members[t] = k
         k += 1
-    diff = xr_all - cen[:k][members]
-    far = np.zeros(k)
-    np.maximum.at(far, members, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
-    ids = clusters.open(sums[:k], cnt[:k].astype(np.int64), far)
+    ids = _open_found(clusters, xr_all, members, sums[:k], cnt[:k], cen[:k])
     clusters.move(ids, cen[:k])
     labels[rows] = ids[members]
     return ids
