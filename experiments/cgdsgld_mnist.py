@@ -263,8 +263,8 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
     so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
     for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
-    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run``:
-    ``python -m experiments.cgdsgld_mnist`` prints it.
+    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run`` (session 5's study,
+    from the FedAvg centre; ``expansion_study`` is session 6's).
     """
     data = jaxsub.datasets.load_mnist()
     rng = np.random.default_rng(0)
@@ -318,7 +318,68 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     return results
 
 
+def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1_200) -> dict:
+    """What decides CG-DSGLD on this network: the expansion point or the curvature? (quick sizes)
+
+    For two common expansion points -- the library default's FedAvg centre (6 rounds x 20 local Adam
+    steps) and the FedSGD centre of ``run`` (100 rounds, server Adam 0.01: the global damped mode) --
+    and from that point: DSGLD, CG-DSGLD with the gradient control variate only (``Λ_s = 0``), with the
+    empirical Fisher diagonal and with the Gauss-Newton diagonal at the point, and pooled SGLD; ``L``
+    local steps, ``total_steps`` SGLD steps in all, ``chains`` chains each (one call). Returns
+    ``{centre: {sampler: [accuracy per chain]}}`` plus each centre's own test accuracy.
+    ``python -m experiments.cgdsgld_mnist`` prints it.
+    """
+    data = jaxsub.datasets.load_mnist()
+    rng = np.random.default_rng(0)
+    keep = rng.choice(data.x.shape[0], 10_000, replace=False)
+    x_test, y_test = jnp.asarray(data.x_test[:2_000]), np.asarray(data.y_test[:2_000])
+    clients = make_clients(data.x[keep], data.y[keep], 10, rng)
+    step_size = 2 * LR / sum(len(c[1]) for c in clients)
+    params0 = init_params(0)
+    unravel = jax.flatten_util.ravel_pytree(params0)[1]
+    probs = np.full(10, 0.1)
+    packed = jaxsub.sgmcmc.make_shards(clients)
+    rounds = total_steps // local_steps
+    burn = rounds // 3
+    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                             num_rounds=rounds), quick=True)
+    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
+    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
+                                   step_size=step_size)
+    sgld_chains = jit(jax.vmap(lambda t, k: jax.lax.scan(sgld_round, t, jax.random.split(k, rounds))[1],
+                               in_axes=(None, 0)), quick=True)
+
+    def accuracies(trace):
+        return [round(100 * float(predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], trace), x_test,
+                                                      y_test)[-1]), 2) for c in range(chains)]
+
+    out = {}
+    for centre_name in ("fedavg", "fedsgd"):
+        kw = surrogate_settings(True, centre_name)
+        sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, **kw)
+        theta_bar = np.asarray(sur.fit_info.expansion_point[0], np.float64)
+        centre = unravel(jnp.asarray(theta_bar, jnp.float32))
+        grads = np.asarray(sur.shift, np.float64) - np.asarray(sur.precision, np.float64) * theta_bar
+        gn = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, centre, structure="diag",
+                                              curvature="gauss_newton", gauss_newton=(model_fn, output_loglik),
+                                              num_steps=0, expansion="fedsgd")
+        zero = sur._replace(precision=np.zeros_like(sur.precision), shift=grads.astype(np.float32))
+        res = {"centre_test_accuracy": round(100 * float(np.mean(
+            np.asarray(logits_fn(centre, x_test)).argmax(-1) == y_test)), 2)}
+        positions = jax.tree.map(lambda v: jnp.stack([v] * chains), centre)
+        for name, surrogates, alpha in (("DSGLD", sur, 0.0), ("CG, control variate only", zero, 1.0),
+                                        ("CG, empirical Fisher diag", sur, 1.0), ("CG, Gauss-Newton diag", gn, 1.0)):
+            _, trace = runner(jax.random.key(1), positions, packed.data, jnp.asarray(packed.sizes, jnp.int32),
+                              jnp.asarray(probs, jnp.float32), jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+                              step_size, alpha)
+            res[name] = accuracies(trace)
+        res["SGLD (pooled)"] = accuracies(sgld_chains(centre, jax.random.split(jax.random.key(1), chains)))
+        out[centre_name] = res
+    return out
+
+
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(local_steps_study(), indent=1))
+    print(json.dumps(expansion_study(), indent=1))
