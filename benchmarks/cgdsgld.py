@@ -26,6 +26,8 @@
     and the bytes that cross devices per round. The simulated devices share
     this machine's cores, so (c) measures the overhead of the sharded program,
     not a speed-up; no GPU/multi-accelerator machine was available for this run.
+(d) rounds/s of the MNIST experiment's sampler (``experiments/cgdsgld_mnist``, d = 39,760) on the default
+    device -- the accelerator when the machine has one (run unchanged there) -- DSGLD and CG-DSGLD.
 
 Model: Bayesian logistic regression with ``d`` features, ``S = 8`` shards of
 ``N_s = 20,000`` synthetic rows, minibatch 100.
@@ -44,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsub
+import jaxsub.datasets
 from benchmarks._common import compare
 from jaxsub.subsample import permutation_indices
 
@@ -190,6 +193,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_p
 sys.path.insert(0, sys.argv[1])
 import jax, jax.numpy as jnp, numpy as np
 import jaxsub
+import jaxsub.datasets
 from benchmarks.cgdsgld import make_problem, _surrogates, NUM_SHARDS
 from benchmarks._common import compare
 dim, chains, local_steps, rounds, repeats = (int(a) for a in sys.argv[2:7])
@@ -232,6 +236,7 @@ def part_c(dim: int, chains: int, local_steps: int, rounds: int, repeats: int) -
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"  # 8 simulated *CPU* devices, also on a machine with an accelerator
     proc = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(root), str(dim), str(chains), str(local_steps),
                            str(rounds), str(repeats)], capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode != 0:
@@ -240,6 +245,43 @@ def part_c(dim: int, chains: int, local_steps: int, rounds: int, repeats: int) -
     out.update({"part": "c", "what": "multi_device: 8 simulated CPU devices vs vmap on 1 device", "dim": dim,
                 "note": "simulated devices share the same CPU cores; no GPU in this run"})
     return out
+
+
+def part_d(rounds: int, repeats: int) -> dict:
+    """Rounds/s of the MNIST experiment's sampler on the default device (the accelerator when there is one).
+
+    ``experiments/cgdsgld_mnist``'s program (``jaxsub.sgmcmc.sample_rounds``: MLP 784-50-10, d = 39,760,
+    10 label-skewed clients of the quick split's 10,000 rows, 20 local steps per round, minibatch 32,
+    one chain), DSGLD (α = 0) against CG-DSGLD (α = 1, diagonal surrogates): one compiled program for both.
+    The surrogates' values do not change the cost (a constant diagonal precision per client here)."""
+    from experiments import cgdsgld_mnist as mnist
+
+    data = jaxsub.datasets.load_mnist()
+    rng = np.random.default_rng(0)
+    keep = rng.choice(data.x.shape[0], 10_000, replace=False)
+    clients = mnist.make_clients(data.x[keep], data.y[keep], 10, rng)
+    packed = jaxsub.sgmcmc.make_shards(clients)
+    params0 = mnist.init_params(0)
+    dim = sum(int(np.size(p)) for p in jax.tree.leaves(params0))
+    probs = np.full(10, 0.1)
+    sur = jaxsub.sgmcmc.gaussian_surrogates(np.zeros((10, dim)), np.full((10, dim), 10.0))
+    arrays = jaxsub.sgmcmc.conducive_arrays(sur, probs)
+    chains, local_steps = 1, 20
+    runner = jax.jit(jaxsub.sgmcmc.sample_rounds(mnist.logprior, mnist.loglik, batch_size=mnist.BATCH,
+                                                 local_steps=local_steps, num_rounds=rounds))
+    positions = jax.tree.map(lambda v: jnp.stack([v] * chains), params0)
+    args = (packed.data, jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32), arrays,
+            2 * mnist.LR / 10_000)
+
+    def call(alpha):
+        return lambda i: (jax.random.key(i), positions, *args, alpha)
+
+    t = compare(runner, runner, call(0.0), call(1.0), repeats=repeats)
+    return {"part": "d", "what": "MNIST experiment sampler (MLP 784-50-10, 10 clients, L = 20, batch 32, 1 chain)",
+            "dim": dim, "device": str(jax.devices()[0]), "platform": jax.default_backend(), "rounds": rounds,
+            "dsgld_rounds_per_s": rounds / t["baseline_s"], "cg_dsgld_rounds_per_s": rounds / t["candidate_s"],
+            "ratio": t["candidate_s"] / t["baseline_s"],
+            "compile_s": t.get("baseline_first_call_s"), "load_average_1min": os.getloadavg()[0]}
 
 
 def run(*, quick: bool) -> list[dict]:
@@ -252,4 +294,6 @@ def run(*, quick: bool) -> list[dict]:
         rows += part_a_b(dim, local_steps=100, rounds=rounds if dim < SPARSE_DIM else max(5, rounds // 10),
                          repeats=repeats)
     rows.append(part_c(dim=10, chains=4, local_steps=20, rounds=rounds, repeats=repeats))
+    # (d): 20 rounds per call on a CPU (about 0.1 s a round on 2 shared cores), 200 on an accelerator
+    rows.append(part_d(rounds=20 if jax.default_backend() == "cpu" else 200, repeats=repeats))
     return rows

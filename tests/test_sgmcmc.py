@@ -582,6 +582,27 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     grad_q = np.einsum("sij,j->si", -fed.precision, points[0]) + fed.shift
     p = 1 / (1 + np.exp(-x @ points[0]))
     np.testing.assert_allclose(grad_q.sum(0), x.T @ (y - p), rtol=1e-3, atol=1e-3)
+    # expansion='fedsgd' (server optimiser on the size-weighted average of the shards' damped gradients) is
+    # gradient descent on the global objective: it reaches the MAP; with curvature='gauss_newton' (a linear
+    # model with the canonical link: GGN = Hessian exactly) the precisions are the shard Hessians there
+    gn = (lambda th, d: d[0] @ th, lambda z, d: d[1] * z - jnp.logaddexp(0.0, z))
+    # (one compile for both Gauss-Newton paths: low rank with rank = d is the GGN-vector-product eigenpairs
+    # plus the remaining GGN diagonal, so D_s + U_s U_sᵀ must be the whole Hessian)
+    sgd = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="lowrank", rank=2,
+                                           curvature="gauss_newton", gauss_newton=gn, expansion="fedsgd",
+                                           num_steps=3000, optimizer=opt, rng_key=jax.random.key(0))
+    np.testing.assert_allclose(sgd.fit_info.expansion_point, np.broadcast_to(theta, (3, 2)), atol=2e-3)
+    hess = []
+    for xs, ys in shards:
+        p_s = 1 / (1 + np.exp(-xs.astype(np.float64) @ theta))
+        hess.append(xs.T.astype(np.float64) @ (xs * (p_s * (1 - p_s))[:, None]))
+    u = np.asarray(sgd.factor, np.float64)
+    rebuilt = np.stack([np.diag(d) + f @ f.T for d, f in zip(np.asarray(sgd.precision, np.float64), u)])
+    np.testing.assert_allclose(rebuilt, np.stack(hess), rtol=2e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="gauss_newton"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), curvature="gauss_newton")
+    with pytest.raises(ValueError, match="gauss_newton"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), gauss_newton=gn)
     with pytest.raises(ValueError, match="expansion"):
         jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), expansion="global")
     with pytest.raises(ValueError, match="fedavg_local_steps"):
