@@ -304,95 +304,112 @@ def _row(tree, i):
     return jax.tree.map(lambda a: a[i], tree)
 
 
-def _move(packed, i, a, b, s, n, window: int, do=True):
+def _move(packed, i, a, b, s, n, chunk: int, do=True, carry=None):
     """Move mention ``i`` (block slots ``[s, s + n)``) from cluster ``a`` to cluster ``b != a``.
 
-    ``i`` leaves ``a``'s segment of ``members`` (its edge member takes ``i``'s slot), the segments
-    strictly between ``a``'s and ``b``'s ``active`` slots shift by one member toward ``a`` (each moves
-    one member from one end to the other), ``i`` joins ``b``'s segment; a new cluster takes the slot
-    after the last non-empty one, and an emptied ``a`` leaves the non-empty prefix of ``active``
-    (later slots shift down by one). ``window`` (static, >= the block's non-empty clusters + 1) bounds
-    the slots touched.
+    ``i`` leaves ``a``'s segment of ``members`` (swapped to its edge), the segments strictly between
+    ``a``'s and ``b``'s ``active`` slots shift by one member toward ``a`` (each moves one member from one
+    end to the other), ``i`` joins ``b``'s segment; a new cluster takes the slot after the last
+    non-empty one, and an emptied ``a`` leaves the non-empty prefix of ``active`` (later slots shift
+    down by one, ``a`` goes to the first empty slot). Work O(number of slots between, in chunks of
+    ``chunk``): two ``while_loop`` s over chunks (one iteration each when the block has at most
+    ``chunk`` non-empty clusters), each chunk one scatter.
 
-    ``packed`` is the state as one ``[M, 8]`` array (:func:`_pack`): every value is read from the old
-    state and all writes go in **one** scatter (O(window)). With eight separate arrays XLA copied
-    every array that is read by an op the scatter does not depend on, i.e. at every update, O(M) per
-    update (measured 18 / 65 / 420 µs per exact update at M = 2,000 / 20,000 / 200,000,
-    docs/coreference.md); with one array every read feeds the one write. ``do`` (traced bool): when
-    false every write is dropped (the sweep masks the move instead of branching on it with
-    ``lax.cond``, which copied the state too).
+    ``packed`` is the state as one ``[M, 8]`` array (:func:`_pack`), written in place. Two rules keep
+    XLA from copying it (it did, at every update, O(M) per update: measured 18 / 65 / 420 µs per
+    exact update at M = 2,000 / 20,000 / 200,000, docs/coreference.md): one array instead of eight,
+    and every read of the array feeds the next write (XLA orders an in-place write after other reads
+    only through data dependences), so the values read before a loop travel in its carry. ``do``
+    (traced bool): when false nothing is written (the sweep masks the move instead of a ``lax.cond``
+    on it, which copied the state too). ``carry``: any pytree that must be computed before the writes
+    (the update's decision and info), returned unchanged.
 
     Returns:
-        the new ``[M, 8]`` array.
+        ``(packed, carry)``.
     """
-    labels, sizes, members, member_pos, active, active_pos, seg_start, num_active = _view(packed)
-    last_slot = packed.shape[0] - 1
+    col = _view(packed)
     drop = packed.shape[0]
-    nact = num_active[s]
-    fresh = sizes[b] == 0
-    qa = active_pos[a]
-    qb = jnp.where(fresh, s + nact, active_pos[b])
-    size_a, size_b = sizes[a], sizes[b]
+    nact = col.num_active[s]
+    fresh = col.sizes[b] == 0
+    qa = col.active_pos[a]
+    qb = jnp.where(fresh, s + nact, col.active_pos[b])
+    size_a, size_b = col.sizes[a], col.sizes[b]
     fwd = qa < qb
-    seg_a = seg_start[qa]
-    seg_b = jnp.where(fresh, s + n, seg_start[qb])
-    mp = member_pos[i]
+    seg_a = col.seg_start[qa]
+    seg_b = jnp.where(fresh, s + n, col.seg_start[qb])
+    mp = col.member_pos[i]
     edge = jnp.where(fwd, seg_a + size_a - 1, seg_a)  # i's slot once swapped to the edge of a's segment
-    j_edge = members[edge]
-    # segments strictly between a's and b's slots: each moves its member at src to dst (toward a);
-    # the first one's dst is ``edge``, and ``dest`` (i's final slot) is the last one's src
-    ar = jnp.arange(window, dtype=jnp.int32)
-    q = jnp.minimum(qa, qb) + 1 + ar
-    between = q < jnp.maximum(qa, qb)
-    qc = jnp.clip(q, 0, last_slot)
-    c_q = seg_start[qc]
-    n_q = sizes[active[qc]]
-    src = jnp.where(fwd, c_q + n_q - 1, c_q)
-    dst = jnp.where(fwd, c_q - 1, c_q + n_q)
-    moved = members[jnp.clip(src, 0, last_slot)]
-    dest = jnp.where(fwd, seg_b - 1, seg_b + size_b)
-    swap = do & (mp != edge)  # the edge member takes i's old slot
-    valid = do & between
-    # the block's active slots [s, s + window): segment starts after the shift, then an emptied a
-    # leaves the non-empty prefix (later slots shift down by one, a goes to the first empty slot)
-    qs = s + ar
-    qsc = jnp.clip(qs, 0, last_slot)
-    old_seg = seg_start[qsc]
-    old_act = active[qsc]
-    in_between = (qs > jnp.minimum(qa, qb)) & (qs < jnp.maximum(qa, qb))
-    mid = old_seg + jnp.where(in_between, jnp.where(fwd, -1, 1), 0)
-    mid = jnp.where(qs == qb, jnp.where(fwd, seg_b - 1, seg_b), mid)
-    mid = jnp.where((qs == qa) & ~fwd, seg_a + 1, mid)
+    j_edge = col.members[edge]
+    dest = jnp.where(fwd, seg_b - 1, seg_b + size_b)  # i's final slot
     nact1 = nact + fresh.astype(jnp.int32)
-    tail = s + nact1 - 1
-    emptied = size_a == 1
-    shift = emptied & (qs >= qa) & (qs < tail)
-    new_seg = jnp.where(shift, jnp.roll(mid, -1), mid)
-    new_act = jnp.where(shift, jnp.roll(old_act, -1), old_act)
-    new_act = jnp.where(emptied & (qs == tail), a, new_act)
-    w_ok = do & (ar < n)
+    tail = s + nact1 - 1  # an emptied a goes here
+    emptied = do & (size_a == 1)
+    t = jnp.arange(chunk, dtype=jnp.int32)
 
-    def put(col, rows, vals):
-        rows = jnp.atleast_1d(jnp.asarray(rows, jnp.int32))
-        return rows, jnp.full(rows.shape, col, jnp.int32), jnp.broadcast_to(jnp.asarray(vals, jnp.int32), rows.shape)
+    def scatter(packed, puts):
+        rows, cols, vals = (jnp.concatenate(x) for x in zip(*(
+            (jnp.atleast_1d(r), jnp.full(jnp.shape(jnp.atleast_1d(r)), c, jnp.int32),
+             jnp.broadcast_to(jnp.asarray(v, jnp.int32), jnp.shape(jnp.atleast_1d(r)))) for c, r, v in puts)))
+        return packed.at[rows, cols].set(vals, mode="drop")
 
-    one = lambda v: jnp.asarray(v, jnp.int32)[None]  # noqa: E731
-    puts = [
-        put(_MEMBERS, jnp.concatenate([one(jnp.where(swap, mp, drop)), jnp.where(valid, dst, drop),
-                                       one(jnp.where(do, dest, drop))]),
-            jnp.concatenate([one(j_edge), moved, one(i)])),
-        put(_MEMBER_POS, jnp.concatenate([one(jnp.where(swap, j_edge, drop)), jnp.where(valid, moved, drop),
-                                          one(jnp.where(do, i, drop))]),
-            jnp.concatenate([one(mp), dst, one(dest)])),
-        put(_LABELS, jnp.where(do, i, drop), b),
-        put(_SIZES, jnp.where(do, jnp.stack([a, b]), drop), jnp.stack([size_a - 1, size_b + 1])),
-        put(_SEG_START, jnp.where(w_ok, qs, drop), new_seg),
-        put(_ACTIVE, jnp.where(w_ok, qs, drop), new_act),
-        put(_ACTIVE_POS, jnp.where(w_ok, new_act, drop), qs),
-        put(_NUM_ACTIVE, jnp.where(do, s, drop), nact1 - emptied.astype(jnp.int32)),
-    ]
-    rows, cols, vals = (jnp.concatenate(x) for x in zip(*puts))
-    return packed.at[rows, cols].set(vals, mode="drop")
+    # 1. segments between a and b. Forward (qa < qb): for slots q in [qa, qb - 1), the last member of
+    #    slot q + 1's segment moves to the last slot of q's (the first of these is ``edge``); slot q + 1's
+    #    segment starts one earlier. Backward: for q in (qb, qa), downward, the first member of q's
+    #    segment moves to the slot after its end; q's segment starts one later.
+    count = jnp.where(do, jnp.abs(qb - qa) - 1, 0)
+
+    def body_between(c):
+        j, packed, carry = c
+        v = _view(packed)
+        q = jnp.where(fwd, qa + j * chunk + t, qa - 1 - j * chunk - t)
+        ok = j * chunk + t < count
+        qc = jnp.clip(q, 0, drop - 1)
+        qn = jnp.clip(q + 1, 0, drop - 1)
+        # (slot q's own start may already have moved in the previous chunk, slot q + 1's has not)
+        start_q, size_q, start_n = v.seg_start[qc], v.sizes[v.active[qc]], v.seg_start[qn]
+        src = jnp.where(fwd, start_n + v.sizes[v.active[qn]] - 1, start_q)
+        dst = jnp.where(fwd, start_n - 1, start_q + size_q)
+        moved = v.members[jnp.clip(src, 0, drop - 1)]
+        packed = scatter(packed, [(_MEMBERS, jnp.where(ok, dst, drop), moved),
+                                  (_MEMBER_POS, jnp.where(ok, moved, drop), dst),
+                                  (_SEG_START, jnp.where(ok, jnp.where(fwd, qn, qc), drop),
+                                   jnp.where(fwd, start_n - 1, start_q + 1))])
+        return j + 1, packed, carry
+
+    consts = (carry, j_edge, dest, mp, edge)
+    _, packed, consts = jax.lax.while_loop(lambda c: c[0] * chunk < count, body_between,
+                                           (jnp.zeros((), jnp.int32), packed, consts))
+    carry, j_edge, dest, mp, edge = consts
+    # 2. single writes: the swap, i's slot, label, sizes, a's and b's segment starts, num_active
+    swap = do & (mp != edge)
+    packed = scatter(packed, [
+        (_MEMBERS, jnp.stack([jnp.where(swap, mp, drop), jnp.where(do, dest, drop)]), jnp.stack([j_edge, i])),
+        (_MEMBER_POS, jnp.stack([jnp.where(swap, j_edge, drop), jnp.where(do, i, drop)]), jnp.stack([mp, dest])),
+        (_LABELS, jnp.where(do, i, drop), b),
+        (_SIZES, jnp.where(do, jnp.stack([a, b]), drop), jnp.stack([size_a - 1, size_b + 1])),
+        (_SEG_START, jnp.where(do, jnp.stack([qb, qa]), drop), jnp.stack([jnp.where(fwd, seg_b - 1, seg_b),
+                                                                           jnp.where(fwd, seg_a, seg_a + 1)])),
+        (_NUM_ACTIVE, jnp.where(do, s, drop), nact1 - emptied.astype(jnp.int32)),
+    ])
+    # 3. an emptied a: slots q in [qa, tail) take slot q + 1's cluster and segment start; a goes to tail
+
+    def body_shift(c):
+        j, packed, carry = c
+        v = _view(packed)
+        q = qa + j * chunk + t
+        ok = q <= tail
+        last = q == tail
+        qn = jnp.clip(q + 1, 0, drop - 1)
+        ids = jnp.where(last, a, v.active[qn])
+        packed = scatter(packed, [(_ACTIVE, jnp.where(ok, q, drop), ids),
+                                  (_SEG_START, jnp.where(ok & ~last, q, drop), v.seg_start[qn]),
+                                  (_ACTIVE_POS, jnp.where(ok, ids, drop), q)])
+        return j + 1, packed, carry
+
+    n_shift = jnp.where(emptied, tail - qa + 1, 0)
+    _, packed, carry = jax.lax.while_loop(lambda c: c[0] * chunk < n_shift, body_shift,
+                                          (jnp.zeros((), jnp.int32), packed, carry))
+    return packed, carry
 
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
@@ -419,6 +436,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     L_MAX = D if min_arm_draws <= 0 else min(D, n_cap // first_batch_size + 1)
     C_SMALL = min(C, 64)  # chunk for the small arms' exact sums (often a few dozen members)
     widths = sorted({min(w, D) for w in race_widths} | {D})
+    # chunk of the move's loops: a race's move (at most D + 1 non-empty clusters) is one iteration each
+    MOVE_CHUNK = min(W, D + 1 if race else 64)
 
     def chunk_sums(factors_at, count, member_col, num_cols, C=C):
         """Σ β f(x_i, x_j) per column over ``count`` members; ``member_col(k) -> (mentions, columns)``."""
@@ -623,7 +642,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             new, info = jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)
 
         # masked writes, no lax.cond over the state (a cond copied the whole state per update)
-        packed = _move(packed, i, a, new, s, n, W, new != a)
+        packed, (info, key) = _move(packed, i, a, new, s, n, MOVE_CHUNK, new != a, (info, key))
         return (packed, key), info
 
     return step
