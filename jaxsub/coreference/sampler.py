@@ -352,63 +352,69 @@ def _move(packed, i, a, b, s, n, chunk: int, do=True, carry=None):
              jnp.broadcast_to(jnp.asarray(v, jnp.int32), jnp.shape(jnp.atleast_1d(r)))) for c, r, v in puts)))
         return packed.at[rows, cols].set(vals, mode="drop")
 
-    # 1. segments between a and b. Forward (qa < qb): for slots q in [qa, qb - 1), the last member of
-    #    slot q + 1's segment moves to the last slot of q's (the first of these is ``edge``); slot q + 1's
-    #    segment starts one earlier. Backward: for q in (qb, qa), downward, the first member of q's
-    #    segment moves to the slot after its end; q's segment starts one later.
+    # One while_loop over chunks does all the writes (a scatter or a second loop after a loop made XLA
+    # copy the state). Chunks j < n1, phase 1, the segments between a and b. Forward (qa < qb): for
+    # slots q in [qa, qb - 1), the last member of slot q + 1's segment moves to the last slot of q's
+    # (the first of these is ``edge``); slot q + 1's segment starts one earlier. Backward: for q in
+    # (qb, qa), downward, the first member of q's segment moves to the slot after its end; q's segment
+    # starts one later. Chunks n1 <= j < n1 + n2, phase 2, an emptied a: slots q in [qa, tail) take
+    # slot q + 1's cluster and segment start (b's start as it is after the move), a goes to tail. The
+    # last chunk also makes the single writes: the swap, i's slot, label, sizes, b's segment start
+    # (unless phase 2 wrote it) and a's (backward, a not emptied), num_active.
     count = jnp.where(do, jnp.abs(qb - qa) - 1, 0)
+    n_shift = jnp.where(emptied, tail - qa + 1, 0)
+    n1 = (count + chunk - 1) // chunk
+    n_total = jnp.maximum(n1 + (n_shift + chunk - 1) // chunk, 1)
+    start_b = jnp.where(fwd, seg_b - 1, seg_b)
+    swap = do & (mp != edge)
+    b_shifted = emptied & (qb > qa)
+    # every value read from the old state must feed the loop's writes (a value used only after the
+    # loop is hoisted out of its carry by XLA, and the read then forces a copy): they are summed into
+    # ``h``, written at row max(M, h) (out of range: dropped) in every chunk
+    consts = (carry, j_edge, dest, mp, edge, size_a, size_b, seg_a, seg_b, nact1, tail, emptied, qa, qb, fwd, a, b)
+    h = sum(jnp.sum(x.astype(jnp.int32)) for x in jax.tree.leaves(consts)
+            if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_)
 
-    def body_between(c):
+    def body(c):
         j, packed, carry = c
         v = _view(packed)
+        # phase 1 (slot q's own start may already have moved in the previous chunk, slot q + 1's has not)
         q = jnp.where(fwd, qa + j * chunk + t, qa - 1 - j * chunk - t)
-        ok = j * chunk + t < count
+        ok = (j < n1) & (j * chunk + t < count)
         qc = jnp.clip(q, 0, drop - 1)
         qn = jnp.clip(q + 1, 0, drop - 1)
-        # (slot q's own start may already have moved in the previous chunk, slot q + 1's has not)
         start_q, size_q, start_n = v.seg_start[qc], v.sizes[v.active[qc]], v.seg_start[qn]
         src = jnp.where(fwd, start_n + v.sizes[v.active[qn]] - 1, start_q)
         dst = jnp.where(fwd, start_n - 1, start_q + size_q)
         moved = v.members[jnp.clip(src, 0, drop - 1)]
-        packed = scatter(packed, [(_MEMBERS, jnp.where(ok, dst, drop), moved),
-                                  (_MEMBER_POS, jnp.where(ok, moved, drop), dst),
-                                  (_SEG_START, jnp.where(ok, jnp.where(fwd, qn, qc), drop),
-                                   jnp.where(fwd, start_n - 1, start_q + 1))])
+        # phase 2
+        q2 = qa + (j - n1) * chunk + t
+        ok2 = (j >= n1) & (q2 <= tail) & emptied
+        last = q2 == tail
+        qn2 = jnp.clip(q2 + 1, 0, drop - 1)
+        ids = jnp.where(last, a, v.active[qn2])
+        seg_next = jnp.where(q2 + 1 == qb, start_b, v.seg_start[qn2])
+        one = do & (j == n_total - 1)
+        packed = scatter(packed, [
+            (_MEMBERS, jnp.where(ok, dst, drop), moved),
+            (_MEMBER_POS, jnp.where(ok, moved, drop), dst),
+            (_SEG_START, jnp.where(ok, jnp.where(fwd, qn, qc), drop), jnp.where(fwd, start_n - 1, start_q + 1)),
+            (_ACTIVE, jnp.where(ok2, q2, drop), ids),
+            (_SEG_START, jnp.where(ok2 & ~last, q2, drop), seg_next),
+            (_ACTIVE_POS, jnp.where(ok2, ids, drop), q2),
+            (_MEMBERS, jnp.stack([jnp.where(one & swap, mp, drop), jnp.where(one, dest, drop)]), jnp.stack([j_edge, i])),
+            (_MEMBER_POS, jnp.stack([jnp.where(one & swap, j_edge, drop), jnp.where(one, i, drop)]),
+             jnp.stack([mp, dest])),
+            (_LABELS, jnp.where(one, i, drop), b),
+            (_SIZES, jnp.where(one, jnp.stack([a, b]), drop), jnp.stack([size_a - 1, size_b + 1])),
+            (_SEG_START, jnp.stack([jnp.where(one & ~b_shifted, qb, drop), jnp.where(one & ~fwd & ~emptied, qa, drop)]),
+             jnp.stack([start_b, seg_a + 1])),
+            (_NUM_ACTIVE, jnp.where(one, s, drop), nact1 - emptied.astype(jnp.int32)),
+            (_LABELS, jnp.maximum(drop, h), h),
+        ])
         return j + 1, packed, carry
 
-    consts = (carry, j_edge, dest, mp, edge)
-    _, packed, consts = jax.lax.while_loop(lambda c: c[0] * chunk < count, body_between,
-                                           (jnp.zeros((), jnp.int32), packed, consts))
-    carry, j_edge, dest, mp, edge = consts
-    # 2. single writes: the swap, i's slot, label, sizes, a's and b's segment starts, num_active
-    swap = do & (mp != edge)
-    packed = scatter(packed, [
-        (_MEMBERS, jnp.stack([jnp.where(swap, mp, drop), jnp.where(do, dest, drop)]), jnp.stack([j_edge, i])),
-        (_MEMBER_POS, jnp.stack([jnp.where(swap, j_edge, drop), jnp.where(do, i, drop)]), jnp.stack([mp, dest])),
-        (_LABELS, jnp.where(do, i, drop), b),
-        (_SIZES, jnp.where(do, jnp.stack([a, b]), drop), jnp.stack([size_a - 1, size_b + 1])),
-        (_SEG_START, jnp.where(do, jnp.stack([qb, qa]), drop), jnp.stack([jnp.where(fwd, seg_b - 1, seg_b),
-                                                                           jnp.where(fwd, seg_a, seg_a + 1)])),
-        (_NUM_ACTIVE, jnp.where(do, s, drop), nact1 - emptied.astype(jnp.int32)),
-    ])
-    # 3. an emptied a: slots q in [qa, tail) take slot q + 1's cluster and segment start; a goes to tail
-
-    def body_shift(c):
-        j, packed, carry = c
-        v = _view(packed)
-        q = qa + j * chunk + t
-        ok = q <= tail
-        last = q == tail
-        qn = jnp.clip(q + 1, 0, drop - 1)
-        ids = jnp.where(last, a, v.active[qn])
-        packed = scatter(packed, [(_ACTIVE, jnp.where(ok, q, drop), ids),
-                                  (_SEG_START, jnp.where(ok & ~last, q, drop), v.seg_start[qn]),
-                                  (_ACTIVE_POS, jnp.where(ok, ids, drop), q)])
-        return j + 1, packed, carry
-
-    n_shift = jnp.where(emptied, tail - qa + 1, 0)
-    _, packed, carry = jax.lax.while_loop(lambda c: c[0] * chunk < n_shift, body_shift,
-                                          (jnp.zeros((), jnp.int32), packed, carry))
+    _, packed, carry = jax.lax.while_loop(lambda c: c[0] < n_total, body, (jnp.zeros((), jnp.int32), packed, carry))
     return packed, carry
 
 
