@@ -29,7 +29,8 @@ every cluster's members as a contiguous segment of ``members`` (in ``active`` or
 update reads an O(D) window of these indexes (candidates, sizes, segment starts), evaluates
 the factors it needs by indexing members inside segments (a drawn index finds its column by
 one comparison with the D cumulative sizes), and moves the mention in O(D) (each segment between the old and the new cluster shifts
-by one member). No pass over the block: the work is O(D + factor evaluations). The race runs at
+by one member). Besides one contiguous gather of the block's member ids (outside every loop), the work
+is O(D + factor evaluations). The race runs at
 the narrowest static width in ``race_widths`` holding the candidates (the engine's fixed cost
 grows with the width). Exact updates are O(K) as they must be.
 
@@ -431,7 +432,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     (``i``'s own cluster ``a`` included, with ``i`` removed); if ``i`` was alone, ``a``'s column is the
     empty candidate, else column ``num_active`` (the id ``active[s + num_active]``). A racing update
     reads the O(D) column window of the state's indexes and the members it evaluates (through the
-    segments of ``members``), and moves ``i`` in O(D): no pass over the block.
+    segments of ``members``, gathered once per update), and moves ``i`` in O(D).
     """
     order, start_arr, size_arr = blocks_dev
     W = n_cap + 1  # exact update: up to n_b <= n_cap + 1 candidate columns
