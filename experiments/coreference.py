@@ -46,6 +46,7 @@ FEBRL_KINDS = {"given_name": "string", "surname": "string", "street_number": "st
                "suburb": "string", "postcode": "string", "state": "categorical", "date_of_birth": "string",
                "soc_sec_id": "string"}
 DELTA = 0.05
+FULL_RUNS = 7  # runs per sampler in full mode (the paper's Fig. 3)
 TOLERANCE = 0.005  # "reached the exact sampler's converged F1" = within 0.005 of its mean final B3 F1
 
 
@@ -238,9 +239,10 @@ def run(out_dir, *, quick: bool) -> dict:
     rep.text(f"Mode: **{'quick' if quick else 'full'}**. " + __doc__.split("\n\n", 1)[1])
     # quick: one raced class of block sizes (min_race_size=256) to keep compilation short
     quick_kw = dict(min_race_size=256, max_candidates=32, race_widths=())  # one race width: one compile
-    datasets = [("authors", _authors(quick), 2, 5 if quick else 6, quick_kw if quick else {})]
+    # full mode: 7 runs per sampler (the paper's Fig. 3); quick: 2
+    datasets = [("authors", _authors(quick), 2 if quick else FULL_RUNS, 5 if quick else 6, quick_kw if quick else {})]
     if not quick:
-        datasets.append(("febrl3", _febrl(), 3, 6, {}))
+        datasets.append(("febrl3", _febrl(), FULL_RUNS, 6, {}))
     total = sum(2 * r + 1 for _, _, r, _, _ in datasets)
     metrics = {"mode": "quick" if quick else "full"}
     t0 = time.perf_counter()
@@ -252,3 +254,48 @@ def run(out_dir, *, quick: bool) -> dict:
     rep.text(f"Total time {metrics['seconds']:.0f} s (shared 2-core CPU; load printed by the runner's caller).")
     rep.write()
     return metrics
+
+
+def large_run(num_mentions: int = 100_000, sweeps: int = 6, seed: int = 100, **kernel_kwargs) -> dict:
+    """One annealed run of exact and of Sub Gibbs on ``num_mentions`` author mentions (entities up to 1,000).
+
+    The issue's large run (>= 10^5 mentions, clusters >= 10^3, D >= 100 candidates): same generator,
+    factor, blocking and β schedule (0.3 -> 2.0) as the experiment; prints, per sweep, B³ F1,
+    factor evaluations, wall-clock and races / exact updates, then the ratios (exact / Sub) of the
+    total evaluations and wall-clock and of the last sweep's, and the most candidates met by one
+    update (at the start every mention is alone: a block's size). Compile time is reported apart.
+    ``python -m experiments.coreference --large [M]``.
+    """
+    os.environ["JAXSUB_COREF_MENTIONS"] = str(num_mentions)
+    data = _authors(False)
+    d = _describe(data)
+    print(f"{d['mentions']:,} mentions, {d['entities']:,} entities (largest {d['max_entity']:,}), {d['blocks']:,} blocks "
+          f"(largest {d['max_block']:,}, up to {d['max_entities_per_block']} entities per block); exact Gibbs: "
+          f"{d['exact_evals_per_sweep']:,} evaluations per sweep", flush=True)
+    sweeps_c, compile_s = _compiled(data, False, **kernel_kwargs)
+    print(f"compile (s): exact {compile_s['exact']:.0f}, Sub {compile_s['sub']:.0f}", flush=True)
+    betas = np.linspace(0.3, 2.0, sweeps).astype(np.float32)
+    out = dict(data=d, compile_seconds=compile_s, betas=betas.tolist())
+    for mode in ("exact", "sub"):
+        r = _run(data, betas, sweeps_c[mode], seed)
+        out[mode] = {k: np.asarray(v).tolist() for k, v in r.items()}
+        for s in range(sweeps):
+            print(f"{mode:5s} sweep {s}: B3 F1 {r['f1'][s]:.4f}  evaluations {np.diff(np.r_[0, r['evals']])[s]:.3e}  "
+                  f"seconds {np.diff(np.r_[0, r['seconds']])[s]:.1f}  races {r['races'][s]}  exact {r['exact'][s]}",
+                  flush=True)
+    ex, sub = out["exact"], out["sub"]
+    out["evaluation_ratio_total"] = ex["evals"][-1] / sub["evals"][-1]
+    out["wallclock_ratio_total"] = ex["seconds"][-1] / sub["seconds"][-1]
+    out["evaluation_ratio_last_sweep"] = (ex["evals"][-1] - ex["evals"][-2]) / (sub["evals"][-1] - sub["evals"][-2])
+    out["wallclock_ratio_last_sweep"] = (ex["seconds"][-1] - ex["seconds"][-2]) / (sub["seconds"][-1] - sub["seconds"][-2])
+    print({k: round(v, 3) for k, v in out.items() if k.endswith(("_total", "_sweep"))}, flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) >= 2 and sys.argv[1] == "--large":
+        large_run(int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)
+    else:
+        sys.exit("usage: python -m experiments.coreference --large [NUM_MENTIONS]  (the experiment: python -m experiments coreference)")

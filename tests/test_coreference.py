@@ -246,6 +246,13 @@ def test_resume_is_exact_and_no_cluster_dropped():
     lo = blocks.start[blocks.position]
     assert np.all((lab >= lo) & (lab < lo + blocks.size[blocks.position]))
     _assert_state_consistent(state, blocks)
+    # from every mention alone (120 clusters in block 0): moves shift up to ~120 segments, several
+    # chunks of the move's loop (chunk = race width + 1 = 17), exact and racing updates
+    single = co.init(None, blocks)
+    for k in keys[:2]:
+        single, info = kernel(k, single, mentions, 1.0)
+        _assert_state_consistent(single, blocks)
+    assert int(np.sum(np.bincount(np.asarray(single.labels)) > 0)) < blocks.num_mentions  # clusters merged
 
 
 def test_nan_factors_surfaced_in_info_and_label_kept():

@@ -29,7 +29,8 @@ every cluster's members as a contiguous segment of ``members`` (in ``active`` or
 update reads an O(D) window of these indexes (candidates, sizes, segment starts), evaluates
 the factors it needs by indexing members inside segments (a drawn index finds its column by
 one comparison with the D cumulative sizes), and moves the mention in O(D) (each segment between the old and the new cluster shifts
-by one member). No pass over the block: the work is O(D + factor evaluations). The race runs at
+by one member). Besides one contiguous gather of the block's member ids (outside every loop), the work
+is O(D + factor evaluations). The race runs at
 the narrowest static width in ``race_widths`` holding the candidates (the engine's fixed cost
 grows with the width). Exact updates are O(K) as they must be.
 
@@ -156,6 +157,34 @@ def _add_info(a: SweepInfo, b: SweepInfo) -> SweepInfo:
     return SweepInfo(*(x + y for x, y in zip(a, b)))
 
 
+# The sweep works on the state packed as one [M, 8] int32 array (columns in CorefState's field
+# order): one scatter per update, no copies (see _move).
+_LABELS, _SIZES, _MEMBERS, _MEMBER_POS, _ACTIVE, _ACTIVE_POS, _SEG_START, _NUM_ACTIVE = range(8)
+
+
+def _pack(state: CorefState):
+    return jnp.stack([jnp.asarray(a, jnp.int32) for a in state], axis=1)
+
+
+def _unpack(packed) -> CorefState:
+    return CorefState(*(packed[:, c] for c in range(8)))
+
+
+class _Column:
+    """Read-only view of one column of the packed state (``col[idx]`` gathers ``packed[idx, c]``)."""
+
+    def __init__(self, packed, c):
+        self._packed, self._c = packed, c
+        self.shape = packed.shape[:1]
+
+    def __getitem__(self, idx):
+        return self._packed[idx, self._c]
+
+
+def _view(packed) -> CorefState:
+    return CorefState(*(_Column(packed, c) for c in range(8)))
+
+
 #: Default ``min_arm_draws`` (λ): candidates expected to have fewer than λ members in the race's first
 #: batch, or fewer than m1 members, are summed exactly (see :func:`build_kernel`). With a few members
 #: among the padded zeros an arm's stage means are far from Normal and Racing-Normal's δ fails
@@ -276,71 +305,118 @@ def _row(tree, i):
     return jax.tree.map(lambda a: a[i], tree)
 
 
-def _move(state: CorefState, i, a, b, s, n, window: int) -> CorefState:
+def _move(packed, i, a, b, s, n, chunk: int, do=True, carry=None):
     """Move mention ``i`` (block slots ``[s, s + n)``) from cluster ``a`` to cluster ``b != a``.
 
-    O(``window``) vectorised work, ``window`` >= the block's number of non-empty clusters (+1 for a new
-    one): ``i`` is swapped to the edge of ``a``'s segment, the segments strictly between ``a``'s and
-    ``b``'s ``active`` slots shift by one member toward ``a`` (each moves one member from one end to
-    the other), ``i`` joins ``b``'s segment; a new cluster takes the slot after the last non-empty one,
-    and an emptied ``a`` leaves the non-empty prefix of ``active`` (later slots shift down by one).
+    ``i`` leaves ``a``'s segment of ``members`` (swapped to its edge), the segments strictly between
+    ``a``'s and ``b``'s ``active`` slots shift by one member toward ``a`` (each moves one member from one
+    end to the other), ``i`` joins ``b``'s segment; a new cluster takes the slot after the last
+    non-empty one, and an emptied ``a`` leaves the non-empty prefix of ``active`` (later slots shift
+    down by one, ``a`` goes to the first empty slot). Work O(number of slots between, in chunks of
+    ``chunk``): two ``while_loop`` s over chunks (one iteration each when the block has at most
+    ``chunk`` non-empty clusters), each chunk one scatter.
+
+    ``packed`` is the state as one ``[M, 8]`` array (:func:`_pack`), written in place. Two rules keep
+    XLA from copying it (it did, at every update, O(M) per update: measured 18 / 65 / 420 µs per
+    exact update at M = 2,000 / 20,000 / 200,000, docs/coreference.md): one array instead of eight,
+    and every read of the array feeds the next write (XLA orders an in-place write after other reads
+    only through data dependences), so the values read before a loop travel in its carry. ``do``
+    (traced bool): when false nothing is written (the sweep masks the move instead of a ``lax.cond``
+    on it, which copied the state too). ``carry``: any pytree that must be computed before the writes
+    (the update's decision and info), returned unchanged.
+
+    Returns:
+        ``(packed, carry)``.
     """
-    labels, sizes, members, member_pos, active, active_pos, seg_start, num_active = state
-    last_slot = labels.shape[0] - 1
-    drop = labels.shape[0]
-    nact = num_active[s]
-    fresh = sizes[b] == 0
-    qb = jnp.where(fresh, s + nact, active_pos[b])
-    seg_start = seg_start.at[qb].set(jnp.where(fresh, s + n, seg_start[qb]))
-    nact1 = nact + fresh.astype(jnp.int32)
-    qa = active_pos[a]
-    size_a = sizes[a]
-    size_b = sizes[b]
+    col = _view(packed)
+    drop = packed.shape[0]
+    nact = col.num_active[s]
+    fresh = col.sizes[b] == 0
+    qa = col.active_pos[a]
+    qb = jnp.where(fresh, s + nact, col.active_pos[b])
+    size_a, size_b = col.sizes[a], col.sizes[b]
     fwd = qa < qb
-    # 1. i to the end (forward) or the front (backward) of a's segment
-    mp = member_pos[i]
-    edge = jnp.where(fwd, seg_start[qa] + size_a - 1, seg_start[qa])
-    j_edge = members[edge]
-    members = members.at[mp].set(j_edge).at[edge].set(i)
-    member_pos = member_pos.at[j_edge].set(mp).at[i].set(edge)
-    start_qb = seg_start[qb]
-    # 2. segments strictly between the two slots shift by one toward a
-    ar = jnp.arange(window, dtype=jnp.int32)
-    q = jnp.minimum(qa, qb) + 1 + ar
-    valid = q < jnp.maximum(qa, qb)
-    qc = jnp.clip(q, 0, last_slot)
-    c_q = seg_start[qc]
-    n_q = sizes[active[qc]]
-    src = jnp.where(fwd, c_q + n_q - 1, c_q)
-    dst = jnp.where(fwd, c_q - 1, c_q + n_q)
-    moved = members[jnp.clip(src, 0, last_slot)]
-    members = members.at[jnp.where(valid, dst, drop)].set(moved, mode="drop")
-    member_pos = member_pos.at[jnp.where(valid, moved, drop)].set(dst, mode="drop")
-    seg_start = seg_start.at[jnp.where(valid, qc, drop)].add(jnp.where(fwd, -1, 1), mode="drop")
-    # 3. i joins b: forward, as the first member of b (b's segment grows at its front);
-    #    backward, as the last (a's segment shrinks at its front)
-    dest = jnp.where(fwd, start_qb - 1, seg_start[qb] + size_b)
-    members = members.at[dest].set(i)
-    member_pos = member_pos.at[i].set(dest)
-    seg_start = seg_start.at[qb].add(jnp.where(fwd, -1, 0))
-    seg_start = seg_start.at[qa].add(jnp.where(fwd, 0, 1))
-    labels = labels.at[i].set(b)
-    sizes = sizes.at[a].add(-1).at[b].add(1)
-    # 4. a emptied: slots (qa, s + nact1) shift down by one, a goes to the first empty slot
-    emptied = size_a == 1
-    q = qa + 1 + ar
-    valid = emptied & (q < s + nact1)
-    qc = jnp.clip(q, 0, last_slot)
-    ids = active[qc]
-    starts = seg_start[qc]
-    active = active.at[jnp.where(valid, q - 1, drop)].set(ids, mode="drop")
-    seg_start = seg_start.at[jnp.where(valid, q - 1, drop)].set(starts, mode="drop")
-    active_pos = active_pos.at[jnp.where(valid, ids, drop)].set(q - 1, mode="drop")
-    tail = s + nact1 - 1
-    active = active.at[jnp.where(emptied, tail, drop)].set(a, mode="drop")
-    active_pos = active_pos.at[a].set(jnp.where(emptied, tail, active_pos[a]))
-    num_active = num_active.at[s].set(nact1 - emptied.astype(jnp.int32))
-    return CorefState(labels, sizes, members, member_pos, active, active_pos, seg_start, num_active)
+    seg_a = col.seg_start[qa]
+    seg_b = jnp.where(fresh, s + n, col.seg_start[qb])
+    mp = col.member_pos[i]
+    edge = jnp.where(fwd, seg_a + size_a - 1, seg_a)  # i's slot once swapped to the edge of a's segment
+    j_edge = col.members[edge]
+    dest = jnp.where(fwd, seg_b - 1, seg_b + size_b)  # i's final slot
+    nact1 = nact + fresh.astype(jnp.int32)
+    tail = s + nact1 - 1  # an emptied a goes here
+    emptied = do & (size_a == 1)
+    t = jnp.arange(chunk, dtype=jnp.int32)
+
+    def scatter(packed, puts):
+        rows, cols, vals = (jnp.concatenate(x) for x in zip(*(
+            (jnp.atleast_1d(r), jnp.full(jnp.shape(jnp.atleast_1d(r)), c, jnp.int32),
+             jnp.broadcast_to(jnp.asarray(v, jnp.int32), jnp.shape(jnp.atleast_1d(r)))) for c, r, v in puts)))
+        return packed.at[rows, cols].set(vals, mode="drop")
+
+    # One while_loop over chunks does all the writes (a scatter or a second loop after a loop made XLA
+    # copy the state). Chunks j < n1, phase 1, the segments between a and b. Forward (qa < qb): for
+    # slots q in [qa, qb - 1), the last member of slot q + 1's segment moves to the last slot of q's
+    # (the first of these is ``edge``); slot q + 1's segment starts one earlier. Backward: for q in
+    # (qb, qa), downward, the first member of q's segment moves to the slot after its end; q's segment
+    # starts one later. Chunks n1 <= j < n1 + n2, phase 2, an emptied a: slots q in [qa, tail) take
+    # slot q + 1's cluster and segment start (b's start as it is after the move), a goes to tail. The
+    # last chunk also makes the single writes: the swap, i's slot, label, sizes, b's segment start
+    # (unless phase 2 wrote it) and a's (backward, a not emptied), num_active.
+    count = jnp.where(do, jnp.abs(qb - qa) - 1, 0)
+    n_shift = jnp.where(emptied, tail - qa + 1, 0)
+    n1 = (count + chunk - 1) // chunk
+    n_total = jnp.maximum(n1 + (n_shift + chunk - 1) // chunk, 1)
+    start_b = jnp.where(fwd, seg_b - 1, seg_b)
+    swap = do & (mp != edge)
+    b_shifted = emptied & (qb > qa)
+    # every value read from the old state must feed the loop's writes (a value used only after the
+    # loop is hoisted out of its carry by XLA, and the read then forces a copy): they are summed into
+    # ``h``, written at row max(M, h) (out of range: dropped) in every chunk
+    consts = (carry, j_edge, dest, mp, edge, size_a, size_b, seg_a, seg_b, nact1, tail, emptied, qa, qb, fwd, a, b)
+    h = sum(jnp.sum(x.astype(jnp.int32)) for x in jax.tree.leaves(consts)
+            if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_)
+
+    def body(c):
+        j, packed, carry = c
+        v = _view(packed)
+        # phase 1 (slot q's own start may already have moved in the previous chunk, slot q + 1's has not)
+        q = jnp.where(fwd, qa + j * chunk + t, qa - 1 - j * chunk - t)
+        ok = (j < n1) & (j * chunk + t < count)
+        qc = jnp.clip(q, 0, drop - 1)
+        qn = jnp.clip(q + 1, 0, drop - 1)
+        start_q, size_q, start_n = v.seg_start[qc], v.sizes[v.active[qc]], v.seg_start[qn]
+        src = jnp.where(fwd, start_n + v.sizes[v.active[qn]] - 1, start_q)
+        dst = jnp.where(fwd, start_n - 1, start_q + size_q)
+        moved = v.members[jnp.clip(src, 0, drop - 1)]
+        # phase 2
+        q2 = qa + (j - n1) * chunk + t
+        ok2 = (j >= n1) & (q2 <= tail) & emptied
+        last = q2 == tail
+        qn2 = jnp.clip(q2 + 1, 0, drop - 1)
+        ids = jnp.where(last, a, v.active[qn2])
+        seg_next = jnp.where(q2 + 1 == qb, start_b, v.seg_start[qn2])
+        one = do & (j == n_total - 1)
+        packed = scatter(packed, [
+            (_MEMBERS, jnp.where(ok, dst, drop), moved),
+            (_MEMBER_POS, jnp.where(ok, moved, drop), dst),
+            (_SEG_START, jnp.where(ok, jnp.where(fwd, qn, qc), drop), jnp.where(fwd, start_n - 1, start_q + 1)),
+            (_ACTIVE, jnp.where(ok2, q2, drop), ids),
+            (_SEG_START, jnp.where(ok2 & ~last, q2, drop), seg_next),
+            (_ACTIVE_POS, jnp.where(ok2, ids, drop), q2),
+            (_MEMBERS, jnp.stack([jnp.where(one & swap, mp, drop), jnp.where(one, dest, drop)]), jnp.stack([j_edge, i])),
+            (_MEMBER_POS, jnp.stack([jnp.where(one & swap, j_edge, drop), jnp.where(one, i, drop)]),
+             jnp.stack([mp, dest])),
+            (_LABELS, jnp.where(one, i, drop), b),
+            (_SIZES, jnp.where(one, jnp.stack([a, b]), drop), jnp.stack([size_a - 1, size_b + 1])),
+            (_SEG_START, jnp.stack([jnp.where(one & ~b_shifted, qb, drop), jnp.where(one & ~fwd & ~emptied, qa, drop)]),
+             jnp.stack([start_b, seg_a + 1])),
+            (_NUM_ACTIVE, jnp.where(one, s, drop), nact1 - emptied.astype(jnp.int32)),
+            (_LABELS, jnp.maximum(drop, h), h),
+        ])
+        return j + 1, packed, carry
+
+    _, packed, carry = jax.lax.while_loop(lambda c: c[0] < n_total, body, (jnp.zeros((), jnp.int32), packed, carry))
+    return packed, carry
 
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
@@ -356,7 +432,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     (``i``'s own cluster ``a`` included, with ``i`` removed); if ``i`` was alone, ``a``'s column is the
     empty candidate, else column ``num_active`` (the id ``active[s + num_active]``). A racing update
     reads the O(D) column window of the state's indexes and the members it evaluates (through the
-    segments of ``members``), and moves ``i`` in O(D): no pass over the block.
+    segments of ``members``, gathered once per update), and moves ``i`` in O(D).
     """
     order, start_arr, size_arr = blocks_dev
     W = n_cap + 1  # exact update: up to n_b <= n_cap + 1 candidate columns
@@ -367,6 +443,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     L_MAX = D if min_arm_draws <= 0 else min(D, n_cap // first_batch_size + 1)
     C_SMALL = min(C, 64)  # chunk for the small arms' exact sums (often a few dozen members)
     widths = sorted({min(w, D) for w in race_widths} | {D})
+    # chunk of the move's loops: a race's move (at most D + 1 non-empty clusters) is one iteration each
+    MOVE_CHUNK = min(W, D + 1 if race else 64)
 
     def chunk_sums(factors_at, count, member_col, num_cols, C=C):
         """Σ β f(x_i, x_j) per column over ``count`` members; ``member_col(k) -> (mentions, columns)``."""
@@ -387,7 +465,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         return sums, bad
 
     def step(pairwise_log_factor, mentions, beta, exact, check, carry, p):
-        state, key = carry
+        packed, key = carry
+        state = _view(packed)
         key, k_noise, k_race = jax.random.split(key, 3)
         last_slot = state.labels.shape[0] - 1
         i = order[p]
@@ -402,6 +481,10 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         mp_i = state.member_pos[i]
         skip = mp_i - state.seg_start[s + col_a]  # i's offset in a's segment
         xi = _row(mentions, i)
+        # The block's slots of ``members``, gathered once (O(W)): the loops below (exact chunks, the
+        # engine's stages) read this window, never the [M] state arrays. A while_loop reading an [M]
+        # array that the update then writes made XLA copy it at every update (O(M) per update).
+        mem_w = state.members[jnp.clip(s + ar_w, 0, last_slot)]
 
         def factors_at(js):
             xj = jax.tree.map(lambda v: v[js], mentions)
@@ -410,12 +493,19 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         def column_id(c):
             return state.active[jnp.clip(s + c, 0, last_slot)]
 
-        def block_member(k):  # the k-th other mention of the block (segment order), and its column
-            js = state.members[jnp.clip(s + k + (s + k >= mp_i).astype(jnp.int32), 0, last_slot)]
-            return js, state.active_pos[state.labels[js]] - s
+        def block_members():
+            """``block_member(k)``: the k-th other mention of the block (segment order) and its column."""
+            col_w = state.active_pos[state.labels[mem_w]] - s  # O(W), outside the loop
+            skip_i = mp_i - s
+
+            def block_member(k):
+                r = jnp.clip(k + (k >= skip_i).astype(jnp.int32), 0, W - 1)
+                return mem_w[r], col_w[r]
+
+            return block_member
 
         def exact_branch(_):
-            sums, bad = chunk_sums(factors_at, K, block_member, W)
+            sums, bad = chunk_sums(factors_at, K, block_members(), W)
             logits = jnp.where(ar_w < ncols, sums, -jnp.inf) + jax.random.gumbel(k_noise, (W,))
             x = jnp.argmax(logits)
             bad = bad | ~jnp.isfinite(logits[x])
@@ -432,7 +522,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             padded = schedule == "padded"
             slots = jnp.clip(s + ar_d, 0, last_slot)
             n_c = jnp.where(ar_d < nact, state.sizes[state.active[slots]], 0) - (ar_d == col_a).astype(jnp.int32)
-            g_c = state.seg_start[slots]
+            g_c = state.seg_start[slots] - s  # segment starts, relative to the block's first slot
             # Small arms (padded schedule): a candidate with fewer members than the first batch
             # (N_y < m1) or whose expected number of members in the first batch, m1 N_y / K, is below
             # ``min_arm_draws`` is summed exactly (N_y evaluations) and left out of the race, whose
@@ -460,7 +550,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     c = jnp.minimum(jnp.sum(cum[None, :] <= k[:, None], axis=1, dtype=jnp.int32), D - 1)
                     off = k - (cum[c] - counts[c])
                     off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
-                    return state.members[jnp.clip(g_c[c] + off, 0, last_slot)], c
+                    return mem_w[jnp.clip(g_c[c] + off, 0, W - 1)], c
 
                 def race_branch(_):
                     # Population index n in [0, N) -> the (n mod K_L)-th member of the large arms, reward / c_k
@@ -491,8 +581,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                         lc = jnp.zeros((L,), jnp.int32).at[jnp.where(has_rep, jnp.cumsum(has_rep) - 1, L)].set(
                             ar_d, mode="drop")
                         num_cv = jnp.sum(has_rep, dtype=jnp.int32)
-                        reps = state.members[jnp.clip(g_c[lc] + ((lc == col_a) & (skip == 0)).astype(jnp.int32), 0,
-                                                      last_slot)]
+                        reps = mem_w[jnp.clip(g_c[lc] + ((lc == col_a) & (skip == 0)).astype(jnp.int32), 0, W - 1)]
                         h_l = factors_at(reps)
                         h_l = jnp.where((jnp.arange(L) < num_cv) & jnp.isfinite(h_l), h_l, 0.0)
                         h = jnp.zeros((D,), jnp.float32).at[jnp.where(jnp.arange(L) < num_cv, lc, D)].set(h_l, mode="drop")
@@ -516,7 +605,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                         def ragged_fn(idx):  # idx [m, D]: the idx-th member of each candidate
                             off = idx.astype(jnp.int32)
                             off = off + ((ar_d[None, :] == col_a) & (off >= skip)).astype(jnp.int32)
-                            js = state.members[jnp.clip(g_c[None, :] + off, 0, last_slot)]
+                            js = mem_w[jnp.clip(g_c[None, :] + off, 0, W - 1)]
                             return factors_at(js.reshape(-1)).reshape(js.shape)
 
                         x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=D, num_data=N,
@@ -531,7 +620,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     new = jnp.where(bad, a, column_id(x))
 
                     def do_check(_):
-                        sums, bad_x = chunk_sums(factors_at, K, block_member, D)
+                        sums, bad_x = chunk_sums(factors_at, K, block_members(), D)
                         x_exact = jnp.argmax(jnp.where(ar_d < ncols, sums, -jnp.inf) + noise)
                         ok = ~bad & ~bad_x
                         return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
@@ -559,16 +648,9 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
             branches = [exact_branch] + [make_race(w) for w in widths]
             new, info = jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)
 
-        def move_in(window):
-            return lambda st: _move(st, i, a, new, s, n, window)
-
-        if race and D < W:
-            def do_move(st):
-                return jax.lax.cond(ncols <= D, move_in(D), move_in(W), st)
-        else:
-            do_move = move_in(W)
-        state = jax.lax.cond(new != a, do_move, lambda st: st, state)
-        return (state, key), info
+        # masked writes, no lax.cond over the state (a cond copied the whole state per update)
+        packed, (info, key) = _move(packed, i, a, new, s, n, MOVE_CHUNK, new != a, (info, key))
+        return (packed, key), info
 
     return step
 
@@ -717,15 +799,16 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
         exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
         beta = jnp.asarray(temperature, jnp.float32)
         info = _zero_info()
+        packed = _pack(state)
         for c, (positions, step) in enumerate(steps):
             ck = jax.random.fold_in(rng_key, c)
 
             def body(carry, p, step=step):
                 return step(pairwise_log_factor, mentions, beta, exact, check, carry, p)
 
-            (state, _), infos = jax.lax.scan(body, (state, ck), positions)
+            (packed, _), infos = jax.lax.scan(body, (packed, ck), positions)
             info = _add_info(info, jax.tree.map(lambda a: jnp.sum(a, dtype=jnp.int32), infos))
-        return state, info
+        return _unpack(packed), info
 
     return kernel
 
@@ -758,8 +841,9 @@ def conditional_update(blocks: Blocks, mention: int, **kernel_kwargs):
         _check_mentions(mentions, m)
         beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
         exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
-        (state, _), info = step(pairwise_log_factor, mentions, beta, exact, check, (state, rng_key), jnp.int32(p))
-        return state, info
+        (packed, _), info = step(pairwise_log_factor, mentions, beta, exact, check, (_pack(state), rng_key),
+                                 jnp.int32(p))
+        return _unpack(packed), info
 
     return update
 
