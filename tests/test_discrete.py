@@ -57,6 +57,23 @@ def test_gumbel_max_matches_softmax(rng_key, dtype):
     assert np.all(info.num_evaluations == N * D) and info.is_exact.all()
 
 
+def test_relative_block_sum_layouts_agree():
+    """The exact sums run on the transpose for <= TRANSPOSED_SUM_MAX_K columns and on [m, k] above
+    it (a measured speed choice): both give sum_n (r[n, i] - r[n, 0]) over the valid rows, with a
+    -inf entry making its column -inf and a NaN its column NaN (no compile of a sampler)."""
+    from jaxsub.discrete.racing import TRANSPOSED_SUM_MAX_K, _relative_block_sum
+
+    k_small, k_big = TRANSPOSED_SUM_MAX_K, TRANSPOSED_SUM_MAX_K + 8
+    rng = np.random.default_rng(3)
+    r = rng.normal(size=(37, k_big)).astype(np.float32)
+    r[5, 3], r[9, 7], r[30, 2] = -np.inf, np.nan, np.nan  # row 30 is masked: its NaN must not count
+    valid = (np.arange(37) < 30)[:, None]
+    expected = (r[:30].astype(np.float64) - r[:30, :1]).sum(axis=0)
+    for k in (k_small, k_big):
+        got = np.asarray(_relative_block_sum(jnp.asarray(r[:, :k]), jnp.asarray(valid)), np.float64)
+        np.testing.assert_allclose(got, expected[:k], rtol=1e-5, atol=1e-4)  # -inf / NaN positions equal
+
+
 def test_exact_sums_stable_in_float32_for_large_n():
     """N = 2^23 float32 rewards of magnitude ~2 whose sums differ by O(1): the
     centred, Kahan-compensated float32 sums match the float64 sums of the same

@@ -236,8 +236,11 @@ def _block_sum(values: Array, valid: Array) -> Array:
     sums its rows only). A ``-inf`` row reward makes its block sum ``-inf``; NaN stays NaN."""
     m, b = valid.shape
     values = jnp.asarray(values)
-    values = values.reshape((m, b) + values.shape[1:])
-    return jnp.sum(jnp.where(valid[:, :, None], values, jnp.zeros((), values.dtype)), axis=1)
+    # Sum on the transpose [k, m, B]: the B rows of a block are then the minor axis, which
+    # XLA's CPU loops vectorise (the [m, B, k] reduction over the middle axis measured 2.4x
+    # slower per row for k = 4, B = 64); the producer of ``values`` fuses into this layout.
+    values_t = values.T.reshape((values.shape[1], m, b))
+    return jnp.sum(jnp.where(valid[None, :, :], values_t, jnp.zeros((), values.dtype)), axis=2).T
 
 
 def _blocked(log_factor_fn, log_factor_states_fn, cv, num_rows: int, block_size: int, num_blocks: int, with_params: bool):
@@ -455,6 +458,10 @@ def _chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tup
     return groups
 
 
+#: Largest number of columns summed on the transpose by ``_relative_block_sum`` (measured).
+TRANSPOSED_SUM_MAX_K = 32
+
+
 def _relative_block_sum(r: Array, valid: Array) -> Array:
     """``sum_n (r[n, i] - ref_n)`` over the valid rows of a block ``r`` [m, k].
 
@@ -465,6 +472,15 @@ def _relative_block_sum(r: Array, valid: Array) -> Array:
     Shared by :func:`jaxsub.discrete.gumbel_max` and racing's exact pass.
     """
     zero = jnp.zeros((), r.dtype)
+    if r.shape[1] <= TRANSPOSED_SUM_MAX_K:
+        # Few columns: sum on the transpose [k, m] (the long data axis minor, which XLA's CPU
+        # loops vectorise): gumbel_max at N = 1e6 measured 2.5x (D = 10), 1.9x (D = 32) and
+        # 3.2x (D = 4) faster in CPU time than the [m, k] column reduction; at D = 100 the
+        # [m, k] form is faster (1.35x), so it is kept there.
+        rt = r.T
+        ref = rt[:1, :]
+        ref = jnp.where(jnp.isfinite(ref), ref, zero)
+        return jnp.sum(jnp.where(valid.T, rt - ref, zero), axis=1)
     ref = r[:, :1]
     ref = jnp.where(jnp.isfinite(ref), ref, zero)
     return jnp.sum(jnp.where(valid, r - ref, zero), axis=0)
@@ -1178,13 +1194,21 @@ def _build_racing(
         )
         return x, info
 
-    def single(rng_key, log_f0, params, coef_a, coef_b, beta=None):
-        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b, beta)
-        for cond, body in loop_specs:
+    def run_loops(state, ctx, specs):
+        for cond, body in specs:
             if cond == "map":
                 state = body(state, ctx)
             else:
                 state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
+        return state
+
+    def single(rng_key, log_f0, params, coef_a, coef_b, beta=None):
+        state, ctx = init(rng_key, log_f0, params, coef_a, coef_b, beta)
+        state = run_loops(state, ctx, loop_specs[:1])
+        if len(loop_specs) > 1:
+            # A race decided in the first loop (most races with a good control variate, or
+            # far-apart arms) skips the other loops' entry checks in one conditional.
+            state = jax.lax.cond(state.done, lambda s: s, lambda s: run_loops(s, ctx, loop_specs[1:]), state)
         return finish(state, ctx)
 
     def batched(rng_keys, log_f0s, params, coef_a, coef_b, beta=None):
