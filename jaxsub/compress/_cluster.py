@@ -108,8 +108,10 @@ _KDTREE_EPS = 1.0
 _PROJECTED_DIMS = 16
 _PROJECTED_CANDIDATES = 4
 
-#: Threads of SciPy's k-d-tree queries.
+#: Threads of SciPy's k-d-tree queries; queries of at least ``_PARALLEL_QUERY_ROWS`` rows use every
+#: core (the answer does not depend on the threads; small queries pay more in thread start-up).
 _WORKERS = 1
+_PARALLEL_QUERY_ROWS = 32768
 
 class Clustering(NamedTuple):
     """Result of :func:`cluster` / :func:`cluster_supervised`.
@@ -401,17 +403,21 @@ def _nearest_anchors(x, zx, anchors, zanchors, rows, reach, search: _Search, tri
     from scipy.spatial import cKDTree
 
     k = min(max(search.candidates, tries), anchors.shape[0])
-    _, idx = cKDTree(zanchors).query(zx[rows], k=k, eps=search.eps, distance_upper_bound=reach, workers=_WORKERS)
+    workers = -1 if rows.size >= _PARALLEL_QUERY_ROWS else _WORKERS
+    tdist, idx = cKDTree(zanchors).query(zx[rows], k=k, eps=search.eps, distance_upper_bound=reach, workers=workers)
     idx = np.asarray(idx).reshape(rows.size, k)
     valid = idx < anchors.shape[0]
     cand = np.where(valid, idx, 0)
-    dist = np.full(idx.shape, np.inf)
-    r, c = np.nonzero(valid)
-    step = max(1, (1 << 22) // x.shape[1])
-    for s in range(0, r.size, step):
-        rr, cc = r[s : s + step], c[s : s + step]
-        diff = x[rows[rr]] - anchors[cand[rr, cc]]
-        dist[rr, cc] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    if search.basis is None:  # the tree searched x itself: its distances are the true ones
+        dist = np.asarray(tdist).reshape(rows.size, k)
+    else:  # lower bounds: the candidates' true distances
+        dist = np.full(idx.shape, np.inf)
+        r, c = np.nonzero(valid)
+        step = max(1, (1 << 22) // x.shape[1])
+        for s in range(0, r.size, step):
+            rr, cc = r[s : s + step], c[s : s + step]
+            diff = x[rows[rr]] - anchors[cand[rr, cc]]
+            dist[rr, cc] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     if k > 1:
         order = np.argsort(dist, axis=1, kind="stable")[:, :tries]
         dist = np.take_along_axis(dist, order, axis=1)
@@ -877,15 +883,20 @@ def _exact_stats(x: np.ndarray, labels: np.ndarray, num: int):
     counts = np.bincount(labels, minlength=num).astype(np.int64)
     # singletons (most clusters of high-dimensional data at small delta) are their own centroid
     # at radius 0: the arithmetic below runs on the rows of larger clusters only
-    multi = np.flatnonzero(counts[labels] > 1)
+    is_single = counts[labels] == 1
     centroids = np.empty((num, x.shape[1]))
-    single = np.flatnonzero(counts[labels] == 1)
-    centroids[labels[single]] = x[single]
     dist = np.zeros(x.shape[0])
     radii = np.zeros(num)
+    if is_single.any():
+        single = np.flatnonzero(is_single)
+        centroids[labels[single]] = x[single]
+        multi = np.flatnonzero(~is_single)
+    else:
+        multi = np.arange(x.shape[0])
     if multi.size:
-        lab = labels[multi]
-        xm = x[multi]
+        full = multi.size == x.shape[0]
+        lab = labels if full else labels[multi]
+        xm = x if full else x[multi]
         # sums of the offsets from each cluster's first member: exact for identical rows, and less
         # round-off than plain sums when the cluster sits far from the origin
         first = np.full(num, multi.size, np.int64)
@@ -897,8 +908,9 @@ def _exact_stats(x: np.ndarray, labels: np.ndarray, num: int):
         sums, _ = _group_sums(xm - ref[pos[lab]], pos[lab], big.size)
         centroids[big] = ref + sums / counts[big][:, None]
         diff = xm - centroids[lab]
-        dist[multi] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-        np.maximum.at(radii, lab, dist[multi])
+        dm = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        dist[multi] = dm
+        np.maximum.at(radii, lab, dm)
     return centroids, counts, radii, dist
 
 
@@ -922,10 +934,19 @@ def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, count
 
 def _relabel(labels: np.ndarray) -> tuple[np.ndarray, int]:
     """Renumber cluster ids 0..c-1 in order of first appearance."""
-    uniq, first, inv = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(uniq.size, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
-    return rank[inv].astype(np.int64), int(uniq.size)
+    n = labels.shape[0]
+    if n == 0 or labels.min() < 0 or labels.max() >= 4 * n + 1024:  # sparse ids: sort them
+        uniq, first, inv = np.unique(labels, return_index=True, return_inverse=True)
+        rank = np.empty(uniq.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        return rank[inv].astype(np.int64), int(uniq.size)
+    # dense ids (the usual case): first appearance of each id in O(N), no sort of the N labels
+    first = np.full(int(labels.max()) + 1, n, np.int64)
+    np.minimum.at(first, labels, np.arange(n))
+    used = np.flatnonzero(first < n)
+    rank = np.empty(first.size, np.int64)
+    rank[used[np.argsort(first[used], kind="stable")]] = np.arange(used.size)
+    return rank[labels], int(used.size)
 
 
 def _repair(x: np.ndarray, labels: np.ndarray, delta: float):
