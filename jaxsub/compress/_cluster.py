@@ -327,8 +327,9 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     for _ in range(_PCA_POWER_ITERATIONS):
         q = np.linalg.qr(centred @ (centred.T @ q))[0]
     _, _, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
-    # re-orthonormalise in float64 so the projection is orthogonal to round-off
-    wide = np.linalg.qr(vt[:k].T.astype(np.float64))[0]
+    # orthonormal to float32 round-off (~1e-6): the screens' thresholds are widened far past that
+    # (no second LAPACK factorisation: on a loaded machine each threaded one costs seconds)
+    wide = vt[:k].T.astype(np.float64)
     return _Search(mean, np.ascontiguousarray(wide[:, : min(search["dims"], d)]), search["candidates"], search["eps"],
                    np.ascontiguousarray(wide))
 
