@@ -304,7 +304,11 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
         exact_samples, exact_acc, exact_s, exact_c = shared["exact"]
     exact_flat = _flat(jax.tree.map(lambda a: a[burn:], exact_samples))
     diag_kl = exact_flat.shape[1] >= exact_flat.shape[0] // 2  # too few draws for a full covariance
-    kl = lambda q: compress.gaussian_kl(exact_flat, q, diagonal=diag_kl)  # noqa: E731
+    def kl(q):
+        try:
+            return compress.gaussian_kl(exact_flat, q, diagonal=diag_kl)
+        except ValueError:  # singular sample covariance: a chain that never moved (acceptance ~ 0)
+            return float("inf")
     exact_err = predict_error(jax.tree.map(lambda a: a[burn:], exact_samples))
     bar.update(1)
     def sd_error(flat):

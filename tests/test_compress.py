@@ -399,7 +399,7 @@ def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta(mon
     np.fill_diagonal(d2, np.inf)
     truly = d2.min(axis=1) > 4.0 * delta * delta * (1 + 1e-9)
     search, method = _search_settings("projected", 784, {})
-    srch = _cluster._make_search(x, method, search, np.random.default_rng(0))
+    srch = _cluster._make_search(x, method, search, np.random.default_rng(0), wide=True)
     xc = x - srch.mean
     pw = xc @ srch.wide
     zw = np.column_stack([pw, np.sqrt(np.maximum(np.einsum("ij,ij->i", xc, xc) - np.einsum("ij,ij->i", pw, pw), 0.0))])

@@ -302,7 +302,7 @@ class _Search(NamedTuple):
         return np.column_stack([proj, np.sqrt(np.maximum(resid2, 0.0))])
 
 
-def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Generator) -> _Search:
+def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Generator, wide: bool = False) -> _Search:
     """Search coordinates for ``method``.
 
     ``"kdtree"``: ``x`` itself. ``"projected"``: ``z = (P^T (x - m), ||(I - P P^T)(x - m)||)`` with
@@ -310,8 +310,8 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     two points, ``||x - y||^2 = ||P^T (x - y)||^2 + ||Q (x - y)||^2 >= ||z_x - z_y||^2``
     (orthogonal projection, and the reverse triangle inequality on the residual), so every
     centroid within ``delta`` of a row in ``x`` is within ``delta`` in ``z``; the ``candidates``
-    nearest there are checked with true distances. ``wide`` holds ``_ISOLATION_DIMS`` directions
-    (the first ``dims`` of them are ``P``) for :func:`_isolated`.
+    nearest there are checked with true distances. With ``wide``, ``_Search.wide`` holds
+    ``_ISOLATION_DIMS`` directions (the first ``dims`` of them are ``P``) for :func:`_isolated`.
     """
     if method == "kdtree":
         return _Search(None, None, 1, search["eps"])
@@ -319,7 +319,7 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     sub = x if n <= _PCA_ROWS else x[rng.choice(n, _PCA_ROWS, replace=False)]
     mean = sub.mean(axis=0)
     centred = (sub - mean).astype(np.float32)
-    k = min(max(search["dims"], _ISOLATION_DIMS), d)
+    k = min(max(search["dims"], _ISOLATION_DIMS) if wide else search["dims"], d)
     # randomised range finder with power iterations (Halko et al. 2011), in float32 (any
     # orthonormal basis gives valid lower bounds; the accuracy of the directions only moves
     # how tight they are): the top-k principal directions at O(n d k) instead of a full SVD
@@ -329,9 +329,9 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     _, _, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
     # orthonormal to float32 round-off (~1e-6): the screens' thresholds are widened far past that
     # (no second LAPACK factorisation: on a loaded machine each threaded one costs seconds)
-    wide = vt[:k].T.astype(np.float64)
-    return _Search(mean, np.ascontiguousarray(wide[:, : min(search["dims"], d)]), search["candidates"], search["eps"],
-                   np.ascontiguousarray(wide))
+    basis = np.ascontiguousarray(vt[:k].T.astype(np.float64))
+    return _Search(mean, np.ascontiguousarray(basis[:, : min(search["dims"], d)]), search["candidates"], search["eps"],
+                   basis if wide else None)
 
 
 #: Rows of the subsample whose principal directions :func:`_make_search` computes, and its power
@@ -833,7 +833,12 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
     members beyond ``delta`` of every cluster's centroid, and the dropped rows are clustered
     again the same way; small sets, and sets the trim mostly drops, go to the exact-join stream.
     """
-    srch = _make_search(x, method, search, rng)
+    if rule == "auto":
+        rule = "trim" if x.shape[1] <= _AUTO_KDTREE_MAX_DIM else "stream"
+    # the bulk screen of isolated rows (exact-join stream of a large high-dimensional set) needs
+    # the wide basis; small sets and the other paths only the search directions
+    screen = exact is True and rule == "stream" and method == "projected" and x.shape[0] > _TRIM_MIN_ROWS
+    srch = _make_search(x, method, search, rng, wide=screen)
     labels = np.full(x.shape[0], -1, np.int64)
     if srch.wide is None:
         zx = zw = srch.coords(x)
@@ -851,8 +856,6 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
         zw = np.column_stack([pw, np.sqrt(np.maximum(norm2 - np.einsum("ij,ij->i", pw, pw), 0.0))])
     clusters = _Clusters(x.shape[1], zx.shape[1], max(1024, x.shape[0] // 64), srch.coords)
     rows = np.arange(x.shape[0])
-    if rule == "auto":
-        rule = "trim" if x.shape[1] <= _AUTO_KDTREE_MAX_DIM else "stream"
     if exact and rule == "trim":
         while rows.size > _TRIM_MIN_ROWS:
             ids = _leader_pass(x, zx, rows, clusters, delta, _GREEDY, labels, srch)
@@ -865,7 +868,7 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
             rows = _join_back(x, zx, rows[keep], rows[~keep], ids, clusters, delta, labels, srch)
         labels[rows] = -1
     iso = None
-    if exact is True and rule == "stream" and srch.wide is not None and x.shape[0] > _TRIM_MIN_ROWS:
+    if screen:
         # rows with no other row within 2 delta are singletons whatever the order, and no row
         # can join them: label them apart, stream the others (MNIST at delta = 0.1: 90 %)
         iso = np.flatnonzero(_isolated(x, zw, delta))
