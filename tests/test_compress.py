@@ -379,14 +379,14 @@ def test_both_rules_keep_the_radius_on_adversarial_streams(name, rule):
 
 
 def _isolation_stream():
-    """d = 784, more rows than _TRIM_MIN_ROWS (so cluster() screens isolated rows in bulk): tight
-    blobs, rows spread far apart, and pairs of rows at 1.9 delta (not isolated, never joinable
-    by a third row), shuffled."""
+    """d = 784: tight blobs, rows spread far apart, and pairs of rows at 1.9 delta (not isolated,
+    never joinable by a third row), shuffled; 1,040 rows (the tests lower _TRIM_MIN_ROWS so that
+    cluster() screens isolated rows in bulk)."""
     rng = np.random.default_rng(31)
-    blobs = _blobs(900, 784, 15, 0.002, 32)
-    far = rng.uniform(0, 1, size=(1100, 784)) / 4.0
-    base = rng.uniform(0, 1, size=(150, 784)) / 4.0
-    step = rng.standard_normal((150, 784))
+    blobs = _blobs(400, 784, 15, 0.002, 32)
+    far = rng.uniform(0, 1, size=(500, 784)) / 4.0
+    base = rng.uniform(0, 1, size=(70, 784)) / 4.0
+    step = rng.standard_normal((70, 784))
     pair = base + 1.9 * 0.1 * step / np.linalg.norm(step, axis=1, keepdims=True)
     x = np.vstack([blobs, far, base, pair])
     return x[rng.permutation(x.shape[0])], 0.1
@@ -403,17 +403,19 @@ def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta(mon
     xc = x - srch.mean
     pw = xc @ srch.wide
     zw = np.column_stack([pw, np.sqrt(np.maximum(np.einsum("ij,ij->i", xc, xc) - np.einsum("ij,ij->i", pw, pw), 0.0))])
-    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 512)  # several blocks: the symmetric sweep
+    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)  # several blocks: the symmetric sweep
     flagged = _cluster._isolated(x, zw, delta)
     assert not np.any(flagged & ~truly)  # never a row with a neighbour within 2 delta
-    assert truly.sum() >= 1000 and flagged.sum() >= 0.95 * truly.sum()  # the screen is tight here
+    assert truly.sum() >= 450 and flagged.sum() >= 0.95 * truly.sum()  # the screen is tight here
     # negative control: the rows of the pairs (a neighbour at 1.9 delta) are never flagged
     pairs = np.flatnonzero(~truly)
-    assert pairs.size >= 300 and not flagged[pairs].any()
+    assert pairs.size >= 140 and not flagged[pairs].any()
 
 
 def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compression(monkeypatch):
     x, delta = _isolation_stream()
+    monkeypatch.setattr(_cluster, "_TRIM_MIN_ROWS", 512)  # the bulk screen runs on sets above this size
+    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)
     cl = compress.cluster(x, delta)  # d = 784: the exact-join stream after the isolation screen
     _check_clustering(x, cl, delta)
     monkeypatch.setattr(_cluster, "_ISOLATION_MIN_FRACTION", 2.0)  # screen off: every row streamed
@@ -421,7 +423,7 @@ def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compr
     _check_clustering(x, plain, delta)
     # isolated rows are singletons either way; the streamed rest is clustered alike
     assert abs(cl.c - plain.c) <= 0.01 * plain.c, (cl.c, plain.c)
-    assert cl.c <= 15 + 1100 + 300
+    assert cl.c <= 15 + 500 + 140
 
 
 def test_trim_makes_every_kept_cluster_fit_the_radius():
