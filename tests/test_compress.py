@@ -419,8 +419,7 @@ def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compr
     cl = compress.cluster(x, delta)  # d = 784: the exact-join stream after the isolation screen
     _check_clustering(x, cl, delta)
     monkeypatch.setattr(_cluster, "_ISOLATION_MIN_FRACTION", 2.0)  # screen off: every row streamed
-    plain = compress.cluster(x, delta)
-    _check_clustering(x, plain, delta)
+    plain = compress.cluster(x, delta)  # the reference (its radius is covered by the other d = 784 tests)
     # isolated rows are singletons either way; the streamed rest is clustered alike
     assert abs(cl.c - plain.c) <= 0.01 * plain.c, (cl.c, plain.c)
     assert cl.c <= 15 + 500 + 140
