@@ -9,6 +9,7 @@ from scipy.special import logsumexp
 
 import jaxsub
 from jaxsub import compress
+from jaxsub.compress import _cluster
 from jaxsub.compress._cluster import _exact_stats, _repair, _search_settings, _stream_labels, _trim
 
 from helpers import assert_mean_matches, assert_variance_matches, variants
@@ -375,6 +376,53 @@ def test_both_rules_keep_the_radius_on_adversarial_streams(name, rule):
     _check_clustering(x, cl, delta)
     if name == "duplicated":
         assert cl.c <= 300
+
+
+def _isolation_stream():
+    """d = 784: tight blobs, rows spread far apart, and pairs of rows at 1.9 delta (not isolated,
+    never joinable by a third row), shuffled; 1,040 rows (the tests lower _TRIM_MIN_ROWS so that
+    cluster() screens isolated rows in bulk)."""
+    rng = np.random.default_rng(31)
+    blobs = _blobs(400, 784, 15, 0.002, 32)
+    far = rng.uniform(0, 1, size=(500, 784)) / 4.0
+    base = rng.uniform(0, 1, size=(70, 784)) / 4.0
+    step = rng.standard_normal((70, 784))
+    pair = base + 1.9 * 0.1 * step / np.linalg.norm(step, axis=1, keepdims=True)
+    x = np.vstack([blobs, far, base, pair])
+    return x[rng.permutation(x.shape[0])], 0.1
+
+
+def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta(monkeypatch):
+    x, delta = _isolation_stream()
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
+    np.fill_diagonal(d2, np.inf)
+    truly = d2.min(axis=1) > 4.0 * delta * delta * (1 + 1e-9)
+    search, method = _search_settings("projected", 784, {})
+    srch = _cluster._make_search(x, method, search, np.random.default_rng(0), wide=True)
+    xc = x - srch.mean
+    pw = xc @ srch.wide
+    zw = np.column_stack([pw, np.sqrt(np.maximum(np.einsum("ij,ij->i", xc, xc) - np.einsum("ij,ij->i", pw, pw), 0.0))])
+    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)  # several blocks: the symmetric sweep
+    flagged = _cluster._isolated(x, zw, delta)
+    assert not np.any(flagged & ~truly)  # never a row with a neighbour within 2 delta
+    assert truly.sum() >= 450 and flagged.sum() >= 0.95 * truly.sum()  # the screen is tight here
+    # negative control: the rows of the pairs (a neighbour at 1.9 delta) are never flagged
+    pairs = np.flatnonzero(~truly)
+    assert pairs.size >= 140 and not flagged[pairs].any()
+
+
+def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compression(monkeypatch):
+    x, delta = _isolation_stream()
+    monkeypatch.setattr(_cluster, "_TRIM_MIN_ROWS", 512)  # the bulk screen runs on sets above this size
+    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)
+    cl = compress.cluster(x, delta)  # d = 784: the exact-join stream after the isolation screen
+    _check_clustering(x, cl, delta)
+    monkeypatch.setattr(_cluster, "_ISOLATION_MIN_FRACTION", 2.0)  # screen off: every row streamed
+    plain = compress.cluster(x, delta)  # the reference (its radius is covered by the other d = 784 tests)
+    # isolated rows are singletons either way; the streamed rest is clustered alike
+    assert abs(cl.c - plain.c) <= 0.01 * plain.c, (cl.c, plain.c)
+    assert cl.c <= 15 + 500 + 140
 
 
 def test_trim_makes_every_kept_cluster_fit_the_radius():
