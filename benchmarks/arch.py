@@ -69,7 +69,7 @@ def run(*, quick: bool) -> list[dict]:
     pilot = fit_pilot(data, num_iters=60 if quick else 150)
     evidence = np.asarray(pilot.laplace_log_evidence, np.float64)
     log_pi = jnp.asarray(-(evidence - evidence.max()), jnp.float32)  # adjusted priors: flatten p(q|r)
-    num_sweeps = 150 if quick else 250
+    num_sweeps = 100 if quick else 150
     repeats = 2
     outs = {"exact vmap": [], "exact map": [], "racing": []}
     fns = {
