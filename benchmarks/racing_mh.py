@@ -160,7 +160,7 @@ def run(*, quick: bool) -> list[dict]:
     n, d = problem.num_data, problem.map_position.shape[0]
     cv = racing_mh.taylor_control_variate(loglikelihood, problem.data, problem.map_position)
     data = problem.data
-    exact_steps, racing_steps = (300, 1500) if quick else (600, 3000)
+    exact_steps, racing_steps = (300, 1500) if quick else (400, 2000)
     exact_timed, racing_timed = (50, 500) if quick else (100, 1000)
     repeats = 3 if quick else 5
     chol = np.linalg.cholesky(np.asarray(problem.laplace_cov))
@@ -215,7 +215,7 @@ def run(*, quick: bool) -> list[dict]:
         })
         print(f"{name}: {1e3 * step:.3f} ms/step (all chains), ESS/chain-step {ess:.4f}, ESS/s {rate:.1f} "
               f"(x{rate / ex_rate:.1f} exact), moment errors {mean_err:.3f}/{sd_err:.3f} sd", flush=True)
-    rows.append(_hmcecs_row(problem, reference, 1000 if quick else 3000, ex_rate))
+    rows.append(_hmcecs_row(problem, reference, 1000 if quick else 2000, ex_rate))
     if "ess_per_s" in rows[-1]:
         rows[1]["ess_per_s_vs_hmcecs"] = ra_rate / rows[-1]["ess_per_s"]
         print(f"racing / HMCECS ESS/s: {rows[1]['ess_per_s_vs_hmcecs']:.2f}", flush=True)
