@@ -1,21 +1,27 @@
-"""Racing-Normal MH vs exact MH: ESS per second on Bayesian logistic regression (AER/Fertility).
+"""Racing-Normal MH + control variate, 16 chains batched, vs exact MH and NumPyro HMCECS (Fertility, N = 254,654).
 
-For each N (random subsets of the 254,654 Fertility rows), both samplers use the
-same Gaussian random-walk proposal (2.38/sqrt(d) x Laplace covariance) and the
-same number of steps; the exact one is BlackJAX's
-``additive_step_random_walk`` on the full log density (it caches the current
-log density, so it reads N likelihood terms per step), the racing one is
-``jaxsub.racing_mh`` with delta = 0.05, m_1 = 50 and the second-order Taylor
-control variate around the MAP. Wall-clock comes from
-:func:`benchmarks._common.compare` (alternating calls, medians, compile time
-apart), one single-chain call of 2,000 steps per timing; ESS per step comes from 4
-longer chains of each sampler (BlackJAX's multi-chain ESS, smallest coordinate),
-and ESS/s = ESS per step / seconds per step. Moments are checked against a
-BlackJAX NUTS reference on the full data (the exact MH row shows the Monte Carlo
-error of the same check).
+Model: Bayesian logistic regression on all 254,654 AER/Fertility rows (d = 8,
+``experiments._racing_models``). Both MH samplers use the same Gaussian
+random-walk proposal (2.38/sqrt(d) x the Laplace covariance's Cholesky factor):
 
-Optional peer row: NumPyro's ``HMCECS`` (energy-conserving subsampling HMC with
-a Taylor proxy, Dang et al. 2019) on the same model, when numpyro imports.
+* **exact MH**: BlackJAX's ``additive_step_random_walk`` on the full log density
+  (it caches the current log density: N likelihood terms per step). Timed in two
+  layouts, 16 chains under ``jax.vmap`` and one chain at a time; the faster one
+  per chain-step is the baseline (on a CPU one chain at a time is usually
+  faster; on a GPU the vmapped one is).
+* **racing MH**: ``jaxsub.racing_mh.build_batched_kernel`` (``racing_batch``: every
+  round advances only the unfinished races) over 16 chains, delta = 0.05,
+  m_1 = 50, the second-order Taylor control variate at the MAP.
+* **NumPyro HMCECS** (optional peer, Dang et al. 2019): NUTS with the Laplace
+  covariance as mass matrix, Taylor proxy at the MAP, subsample 1,000, one chain;
+  timed by its own second ``MCMC.run`` (compiled), not by ``compare``.
+
+Wall-clock per step comes from :func:`benchmarks._common.compare` (alternating
+calls, medians, first-call = compile time reported apart); ESS per chain-step
+from 16 chains of each MH sampler (BlackJAX's multi-chain ESS, smallest
+coordinate); ESS/s = ESS per chain-step x chains / seconds per step of all
+chains. Moments of every sampler are compared with a BlackJAX NUTS reference on
+the full data (the exact MH row shows the Monte Carlo error of that check).
 """
 from __future__ import annotations
 
@@ -27,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.mcmc.random_walk import normal
 
-import jaxsub
 from benchmarks._common import compare
 from experiments._racing_models import (
     full_logdensity,
@@ -38,59 +43,85 @@ from experiments._racing_models import (
     moment_errors,
     nuts_reference,
 )
-from jaxsub.racing_mh import taylor_control_variate
+from jaxsub import racing_mh
 
-TITLE = "Racing-Normal MH vs exact MH: ESS/s on logistic regression (Fertility), N = 1e4 .. 2.5e5"
+TITLE = "Racing-Normal MH + CV (16 chains, batched) vs exact MH and NumPyro HMCECS: ESS/s, logistic N = 254,654"
 
 DELTA = 0.05
 FIRST_BATCH = 50
-NUM_CHAINS = 4
-#: Pass criterion of the issue: posterior moments within 0.1 posterior sd of the exact reference.
+NUM_CHAINS = 16
+#: Posterior moments within 0.1 posterior sd of the reference.
 MOMENT_TOLERANCE = 0.1
 
 
-def _single_chain_fn(algo, num_steps):
-    def run(key, position):
-        state = algo.init(position)
-        keys = jax.random.split(key, num_steps)
+def _exact_fns(problem, num_steps):
+    """Exact RMH: ``(vmapped 16-chain run, single-chain run)``, data passed as an argument (no constant folding)."""
+    scale = problem.rw_scale()
 
-        def body(s, k):
-            s, info = algo.step(k, s)
-            evals = getattr(info, "num_evaluations", jnp.zeros((), jnp.int32))
-            return s, (s.position, evals)
+    def algo(data):
+        return blackjax.additive_step_random_walk(lambda th: full_logdensity(th, data), normal(scale))
 
-        return jax.lax.scan(body, state, keys)[1]
+    @jax.jit
+    def chains(key, starts, data):
+        mh = algo(data)
 
-    return jax.jit(run)
+        def body(states, k):
+            states, _ = jax.vmap(mh.step)(jax.random.split(k, starts.shape[0]), states)
+            return states, states.position
+
+        return jax.lax.scan(body, jax.vmap(mh.init)(starts), jax.random.split(key, num_steps))[1]
+
+    @jax.jit
+    def single(key, start, data):
+        mh = algo(data)
+
+        def body(state, k):
+            state, _ = mh.step(k, state)
+            return state, state.position
+
+        return jax.lax.scan(body, mh.init(start), jax.random.split(key, num_steps))[1]
+
+    return chains, single
 
 
-def _chains(fn, key, starts):
-    outs = [fn(k, x0) for k, x0 in zip(jax.random.split(key, len(starts)), starts)]
-    return np.stack([np.asarray(o[0]) for o in outs]), np.stack([np.asarray(o[1]) for o in outs])
+def _racing_fn(problem, cv, num_steps):
+    """Batched racing MH over the chains: positions ``[steps, C, d]`` and evaluations ``[steps, C]``."""
+    kernel = racing_mh.build_batched_kernel(problem.num_data, delta=DELTA, first_batch_size=FIRST_BATCH)
+    proposal = racing_mh.gaussian_random_walk(problem.rw_scale())
+
+    @jax.jit
+    def chains(key, starts, data):
+        def body(states, k):
+            states, info = kernel(
+                jax.random.split(k, starts.shape[0]), states, logprior, loglikelihood, data, proposal, cv
+            )
+            return states, (states.position, info.num_evaluations, info.is_accepted)
+
+        states = jax.vmap(lambda x: racing_mh.init(x, logprior))(starts)
+        return jax.lax.scan(body, states, jax.random.split(key, num_steps))[1]
+
+    return chains
 
 
-def _hmcecs_row(problem, reference, num_samples, exact_time_per_ess):
+def _hmcecs_row(problem, reference, num_samples, exact_ess_per_s):
     try:
         import numpyro
         import numpyro.distributions as dist
         from numpyro.infer import HMCECS, MCMC, NUTS
-    except Exception as err:  # optional dependency
+    except Exception as err:  # optional dependency (the `peers` extra)
         return {"sampler": "numpyro HMCECS", "skipped": f"numpyro not importable: {err!r}"}
-    x, y = np.asarray(problem.x), np.asarray(problem.y)
+    x, y = jnp.asarray(problem.x), jnp.asarray(problem.y)
     n, d = x.shape
-    x_j, y_j = jnp.asarray(x), jnp.asarray(y)
-    subsample = 1000
 
     def model():
         theta = numpyro.sample("theta", dist.Normal(jnp.zeros(d), 10.0).to_event(1))
-        with numpyro.plate("N", n, subsample_size=subsample) as idx:
-            numpyro.sample("obs", dist.Bernoulli(logits=x_j[idx] @ theta), obs=y_j[idx])
+        with numpyro.plate("N", n, subsample_size=1000) as idx:
+            numpyro.sample("obs", dist.Bernoulli(logits=x[idx] @ theta), obs=y[idx])
 
-    ref = {"theta": problem.map_position}
     kernel = HMCECS(
         NUTS(model, inverse_mass_matrix=problem.laplace_cov, adapt_mass_matrix=False, dense_mass=True),
         num_blocks=10,
-        proxy=HMCECS.taylor_proxy(ref),
+        proxy=HMCECS.taylor_proxy({"theta": problem.map_position}),
     )
     mcmc = MCMC(kernel, num_warmup=200, num_samples=num_samples, num_chains=1, progress_bar=False)
     try:
@@ -106,94 +137,86 @@ def _hmcecs_row(problem, reference, num_samples, exact_time_per_ess):
     except Exception as err:  # numpyro/jax version mismatch etc.
         return {"sampler": "numpyro HMCECS", "skipped": f"HMCECS failed: {type(err).__name__}: {err}"}
     samples = np.stack(draws)
-    ess = min_ess(samples) / len(draws)
+    ess_per_draw = min_ess(samples) / samples.size * d
     mean_err, sd_err = moment_errors(samples, reference)
+    rate = ess_per_draw * num_samples / sampling
     return {
-        "sampler": "numpyro HMCECS (NUTS, Taylor proxy, m=1000)",
-        "N": n,
-        "seconds_per_chain": sampling,
-        "first_run_s": first,
-        "ess_per_chain": ess,
-        "ess_per_s": ess / sampling,
-        "ess_per_s_vs_exact_mh": (ess / sampling) * exact_time_per_ess,
+        "sampler": "numpyro HMCECS (NUTS, Taylor proxy, m=1000), 1 chain",
+        "chains": 1,
+        "ms_per_step_all_chains": 1e3 * sampling / num_samples,
+        "first_call_s": first,
+        "ess_per_chain_step": ess_per_draw,
+        "ess_per_s": rate,
+        "ess_per_s_vs_exact": rate / exact_ess_per_s,
         "mean_err_sd": mean_err,
         "sd_err_sd": sd_err,
-        "note": "timed by numpyro's MCMC.run (second run, compiled); not via compare()",
+        "moments_ok": bool(max(mean_err, sd_err) <= MOMENT_TOLERANCE),
+        "note": "timed by numpyro's MCMC.run (second run), not by compare()",
     }
 
 
 def run(*, quick: bool) -> list[dict]:
-    sizes = (10_000, 100_000) if quick else (10_000, 100_000, 250_000)
-    timing_steps = 2000
-    ess_steps = 4000 if quick else 20000
+    problem = load_logistic(None)
+    n, d = problem.num_data, problem.map_position.shape[0]
+    cv = racing_mh.taylor_control_variate(loglikelihood, problem.data, problem.map_position)
+    data = problem.data
+    exact_steps, racing_steps = (300, 1500) if quick else (400, 2000)
+    exact_timed, racing_timed = (50, 500) if quick else (100, 1000)
     repeats = 3 if quick else 5
-    rows = []
-    for n in sizes:
-        problem = load_logistic(n, seed=0)
-        scale = problem.rw_scale()
-        exact = blackjax.additive_step_random_walk(lambda th, data=problem.data: full_logdensity(th, data), normal(scale))
-        cv = taylor_control_variate(loglikelihood, problem.data, problem.map_position)
-        racing = jaxsub.racing_mh(
-            logprior, loglikelihood, problem.data, delta=DELTA, first_batch_size=FIRST_BATCH, step_size=scale, control_variate=cv
-        )
-        x0 = problem.map_position
-        keys = jax.random.split(jax.random.key(n), 1000)
-        timing = compare(
-            _single_chain_fn(exact, timing_steps), _single_chain_fn(racing, timing_steps), lambda i: (keys[i], x0), repeats=repeats
-        )
-        exact_step_s = timing["baseline_s"] / timing_steps
-        racing_step_s = timing["candidate_s"] / timing_steps
+    chol = np.linalg.cholesky(np.asarray(problem.laplace_cov))
+    starts = np.asarray(problem.map_position) + np.random.default_rng(0).standard_normal((NUM_CHAINS, d)) @ chol.T
+    starts = jnp.asarray(starts, jnp.float32)
 
-        reference = nuts_reference(problem, num_draws=500 if quick else 1000, num_warmup=100 if quick else 200)
-        chol = np.linalg.cholesky(np.asarray(problem.laplace_cov))
-        starts = np.asarray(x0) + np.random.default_rng(n).standard_normal((NUM_CHAINS, x0.shape[0])) @ chol.T
-        starts = jnp.asarray(starts, jnp.float32)
-        ex_samples, _ = _chains(_single_chain_fn(exact, ess_steps), jax.random.key(1), starts)
-        ra_samples, ra_evals = _chains(_single_chain_fn(racing, ess_steps), jax.random.key(2), starts)
-        burn = ess_steps // 10
-        kept = ess_steps - burn
-        ex_ess = min_ess(ex_samples[:, burn:]) / NUM_CHAINS
-        ra_ess = min_ess(ra_samples[:, burn:]) / NUM_CHAINS
-        ex_mean_err, ex_sd_err = moment_errors(ex_samples[:, burn:], reference)
-        ra_mean_err, ra_sd_err = moment_errors(ra_samples[:, burn:], reference)
-        # ESS per second = (ESS per step) / (seconds per step), seconds from compare().
-        ex_rate = ex_ess / kept / exact_step_s
-        ra_rate = ra_ess / kept / racing_step_s
-        rows.append(
-            {
-                "N": n,
-                "exact_ms_per_step": 1e3 * exact_step_s,
-                "racing_ms_per_step": 1e3 * racing_step_s,
-                "time_speedup": timing["speedup"],
-                "ess_steps_per_chain": kept,
-                "exact_ess_per_chain": ex_ess,
-                "racing_ess_per_chain": ra_ess,
-                "exact_ess_per_s": ex_rate,
-                "racing_ess_per_s": ra_rate,
-                "ess_per_s_ratio": ra_rate / ex_rate,
-                "eval_fraction": float(np.mean(ra_evals)) / n,
-                "exact_mean_err_sd": ex_mean_err,
-                "exact_sd_err_sd": ex_sd_err,
-                "racing_mean_err_sd": ra_mean_err,
-                "racing_sd_err_sd": ra_sd_err,
-                "moments_ok": bool(max(ra_mean_err, ra_sd_err) <= MOMENT_TOLERANCE),
-                "reference_ess": min_ess(reference),
-                "exact_first_call_s": timing["baseline_first_call_s"],
-                "racing_first_call_s": timing["candidate_first_call_s"],
-            }
-        )
-        print(
-            f"N={n}: ESS/s ratio {ra_rate / ex_rate:.2f} (time x{timing['speedup']:.2f}), "
-            f"eval fraction {rows[-1]['eval_fraction']:.4f}, moment errors racing {ra_mean_err:.3f}/{ra_sd_err:.3f} sd, "
-            f"exact {ex_mean_err:.3f}/{ex_sd_err:.3f} sd"
-        )
-    largest = rows[-1]
-    problem = load_logistic(largest["N"], seed=0)
-    peer = _hmcecs_row(
-        problem,
-        nuts_reference(problem, num_draws=500 if quick else 1000, num_warmup=100 if quick else 200),
-        num_samples=1000 if quick else 2000,
-        exact_time_per_ess=1.0 / largest["exact_ess_per_s"],
-    )
-    rows.append(peer)
+    exact_chains, exact_single = _exact_fns(problem, exact_timed)
+    racing_chains = _racing_fn(problem, cv, racing_timed)
+    keys = jax.random.split(jax.random.key(7), 1000)
+    # Wall-clock: one call = `*_timed` steps of all 16 chains (exact: also of one chain), alternating.
+    vm = compare(exact_chains, racing_chains, lambda i: (keys[i], starts, data), repeats=repeats)
+    single = compare(exact_single, racing_chains, lambda i: (keys[i], starts[0], data),
+                     lambda i: (keys[i], starts, data), repeats=repeats)
+    exact_vmap_step = vm["baseline_s"] / exact_timed  # all 16 chains
+    exact_single_chain_step = single["baseline_s"] / exact_timed  # one chain
+    racing_step = np.median([vm["candidate_s"], single["candidate_s"]]) / racing_timed  # all 16 chains
+    exact_step = min(exact_vmap_step, NUM_CHAINS * exact_single_chain_step)
+    exact_layout = "vmap" if exact_vmap_step <= NUM_CHAINS * exact_single_chain_step else "one chain at a time"
+
+    # ESS per chain-step from 16 chains of each sampler.
+    reference = nuts_reference(problem, num_draws=400 if quick else 1000, num_warmup=100 if quick else 200)
+    ess_vmap, ess_single = _exact_fns(problem, exact_steps)
+    if exact_layout == "vmap":
+        ex = np.asarray(ess_vmap(jax.random.key(1), starts, data))
+    else:  # the same chains one at a time (lax.map), the faster layout here
+        ex_keys = jax.random.split(jax.random.key(1), NUM_CHAINS)
+        ex = np.swapaxes(np.asarray(jax.jit(lambda ks, xs, dd: jax.lax.map(lambda a: ess_single(a[0], a[1], dd), (ks, xs)))(
+            ex_keys, starts, data)), 0, 1)
+    ra_pos, ra_evals, ra_acc = _racing_fn(problem, cv, racing_steps)(jax.random.key(2), starts, data)
+    ra = np.asarray(ra_pos)
+    ex, ra = np.swapaxes(ex, 0, 1)[:, exact_steps // 10:], np.swapaxes(ra, 0, 1)[:, racing_steps // 10:]
+    ex_ess = min_ess(ex) / ex[:, :, 0].size  # per chain-step
+    ra_ess = min_ess(ra) / ra[:, :, 0].size
+    ex_rate = ex_ess * NUM_CHAINS / exact_step
+    ra_rate = ra_ess * NUM_CHAINS / racing_step
+    rows = []
+    for name, ess, step, rate, samples, extra in (
+        (f"exact MH (BlackJAX RMH), 16 chains, {exact_layout}", ex_ess, exact_step, ex_rate, ex,
+         {"evals_per_step_over_N": 1.0, "ms_per_step_vmap16": 1e3 * exact_vmap_step,
+          "ms_per_step_one_chain": 1e3 * exact_single_chain_step,
+          "first_call_s": min(vm["baseline_first_call_s"], single["baseline_first_call_s"])}),
+        ("racing MH + Taylor CV, 16 chains batched", ra_ess, racing_step, ra_rate, ra,
+         {"evals_per_step_over_N": float(np.mean(np.asarray(ra_evals))) / n,
+          "acceptance": float(np.mean(np.asarray(ra_acc))), "first_call_s": vm["candidate_first_call_s"]}),
+    ):
+        mean_err, sd_err = moment_errors(samples, reference)
+        rows.append({
+            "sampler": name, "chains": NUM_CHAINS, "ms_per_step_all_chains": 1e3 * step,
+            "ess_per_chain_step": ess, "ess_per_s": rate, "ess_per_s_vs_exact": rate / ex_rate,
+            "mean_err_sd": mean_err, "sd_err_sd": sd_err,
+            "moments_ok": bool(max(mean_err, sd_err) <= MOMENT_TOLERANCE), **extra,
+        })
+        print(f"{name}: {1e3 * step:.3f} ms/step (all chains), ESS/chain-step {ess:.4f}, ESS/s {rate:.1f} "
+              f"(x{rate / ex_rate:.1f} exact), moment errors {mean_err:.3f}/{sd_err:.3f} sd", flush=True)
+    rows.append(_hmcecs_row(problem, reference, 1000 if quick else 2000, ex_rate))
+    if "ess_per_s" in rows[-1]:
+        rows[1]["ess_per_s_vs_hmcecs"] = ra_rate / rows[-1]["ess_per_s"]
+        print(f"racing / HMCECS ESS/s: {rows[1]['ess_per_s_vs_hmcecs']:.2f}", flush=True)
     return rows

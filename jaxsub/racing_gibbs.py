@@ -43,7 +43,10 @@ from jaxsub.types import Array, ArrayLike, PRNGKey
 from jaxsub.discrete import check_beta
 from jaxsub.validation import check_choice, check_int
 
-__all__ = ["RacingGibbsInfo", "RacingGibbsState", "as_top_level_api", "build_kernel", "init", "exact_conditional_sums"]
+__all__ = [
+    "RacingGibbsInfo", "RacingGibbsState", "as_top_level_api", "build_batched_kernel", "build_kernel", "init",
+    "exact_conditional_sums",
+]
 
 VARIANCES = ("pairwise", "marginal")
 
@@ -261,3 +264,65 @@ def as_top_level_api(
         return kernel(rng_key, state, log_f0, log_factor_fn, control_variate, beta)
 
     return SamplingAlgorithm(init_fn, step_fn)
+
+
+def build_batched_kernel(
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    variance: str = "pairwise",
+    group_size: int = 16,
+) -> Callable:
+    """Racing Gibbs for many chains at once, work proportional to the unfinished races (issue 16, item 4).
+
+    ``jax.vmap`` of :func:`build_kernel`'s kernel runs every race's loops until the
+    slowest chain's race is done. This kernel decides the C conditionals with
+    :func:`jaxsub.discrete.racing_batch`, whose rounds advance only the unfinished
+    races; chain ``c`` gets the same draw as the single-chain kernel with key
+    ``rng_keys[c]``, ``log_f0s[c]`` and ``log_factor_fn(., params[c])``.
+    Racing-Normal only.
+
+    Parameters
+    ----------
+    num_data, delta, first_batch_size, variance
+        As for :func:`build_kernel`.
+    group_size
+        Races advanced together (a ``vmap``-ed group) in each round.
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_keys [C], states [C], log_f0s [C, D], log_factor_fn, params,
+        control_variate=None, beta=None) -> (states [C], infos [C])`` where
+        ``log_factor_fn(indices, params_c) -> [m, D]`` takes one chain's slice of
+        ``params`` (a pytree with leading axis C: the rest of each chain's state;
+        closures over batched values cannot be split per group, so they go here),
+        and ``control_variate`` is ``None`` or ``(fn(indices, params_c) -> [m, D],
+        mean(params_c) -> [D])``.
+    """
+    delta, first_batch_size, _ = validate_racing_config(num_data, delta, first_batch_size, "normal", False)
+    variance = check_choice("variance", variance, VARIANCES)
+    group_size = check_int("group_size", group_size, low=1)
+
+    def kernel(rng_keys, states, log_f0s, log_factor_fn, params, control_variate=None, beta=None):
+        from jaxsub import discrete
+
+        log_f0s = jnp.asarray(log_f0s)
+        if log_f0s.ndim != 2 or log_f0s.shape[1] < 2:
+            raise ValueError(f"log_f0s must have shape [C, D] with D >= 2; got {log_f0s.shape}")
+        check_beta(beta)
+        kwargs = {} if control_variate is None else {"control_variate": control_variate}
+        sample = discrete.racing_batch(
+            log_factor_fn, log_f0s.shape[1], num_data, delta=delta, first_batch_size=first_batch_size,
+            bound="normal", variance=variance, group_size=group_size, **kwargs,
+        )
+        draws, info = sample(rng_keys, log_f0s, params, beta)
+        has_nan = info.has_nan
+        new = jnp.where(has_nan, states.position, draws.astype(jnp.int32))
+        infos = RacingGibbsInfo(
+            jnp.asarray(info.num_evaluations, jnp.int32), jnp.asarray(info.num_stages, jnp.int32), info.is_exact, has_nan
+        )
+        return RacingGibbsState(new), infos
+
+    return kernel

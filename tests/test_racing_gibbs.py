@@ -148,3 +148,31 @@ def test_traced_beta_under_vmap():
     exact = jaxsub.racing_gibbs.build_kernel(500, delta=None, exact=True)
     mode = exact(keys[0], state, jnp.zeros(3), log_factor, None, jnp.inf)[0].position
     assert np.mean(np.asarray(traced[1]) == int(mode)) >= 0.95 - 4 * np.sqrt(0.05 * 0.95 / 64)
+
+
+@pytest.mark.slow
+def test_batched_kernel_draws_equal_vmapped_single_chain_kernel():
+    """racing_gibbs.build_batched_kernel (racing_batch over a leading chain axis) gives chain c the draw of the
+    single-chain kernel with the same key and conditional: equal draws, hence equal in law to vmapped chains."""
+    n, d, c = 400, 3, 12
+    y = jax.random.normal(jax.random.key(0), (n,))
+    shifts = jnp.linspace(-0.3, 0.3, c)  # each chain's conditional differs (the rest of its state)
+    centres = jnp.asarray([-0.1, 0.0, 0.1])
+
+    def log_factors(indices, shift):
+        return -0.5 * (y[indices, None] - centres[None, :] - shift) ** 2
+
+    log_f0s = jnp.zeros((c, d))
+    keys = jax.random.split(jax.random.key(1), c)
+    states = jaxsub.racing_gibbs.RacingGibbsState(jnp.zeros(c, jnp.int32))
+    batched = jaxsub.racing_gibbs.build_batched_kernel(n, delta=0.1, group_size=4)
+    single = jaxsub.racing_gibbs.build_kernel(n, delta=0.1)
+    new_b, info_b = jax.jit(lambda k, s, f: batched(k, s, f, log_factors, shifts))(keys, states, log_f0s)
+    new_s, info_s = jax.jit(jax.vmap(lambda k, s, f, sh: single(k, s, f, lambda i: log_factors(i, sh))))(
+        keys, states, log_f0s, shifts
+    )
+    np.testing.assert_array_equal(np.asarray(new_b.position), np.asarray(new_s.position))
+    np.testing.assert_array_equal(np.asarray(info_b.num_evaluations), np.asarray(info_s.num_evaluations))
+    assert len(set(np.asarray(new_b.position).tolist())) > 1  # the chains' conditionals differ
+    evals = np.asarray(info_b.num_evaluations)
+    assert np.any(evals < n * d) and len(set(evals.tolist())) > 2  # races of unequal lengths were batched

@@ -125,6 +125,51 @@ def test_decision_error_rate_at_most_delta():
     assert errors.sum() > 0 or np.mean(np.asarray(evals) < 2 * n) > 0.5
 
 
+@pytest.mark.slow
+def test_block_sampling_kernel_decision_error_within_delta_and_b1_is_rows():
+    """block_size = 4 through the MH kernel: hard decisions wrong at most delta + MC error, as for rows
+    (the fast engine tests check block racing against B = 1 in law); block_size = 1 is the row race."""
+    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=2000)
+    n = y.shape[0]
+    x = jnp.asarray(post_mean, jnp.float32)
+    x_new = x + jnp.asarray([1.0, -0.5], jnp.float32) * jnp.sqrt(post_var[0]).astype(jnp.float32)
+    ll = jax.vmap(loglik, in_axes=(None, 0))
+    diffs = ll(x_new, y) - ll(x, y)
+    total, sd = float(jnp.sum(diffs)), float(jnp.std(diffs))
+    delta, num_trials, block = 0.1, 3000, 4
+    # exact gap uniform in +-3 standard errors of the first batch of 50 / B blocks (block sums: sd * sqrt(B))
+    offsets = np.random.default_rng(1).uniform(-3, 3, num_trials) * sd * np.sqrt(block) / np.sqrt(50 // block) * (n // block)
+    log_u = jnp.asarray(total - offsets, jnp.float32)
+    exact = np.asarray(log_u) < total
+    proposal = lambda key, pos: (x_new, jnp.zeros((), jnp.float32))  # noqa: E731  (fixed pair x -> x')
+    state = jaxsub.racing_mh.init(x, logprior)
+
+    def decide(key, lu):  # the decision the kernel makes, with log u placed by the test
+        return mh_decision(key, jnp.zeros((), jnp.float32), lu, lambda i: jnp.stack([ll(x, y[i]), ll(x_new, y[i])], -1), n,
+                           delta=delta, first_batch_size=50 // block, bound="normal", exact=False, block_size=block)[:2]
+
+    keys = jax.random.split(jax.random.key(6), num_trials)
+    accept, evals = jax.jit(jax.vmap(decide))(keys, log_u)
+    errors = np.asarray(accept) != exact
+    allowed = delta + Z_CRITICAL * np.sqrt(delta * (1 - delta) / num_trials)
+    assert errors.mean() <= allowed, f"decision error rate {errors.mean():.4f} > {allowed:.4f}"
+    assert np.mean(np.asarray(evals)) < 2 * n  # not vacuous: many races stopped early
+    assert errors.sum() > 0 or np.mean(np.asarray(evals) < 2 * n) > 0.5
+    # Through the kernel: block_size = 4 runs (B = 1 is the default row race, same draws as no argument).
+    k4 = jaxsub.racing_mh.build_kernel(n, delta=delta, first_batch_size=12, block_size=block)
+    k1 = jaxsub.racing_mh.build_kernel(n, delta=delta, first_batch_size=50, block_size=1)
+    k0 = jaxsub.racing_mh.build_kernel(n, delta=delta, first_batch_size=50)
+    key = jax.random.key(2)
+    s4, i4 = k4(key, state, logprior, loglik, y, proposal)
+    s1, i1 = k1(key, state, logprior, loglik, y, proposal)
+    s0, i0 = k0(key, state, logprior, loglik, y, proposal)
+    assert int(i4.num_evaluations) % block == 0 and int(i4.num_evaluations) >= 2 * 12 * block
+    np.testing.assert_array_equal(np.asarray(s1.position), np.asarray(s0.position))
+    assert int(i1.num_evaluations) == int(i0.num_evaluations)
+    with pytest.raises(ValueError, match="block_size"):
+        jaxsub.racing_mh.build_kernel(n, delta=delta, first_batch_size=50, block_size=n // 10)
+
+
 def test_vmap_over_chains_equals_single_chains_and_runs_in_blackjax_driver():
     y, logprior, loglik, _, post_var = gaussian_mean_problem(num_data=300)
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05)
