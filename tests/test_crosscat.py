@@ -104,7 +104,7 @@ def _exact_observable(parts, states, probs):
 
 
 @pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("move", ["rows", "feature_gibbs", "new_view_mh"])
+@pytest.mark.parametrize("move", ["rows", "feature_gibbs", "new_view_mh", "feature_sweep"])
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square."""
     model = _model(kind)
@@ -114,7 +114,9 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     idx = np.random.default_rng(1).choice(len(states), size=num, p=probs)
     enc, st = _batch_states(model, parts, states, idx)
 
-    def step(key, s):
+    def step(key, s, trip):
+        if move == "feature_sweep":  # all partitions pre-drawn in one loop (unbatched trip, as in build_sweep)
+            return cc.feature_sweep(key, s, model=model, data=enc, trip=trip)[0]
         if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
             def one(t, s):
                 u = jax.random.uniform(jax.random.fold_in(key, t), (2 + s.z.shape[0],))
@@ -129,7 +131,8 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
                 s, ok = cc.new_view_mh(k, s, f, model=model, data=enc)
         return s
 
-    out = jax.jit(jax.vmap(step))(jax.random.split(jax.random.key(2), num), st)
+    out = jax.jit(jax.vmap(step, in_axes=(0, 0, None)))(jax.random.split(jax.random.key(2), num), st,
+                                                         jnp.int32(DATA.shape[0]))
     assert not np.any(np.asarray(out.halted))
     draws = _observe(parts, out)
     assert_discrete_matches(draws, _exact_observable(parts, states, probs))
@@ -188,6 +191,48 @@ def test_new_view_mh_acceptance_matches_direct_formula():
             seen.add(case)
             np.testing.assert_allclose(float(log_accs[c]), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
     assert seen == {"split", "merge", "refresh"}
+
+
+def test_new_view_mh_acceptance_with_a_proposal_drawn_under_other_hyperparameters():
+    """A pre-drawn proposal partition from PY(alpha_q, d_q) != the views' PY(alpha, d) (what feature_sweep does
+    for a refresh of a view whose row hypers were resampled): log A = log p(x') - log p(x) + log q(x'->x)
+    - log q(x->x') with q's partition density at (alpha_q, d_q); checked for split and refresh."""
+    model = _model("pitman_yor")  # target: row PY(1.2, 0.25)
+    parts, states, probs = _enumerate(model)
+    enc, st = _batch_states(model, parts, states, np.arange(0, len(states), 37))
+    a_q, d_q = 3.0, 0.1
+    num = st.view_of.shape[0]
+
+    def prop(k, s, f):
+        k1, k2 = jax.random.split(k)
+        z, sz, ok = cc._draw_partitions(k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q),
+                                        s.sizes.shape[1])
+        return cc._new_view_proposal(k1, s, f, model=model, data=enc,
+                                     fresh=(z[0], sz[0], ok[0], jnp.float32(a_q), jnp.float32(d_q)))
+
+    seen = set()
+    rp = model.row_prior
+    for f in (0,):  # one compile: feature 0 alone or sharing its view gives refresh and split proposals
+        props, log_accs, valids = jax.jit(jax.vmap(functools.partial(prop, f=f)))(
+            jax.random.split(jax.random.key(10 + f), num), st)
+        for c in range(num):
+            vo0, vo1 = np.asarray(st.view_of[c]), np.asarray(props.view_of[c])
+            alone0 = (vo0 == vo0[f]).sum() == 1
+            K0, K1 = len(set(vo0.tolist())), len(set(vo1.tolist()))
+            if not bool(valids[c]) or (alone0 and K1 < K0):  # merges need no partition draw
+                continue
+            z0, z1 = np.asarray(st.z[c]), np.asarray(props.z[c])
+            lp0 = _ref_log_joint(model, exact.canonical_labels(vo0), _rows(vo0, z0))
+            lp1 = _ref_log_joint(model, exact.canonical_labels(vo1), _rows(vo1, z1))
+            new_q = exact.log_eppf(np.bincount(exact.canonical_labels(z1[vo1[f]])), a_q, d_q)
+            old_q = exact.log_eppf(np.bincount(exact.canonical_labels(z0[vo0[f]])), a_q, d_q)
+            case, lq = ("split", -math.log(2 * K0) - new_q) if not alone0 else ("refresh", old_q - new_q)
+            seen.add(case)
+            np.testing.assert_allclose(float(log_accs[c]), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
+            # negative control: without the EPPF correction the ratio is off (proposal and prior differ)
+            new_t = exact.log_eppf(np.bincount(exact.canonical_labels(z1[vo1[f]])), rp.alpha, rp.discount)
+            assert abs(new_t - new_q) > 1e-3
+    assert seen == {"split", "refresh"}
 
 
 def partial_proposal(model, enc, f):
