@@ -7,10 +7,12 @@ Every *run* draws its own random 7/8 train / 1/8 test split (the paper's "per sa
 chains of one run share it); the score of a sample is its held-out log predictive per test row
 (test rows with a missing cell are dropped so pylace and jaxsub score the same cells), then
 standardised within each table (z-score over all samples of that table). Budgets are numbers of
-row assignments ``b N``; the measured sampling seconds are the x-axis, and pylace gets the same
-wall-clock (``Engine.update(timeout=...)``) on the same split. Reported: mean score, spread (sd and
+row assignments ``b N``; the measured sampling seconds (compilation excluded, reported apart) are the
+x-axis, and pylace gets the same wall-clock as the Anneal run of that budget on the same split
+(``Engine.from_df`` plus one-iteration ``Engine.update`` calls until the seconds are spent). Reported: mean score, spread (sd and
 the worst sample), and the consistency of the learned feature partitions across samples (mean
-pairwise agreement of the "depends on" matrices; 1 = identical partitions).
+pairwise agreement of the "depends on" matrices; 1 = identical partitions), the views and mean clusters
+per view reached, and pylace's iterations (a full row and column pass of every state each).
 """
 from __future__ import annotations
 
@@ -48,17 +50,21 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
         import pandas as pd
         from lace import Engine
     except ImportError:  # the optional peer is not installed
-        return None, float("nan")
+        return None, float("nan"), ""
     cols = {}
     for j, (name, k) in enumerate(zip(names, kinds)):
         col = train[:, j]
         cols[name] = pd.Series(col) if k == "real" else pd.Series(col, dtype="Int64").astype("string")
     df = pd.DataFrame(cols)
     df.index.name = "ID"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eng = Engine.from_df(df, n_states=num_states, rng_seed=seed)
-    eng.update(1_000_000, timeout=max(1, int(round(seconds))))
+    iters = 0
+    while time.perf_counter() - t0 < seconds:  # one iteration per call: the same wall-clock as jaxsub, not
+        eng.update(1, quiet=True)               # update(timeout=...), whose timeout is a whole number >= 1 s
+        iters += 1
     wall = time.perf_counter() - t0
+    iters = f"{iters} iterations, {time.process_time() - c0:.2f} CPU-s"  # its states run on parallel threads
     tcols = {name: (pd.Series(test[:, j]) if k == "real" else pd.Series(test[:, j], dtype="Int64").astype("string"))
              for j, (name, k) in enumerate(zip(names, kinds))}
     tdf = pd.DataFrame(tcols)
@@ -69,24 +75,30 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
             per_state.append(float(np.mean(lp)))
     except BaseException as e:  # pyo3 panics derive from BaseException
         print(f"pylace failed: {e!r}")
-        return None, wall
-    return np.asarray(per_state), wall
+        return None, wall, iters
+    return np.asarray(per_state), wall, iters
 
 
-def run(out_dir, *, quick: bool = False) -> dict:
+def run(out_dir, *, quick: bool = False, subsets: bool = False) -> dict:
+    """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
+    full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
+    three tables on the quick mode's row subsets with the full budgets and 2 chains."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
                "flights (mixed)": load_crosscat_flights}
     if quick:  # CPU budget of the quick suite: one compiled sweep, the mixed table (every feature type)
         loaders = {"flights (mixed)": load_crosscat_flights}
-    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick else \
+    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick or subsets else \
         {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
     budgets = (3, 30) if quick else (1, 3, 10, 30)
-    num_chains = 2 if quick else 4
+    num_chains = 2 if quick or subsets else 4
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
-    report.text(f"Mode: {'quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)' if quick else 'full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)'}. " + __doc__.split("\n\n", 1)[1])
+    mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
+            "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
+            else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
+    report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
     dep_fig, dep_axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
@@ -108,6 +120,7 @@ def run(out_dir, *, quick: bool = False) -> dict:
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
         run_id = 0
+        compile_s = 0.0
         for b in budgets:
             for sname, make in strategies.items():
                 run_id += 1
@@ -121,36 +134,40 @@ def run(out_dir, *, quick: bool = False) -> dict:
                 test = test[: max(8, x.shape[0] // 16)]
                 n = train.shape[0]
                 res = cc.fit(jax.random.key(run_id), train, model, make(n, b * n), num_chains=num_chains,
-                             test_data=test, span=n, capacity=64 if not quick else 32, cache=cache)
+                             test_data=test, span=n, capacity=64, cache=cache)  # 64: no regrow compile
                 score = res.heldout[-1] / test.shape[0]
-                samples.append((sname, b, float(res.seconds[-1]), score, np.asarray(res.state.view_of), train, test))
+                compile_s += res.compile_seconds
+                reached = f"{np.mean(res.num_views[-1]):.1f} / {np.mean(res.num_clusters[-1]):.1f}"
+                samples.append((sname, b, float(res.seconds[-1]), score, np.asarray(res.state.view_of), train, test,
+                                reached))
                 bar.update()
         # pylace at the Anneal run's wall-clock of each budget, on the same split
         lace_rows = []
-        for sname, b, secs, score, vo, train, test in samples:
+        for sname, b, secs, score, vo, train, test, _ in samples:
             if sname != "Anneal":
                 continue
-            lp, wall = _pylace_scores(train, test, names, kinds, secs, num_chains, seed=b)
+            lp, wall, iters = _pylace_scores(train, test, names, kinds, secs, num_chains, seed=b)
             if lp is not None:
-                lace_rows.append(("pylace", b, wall, lp, None, None, None))
+                lace_rows.append(("pylace", b, wall, lp, None, None, None, iters))
         allscores = np.concatenate([s[3] for s in samples] + [r[3] for r in lace_rows])
         mu, sd = float(np.mean(allscores)), float(np.std(allscores) + 1e-12)
         ax = axes[d_i]
         colors = {"Anneal": "C0", "Prior+Gibbs": "C1", "Sequential+Gibbs": "C2", "pylace": "C3"}
         dm = {}
         for sname in list(strategies) + ["pylace"]:
-            pts = [(s[2], (s[3] - mu) / sd, s[1], s[3], s[4]) for s in samples + lace_rows if s[0] == sname]
+            pts = [(s[2], (s[3] - mu) / sd, s[1], s[3], s[4], s[7]) for s in samples + lace_rows if s[0] == sname]
             if not pts:
                 continue
-            for secs, z, b, raw, vo in pts:
+            for secs, z, b, raw, vo, _ in pts:
                 ax.scatter(np.full(z.shape, secs), z, color=colors[sname], s=12, alpha=0.6)
             ax.plot([p[0] for p in pts], [float(np.mean(p[1])) for p in pts], "-o", color=colors[sname], label=sname)
-            for secs, z, b, raw, vo in pts:
+            for secs, z, b, raw, vo, reached in pts:
                 cons = _consistency(vo) if vo is not None else float("nan")
                 table.append([dname, sname, b, f"{secs:.2f}", f"{np.mean(raw):.4f}", f"{np.std(raw):.4f}",
-                              f"{np.min(raw):.4f}", f"{cons:.3f}"])
+                              f"{np.min(raw):.4f}", f"{cons:.3f}", reached])
                 dm[f"{sname}@{b}"] = {"seconds": secs, "mean": float(np.mean(raw)), "min": float(np.min(raw)),
                                       "consistency": cons}
+        dm["compile_seconds"] = compile_s
         ax.set_title(f"{dname}: N={x.shape[0]:,}, F={x.shape[1]}")
         ax.set_xlabel("sampling seconds")
         ax.set_ylabel("standardised held-out score per row")
@@ -162,7 +179,9 @@ def run(out_dir, *, quick: bool = False) -> dict:
         metrics[dname] = dm
     bar.close()
     report.table(table, ["table", "strategy", "budget b (x N assignments)", "seconds", "mean score/row", "sd",
-                         "worst sample", "partition consistency"])
+                         "worst sample", "partition consistency", "views / clusters per view reached"])
+    report.text("Compilation (one CrossCat sweep per table, shared by every run; excluded from the seconds "
+                "above): " + ", ".join(f"{k} {v['compile_seconds']:.1f} s" for k, v in metrics.items()) + ".")
     report.figure(savefig(fig, out_dir, "crosscat_scores.png"), "Standardised held-out score per row vs seconds")
     report.figure(savefig(dep_fig, out_dir, "crosscat_depends_on.png"), "Pairwise depends-on probabilities")
     report.write()

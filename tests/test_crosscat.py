@@ -104,9 +104,14 @@ def _exact_observable(parts, states, probs):
 
 
 @pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("move", ["rows", "feature_gibbs", "new_view_mh"])
+@pytest.mark.parametrize("move", ["rows", "feature_gibbs", pytest.param("new_view_mh", marks=pytest.mark.slow),
+                                  "feature_sweep"])
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
-    """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square."""
+    """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square.
+
+    ``new_view_mh`` alone is slow-only: the fast suite checks its acceptance ratio against the direct
+    formula (two tests below) and its invariance composed with Algorithm 8 in ``feature_sweep`` (the path
+    ``fit`` runs)."""
     model = _model(kind)
     parts, states, probs = _enumerate(model)
     assert len(states) == 15 + 3 * 15**2 + 15**3
@@ -114,22 +119,25 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     idx = np.random.default_rng(1).choice(len(states), size=num, p=probs)
     enc, st = _batch_states(model, parts, states, idx)
 
-    def step(key, s):
+    def step(key, s, trip):
+        if move == "feature_sweep":  # all partitions pre-drawn in one loop (unbatched trip, as in build_sweep)
+            return cc.feature_sweep(key, s, model=model, data=enc, trip=trip)[0]
         if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
             def one(t, s):
                 u = jax.random.uniform(jax.random.fold_in(key, t), (2 + s.z.shape[0],))
                 return cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)[0]
 
             return jax.lax.fori_loop(0, 4, one, s)
-        for f in range(3):
-            k = jax.random.fold_in(key, f)
-            if move == "feature_gibbs":
-                s, ok = cc.feature_gibbs(k, s, f, model=model, data=enc)
-            else:
-                s, ok = cc.new_view_mh(k, s, f, model=model, data=enc)
-        return s
+        mv = cc.feature_gibbs if move == "feature_gibbs" else cc.new_view_mh
 
-    out = jax.jit(jax.vmap(step))(jax.random.split(jax.random.key(2), num), st)
+        def cat(j, s):  # features 0 and 1 (the categorical ones) through one traced body: (kind 0, j)
+            return mv(jax.random.fold_in(key, j), s, (0, j), model=model, data=enc)[0]
+
+        s = jax.lax.fori_loop(0, 2, cat, s)
+        return mv(jax.random.fold_in(key, 2), s, (1, jnp.int32(0)), model=model, data=enc)[0]  # feature 2 (real)
+
+    out = jax.jit(jax.vmap(step, in_axes=(0, 0, None)))(jax.random.split(jax.random.key(2), num), st,
+                                                         jnp.int32(DATA.shape[0]))
     assert not np.any(np.asarray(out.halted))
     draws = _observe(parts, out)
     assert_discrete_matches(draws, _exact_observable(parts, states, probs))
@@ -165,9 +173,12 @@ def test_new_view_mh_acceptance_matches_direct_formula():
     rp = model.row_prior
     seen = set()
     num = st.view_of.shape[0]
+    cat_prop = jax.jit(jax.vmap(lambda k, s, j: cc._new_view_proposal(k, s, (0, j), model=model, data=enc),
+                                in_axes=(0, 0, None)))  # features 0 and 1 (categorical): one compile, j traced
     for f in range(3):
-        props, log_accs, valids = jax.jit(jax.vmap(partial_proposal(model, enc, f)))(
-            jax.random.split(jax.random.key(f), num), st)
+        keys = jax.random.split(jax.random.key(f), num)
+        props, log_accs, valids = (cat_prop(keys, st, jnp.int32(f)) if f < 2 else
+                                   jax.jit(jax.vmap(partial_proposal(model, enc, f)))(keys, st))
         for c in range(num):
             if not bool(valids[c]):
                 continue
@@ -188,6 +199,48 @@ def test_new_view_mh_acceptance_matches_direct_formula():
             seen.add(case)
             np.testing.assert_allclose(float(log_accs[c]), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
     assert seen == {"split", "merge", "refresh"}
+
+
+def test_new_view_mh_acceptance_with_a_proposal_drawn_under_other_hyperparameters():
+    """A pre-drawn proposal partition from PY(alpha_q, d_q) != the views' PY(alpha, d) (what feature_sweep does
+    for a refresh of a view whose row hypers were resampled): log A = log p(x') - log p(x) + log q(x'->x)
+    - log q(x->x') with q's partition density at (alpha_q, d_q); checked for split and refresh."""
+    model = _model("pitman_yor")  # target: row PY(1.2, 0.25)
+    parts, states, probs = _enumerate(model)
+    enc, st = _batch_states(model, parts, states, np.arange(0, len(states), 37))
+    a_q, d_q = 3.0, 0.1
+    num = st.view_of.shape[0]
+
+    def prop(k, s, f):
+        k1, k2 = jax.random.split(k)
+        z, sz, ok = cc._draw_partitions(k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q),
+                                        s.sizes.shape[1])
+        return cc._new_view_proposal(k1, s, f, model=model, data=enc,
+                                     fresh=(z[0], sz[0], ok[0], jnp.float32(a_q), jnp.float32(d_q)))
+
+    seen = set()
+    rp = model.row_prior
+    for f in (0,):  # one compile: feature 0 alone or sharing its view gives refresh and split proposals
+        props, log_accs, valids = jax.jit(jax.vmap(functools.partial(prop, f=f)))(
+            jax.random.split(jax.random.key(10 + f), num), st)
+        for c in range(num):
+            vo0, vo1 = np.asarray(st.view_of[c]), np.asarray(props.view_of[c])
+            alone0 = (vo0 == vo0[f]).sum() == 1
+            K0, K1 = len(set(vo0.tolist())), len(set(vo1.tolist()))
+            if not bool(valids[c]) or (alone0 and K1 < K0):  # merges need no partition draw
+                continue
+            z0, z1 = np.asarray(st.z[c]), np.asarray(props.z[c])
+            lp0 = _ref_log_joint(model, exact.canonical_labels(vo0), _rows(vo0, z0))
+            lp1 = _ref_log_joint(model, exact.canonical_labels(vo1), _rows(vo1, z1))
+            new_q = exact.log_eppf(np.bincount(exact.canonical_labels(z1[vo1[f]])), a_q, d_q)
+            old_q = exact.log_eppf(np.bincount(exact.canonical_labels(z0[vo0[f]])), a_q, d_q)
+            case, lq = ("split", -math.log(2 * K0) - new_q) if not alone0 else ("refresh", old_q - new_q)
+            seen.add(case)
+            np.testing.assert_allclose(float(log_accs[c]), lp1 - lp0 + lq, rtol=1e-4, atol=1e-3, err_msg=case)
+            # negative control: without the EPPF correction the ratio is off (proposal and prior differ)
+            new_t = exact.log_eppf(np.bincount(exact.canonical_labels(z1[vo1[f]])), rp.alpha, rp.discount)
+            assert abs(new_t - new_q) > 1e-3
+    assert seen == {"split", "refresh"}
 
 
 def partial_proposal(model, enc, f):

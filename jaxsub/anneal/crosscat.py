@@ -578,24 +578,41 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
 
 
 # --------------------------------------------------------------------------- feature moves
+def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
+    """Independent PY(alpha[i], d[i]) partitions of the assigned rows ``order[:num_assigned]``, one per entry of
+    ``alpha`` ``[P]``: ``(z [P, N], sizes [P, C], ok [P])`` (``ok`` False: a partition ran out of slots).
+
+    Sequential seating in ``order`` (the PY prior's predictive rule), all ``P`` partitions in one loop
+    over the subsample only: ``trip`` (default ``num_assigned``, any bound ``>= num_assigned``) steps of
+    O(P C) work each. Under ``vmap`` over chains pass an unbatched ``trip`` (the largest subsample) so
+    the loop's condition is not batched (a batched ``while_loop`` selects its whole ``[P, N]`` carry
+    on every step).
+    """
+    n = order.shape[0]
+    num = alpha.shape[0]
+    trip = num_assigned if trip is None else trip
+
+    def body(i, carry):
+        lab, sizes, bad = carry
+        u = jax.random.uniform(jax.random.fold_in(key, i), (num,))
+        logw = jax.vmap(_prior_logw)(sizes, alpha, d)  # [P, C]
+        ok = jnp.any(jnp.isfinite(logw), axis=1)
+        k = jax.vmap(_sample)(u, logw)
+        on = i < num_assigned
+        g = on & ok
+        lab = jax.lax.dynamic_update_slice(lab, jnp.where(g, k, -1)[:, None], (jnp.zeros((), jnp.int32), i))
+        return lab, sizes.at[jnp.arange(num), k].add(g.astype(jnp.int32)), bad | (on & ~ok)
+
+    init = (jnp.full((num, n), -1, jnp.int32), jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), bool))
+    lab, sizes, bad = jax.lax.fori_loop(0, trip, body, init)
+    return jnp.full((num, n), -1, jnp.int32).at[:, order].set(lab), sizes, ~bad
+
+
 def _prior_partition(key, state, alpha, d):
     """A PY(alpha, d) partition of the assigned rows (sequential seating in ``order``): ``(z [N], sizes [C], ok)``."""
-    n = state.order.shape[0]
-    C = state.sizes.shape[1]
-    us = jax.random.uniform(key, (n,))
-
-    def body(carry, i):
-        z, sizes = carry
-        r = state.order[i]
-        on = i < state.num_assigned
-        k = _sample(us[i], _prior_logw(sizes, alpha, d))
-        ok = jnp.any(jnp.isfinite(_prior_logw(sizes, alpha, d)))
-        g = on & ok
-        return (z.at[r].set(jnp.where(g, k, z[r])), sizes.at[k].add(g.astype(jnp.int32))), on & ~ok
-
-    (z, sizes), bad = jax.lax.scan(body, (jnp.full((n,), -1, jnp.int32), jnp.zeros((C,), jnp.int32)),
-                                   jnp.arange(n))
-    return z, sizes, ~jnp.any(bad)
+    z, sizes, ok = _draw_partitions(key, state.order, state.num_assigned, jnp.reshape(alpha, (1,)),
+                                    jnp.reshape(d, (1,)), state.sizes.shape[1])
+    return z[0], sizes[0], ok[0]
 
 
 def _stats_of_feature_under(model, state, data, f_kind, j, zrows):
@@ -605,10 +622,12 @@ def _stats_of_feature_under(model, state, data, f_kind, j, zrows):
     if f_kind == 0:
         x = data.cat[:, j]
 
-        def one(zz):
+        L = model.max_levels
+
+        def one(zz):  # scatter-add of the observed cells into [C, L] (O(N), not O(N L))
             w = (on & (x >= 0) & (zz >= 0)).astype(jnp.int32)
-            oh = jax.nn.one_hot(jnp.maximum(x, 0), model.max_levels, dtype=jnp.int32) * w[:, None]
-            return jax.ops.segment_sum(oh, jnp.where(w > 0, zz, C), C + 1)[:C]
+            flat = jnp.where(w > 0, zz * L + jnp.maximum(x, 0), C * L)
+            return jnp.zeros((C * L + 1,), jnp.int32).at[flat].add(w)[: C * L].reshape(C, L)
     else:
         x, ob = data.real[:, j], data.real_obs[:, j]
 
@@ -657,11 +676,15 @@ def _kind_index(model, f):
 
 
 def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
-                  num_aux: int = 1):
+                  num_aux: int = 1, fresh=None):
     """Neal's Algorithm 8 over views for feature ``f`` (a column index, or ``(kind, j)`` with ``j`` traced:
     the ``j``-th categorical (kind 0) or real (kind 1) feature). Returns ``(state, ok)``.
 
     ``ok`` is False when an auxiliary partition ran out of cluster slots (then the state is unchanged).
+    ``fresh``: optional pre-drawn auxiliary partitions ``(z [num_aux, N], sizes [num_aux, C], ok [num_aux])``
+    of the current subsample, independent of ``state`` and drawn from the PY prior of the auxiliary
+    slots' row hyperparameters (:func:`feature_sweep` draws them for all features in one loop);
+    default: drawn here with ``rng_key``.
     """
     V = state.z.shape[0]
     h = state.hypers
@@ -673,8 +696,10 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     empty = nf == 0
     rank = jnp.where(empty, jnp.where((slots == v0) & singleton, -1, slots), V + slots)
     aux = jnp.argsort(rank)[:num_aux]  # first num_aux empty slots, the singleton's own view first
-    keys = jax.random.split(rng_key, num_aux + 1)
-    fresh = jax.vmap(lambda k, s: _prior_partition(k, state, h.row_alpha[s], h.row_d[s]))(keys[1:], aux)
+    keys = jax.random.split(rng_key, 2)
+    if fresh is None:
+        fresh = _draw_partitions(keys[1], state.order, state.num_assigned, h.row_alpha[aux], h.row_d[aux],
+                                 state.sizes.shape[1])
     keep_own = (aux == v0) & singleton
     aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
     aux_sizes = jnp.where(keep_own[:, None], state.sizes[aux], fresh[1])
@@ -695,8 +720,13 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
 
 
-def _new_view_proposal(rng_key, state, f, *, model, data):
-    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``."""
+def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None):
+    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
+
+    ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
+    subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
+    hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
+    """
     V = state.z.shape[0]
     h = state.hypers
     f_kind, j, f = _kind_index(model, f)
@@ -713,7 +743,11 @@ def _new_view_proposal(rng_key, state, f, *, model, data):
     merge = singleton & ~refresh & (K > 1)
     split = ~singleton
     s = jnp.where(split, free_slot, v0)
-    zp, sp, ok = _prior_partition(k_part, state, h.row_alpha[s], h.row_d[s])
+    if fresh is None:
+        zp, sp, ok = _prior_partition(k_part, state, h.row_alpha[s], h.row_d[s])
+        a_q, d_q = h.row_alpha[s], h.row_d[s]
+    else:
+        zp, sp, ok, a_q, d_q = fresh
     # merge target: uniform among the other occupied views
     others = (nf_all > 0) & (slots != v0)
     wt = jax.random.categorical(k_tgt, jnp.where(others, 0.0, -jnp.inf)).astype(jnp.int32)
@@ -727,7 +761,13 @@ def _new_view_proposal(rng_key, state, f, *, model, data):
     lr_split = jnp.log(a + Kf * d) - jnp.log(n0.astype(dt) - 1.0 - d) - jnp.log(2.0 * Kf)
     n_w = nf_all[wt].astype(dt)
     lr_merge = jnp.log(n_w - d) - jnp.log(a + (Kf - 1.0) * d) + jnp.log(2.0 * jnp.maximum(Kf - 1.0, 1.0))
-    log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0))
+    # proposal density vs prior of the proposed partition (and, for refresh, of the one it replaces): both
+    # PY EPPFs of the subsample; they cancel (zero here) when the draw used the slot's own (alpha, d)
+    a_s, d_s = h.row_alpha[s], h.row_d[s]
+    corr_new = _eppf(sp, a_s, d_s) - _eppf(sp, a_q, d_q)
+    corr_old = _eppf(state.sizes[v0], a_q, d_q) - _eppf(state.sizes[v0], a_s, d_s)
+    corr = jnp.where(split, corr_new, jnp.where(refresh, corr_new + corr_old, 0.0))
+    log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0)) + corr
     new = state._replace(z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
                          sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
     new = _set_feature(new, f, f_kind, j, tgt, stats[1])
@@ -736,10 +776,15 @@ def _new_view_proposal(rng_key, state, f, *, model, data):
     return new, log_acc, valid
 
 
-def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData):
-    """One Metropolis-Hastings step proposing a new feature set (view) for feature ``f``; ``(state, accepted)``."""
+def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
+                fresh=None):
+    """One Metropolis-Hastings step proposing a new feature set (view) for feature ``f``; ``(state, accepted)``.
+
+    ``fresh``: optional pre-drawn proposal partition ``(z [N], sizes [C], ok, alpha_q, d_q)`` (see
+    :func:`_new_view_proposal`); default: drawn here from the target slot's PY prior.
+    """
     k_prop, k_acc = jax.random.split(rng_key)
-    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data)
+    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data, fresh=fresh)
     acc = valid & (jnp.log(jax.random.uniform(k_acc)) < log_acc)
     return jax.tree.map(lambda a, b: jnp.where(acc, a, b), prop, state), acc
 
@@ -851,20 +896,45 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
 
 
 # --------------------------------------------------------------------------- sweeps and driver
-def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None):
+def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None):
     """Algorithm-8 Gibbs then the new-view MH for every feature (``fori_loop`` over categorical, then real
-    features), then the hyper step. Returns ``(state, ok)``."""
-    k_cat, k_real, k_hyp = jax.random.split(rng_key, 3)
+    features), then the hyper step. Returns ``(state, ok)``.
+
+    The rows do not move during the sweep, so every PY-prior partition the moves need (``num_aux``
+    auxiliary views and one MH proposal per feature) is independent of the state: all ``F (num_aux + 1)``
+    are drawn first, in one loop over the subsample (:func:`_draw_partitions`; ``trip`` its length, see
+    there), from the model's row ``(alpha, d)``. Unoccupied view slots take the model's row
+    ``(alpha, d)`` first (they hold no rows; a newborn view's hyperprior is that point mass), so the
+    auxiliary views are exact Algorithm-8 draws, and the MH acceptance corrects for a refresh
+    proposal drawn under other hyperparameters than its view's.
+    """
+    k_cat, k_real, k_hyp, k_draw = jax.random.split(rng_key, 4)
+    V = state.z.shape[0]
+    h = state.hypers
+    dt = h.row_alpha.dtype
+    init_h = init_hypers(model, V, dt)
+    occ = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V) > 0
+    state = state._replace(hypers=h._replace(row_alpha=jnp.where(occ, h.row_alpha, init_h.row_alpha),
+                                             row_d=jnp.where(occ, h.row_d, init_h.row_d)))
+    per = num_aux + 1
+    num = model.num_features * per
+    a0, d0 = jnp.asarray(model.row_prior.alpha, dt), jnp.asarray(model.row_prior.discount, dt)
+    draws = _draw_partitions(k_draw, state.order, state.num_assigned, jnp.full((num,), a0), jnp.full((num,), d0),
+                             state.sizes.shape[1], trip)
     ok_all = jnp.asarray(True)
     for kind, count, key in ((0, len(model.cat_idx), k_cat), (1, len(model.real_idx), k_real)):
         if count == 0:
             continue
+        ids = jnp.asarray(model.cat_idx if kind == 0 else model.real_idx, jnp.int32)
 
-        def body(j, carry, kind=kind, key=key):
+        def body(j, carry, kind=kind, key=key, ids=ids):
             st, ok_acc = carry
             kg, km = jax.random.split(jax.random.fold_in(key, j))
-            st, ok = feature_gibbs(kg, st, (kind, j), model=model, data=data, num_aux=num_aux)
-            st, _ = new_view_mh(km, st, (kind, j), model=model, data=data)
+            row0 = ids[j] * per
+            aux = tuple(jax.lax.dynamic_slice_in_dim(a, row0, num_aux, 0) for a in draws)
+            prop = tuple(jax.lax.dynamic_index_in_dim(a, row0 + num_aux, 0, keepdims=False) for a in draws)
+            st, ok = feature_gibbs(kg, st, (kind, j), model=model, data=data, num_aux=num_aux, fresh=aux)
+            st, _ = new_view_mh(km, st, (kind, j), model=model, data=data, fresh=prop + (a0, d0))
             return st, ok_acc & ok
 
         state, ok_all = jax.lax.fori_loop(0, count, body, (state, ok_all))
@@ -914,9 +984,11 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                     st, pend = carry
                     st = jax.vmap(_apply_row_writes)(st, pend)
                     ks = jax.vmap(jax.random.fold_in)(fkeys, st.cursor)
-                    if feature_moves:
-                        new, ok = jax.vmap(partial(feature_sweep, model=model, data=data, num_aux=num_aux,
-                                                   grids=grids))(ks, st)
+                    if feature_moves:  # prior-partition loops bounded by the largest subsample (unbatched)
+                        trip = jnp.max(jnp.where(need, st.num_assigned, 0))
+                        new, ok = jax.vmap(lambda k, s_, t: feature_sweep(k, s_, model=model, data=data,
+                                                                          num_aux=num_aux, grids=grids, trip=t),
+                                           in_axes=(0, 0, None))(ks, st, trip)
                     else:
                         new = jax.vmap(partial(resample_hypers, model=model, grids=grids))(ks, st)
                         ok = jnp.ones_like(need)
