@@ -91,15 +91,20 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
         assert frac < 50 / 1000 * 1.01
 
 
-def test_decision_error_rate_at_most_delta():
-    """Hard decisions (threshold within ±3 first-stage standard errors): errors <= delta + MC error."""
+def _fixed_pair_problem():
+    """A fixed MH pair x -> x' on the Gaussian-mean problem (N = 2000): data, per-datum log-likelihood,
+    the exact log-likelihood gap and the sd of its per-datum terms."""
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=2000)
-    n = y.shape[0]
     x = jnp.asarray(post_mean, jnp.float32)
     x_new = x + jnp.asarray([1.0, -0.5], jnp.float32) * jnp.sqrt(post_var[0]).astype(jnp.float32)
     ll = jax.vmap(loglik, in_axes=(None, 0))
     diffs = ll(x_new, y) - ll(x, y)
-    total, sd = float(jnp.sum(diffs)), float(jnp.std(diffs))
+    return y, logprior, loglik, ll, x, x_new, y.shape[0], float(jnp.sum(diffs)), float(jnp.std(diffs))
+
+
+def test_decision_error_rate_at_most_delta():
+    """Hard decisions (threshold within ±3 first-stage standard errors): errors <= delta + MC error."""
+    y, logprior, loglik, ll, x, x_new, n, total, sd = _fixed_pair_problem()
     delta, num_trials = 0.1, 3000
     # log u placed so that the exact gap (per-datum mean scale) is uniform in ±3 sd/sqrt(m1)
     offsets = np.random.default_rng(0).uniform(-3, 3, num_trials) * sd / np.sqrt(50) * n
@@ -129,13 +134,7 @@ def test_decision_error_rate_at_most_delta():
 def test_block_sampling_kernel_decision_error_within_delta_and_b1_is_rows():
     """block_size = 4 through the MH kernel: hard decisions wrong at most delta + MC error, as for rows
     (the fast engine tests check block racing against B = 1 in law); block_size = 1 is the row race."""
-    y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=2000)
-    n = y.shape[0]
-    x = jnp.asarray(post_mean, jnp.float32)
-    x_new = x + jnp.asarray([1.0, -0.5], jnp.float32) * jnp.sqrt(post_var[0]).astype(jnp.float32)
-    ll = jax.vmap(loglik, in_axes=(None, 0))
-    diffs = ll(x_new, y) - ll(x, y)
-    total, sd = float(jnp.sum(diffs)), float(jnp.std(diffs))
+    y, logprior, loglik, ll, x, x_new, n, total, sd = _fixed_pair_problem()
     delta, num_trials, block = 0.1, 3000, 4
     # exact gap uniform in +-3 standard errors of the first batch of 50 / B blocks (block sums: sd * sqrt(B))
     offsets = np.random.default_rng(1).uniform(-3, 3, num_trials) * sd * np.sqrt(block) / np.sqrt(50 // block) * (n // block)
