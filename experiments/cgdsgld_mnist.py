@@ -48,6 +48,16 @@ BATCH = 32
 LR = 0.1  # drift per step = LR x mean per-datum gradient, i.e. ε = 2 LR / N
 
 
+def _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, rounds, quick):
+    """Centralised SGLD on the pooled client data, vmapped over chain keys: ``(theta0, keys) -> [chains, rounds, ...]``."""
+    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
+    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
+                                   step_size=step_size)
+    return jit(jax.vmap(lambda t, k: jax.lax.scan(sgld_round, t, jax.random.split(k, rounds))[1],
+                        in_axes=(None, 0)), quick=quick)
+
+
 def init_params(seed: int):
     """Glorot-style start (NumPy's generator: a jax.random.normal call would compile a program of its own)."""
     rng = np.random.default_rng(seed)
@@ -203,12 +213,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 for c in range(len(seeds))]
         curves[name], per_seed[name] = np.mean(accs, axis=0), [float(a[-1]) for a in accs]
     # centralised SGLD on the pooled data, same steps, one draw per L steps
-    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
-    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
-    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
-                                   step_size=step_size)
-    sgld_chains = jit(jax.vmap(lambda theta, key: jax.lax.scan(sgld_round, theta, jax.random.split(key, rounds))[1],
-                               in_axes=(None, 0)), quick=quick)
+    sgld_chains = _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, rounds, quick)
     start = time.perf_counter()
     path = jax.block_until_ready(sgld_chains(centre, jax.random.split(jax.random.key(1), len(seeds))))
     seconds["SGLD (pooled)"] = time.perf_counter() - start
@@ -343,12 +348,7 @@ def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1
     burn = rounds // 3
     runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
                                              num_rounds=rounds), quick=True)
-    px = jnp.asarray(np.concatenate([c[0] for c in clients]))
-    py = jnp.asarray(np.concatenate([c[1] for c in clients]))
-    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
-                                   step_size=step_size)
-    sgld_chains = jit(jax.vmap(lambda t, k: jax.lax.scan(sgld_round, t, jax.random.split(k, rounds))[1],
-                               in_axes=(None, 0)), quick=True)
+    sgld_chains = _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, rounds, True)
 
     def accuracies(trace):
         return [round(100 * float(predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], trace), x_test,
