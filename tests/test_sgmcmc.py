@@ -455,13 +455,14 @@ def test_kernel_takes_model_data_and_traced_hyperparameters():
                       arrays, eps, alpha)[0].position
 
     batched = jax.jit(jax.vmap(step))(jnp.array([1e-4, 2e-4]), jnp.array([1.0, 0.0]))
-    np.testing.assert_allclose(batched[0], step(1e-4, 1.0), rtol=1e-5)
-    np.testing.assert_allclose(batched[1], step(2e-4, 0.0), rtol=1e-5)
+    one = jax.jit(step)  # traced scalars: one compile for the three unbatched calls
+    np.testing.assert_allclose(batched[0], one(1e-4, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(batched[1], one(2e-4, 0.0), rtol=1e-5)
     # α = 0 is DSGLD with the same keys
     ds = jaxsub.dsgld.build_kernel(batch_size=5, local_steps=3)(
         jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, 2e-4)[0].position
     np.testing.assert_allclose(batched[1], ds, rtol=1e-5)
-    assert not np.allclose(batched[0], step(1e-4, 0.0))
+    assert not np.allclose(batched[0], one(1e-4, 0.0))
 
 
 # ---------------------------------------------------------------- Laplace surrogates
@@ -653,15 +654,9 @@ def test_pytree_network_positions_through_every_path(structure):
         chex.assert_trees_all_equal_structs(trace.states, params)
         assert trace.states["w1"].shape == (3, 4, 3, 4)
         assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(trace.states))
-    if structure != "diag":
-        return
-    md = jaxsub.sgmcmc.multi_device(mlp_logprior, mlp_loglik, shards, surrogates=sur, chains_per_shard=2,
-                                    shard_probs=[0.1, 0.2, 0.3, 0.4], participating=3, **kw)
-    md_chains = jax.tree.map(lambda p: jnp.stack([p * (1 + 0.1 * i) for i in range(8)]), params)
-    trace = jaxsub.run_chain(jax.random.key(0), md, md.init(md_chains), 3)
-    draws = jaxsub.sgmcmc.draws_by_chain(trace.states)
-    assert draws["w1"].shape == (8, 3, 3, 4)  # [chains, steps, ...]
-    assert float(jaxsub.sgmcmc.curvature_excess(sur, np.full(4, 0.25)).max()) < np.inf
+    assert np.isfinite(jaxsub.sgmcmc.curvature_excess(sur, np.full(4, 0.25)).max())
+    # pytree positions through jaxsub.sgmcmc.multi_device (one device and 8 devices, non-uniform f, partial
+    # participation, low-rank surrogates, draws_by_chain) are run by tests/test_sgmcmc_devices.py
 
 
 def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation():
