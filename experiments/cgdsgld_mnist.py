@@ -287,7 +287,7 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     """What closes the gap to pooled SGLD: shorter rounds (same total SGLD steps) or damped surrogate curvature?
 
     From the FedAvg centre, for every ``L`` in ``local_steps`` (``total / L`` rounds, the quick run's
-    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the default surrogates' curvature scaled by
+    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the FedAvg-centred surrogates' curvature scaled by
     ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
     so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
     for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
@@ -306,7 +306,8 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     probs = np.full(10, 0.1)
     sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
                                            num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
-                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2),
+                                           expansion="fedavg")
     theta_bar = np.asarray(sur.fit_info.expansion_point[0])
     centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(theta_bar, jnp.float32))
     prec = np.asarray(sur.precision, np.float64)
@@ -349,7 +350,7 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
 def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1_200) -> dict:
     """What decides CG-DSGLD on this network: the expansion point or the curvature? (quick sizes)
 
-    For two common expansion points -- the library default's FedAvg centre (6 rounds x 20 local Adam
+    For two common expansion points -- a FedAvg centre (the library default until session 6; 6 rounds x 20 local Adam
     steps) and the FedSGD centre of ``run`` (100 rounds, server Adam 0.01: the global damped mode) --
     and from that point: DSGLD, CG-DSGLD with the gradient control variate only (``Λ_s = 0``), with the
     empirical Fisher diagonal and with the Gauss-Newton diagonal at the point, and pooled SGLD; ``L``

@@ -511,8 +511,8 @@ def test_laplace_surrogates_equal_exact_ones_on_a_conjugate_model(structure):
 
 def test_laplace_damping_keeps_separable_shards_finite():
     """A one-label logistic shard has no likelihood maximum: the fractional prior gives a finite expansion point
-    (each shard's own damped mode, expansion='local'; the FedAvg centre of the default is an average of such
-    local optima, so it inherits their finiteness)."""
+    (each shard's own damped mode, expansion='local'; the common FedSGD / FedAvg centres optimise the sum of
+    these damped objectives, which is proper whenever the prior is, so they inherit the finiteness)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 200, 2)).astype(np.float32)
     x[0, :, 0] = np.abs(x[0, :, 0]) + 0.1  # shard 0: all y = 1 and x_0 > 0, separable along +e_0
@@ -536,7 +536,7 @@ def test_laplace_damping_keeps_separable_shards_finite():
 
 
 def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
-    """expansion='fedavg' (the default): one shared expansion point. With one local step of plain gradient
+    """expansion='fedavg': one shared expansion point. With one local step of plain gradient
     descent per round, FedAvg's average of the shards' steps on F_s = -(ℓ_s + (N_s/N) log p_0)/N_s, weighted
     by N_s/N, is a gradient step on -(1/N) log posterior, so the point converges to the global MAP (computed
     here by Newton's method on the pooled data). Negative control: the local expansion points (each shard's
@@ -560,13 +560,14 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
         theta += np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + np.eye(2), x.T @ (y - p) - theta)
     opt = optax.sgd(2.0)
     fed = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                           fedavg_local_steps=1, optimizer=opt)
+                                           fedavg_local_steps=1, optimizer=opt, expansion="fedavg")
     # the same compute as a reusable jitted program gives the same surrogates; a program built for
     # another structure is refused
     program = jax.jit(jaxsub.sgmcmc.laplace_program(lp, ll, jnp.zeros(2), structure="full", num_steps=3000,
-                                                    fedavg_local_steps=1, optimizer=opt))
+                                                    fedavg_local_steps=1, optimizer=opt, expansion="fedavg"))
     again = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                             fedavg_local_steps=1, optimizer=opt, program=program)
+                                             fedavg_local_steps=1, optimizer=opt, program=program,
+                                             expansion="fedavg")
     np.testing.assert_allclose(again.precision, fed.precision, rtol=1e-4)
     np.testing.assert_allclose(again.shift, fed.shift, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="program was built for another structure"):
@@ -583,14 +584,14 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     grad_q = np.einsum("sij,j->si", -fed.precision, points[0]) + fed.shift
     p = 1 / (1 + np.exp(-x @ points[0]))
     np.testing.assert_allclose(grad_q.sum(0), x.T @ (y - p), rtol=1e-3, atol=1e-3)
-    # expansion='fedsgd' (server optimiser on the size-weighted average of the shards' damped gradients) is
-    # gradient descent on the global objective: it reaches the MAP; with curvature='gauss_newton' (a linear
+    # expansion='fedsgd' (the default: server optimiser on the size-weighted average of the shards' damped
+    # gradients; no expansion= given here) is gradient descent on the global objective: it reaches the MAP; with curvature='gauss_newton' (a linear
     # model with the canonical link: GGN = Hessian exactly) the precisions are the shard Hessians there
     gn = (lambda th, d: d[0] @ th, lambda z, d: d[1] * z - jnp.logaddexp(0.0, z))
     # (one compile for both Gauss-Newton paths: low rank with rank = d is the GGN-vector-product eigenpairs
     # plus the remaining GGN diagonal, so D_s + U_s U_sᵀ must be the whole Hessian)
     sgd = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="lowrank", rank=2,
-                                           curvature="gauss_newton", gauss_newton=gn, expansion="fedsgd",
+                                           curvature="gauss_newton", gauss_newton=gn,
                                            num_steps=3000, optimizer=opt, rng_key=jax.random.key(0))
     np.testing.assert_allclose(sgd.fit_info.expansion_point, np.broadcast_to(theta, (3, 2)), atol=2e-3)
     hess = []
