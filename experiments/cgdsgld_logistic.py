@@ -102,8 +102,7 @@ def _neg_logpost(theta, x, y):
 
 
 # data are arguments: one compiled program for every split (same shapes)
-_neg_logpost_jit = jax.jit(_neg_logpost)
-_neg_logpost_grad = jax.jit(jax.grad(_neg_logpost))
+_neg_logpost_value_grad = jax.jit(jax.value_and_grad(_neg_logpost))  # one compile for L-BFGS and the oracle
 _neg_logpost_hess = jax.jit(jax.hessian(_neg_logpost))
 
 
@@ -115,9 +114,11 @@ def laplace_reference(shards):
 
     x = jnp.asarray(np.concatenate([s[0] for s in shards]))
     y = jnp.asarray(np.concatenate([s[1] for s in shards]))
-    res = minimize(lambda t: float(_neg_logpost_jit(jnp.asarray(t, jnp.float32), x, y)), np.zeros(x.shape[1]),
-                   jac=lambda t: np.asarray(_neg_logpost_grad(jnp.asarray(t, jnp.float32), x, y), np.float64),
-                   method="L-BFGS-B")
+    def fun(t):
+        value, grad = _neg_logpost_value_grad(jnp.asarray(t, jnp.float32), x, y)
+        return float(value), np.asarray(grad, np.float64)
+
+    res = minimize(fun, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B")
     hess = np.asarray(_neg_logpost_hess(jnp.asarray(res.x, jnp.float32), x, y), np.float64)
     return res.x, hess
 
@@ -134,7 +135,7 @@ def laplace_surrogates_at(theta, shards):
     means, precs = [], []
     for x, y in shards:
         x, y = jnp.asarray(x), jnp.asarray(y)
-        g = -(np.asarray(_neg_logpost_grad(theta, x, y), np.float64) - prior_grad)  # ∇ℓ_s
+        g = -(np.asarray(_neg_logpost_value_grad(theta, x, y)[1], np.float64) - prior_grad)  # ∇ℓ_s
         h = np.asarray(_neg_logpost_hess(theta, x, y), np.float64) - prior_hess  # -∇²ℓ_s
         h = 0.5 * (h + h.T)  # float32 Hessians are symmetric only to round-off
         precs.append(h)
