@@ -26,6 +26,8 @@
     and the bytes that cross devices per round. The simulated devices share
     this machine's cores, so (c) measures the overhead of the sharded program,
     not a speed-up; no GPU/multi-accelerator machine was available for this run.
+(e) many clients and partial participation: 128 clients of unequal size, f ∝ N_s, 32 participating per round
+    vs all, through ``multi_device_kernel`` on one device (rounds/s, fraction of chain-rounds that act).
 (d) rounds/s of the MNIST experiment's sampler (``experiments/cgdsgld_mnist``, d = 39,760) on the default
     device -- the accelerator when the machine has one (run unchanged there) -- DSGLD and CG-DSGLD.
 
@@ -284,6 +286,72 @@ def part_d(rounds: int, repeats: int) -> dict:
             "compile_s": t.get("baseline_first_call_s"), "load_average_1min": os.getloadavg()[0]}
 
 
+MANY_CLIENTS, MANY_PARTICIPATING = 128, 32
+
+
+def part_e(rounds: int, repeats: int, local_steps: int = 20) -> dict:
+    """Many clients and partial participation: ``S = 128`` clients of unequal size (128-383 rows, d = 10 logistic),
+    one chain per client, ``f ∝ N_s``, CG-DSGLD with diagonal surrogates through ``multi_device_kernel``
+    (the one-device layout, ``mesh=None``: the same program as one client per device, vmapped). ``m = 32``
+    participating clients per round against all 128: rounds/s, the fraction of chain-rounds that act (idle
+    rounds realise f and m, see docs/sgmcmc.md) and acting chain-rounds per second; bytes per round if every
+    client were its own device."""
+    rng = np.random.default_rng(3)
+    dim = 10
+    sizes = rng.integers(128, 384, size=MANY_CLIENTS)
+    w = rng.normal(size=dim) / np.sqrt(dim)
+    shards = []
+    for n in sizes:
+        x = (rng.normal(size=(n, dim)) + rng.normal(size=dim)).astype(np.float32)
+        shards.append((x, (rng.uniform(size=n) < 1 / (1 + np.exp(-(x @ w)))).astype(np.float32)))
+
+    def loglik(theta, datum):
+        logit = datum[0] @ theta
+        return datum[1] * logit - jnp.logaddexp(0.0, logit)
+
+    def logprior(theta):
+        return -0.5 * jnp.sum(theta**2)
+
+    sur = jaxsub.sgmcmc.gaussian_surrogates(rng.normal(size=(MANY_CLIENTS, dim)),
+                                            rng.uniform(50, 200, size=(MANY_CLIENTS, dim)))
+    probs = sizes / sizes.sum()
+    runners, acted = {}, {}
+    for m in (MANY_CLIENTS, MANY_PARTICIPATING):
+        fns = jaxsub.sgmcmc.multi_device_kernel(num_shards=MANY_CLIENTS, chains_per_shard=1, batch_size=32,
+                                                local_steps=local_steps, participating=m)
+        inputs = fns.make_inputs(shards, probs, sur)
+        state = fns.init(np.zeros((MANY_CLIENTS, dim), np.float32))
+
+        def make(kernel=fns.kernel, state=state):
+            @jax.jit
+            def run(key, inputs):
+                def body(s, k):
+                    s, info = kernel(k, s, logprior, loglik, inputs, 1e-4)
+                    return s, jnp.mean(info.acted)
+
+                final, act = jax.lax.scan(body, state, jax.random.split(key, rounds))
+                return final.position, jnp.mean(act)
+
+            return run
+
+        runners[m] = (make(), inputs)
+    t = compare(lambda key: runners[MANY_CLIENTS][0](key, runners[MANY_CLIENTS][1]),
+                lambda key: runners[MANY_PARTICIPATING][0](key, runners[MANY_PARTICIPATING][1]),
+                lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=repeats)
+    for m in runners:
+        acted[m] = float(runners[m][0](jax.random.key(0), runners[m][1])[1])
+    b = jaxsub.sgmcmc.bytes_per_round(np.zeros(dim, np.float32), MANY_CLIENTS, 1)
+    return {"part": "e", "what": f"{MANY_CLIENTS} clients (f ∝ N_s), {MANY_PARTICIPATING} vs all participating, "
+                                 "CG-DSGLD diag, one-device layout", "dim": dim, "rounds": rounds,
+            "local_steps": local_steps, "rounds_per_s_all": rounds / t["baseline_s"],
+            "rounds_per_s_partial": rounds / t["candidate_s"],
+            "acted_fraction_all": acted[MANY_CLIENTS], "acted_fraction_partial": acted[MANY_PARTICIPATING],
+            "acting_chain_rounds_per_s_all": MANY_CLIENTS * acted[MANY_CLIENTS] * rounds / t["baseline_s"],
+            "acting_chain_rounds_per_s_partial": MANY_CLIENTS * acted[MANY_PARTICIPATING] * rounds / t["candidate_s"],
+            "bytes_per_round_expected": b["expected"], "compile_s": t.get("baseline_first_call_s"),
+            "load_average_1min": os.getloadavg()[0]}
+
+
 def _timed(fn, *args, **kwargs):
     """``(fn(...), wall seconds, CPU seconds of this process and its children)``."""
     import resource
@@ -319,6 +387,11 @@ def markdown(rows: list[dict]) -> str:
                          f"{r['vmap_rounds_per_s']:.1f}); {r['bytes_per_round_expected']:,.0f} B expected "
                          f"({r['bytes_per_round_worst']:,.0f} B worst) per round; {r['collective_permutes_in_program']} "
                          f"collective permutes, {r['other_collectives_in_program']} other collectives | | | report |")
+        if r.get("part") == "e":
+            lines.append(f"| (e) {r['what']} | all: {r['rounds_per_s_all']:.1f} rounds/s, {r['acted_fraction_all']:.3f} "
+                         f"of chain-rounds act; {MANY_PARTICIPATING}: {r['rounds_per_s_partial']:.1f} rounds/s, "
+                         f"{r['acted_fraction_partial']:.3f} act; {r['bytes_per_round_expected']:,.0f} B per round "
+                         "(one client per device) | | | report |")
         if r.get("part") == "d":
             lines.append(f"| (d) MNIST sampler (d = {r['dim']:,}), {r['platform']} ({r['device']}) | DSGLD "
                          f"{r['dsgld_rounds_per_s']:.1f} rounds/s, CG-DSGLD {r['cg_dsgld_rounds_per_s']:.1f} rounds/s "
@@ -349,6 +422,8 @@ def run(*, quick: bool) -> list[dict]:
             r.update(part_wall_s=wall / len(new), part_cpu_s=cpu / len(new))
         rows += new
     new, wall, cpu = _timed(part_c, dim=10, chains=4, local_steps=20, rounds=rounds, repeats=repeats)
+    rows.append(dict(new, part_wall_s=wall, part_cpu_s=cpu))
+    new, wall, cpu = _timed(part_e, rounds=max(5, rounds // 5), repeats=repeats)
     rows.append(dict(new, part_wall_s=wall, part_cpu_s=cpu))
     # (d): 10 rounds per call on a CPU (about 0.1 s a round on 2 shared cores), 200 on an accelerator
     cpu_backend = jax.default_backend() == "cpu"
