@@ -26,6 +26,8 @@
     and the bytes that cross devices per round. The simulated devices share
     this machine's cores, so (c) measures the overhead of the sharded program,
     not a speed-up; no GPU/multi-accelerator machine was available for this run.
+(e) many clients and partial participation: 128 clients of unequal size, f ∝ N_s, 32 participating per round
+    vs all, through ``multi_device_kernel`` on one device (rounds/s, fraction of chain-rounds that act).
 (d) rounds/s of the MNIST experiment's sampler (``experiments/cgdsgld_mnist``, d = 39,760) on the default
     device -- the accelerator when the machine has one (run unchanged there) -- DSGLD and CG-DSGLD.
 
@@ -214,12 +216,12 @@ for label, m in (("vmap_1_device", None), ("shard_map_8_devices", mesh)):
             def body(s, k):
                 return kernel(k, s, logprior, loglik, inputs, 1e-6)[0], None
             return jax.lax.scan(body, state, jax.random.split(key, rounds))[0].position
-        return lambda key: run(key, inputs), run, state, inputs
+        compiled = run.lower(jax.random.key(0), inputs).compile()  # one compile: timed and inspected
+        return (lambda key: compiled(key, inputs)), compiled
     runners[label] = make()
 t = compare(runners["vmap_1_device"][0], runners["shard_map_8_devices"][0], lambda i: (jax.random.key(i),),
             lambda i: (jax.random.key(i),), repeats=repeats)
-run, state, inputs = runners["shard_map_8_devices"][1:]
-hlo = run.lower(jax.random.key(0), inputs).compile().as_text()
+hlo = runners["shard_map_8_devices"][1].as_text()
 b = jaxsub.sgmcmc.bytes_per_round(np.zeros(dim, np.float32), NUM_SHARDS, chains)
 print("RESULT " + json.dumps({
     "devices": jax.device_count(), "chains": NUM_SHARDS * chains, "rounds": rounds, "local_steps": local_steps,
@@ -284,16 +286,148 @@ def part_d(rounds: int, repeats: int) -> dict:
             "compile_s": t.get("baseline_first_call_s"), "load_average_1min": os.getloadavg()[0]}
 
 
+MANY_CLIENTS, MANY_PARTICIPATING = 128, 32
+
+
+def part_e(rounds: int, repeats: int, local_steps: int = 20) -> dict:
+    """Many clients and partial participation: ``S = 128`` clients of unequal size (128-383 rows, d = 10 logistic),
+    one chain per client, ``f ∝ N_s``, CG-DSGLD with diagonal surrogates through ``multi_device_kernel``
+    (the one-device layout, ``mesh=None``: the same program as one client per device, vmapped). ``m = 32``
+    participating clients per round against all 128: rounds/s, the fraction of chain-rounds that act (idle
+    rounds realise f and m, see docs/sgmcmc.md) and acting chain-rounds per second; bytes per round if every
+    client were its own device."""
+    rng = np.random.default_rng(3)
+    dim = 10
+    sizes = rng.integers(128, 384, size=MANY_CLIENTS)
+    w = rng.normal(size=dim) / np.sqrt(dim)
+    shards = []
+    for n in sizes:
+        x = (rng.normal(size=(n, dim)) + rng.normal(size=dim)).astype(np.float32)
+        shards.append((x, (rng.uniform(size=n) < 1 / (1 + np.exp(-(x @ w)))).astype(np.float32)))
+
+    def loglik(theta, datum):
+        logit = datum[0] @ theta
+        return datum[1] * logit - jnp.logaddexp(0.0, logit)
+
+    def logprior(theta):
+        return -0.5 * jnp.sum(theta**2)
+
+    sur = jaxsub.sgmcmc.gaussian_surrogates(rng.normal(size=(MANY_CLIENTS, dim)),
+                                            rng.uniform(50, 200, size=(MANY_CLIENTS, dim)))
+    probs = sizes / sizes.sum()
+    runners, acted = {}, {}
+    for m in (MANY_CLIENTS, MANY_PARTICIPATING):
+        fns = jaxsub.sgmcmc.multi_device_kernel(num_shards=MANY_CLIENTS, chains_per_shard=1, batch_size=32,
+                                                local_steps=local_steps, participating=m)
+        inputs = fns.make_inputs(shards, probs, sur)
+        state = fns.init(np.zeros((MANY_CLIENTS, dim), np.float32))
+
+        def make(kernel=fns.kernel, state=state):
+            @jax.jit
+            def run(key, inputs):
+                def body(s, k):
+                    s, info = kernel(k, s, logprior, loglik, inputs, 1e-4)
+                    return s, jnp.mean(info.acted)
+
+                final, act = jax.lax.scan(body, state, jax.random.split(key, rounds))
+                return final.position, jnp.mean(act)
+
+            return run
+
+        runners[m] = (make(), inputs)
+    t = compare(lambda key: runners[MANY_CLIENTS][0](key, runners[MANY_CLIENTS][1]),
+                lambda key: runners[MANY_PARTICIPATING][0](key, runners[MANY_PARTICIPATING][1]),
+                lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=repeats)
+    for m in runners:
+        acted[m] = float(runners[m][0](jax.random.key(0), runners[m][1])[1])
+    b = jaxsub.sgmcmc.bytes_per_round(np.zeros(dim, np.float32), MANY_CLIENTS, 1)
+    return {"part": "e", "what": f"{MANY_CLIENTS} clients (f ∝ N_s), {MANY_PARTICIPATING} vs all participating, "
+                                 "CG-DSGLD diag, one-device layout", "dim": dim, "rounds": rounds,
+            "local_steps": local_steps, "rounds_per_s_all": rounds / t["baseline_s"],
+            "rounds_per_s_partial": rounds / t["candidate_s"],
+            "acted_fraction_all": acted[MANY_CLIENTS], "acted_fraction_partial": acted[MANY_PARTICIPATING],
+            "acting_chain_rounds_per_s_all": MANY_CLIENTS * acted[MANY_CLIENTS] * rounds / t["baseline_s"],
+            "acting_chain_rounds_per_s_partial": MANY_CLIENTS * acted[MANY_PARTICIPATING] * rounds / t["candidate_s"],
+            "bytes_per_round_expected": b["expected"], "compile_s": t.get("baseline_first_call_s"),
+            "load_average_1min": os.getloadavg()[0]}
+
+
+def _timed(fn, *args, **kwargs):
+    """``(fn(...), wall seconds, CPU seconds of this process and its children)``."""
+    import resource
+    import time
+
+    def cpu():
+        return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                   for f in ("ru_utime", "ru_stime"))
+
+    w0, c0 = time.perf_counter(), cpu()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - w0, cpu() - c0
+
+
+def markdown(rows: list[dict]) -> str:
+    """The issue's table: overhead ratios per d (ratio of medians [ratio of minimums]), (c) and (d)."""
+    dims = (10, REPORT_DIM, SPARSE_DIM)
+    lines = ["| part | d = 10 | d = 50 | d = 10⁵ | target |", "|---|---|---|---|---|"]
+    for part, what in (("a", "jaxsub.dsgld"), ("a0", "shard 0"), ("a'", "traced-size"), ("b", "diag"),
+                       ("b", "full")):
+        picked = [r for r in rows if r.get("part") == part and what in r["what"]]
+        if not picked:
+            continue
+        cells = []
+        for d in dims:
+            r = next((r for r in picked if r["dim"] == d), None)
+            cells.append("" if r is None else f"{r['ratio']:.2f} [{r['ratio_of_minimums']:.2f}]")
+        lines.append(f"| ({part}) {picked[0]['what']} | " + " | ".join(cells) + f" | {picked[0]['target']} |")
+    for r in rows:
+        if r.get("part") == "c":
+            lines.append(f"| (c) 8 simulated CPU devices / vmap on 1 device, {r['chains']} chains | "
+                         f"{r['speedup_8dev_over_1dev']:.2f}x rounds/s ({r['shard_map_rounds_per_s']:.1f} vs "
+                         f"{r['vmap_rounds_per_s']:.1f}); {r['bytes_per_round_expected']:,.0f} B expected "
+                         f"({r['bytes_per_round_worst']:,.0f} B worst) per round; {r['collective_permutes_in_program']} "
+                         f"collective permutes, {r['other_collectives_in_program']} other collectives | | | report |")
+        if r.get("part") == "e":
+            lines.append(f"| (e) {r['what']} | all: {r['rounds_per_s_all']:.1f} rounds/s, {r['acted_fraction_all']:.3f} "
+                         f"of chain-rounds act; {MANY_PARTICIPATING}: {r['rounds_per_s_partial']:.1f} rounds/s, "
+                         f"{r['acted_fraction_partial']:.3f} act; {r['bytes_per_round_expected']:,.0f} B per round "
+                         "(one client per device) | | | report |")
+        if r.get("part") == "d":
+            lines.append(f"| (d) MNIST sampler (d = {r['dim']:,}), {r['platform']} ({r['device']}) | DSGLD "
+                         f"{r['dsgld_rounds_per_s']:.1f} rounds/s, CG-DSGLD {r['cg_dsgld_rounds_per_s']:.1f} rounds/s "
+                         f"(CG / DSGLD time {r['ratio']:.2f}) | | | report |")
+    parts = {}
+    for r in rows:
+        parts.setdefault(r["part"], [0.0, 0.0])
+        parts[r["part"]][0] += r.get("part_wall_s", 0.0)
+        parts[r["part"]][1] += r.get("part_cpu_s", 0.0)
+    load = [r["load_average_1min"] for r in rows if "load_average_1min" in r]
+    lines.append("")
+    lines.append("wall / CPU seconds per part (compiles included): " + ", ".join(
+        f"{k} {w:.0f} / {c:.0f}" for k, (w, c) in parts.items()) + f"; 1-min load average {min(load):.1f}-"
+        f"{max(load):.1f}")
+    return "\n".join(lines)
+
+
 def run(*, quick: bool) -> list[dict]:
-    # full mode: 5 alternating repeats of 100 rounds x 100 local steps (10,000 SGLD steps per call; 1,000 at
+    # full mode: 5 alternating repeats of 50 rounds x 100 local steps (5,000 SGLD steps per call; 500 at
     # d = 1e5): the whole command must stay within 3 minutes, and compilation (reported apart) dominates it
     repeats = 3 if quick else 5
-    rounds = 50 if quick else 100
+    rounds = 25 if quick else 50
     rows = []
     for dim in (10, 50, SPARSE_DIM):
-        rows += part_a_b(dim, local_steps=100, rounds=rounds if dim < SPARSE_DIM else max(5, rounds // 10),
-                         repeats=repeats)
-    rows.append(part_c(dim=10, chains=4, local_steps=20, rounds=rounds, repeats=repeats))
-    # (d): 20 rounds per call on a CPU (about 0.1 s a round on 2 shared cores), 200 on an accelerator
-    rows.append(part_d(rounds=20 if jax.default_backend() == "cpu" else 200, repeats=repeats))
+        new, wall, cpu = _timed(part_a_b, dim, local_steps=100,
+                                rounds=rounds if dim < SPARSE_DIM else max(5, rounds // 10), repeats=repeats)
+        for r in new:  # the part's wall/CPU time is shared out over its rows (report only)
+            r.update(part_wall_s=wall / len(new), part_cpu_s=cpu / len(new))
+        rows += new
+    new, wall, cpu = _timed(part_c, dim=10, chains=4, local_steps=20, rounds=rounds, repeats=repeats)
+    rows.append(dict(new, part_wall_s=wall, part_cpu_s=cpu))
+    new, wall, cpu = _timed(part_e, rounds=max(5, rounds // 5), repeats=repeats)
+    rows.append(dict(new, part_wall_s=wall, part_cpu_s=cpu))
+    # (d): 10 rounds per call on a CPU (about 0.1 s a round on 2 shared cores), 200 on an accelerator
+    cpu_backend = jax.default_backend() == "cpu"
+    new, wall, cpu = _timed(part_d, rounds=10 if cpu_backend else 200, repeats=3 if cpu_backend else repeats)
+    rows.append(dict(new, part_wall_s=wall, part_cpu_s=cpu))
+    print(markdown(rows))
     return rows

@@ -14,7 +14,7 @@ shard holding 42% of the data would have its surrogate error amplified 10x in
 the local target q (p_s/q_s)^(1/f_s), and the fitted surrogates are not
 accurate enough for that (see ``curvature_excess`` in the metrics).
 DSGLD and CG-DSGLD take L = 100 local steps per round; surrogates: the library default
-(``laplace_surrogates``, full precision, FedAvg-centred expansion; for this Gaussian likelihood the
+(``laplace_surrogates``, full precision, FedSGD-centred expansion; for this Gaussian likelihood the
 Taylor expansion is exact at any point, so these equal the exact surrogates up to float32), the exact
 surrogates, and in full mode also full-covariance Gaussians fitted by SGLD on each shard's prior ×
 likelihood with the prior divided out (as in the paper). The exact posterior is Gaussian, so besides the
@@ -101,7 +101,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     # ε N_s λmax_s / (4 n) <= 0.1 (per-datum gradient variance ~ λmax_s / N_s for a Gaussian likelihood).
     lam_s = np.array([np.linalg.eigvalsh(x.T @ x / sigma2).max() for x, _ in shards])
     fit_steps = np.minimum(0.5 / lam_s, 0.4 * BATCH / (sizes * lam_s))
-    # the library default (Laplace, FedAvg-centred; exact for this Gaussian likelihood up to float32)
+    # the library default (Laplace, FedSGD-centred; exact for this Gaussian likelihood up to float32)
     sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), structure="full", num_steps=100)
     sur_sgld = None if quick else jaxsub.sgmcmc.gaussian_surrogates(  # the paper's SGLD moment fit: full mode only
         shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(3), position=jnp.zeros(dim),

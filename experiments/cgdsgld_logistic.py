@@ -8,13 +8,15 @@ is split into S = 10 shards of equal size whose positive fraction is drawn
 from Beta(a, a), clipped to [0.05, 0.95] (see ``MIN_FRACTION``) -- a = 0.1
 (heterogeneous: shards are 95% positive or 95% negative) and a = 10 (nearly balanced) -- as in the paper's Sec. 5.3.4
 (which uses SUSY and an MLP; here the model is logistic regression, App. E.2).
-Prior θ ~ N(0, 10 I). Default surrogates (``jaxsub.sgmcmc.laplace_surrogates``, the library
-default ``expansion='fedavg'``): one common expansion point found federatedly -- 30 FedAvg rounds,
-each 20 full-shard Adam steps (optax, learning rate 0.05) per shard on the shard log-likelihood plus the
-fractional prior ``(N_s/N) log p_0`` (the damping rule), then the size-weighted average -- and at that
-point each shard's exact Hessian and second-order Taylor expansion (full precision). Compared with
-``expansion='local'`` (each shard expanded at its own damped mode after 1,000 Adam steps: the previous
-default). Older default, kept for comparison (full mode only): per shard, SGLD on
+Prior θ ~ N(0, 10 I). Laplace surrogates (``jaxsub.sgmcmc.laplace_surrogates``, full precision, each
+shard's exact Hessian and second-order Taylor expansion at one common expansion point found federatedly,
+on the shard log-likelihoods plus the fractional prior ``(N_s/N) log p_0`` (the damping rule)), for the
+two federated centres compared when choosing the library default, with the same per-shard gradient budget
+(600 full-shard gradients, optax Adam, learning rate 0.05): ``expansion='fedsgd'`` (600 rounds: the server
+averages the shards' full-shard gradients and takes an Adam step) and ``expansion='fedavg'`` (30 rounds of
+20 local Adam steps per shard, then the size-weighted average). Full mode also runs earlier defaults:
+``expansion='local'`` (each shard expanded at its own damped mode after 1,000 Adam steps) and, per shard,
+SGLD on
 prior × shard likelihood
 (all shards in parallel), full-covariance Gaussian moments, prior divided out
 (``jaxsub.sgmcmc.gaussian_surrogates``, minibatch 1,000 so that minibatch
@@ -23,7 +25,7 @@ local steps per round (App. E.2), minibatch 500, ε = 0.1/N, f_s = 1/10; plain S
 (``blackjax.sgld`` on the pooled shards, same step size and minibatch) is the
 reference, and CG-DSGLD with *oracle* surrogates (each shard log-likelihood's
 second-order expansion at the full-data MAP) shows what accurate surrogates
-in the region the chain visits achieve; the FedAvg-centred default is its federated counterpart.
+in the region the chain visits achieve; the FedSGD-centred library default is its federated counterpart.
 Metrics on the held-out set, from the posterior predictive averaged
 over all draws so far: log-likelihood per point and accuracy; and the distance of
 each sampler's posterior mean from the full-data MAP in Laplace standard deviations.
@@ -100,8 +102,7 @@ def _neg_logpost(theta, x, y):
 
 
 # data are arguments: one compiled program for every split (same shapes)
-_neg_logpost_jit = jax.jit(_neg_logpost)
-_neg_logpost_grad = jax.jit(jax.grad(_neg_logpost))
+_neg_logpost_value_grad = jax.jit(jax.value_and_grad(_neg_logpost))  # one compile for L-BFGS and the oracle
 _neg_logpost_hess = jax.jit(jax.hessian(_neg_logpost))
 
 
@@ -113,9 +114,11 @@ def laplace_reference(shards):
 
     x = jnp.asarray(np.concatenate([s[0] for s in shards]))
     y = jnp.asarray(np.concatenate([s[1] for s in shards]))
-    res = minimize(lambda t: float(_neg_logpost_jit(jnp.asarray(t, jnp.float32), x, y)), np.zeros(x.shape[1]),
-                   jac=lambda t: np.asarray(_neg_logpost_grad(jnp.asarray(t, jnp.float32), x, y), np.float64),
-                   method="L-BFGS-B")
+    def fun(t):
+        value, grad = _neg_logpost_value_grad(jnp.asarray(t, jnp.float32), x, y)
+        return float(value), np.asarray(grad, np.float64)
+
+    res = minimize(fun, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B")
     hess = np.asarray(_neg_logpost_hess(jnp.asarray(res.x, jnp.float32), x, y), np.float64)
     return res.x, hess
 
@@ -132,7 +135,7 @@ def laplace_surrogates_at(theta, shards):
     means, precs = [], []
     for x, y in shards:
         x, y = jnp.asarray(x), jnp.asarray(y)
-        g = -(np.asarray(_neg_logpost_grad(theta, x, y), np.float64) - prior_grad)  # ∇ℓ_s
+        g = -(np.asarray(_neg_logpost_value_grad(theta, x, y)[1], np.float64) - prior_grad)  # ∇ℓ_s
         h = np.asarray(_neg_logpost_hess(theta, x, y), np.float64) - prior_hess  # -∇²ℓ_s
         h = 0.5 * (h + h.T)  # float32 Hessians are symmetric only to round-off
         precs.append(h)
@@ -140,7 +143,7 @@ def laplace_surrogates_at(theta, shards):
     return jaxsub.sgmcmc.gaussian_surrogates(np.stack(means), np.stack(precs))
 
 
-FEDAVG_ROUNDS, FEDAVG_STEPS = 30, 20  # FedAvg centre of the default surrogates: 30 rounds x 20 local Adam steps
+FEDAVG_ROUNDS, FEDAVG_STEPS = 30, 20  # FedAvg centre: 30 rounds x 20 local Adam steps (FedSGD: 600 rounds)
 
 
 def mahalanobis(draws, theta_map, hess) -> float:
@@ -219,25 +222,29 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                     sur, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
         if not programs:  # one compiled Laplace fit per setting, shared by both splits (same shapes)
             opt = optax.adam(0.05)
+            # FedSGD and FedAvg centres with the same per-shard gradient budget (600 full-shard gradients);
+            # FedSGD communicates 600 times, FedAvg 30 times
+            programs["fedsgd"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS, optimizer=opt,
+                                      expansion="fedsgd")
             programs["fedavg"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS,
-                                      fedavg_local_steps=FEDAVG_STEPS, optimizer=opt)
-            programs["local"] = dict(structure="full", num_steps=1_000, optimizer=opt, expansion="local")
+                                      fedavg_local_steps=FEDAVG_STEPS, optimizer=opt, expansion="fedavg")
+            if not quick:  # the session-3 default (each shard's own damped mode): full mode only (a compile)
+                programs["local"] = dict(structure="full", num_steps=1_000, optimizer=opt, expansion="local")
             for kw in programs.values():
                 kw["program"] = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, jnp.zeros(dim), **kw), quick=quick)
-        start = time.perf_counter()  # the library default: FedAvg-centred expansion
-        laplace = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **programs["fedavg"])
-        laplace_seconds = time.perf_counter() - start
         theta_map, hess = laplace_reference(shards)
-        laplace_local = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **programs["local"])
-        metrics["settings"][f"a={a}"].update({
-            "laplace_fit_seconds": laplace_seconds,
-            "fedavg_centre_distance_from_map_laplace_sd": mahalanobis(laplace.fit_info.expansion_point[:1],
-                                                                      theta_map, hess),
-            "curvature_excess_laplace_default": jaxsub.sgmcmc.curvature_excess(
-                laplace, np.full(NUM_SHARDS, 0.1)).round(1).tolist(),
-            "laplace_local_gradient_norm": np.asarray(laplace_local.fit_info.gradient_norm).round(6).tolist(),
-            "curvature_excess_laplace_local": jaxsub.sgmcmc.curvature_excess(
-                laplace_local, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
+        laplace, laplace_seconds = {}, {}
+        for expansion, kw in programs.items():
+            start = time.perf_counter()
+            laplace[expansion] = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **kw)
+            laplace_seconds[expansion] = time.perf_counter() - start
+            fit = laplace[expansion].fit_info
+            metrics["settings"][f"a={a}"].update({
+                f"laplace_fit_seconds_{expansion}": laplace_seconds[expansion],
+                f"curvature_excess_laplace_{expansion}": jaxsub.sgmcmc.curvature_excess(
+                    laplace[expansion], np.full(NUM_SHARDS, 0.1)).round(1).tolist(),
+                f"expansion_point_distance_from_map_laplace_sd_{expansion}": [
+                    round(mahalanobis(p[None], theta_map, hess), 3) for p in fit.expansion_point]})
         oracle = laplace_surrogates_at(theta_map, shards)
         metrics["settings"][f"a={a}"]["curvature_excess_laplace_at_map"] = jaxsub.sgmcmc.surrogates.curvature_excess(
             oracle, np.full(NUM_SHARDS, 0.1)).round(1).tolist()
@@ -248,11 +255,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             sgld_ref = jit(sgld_reference_fn(rounds * LOCAL_STEPS, num_chains, dim), quick=quick)
         packed = jaxsub.sgmcmc.make_shards(shards)
         probs = np.full(NUM_SHARDS, 0.1)
-        runs = {"DSGLD": (laplace, 0.0), "CG-DSGLD": (laplace, 1.0), "CG-DSGLD (SGLD-fitted q_s)": (sur, 1.0),
-                "CG-DSGLD (local Laplace q_s)": (laplace_local, 1.0),
+        runs = {"DSGLD": (laplace["fedsgd"], 0.0), "CG-DSGLD (FedSGD-centred Laplace q_s)": (laplace["fedsgd"], 1.0),
+                "CG-DSGLD (FedAvg-centred Laplace q_s)": (laplace["fedavg"], 1.0),
+                "CG-DSGLD (SGLD-fitted q_s)": (sur, 1.0),
+                "CG-DSGLD (local Laplace q_s)": (laplace.get("local"), 1.0),
                 "CG-DSGLD (Laplace q_s at MAP)": (oracle, 1.0)}
-        if sur is None:
-            del runs["CG-DSGLD (SGLD-fitted q_s)"]
+        runs = {k: v for k, v in runs.items() if v[0] is not None}
         for name, (surrogates, alpha) in progress(runs.items(), desc=f"samplers, a={a}"):
             start = time.perf_counter()
             _, trace = sampler(jax.random.key(7), jnp.zeros((num_chains, dim), jnp.float32), packed.data,
@@ -270,7 +278,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         curves[("SGLD", a)] = predictive_curves(draws, x_test, y_test)
         rows.append(["SGLD (pooled data)", a, curves[("SGLD", a)][1][-1], curves[("SGLD", a)][2][-1],
                      mahalanobis(draws, theta_map, hess), time.perf_counter() - start])
-        rows.append(["(Laplace surrogate fit, once)", a, "", "", "", laplace_seconds])
+        for expansion, secs in laplace_seconds.items():
+            rows.append([f"(Laplace surrogate fit, {expansion}, once)", a, "", "", "", secs])
         if sur is not None:
             rows.append(["(SGLD surrogate fit, once)", a, "", "", "", fit.seconds])
     metrics["final"] = {f"{r[0]} a={r[1]}": {"test_loglik": r[2], "test_accuracy": r[3], "mean_vs_map_laplace_sd": r[4]}
@@ -283,7 +292,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     fig, axes = plt.subplots(2, len(A_VALUES), figsize=(12, 8), squeeze=False)
     for j, a in enumerate(A_VALUES):
-        for name, style in (("DSGLD", "--"), ("CG-DSGLD", "-"), ("CG-DSGLD (SGLD-fitted q_s)", "-"),
+        for name, style in (("DSGLD", "--"), ("CG-DSGLD (FedSGD-centred Laplace q_s)", "-"),
+                            ("CG-DSGLD (FedAvg-centred Laplace q_s)", "-"), ("CG-DSGLD (SGLD-fitted q_s)", "-"),
                             ("CG-DSGLD (local Laplace q_s)", "-"),
                             ("CG-DSGLD (Laplace q_s at MAP)", "-."), ("SGLD", ":")):
             if (name, a) not in curves:
@@ -303,8 +313,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     rep.text(f"Mode: {'quick' if quick else 'full'}; {NUM_SHARDS} shards x {shard_size:,} rows, held-out "
              f"{2 * test_per_class:,} rows (balanced); {rounds} rounds x {LOCAL_STEPS} local steps, {num_chains} chains, "
              f"burn-in {burn} rounds."
-             + (" Quick mode leaves out the SGLD-fitted surrogates (previous default; full mode runs them)."
-                if quick else ""))
+             + (" Quick mode leaves out the SGLD-fitted and the locally expanded Laplace surrogates (earlier "
+                "defaults; full mode runs them)." if quick else ""))
     rep.table(rows, ["method", "a", "held-out log-lik / point", "held-out accuracy",
                      "‖mean − MAP‖ (Laplace sd)", "seconds"])
     rep.text("The held-out set is balanced while the a = 0.1 training shards are not (their pooled positive "

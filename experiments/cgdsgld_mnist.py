@@ -12,10 +12,11 @@ same start -- the FedSGD centre below -- and with the same number of SGLD steps 
 * CG-DSGLD with diagonal Laplace surrogates expanded at one common point near the global mode:
   ``jaxsub.sgmcmc.laplace_surrogates(structure='diag', expansion='fedsgd')`` -- ``θ̄`` from FedSGD
   (every round each client sends its full-shard gradient, the server averages them and takes an Adam
-  step, lr 0.01: 100 rounds in quick mode, 300 in full mode), then every client's curvature at ``θ̄``:
+  step: 50 rounds at lr 0.02 in quick mode, 300 at 0.01 in full mode), then every client's curvature at ``θ̄``:
   the empirical Fisher diagonal in quick mode (cheaper), the Gauss-Newton diagonal in full mode;
-* full mode also: CG-DSGLD with the library default surrogates (FedAvg centre, empirical Fisher), whose
-  centre is client-drifted, started from that centre.
+* (the FedAvg-centred surrogates, whose centre is client-drifted and whose CG-DSGLD falls below DSGLD, are
+  compared at quick sizes by ``expansion_study``; full mode no longer fits them: 30 x 20 full-client Adam
+  passes over 60,000 rows cost twice the FedSGD fit.)
 
 All samplers run 3 independent chains from ``θ̄`` with the same step size, minibatch, rounds and local
 steps, so the same number of SGLD gradient evaluations; the surrogate fit runs once before sampling and
@@ -93,7 +94,9 @@ def make_clients(x, y, num_clients, rng):
 
 
 FEDAVG_ROUNDS, FEDAVG_STEPS = 6, 20  # quick mode; 5x as many rounds in full mode
-FEDSGD_ROUNDS, FEDSGD_LR = 100, 1e-2  # quick mode; 3x as many rounds in full mode
+#: FedSGD centre: (rounds, server Adam learning rate), quick mode / full mode. Quick: 50 rounds at 0.02 (session 7;
+#: 100 at 0.01 before: centre 92.1% vs 91.1%, CG-DSGLD 0.35 / 0.30 point below pooled SGLD, half the fit's CPU)
+FEDSGD_QUICK, FEDSGD_FULL = (50, 2e-2), (300, 1e-2)
 SEEDS = (1, 2, 3)  # three independent chains per sampler
 
 
@@ -110,11 +113,18 @@ def _predict(draws, x):  # one compiled program for every sampler (same shapes)
     return jax.lax.map(lambda p: jax.nn.softmax(logits_fn(p, x)), draws)
 
 
-def predictive_accuracy(draws, x_test, y_test):
-    """Running posterior-predictive accuracy; draws: pytree with leaves [T, ...]."""
+def predictive_curves(draws, x_test, y_test):
+    """Running posterior-predictive test accuracy and log-likelihood per point after each draw;
+    draws: pytree with leaves [T, ...]. Returns ``(accuracy [T], loglik [T])``."""
     probs = _predict(draws, x_test)  # [T, n, 10]
     cum = np.cumsum(np.asarray(probs, np.float64), axis=0) / np.arange(1, probs.shape[0] + 1)[:, None, None]
-    return (cum.argmax(-1) == y_test[None, :]).mean(1)
+    loglik = np.log(np.maximum(np.take_along_axis(cum, y_test[None, :, None], axis=-1)[..., 0], 1e-12)).mean(1)
+    return (cum.argmax(-1) == y_test[None, :]).mean(1), loglik
+
+
+def predictive_accuracy(draws, x_test, y_test):
+    """Running posterior-predictive accuracy; draws: pytree with leaves [T, ...]."""
+    return predictive_curves(draws, x_test, y_test)[0]
 
 
 def model_fn(params, datum):
@@ -131,8 +141,8 @@ def surrogate_settings(quick: bool, expansion: str = "fedsgd") -> dict:
     if expansion == "fedsgd":
         curvature = dict(curvature="fisher") if quick else dict(curvature="gauss_newton",
                                                                  gauss_newton=(model_fn, output_loglik))
-        return dict(structure="diag", expansion="fedsgd", num_steps=FEDSGD_ROUNDS if quick else 3 * FEDSGD_ROUNDS,
-                    optimizer=optax.adam(FEDSGD_LR), **curvature)
+        rounds, lr = FEDSGD_QUICK if quick else FEDSGD_FULL
+        return dict(structure="diag", expansion="fedsgd", num_steps=rounds, optimizer=optax.adam(lr), **curvature)
     return dict(structure="diag", curvature="fisher", expansion="fedavg", fedavg_local_steps=FEDAVG_STEPS,
                 num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5), optimizer=optax.adam(1e-2))
 
@@ -167,10 +177,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     # Surrogates (the cause found in session 6: what decides is the *expansion point*, not the curvature):
     # every client's likelihood is expanded at one common point θ̄ near the global (damped) mode, found by
     # FedSGD -- each round every client sends its full-shard gradient at θ̄, the server averages them
-    # (size-weighted: the global gradient) and takes an Adam step -- with the Gauss-Newton diagonal of
-    # every client's likelihood at θ̄. Full mode also fits the library default (FedAvg centre, empirical
-    # Fisher), whose centre is client-drifted (70-76% accuracy) and whose CG-DSGLD falls below DSGLD.
-    fits = {"fedsgd": None} if quick else {"fedsgd": None, "fedavg": None}
+    # (size-weighted: the global gradient) and takes an Adam step -- with the empirical Fisher (quick) or
+    # Gauss-Newton (full) diagonal of every client's likelihood at θ̄.
+    fits = {"fedsgd": None}
     for expansion in fits:
         start = time.perf_counter()
         kw = surrogate_settings(quick, expansion)
@@ -194,14 +203,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                                              num_rounds=rounds), quick=quick)
     packed = jaxsub.sgmcmc.make_shards(clients)
     algos = {"DSGLD": (sur, 0.0), "CG-DSGLD": (sur, 1.0)}
-    if "fedavg" in fits:
-        algos["CG-DSGLD (FedAvg centre, Fisher; library default)"] = (fits["fedavg"], 1.0)
     # every sampler starts at the same point θ̄ (the federated pipeline has it before sampling), with the
     # same step size, minibatch and number of SGLD steps
-    curves, per_seed, seconds = {}, {}, {}
+    curves, per_seed, seconds, test_ll = {}, {}, {}, {}
     for name, (surrogates, alpha) in progress(algos.items(), desc="samplers"):
-        start_point = centre if name != "CG-DSGLD (FedAvg centre, Fisher; library default)" else unravel(
-            jnp.asarray(surrogates.fit_info.expansion_point[0], jnp.float32))
+        start_point = centre
         start = time.perf_counter()
         # the seeds are independent chains of one call (chain c's key: split(key(1), chains)[c])
         _, trace = runner(jax.random.key(1), jax.tree.map(lambda v: jnp.stack([v] * len(seeds)), start_point),
@@ -209,20 +215,25 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                           jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
         jax.block_until_ready(trace)
         seconds[name] = time.perf_counter() - start
-        accs = [predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], trace), x_test, y_test)
-                for c in range(len(seeds))]
-        curves[name], per_seed[name] = np.mean(accs, axis=0), [float(a[-1]) for a in accs]
+        pc = [predictive_curves(jax.tree.map(lambda a: a[c, burn:], trace), x_test, y_test) for c in range(len(seeds))]
+        curves[name] = (np.mean([p[0] for p in pc], 0), np.mean([p[1] for p in pc], 0))
+        per_seed[name], test_ll[name] = [float(p[0][-1]) for p in pc], float(np.mean([p[1][-1] for p in pc]))
     # centralised SGLD on the pooled data, same steps, one draw per L steps
     sgld_chains = _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, rounds, quick)
     start = time.perf_counter()
     path = jax.block_until_ready(sgld_chains(centre, jax.random.split(jax.random.key(1), len(seeds))))
     seconds["SGLD (pooled)"] = time.perf_counter() - start
-    accs = [predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], path), x_test, y_test) for c in range(len(seeds))]
-    curves["SGLD (pooled)"], per_seed["SGLD (pooled)"] = np.mean(accs, axis=0), [float(a[-1]) for a in accs]
+    pc = [predictive_curves(jax.tree.map(lambda a: a[c, burn:], path), x_test, y_test) for c in range(len(seeds))]
+    curves["SGLD (pooled)"] = (np.mean([p[0] for p in pc], 0), np.mean([p[1] for p in pc], 0))
+    per_seed["SGLD (pooled)"] = [float(p[0][-1]) for p in pc]
+    test_ll["SGLD (pooled)"] = float(np.mean([p[1][-1] for p in pc]))
     mean = {k: float(np.mean(v)) for k, v in per_seed.items()}
-    rows = [[k, 100 * mean[k], " / ".join(f"{100 * a:.2f}" for a in per_seed[k]), seconds[k]] for k in per_seed]
-    rows.append(["(FedSGD centre alone)", 100 * metrics["centre_test_accuracy"], "", ""])
+    rows = [[k, 100 * mean[k], " / ".join(f"{100 * a:.2f}" for a in per_seed[k]), test_ll[k], seconds[k]]
+            for k in per_seed]
+    rows.append(["(FedSGD centre alone)", 100 * metrics["centre_test_accuracy"], "", "", ""])
     metrics["final_accuracy"] = mean
+    metrics["final_test_loglik_per_point"] = test_ll
+    metrics["sampling_seconds_all_chains"] = seconds
     metrics["final_accuracy_per_seed"] = per_seed
     gap = mean["SGLD (pooled)"] - mean["CG-DSGLD"]
     metrics["cg_gap_to_sgld_points"] = 100 * gap
@@ -234,14 +245,26 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, style in (("SGLD (pooled)", ":"), ("DSGLD", "--"),
-                        ("CG-DSGLD (FedAvg centre, Fisher; library default)", "-."), ("CG-DSGLD", "-")):
-        if name in curves:
-            ax.plot(np.arange(burn + 1, rounds + 1), 100 * curves[name], style, label=name)
-    ax.set_xlabel("round (draws after burn-in averaged)")
-    ax.set_ylabel(f"posterior-predictive test accuracy (%), mean of {len(seeds)} chains")
-    ax.legend()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for name, style in (("SGLD (pooled)", ":"), ("DSGLD", "--"), ("CG-DSGLD", "-")):
+        acc, ll = curves[name]
+        rr = np.arange(burn + 1, rounds + 1)
+        secs = seconds[name] * rr / rounds  # sampling wall-clock (all chains, one call) up to that round
+        axes[0, 0].plot(rr, 100 * acc, style, label=name)
+        axes[1, 0].plot(rr, ll, style, label=name)
+        axes[0, 1].plot(secs, 100 * acc, style, label=name)
+        axes[1, 1].plot(secs, ll, style, label=name)
+    for ax in axes[:, 0]:
+        ax.set_xlabel("round (draws after burn-in averaged)")
+    for ax in axes[:, 1]:
+        ax.set_xlabel(f"sampling wall-clock seconds ({len(seeds)} chains in one call)")
+    for ax in axes[0]:
+        ax.set_ylabel(f"posterior-predictive test accuracy (%), mean of {len(seeds)} chains")
+    for ax in axes[1]:
+        ax.set_ylabel("held-out log-likelihood per point")
+    for ax in axes.ravel():
+        ax.legend()
+    fig.tight_layout()
     fig_name = savefig(fig, out_dir, "accuracy.png")
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
@@ -249,13 +272,15 @@ def run(out_dir: Path, *, quick: bool) -> dict:
              f"(mean share of a client's top two digits {top2:.2f}), {n_test:,} test rows; {rounds} rounds x "
              f"{local_steps} local steps, minibatch {BATCH}, ε = {step_size:.3g}; d = {dim:,} parameters; "
              f"burn-in {burn} rounds; {len(seeds)} independent chains per sampler (one call, split keys).")
-    rep.table(rows, ["method", "posterior-predictive test accuracy (%), mean", "per chain", "seconds (all chains)"])
+    rep.table(rows, ["method", "posterior-predictive test accuracy (%), mean", "per chain",
+                     "held-out log-lik / point (mean of chains)", "sampling seconds (all chains)"])
     rep.text(f"CG-DSGLD vs centralised SGLD: {-100 * gap:+.2f} points (target: within 1 point); "
              f"DSGLD below both: {metrics['dsgld_below_both']}. Surrogate fit (once, shared by all samplers as "
              f"their start): {metrics['laplace_fit_seconds_fedsgd']:.1f} s, "
              f"{metrics['laplace_fit_gradient_evaluations_fedsgd']:,} per-datum gradients; sampling: "
              f"{rounds * local_steps * BATCH:,} per run.")
-    rep.figure(fig_name, "Running posterior-predictive test accuracy")
+    rep.figure(fig_name, "Running posterior-predictive test accuracy and held-out log-likelihood vs rounds and "
+               "vs sampling wall-clock")
     rep.write()
     return metrics
 
@@ -264,7 +289,7 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     """What closes the gap to pooled SGLD: shorter rounds (same total SGLD steps) or damped surrogate curvature?
 
     From the FedAvg centre, for every ``L`` in ``local_steps`` (``total / L`` rounds, the quick run's
-    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the default surrogates' curvature scaled by
+    1,200 SGLD steps in all) run DSGLD and CG-DSGLD with the FedAvg-centred surrogates' curvature scaled by
     ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
     so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
     for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
@@ -283,7 +308,8 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     probs = np.full(10, 0.1)
     sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
                                            num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
-                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2))
+                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2),
+                                           expansion="fedavg")
     theta_bar = np.asarray(sur.fit_info.expansion_point[0])
     centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(theta_bar, jnp.float32))
     prec = np.asarray(sur.precision, np.float64)
@@ -326,8 +352,8 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
 def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1_200) -> dict:
     """What decides CG-DSGLD on this network: the expansion point or the curvature? (quick sizes)
 
-    For two common expansion points -- the library default's FedAvg centre (6 rounds x 20 local Adam
-    steps) and the FedSGD centre of ``run`` (100 rounds, server Adam 0.01: the global damped mode) --
+    For two common expansion points -- a FedAvg centre (the library default until session 6; 6 rounds x 20 local Adam
+    steps) and the FedSGD centre of ``run`` in quick mode (the global damped mode) --
     and from that point: DSGLD, CG-DSGLD with the gradient control variate only (``Λ_s = 0``), with the
     empirical Fisher diagonal and with the Gauss-Newton diagonal at the point, and pooled SGLD; ``L``
     local steps, ``total_steps`` SGLD steps in all, ``chains`` chains each (one call). Returns

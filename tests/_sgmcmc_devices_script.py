@@ -49,16 +49,25 @@ def main():
                                               shard_probs=case.get("shard_probs"),
                                               participating=case.get("participating"))
             state = algo.init(case["position"])
-            trace = jaxsub.run_chain(jax.random.key(1), algo, state, 8,
-                                     transform=lambda st, i: {"state": st, "shifts": i.shifts, "acted": i.acted})
+            record = lambda st, i: {"state": st, "shifts": i.shifts, "acted": i.acted}  # noqa: E731
+            if m is not None and name == "cg_dsgld":  # DSGLD's round communicates the same way
+                # one compiled round: its HLO is inspected and it runs the rounds with run_chain's keys
+                # (split(key, num_steps)), so the draws are compared with run_chain on one device
+                step = jax.jit(algo.step).lower(jax.random.key(0), state).compile()
+                hlo = step.as_text()
+                out[f"{name}_collective_permutes"] = hlo.count("collective-permute-start") or hlo.count("collective-permute(")
+                out[f"{name}_other_collectives"] = sum(hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter"))
+                st, hist = state, []
+                for k in jax.random.split(jax.random.key(1), 8):
+                    st, info = step(k, st)
+                    hist.append(record(st, info))
+                trace = jaxsub.ChainTrace(st, jax.tree.map(lambda *xs: jnp.stack(xs), *hist), None)
+            else:
+                trace = jaxsub.run_chain(jax.random.key(1), algo, state, 8, transform=record)
             runs[label] = trace.states
             if m is not None:
                 leaf = jax.tree.leaves(trace.final_state.position)[0]
                 out[f"{name}_position_devices"] = len(leaf.sharding.device_set)
-            if m is not None and name == "cg_dsgld":  # DSGLD's round communicates the same way
-                hlo = jax.jit(algo.step).lower(jax.random.key(0), state).compile().as_text()
-                out[f"{name}_collective_permutes"] = hlo.count("collective-permute-start") or hlo.count("collective-permute(")
-                out[f"{name}_other_collectives"] = sum(hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter"))
         a, b = runs["single"], runs["mesh"]
         da, db = (jaxsub.sgmcmc.draws_by_chain(r["state"]) for r in (a, b))
         out[f"{name}_draws_shape"] = [list(np.shape(x)) for x in jax.tree.leaves(da)]

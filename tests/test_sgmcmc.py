@@ -455,13 +455,14 @@ def test_kernel_takes_model_data_and_traced_hyperparameters():
                       arrays, eps, alpha)[0].position
 
     batched = jax.jit(jax.vmap(step))(jnp.array([1e-4, 2e-4]), jnp.array([1.0, 0.0]))
-    np.testing.assert_allclose(batched[0], step(1e-4, 1.0), rtol=1e-5)
-    np.testing.assert_allclose(batched[1], step(2e-4, 0.0), rtol=1e-5)
+    one = jax.jit(step)  # traced scalars: one compile for the three unbatched calls
+    np.testing.assert_allclose(batched[0], one(1e-4, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(batched[1], one(2e-4, 0.0), rtol=1e-5)
     # α = 0 is DSGLD with the same keys
     ds = jaxsub.dsgld.build_kernel(batch_size=5, local_steps=3)(
         jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, 2e-4)[0].position
     np.testing.assert_allclose(batched[1], ds, rtol=1e-5)
-    assert not np.allclose(batched[0], step(1e-4, 0.0))
+    assert not np.allclose(batched[0], one(1e-4, 0.0))
 
 
 # ---------------------------------------------------------------- Laplace surrogates
@@ -510,8 +511,8 @@ def test_laplace_surrogates_equal_exact_ones_on_a_conjugate_model(structure):
 
 def test_laplace_damping_keeps_separable_shards_finite():
     """A one-label logistic shard has no likelihood maximum: the fractional prior gives a finite expansion point
-    (each shard's own damped mode, expansion='local'; the FedAvg centre of the default is an average of such
-    local optima, so it inherits their finiteness)."""
+    (each shard's own damped mode, expansion='local'; the common FedSGD / FedAvg centres optimise the sum of
+    these damped objectives, which is proper whenever the prior is, so they inherit the finiteness)."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 200, 2)).astype(np.float32)
     x[0, :, 0] = np.abs(x[0, :, 0]) + 0.1  # shard 0: all y = 1 and x_0 > 0, separable along +e_0
@@ -535,7 +536,7 @@ def test_laplace_damping_keeps_separable_shards_finite():
 
 
 def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
-    """expansion='fedavg' (the default): one shared expansion point. With one local step of plain gradient
+    """expansion='fedavg': one shared expansion point. With one local step of plain gradient
     descent per round, FedAvg's average of the shards' steps on F_s = -(ℓ_s + (N_s/N) log p_0)/N_s, weighted
     by N_s/N, is a gradient step on -(1/N) log posterior, so the point converges to the global MAP (computed
     here by Newton's method on the pooled data). Negative control: the local expansion points (each shard's
@@ -559,13 +560,14 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
         theta += np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + np.eye(2), x.T @ (y - p) - theta)
     opt = optax.sgd(2.0)
     fed = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                           fedavg_local_steps=1, optimizer=opt)
+                                           fedavg_local_steps=1, optimizer=opt, expansion="fedavg")
     # the same compute as a reusable jitted program gives the same surrogates; a program built for
     # another structure is refused
     program = jax.jit(jaxsub.sgmcmc.laplace_program(lp, ll, jnp.zeros(2), structure="full", num_steps=3000,
-                                                    fedavg_local_steps=1, optimizer=opt))
+                                                    fedavg_local_steps=1, optimizer=opt, expansion="fedavg"))
     again = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                             fedavg_local_steps=1, optimizer=opt, program=program)
+                                             fedavg_local_steps=1, optimizer=opt, program=program,
+                                             expansion="fedavg")
     np.testing.assert_allclose(again.precision, fed.precision, rtol=1e-4)
     np.testing.assert_allclose(again.shift, fed.shift, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="program was built for another structure"):
@@ -582,14 +584,14 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     grad_q = np.einsum("sij,j->si", -fed.precision, points[0]) + fed.shift
     p = 1 / (1 + np.exp(-x @ points[0]))
     np.testing.assert_allclose(grad_q.sum(0), x.T @ (y - p), rtol=1e-3, atol=1e-3)
-    # expansion='fedsgd' (server optimiser on the size-weighted average of the shards' damped gradients) is
-    # gradient descent on the global objective: it reaches the MAP; with curvature='gauss_newton' (a linear
+    # expansion='fedsgd' (the default: server optimiser on the size-weighted average of the shards' damped
+    # gradients; no expansion= given here) is gradient descent on the global objective: it reaches the MAP; with curvature='gauss_newton' (a linear
     # model with the canonical link: GGN = Hessian exactly) the precisions are the shard Hessians there
     gn = (lambda th, d: d[0] @ th, lambda z, d: d[1] * z - jnp.logaddexp(0.0, z))
     # (one compile for both Gauss-Newton paths: low rank with rank = d is the GGN-vector-product eigenpairs
     # plus the remaining GGN diagonal, so D_s + U_s U_sᵀ must be the whole Hessian)
     sgd = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="lowrank", rank=2,
-                                           curvature="gauss_newton", gauss_newton=gn, expansion="fedsgd",
+                                           curvature="gauss_newton", gauss_newton=gn,
                                            num_steps=3000, optimizer=opt, rng_key=jax.random.key(0))
     np.testing.assert_allclose(sgd.fit_info.expansion_point, np.broadcast_to(theta, (3, 2)), atol=2e-3)
     hess = []
@@ -653,15 +655,9 @@ def test_pytree_network_positions_through_every_path(structure):
         chex.assert_trees_all_equal_structs(trace.states, params)
         assert trace.states["w1"].shape == (3, 4, 3, 4)
         assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(trace.states))
-    if structure != "diag":
-        return
-    md = jaxsub.sgmcmc.multi_device(mlp_logprior, mlp_loglik, shards, surrogates=sur, chains_per_shard=2,
-                                    shard_probs=[0.1, 0.2, 0.3, 0.4], participating=3, **kw)
-    md_chains = jax.tree.map(lambda p: jnp.stack([p * (1 + 0.1 * i) for i in range(8)]), params)
-    trace = jaxsub.run_chain(jax.random.key(0), md, md.init(md_chains), 3)
-    draws = jaxsub.sgmcmc.draws_by_chain(trace.states)
-    assert draws["w1"].shape == (8, 3, 3, 4)  # [chains, steps, ...]
-    assert float(jaxsub.sgmcmc.curvature_excess(sur, np.full(4, 0.25)).max()) < np.inf
+    assert np.isfinite(jaxsub.sgmcmc.curvature_excess(sur, np.full(4, 0.25)).max())
+    # pytree positions through jaxsub.sgmcmc.multi_device (one device and 8 devices, non-uniform f, partial
+    # participation, low-rank surrogates, draws_by_chain) are run by tests/test_sgmcmc_devices.py
 
 
 def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation():
