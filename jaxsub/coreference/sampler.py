@@ -197,6 +197,10 @@ DEFAULT_MIN_ARM_DRAWS = 1.0
 #: about 40, 56 and 170 µs at widths 8, 32 and 128, docs/coreference.md).
 DEFAULT_RACE_WIDTHS = (16,)
 
+#: Default ``batch_size`` of :func:`build_kernel` (``schedule="padded"``): up to 64 mentions of 64
+#: different blocks are updated together per round (their races share the engine's fixed cost).
+DEFAULT_BATCH_SIZE = 64
+
 
 # --------------------------------------------------------------------------- state
 def init(position, blocks: Blocks) -> CorefState:
@@ -467,7 +471,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     def step(pairwise_log_factor, mentions, beta, exact, check, carry, p):
         packed, key = carry
         state = _view(packed)
-        key, k_noise, k_race = jax.random.split(key, 3)
+        # per-position keys (the class key folded with p): the batched sweep draws the same noise
+        k_noise, k_race = jax.random.split(jax.random.fold_in(key, p))
         last_slot = state.labels.shape[0] - 1
         i = order[p]
         s = start_arr[p]
@@ -655,6 +660,277 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     return step
 
 
+# --------------------------------------------------------------------------- batched rounds
+def class_lanes(blocks: Blocks, positions, batch_size: int) -> np.ndarray:
+    """``[R, B]`` sorted positions (``-1`` = no update): round ``r`` updates ``lanes[r]`` together.
+
+    Each lane (column) is a concatenation of whole blocks of the class, each block's positions in
+    increasing order; blocks are dealt to ``B = min(batch_size, number of blocks)`` lanes largest
+    first, each to the currently shortest lane (so ``R`` ≈ class size / B). A round therefore never
+    holds two mentions of one block, and within a block the visiting order is the sequential sweep's.
+    """
+    positions = np.asarray(positions)
+    if positions.size == 0:
+        return np.zeros((0, 1), np.int32)
+    starts = blocks.start[positions]
+    groups = [positions[starts == s0] for s0 in np.unique(starts)]
+    groups.sort(key=lambda g: -g.size)
+    b = max(1, min(int(batch_size), len(groups)))
+    lanes = [[] for _ in range(b)]
+    for g in groups:
+        min(lanes, key=len).extend(g.tolist())
+    out = np.full((max(len(lane) for lane in lanes), b), -1, np.int32)
+    for c, lane in enumerate(lanes):
+        out[: len(lane), c] = lane
+    return out
+
+
+def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
+                 control_variate: bool, chunk_size: int, min_arm_draws: float = 0.0, race_widths=()):
+    """One *round*: the updates of ``B`` mentions of ``B`` different blocks of a class, decided together.
+
+    Mentions of different blocks have disjoint candidate clusters and factors, so their Gibbs updates
+    commute: deciding them from the same state and then applying the moves is the systematic-scan
+    sweep in another (equally valid) order, and each decision is exactly the sequential update's
+    (:func:`_class_step`, same per-position keys). Per round: the candidates of every lane (one
+    vectorised gather); all exact sums (exact lanes: their ``K`` members; racing lanes: their small
+    arms) in one loop over a flat list of (lane, member) pairs, in chunks of ``chunk_size`` (work =
+    the evaluations, not ``B`` times the largest); the races through
+    :func:`jaxsub.discrete.racing_batch` (one call per race width, lanes of other widths given one
+    live arm so they are done at once; the engine advances only unfinished races); then the ``B``
+    moves one after another (O(D) each). The engine's fixed cost is paid once per round instead of
+    once per race.
+
+    Returns ``round_fn(pairwise_log_factor, mentions, beta, exact, check, (packed, key), ps [B])``.
+    """
+    from jaxsub.discrete import racing_batch
+
+    order, start_arr, size_arr = blocks_dev
+    W = n_cap + 1
+    ar_w = jnp.arange(W, dtype=jnp.int32)
+    C = chunk_size
+    D = d_cap
+    m1 = first_batch_size
+    L_MAX = D if min_arm_draws <= 0 else min(D, n_cap // m1 + 1)
+    widths = sorted({min(w, D) for w in race_widths} | {D})
+    MOVE_CHUNK = min(W, D + 1 if race else 64)
+    N = n_cap
+
+    def member_in(k, cum, counts, g_c, col_a, skip, mem_w, Dw):
+        """The k-th member among the columns counted in ``counts`` (one lane's arrays)."""
+        c = jnp.minimum(jnp.sum(cum[None, :] <= k[:, None], axis=1, dtype=jnp.int32), Dw - 1)
+        off = k - (cum[c] - counts[c])
+        off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
+        return mem_w[jnp.clip(g_c[c] + off, 0, W - 1)], c
+
+    def round_fn(pairwise_log_factor, mentions, beta, exact, check, carry, ps):
+        packed, key = carry
+        state = _view(packed)
+        B = ps.shape[0]
+        last_slot = state.labels.shape[0] - 1
+        valid = ps >= 0
+        p = jnp.maximum(ps, 0)
+        keys = jax.vmap(lambda q: jax.random.split(jax.random.fold_in(key, q)))(p)
+        k_noise, k_race = keys[:, 0], keys[:, 1]
+        i, s, n = order[p], start_arr[p], size_arr[p]
+        K = jnp.where(valid, n - 1, 0)
+        a = state.labels[i]
+        nact = state.num_active[s]
+        a_empty = state.sizes[a] == 1
+        ncols = nact + (~a_empty).astype(jnp.int32)
+        col_a = state.active_pos[a] - s
+        mp_i = state.member_pos[i]
+        skip = mp_i - state.seg_start[s + col_a]
+        mem_w = state.members[jnp.clip(s[:, None] + ar_w[None, :], 0, last_slot)]  # [B, W]
+        col_w = state.active_pos[state.labels[mem_w]] - s[:, None]
+        skip_i = mp_i - s
+
+        def pair_factors(lane, js):
+            xi = jax.tree.map(lambda v: v[i[lane]], mentions)
+            xj = jax.tree.map(lambda v: v[js], mentions)
+            return beta * jax.vmap(pairwise_log_factor)(xi, xj)
+
+        def flat_sums(counts, member_fn, num_cols):
+            """Σ β f(x_i, x_j) per (lane, column) over ``counts[b]`` members of each lane, flat chunks."""
+            cum = jnp.cumsum(counts)
+            total = cum[-1]
+            nchunks = (total + C - 1) // C
+
+            def body(c_):
+                c, sums, bad = c_
+                f = c * C + jnp.arange(C, dtype=jnp.int32)
+                ok = f < total
+                lane = jnp.minimum(jnp.searchsorted(cum, f, side="right"), B - 1).astype(jnp.int32)
+                k = f - (cum[lane] - counts[lane])
+                js, cols = member_fn(lane, k)
+                val = jnp.where(ok, pair_factors(lane, js), 0.0)
+                nonfinite = ok & ~jnp.isfinite(val) & ~(val == -jnp.inf)
+                bad = bad.at[lane].max(nonfinite)
+                sums = sums.at[jnp.where(ok, lane, B), cols].add(val, mode="drop")
+                return c + 1, sums, bad
+
+            init_c = (jnp.zeros((), jnp.int32), jnp.zeros((B, num_cols), jnp.float32), jnp.zeros((B,), bool))
+            _, sums, bad = jax.lax.while_loop(lambda c_: c_[0] < nchunks, body, init_c)
+            return sums, bad
+
+        def block_member(lane, k):
+            r = jnp.clip(k + (k >= skip_i[lane]).astype(jnp.int32), 0, W - 1)
+            return mem_w[lane, r], col_w[lane, r]
+
+        noise_w = jax.vmap(lambda k: jax.random.gumbel(k, (W,)))(k_noise)
+        use_race = jnp.zeros((B,), bool)
+        if race and not (isinstance(exact, bool) and exact):
+            ar_d = jnp.arange(D, dtype=jnp.int32)
+            slots = jnp.clip(s[:, None] + ar_d[None, :], 0, last_slot)
+            n_c = (jnp.where(ar_d[None, :] < nact[:, None], state.sizes[state.active[slots]], 0)
+                   - (ar_d[None, :] == col_a[:, None]).astype(jnp.int32))
+            g_c = state.seg_start[slots] - s[:, None]
+            large = n_c > 0
+            if min_arm_draws > 0:
+                large = (large & (n_c >= m1)
+                         & (n_c.astype(jnp.float32) * m1 >= min_arm_draws * K[:, None].astype(jnp.float32)))
+            n_large = jnp.where(large, n_c, 0)
+            n_small = jnp.where(large, 0, n_c)
+            cum_large = jnp.cumsum(n_large, axis=1)
+            cum_small = jnp.cumsum(n_small, axis=1)
+            k_large, k_small = cum_large[:, -1], cum_small[:, -1]
+            use_race = valid & (ncols <= D) & (k_large >= 2 * m1)
+            if not isinstance(exact, bool):
+                use_race = use_race & ~exact
+            width = jnp.sum(ncols[:, None] > jnp.asarray(widths[:-1], jnp.int32)[None, :], axis=1, dtype=jnp.int32)
+
+            def small_member(lane, k):
+                js, c = jax.vmap(lambda kk, cs, ns, g, ca, sk, mw: member_in(kk[None], cs, ns, g, ca, sk, mw, D))(
+                    k, cum_small[lane], n_small[lane], g_c[lane], col_a[lane], skip[lane], mem_w[lane])
+                return js[:, 0], c[:, 0]
+
+            # exact lanes: all K members; racing lanes: the members of their small arms (one flat loop)
+            counts = jnp.where(use_race, k_small, K)
+
+            def member_fn(lane, k):
+                je, ce = block_member(lane, k)
+                js, cs = small_member(lane, k)
+                r = use_race[lane]
+                return jnp.where(r, js, je), jnp.where(r, cs, ce)
+
+            sums, bad_sum = flat_sums(counts, member_fn, W)
+        else:
+            sums, bad_sum = flat_sums(K, block_member, W)
+
+        # exact decisions (every lane; racing lanes overwrite theirs below)
+        logits = jnp.where(ar_w[None, :] < ncols[:, None], sums, -jnp.inf) + noise_w
+        x = jnp.argmax(logits, axis=1).astype(jnp.int32)
+        bad = bad_sum | ~jnp.isfinite(jnp.take_along_axis(logits, x[:, None], axis=1)[:, 0])
+        evals = K
+        num_races = jnp.zeros((B,), jnp.int32)
+        errors = checked = jnp.zeros((B,), jnp.int32)
+
+        if race and not (isinstance(exact, bool) and exact):
+            L = L_MAX
+            num_cv = jnp.zeros((B,), jnp.int32)
+            h = jnp.zeros((B, D), jnp.float32)
+            if control_variate:
+                has_rep = large & (ar_d[None, :] < ncols[:, None]) & use_race[:, None]
+                lc = jax.vmap(lambda hr: jnp.zeros((L,), jnp.int32).at[jnp.where(hr, jnp.cumsum(hr) - 1, L)].set(
+                    ar_d, mode="drop"))(has_rep)
+                num_cv = jnp.sum(has_rep, axis=1, dtype=jnp.int32)
+                rep_slot = jnp.take_along_axis(g_c, lc, axis=1) + ((lc == col_a[:, None]) & (skip[:, None] == 0))
+                reps = jnp.take_along_axis(mem_w, jnp.clip(rep_slot, 0, W - 1), axis=1)  # [B, L]
+                lane_l = jnp.broadcast_to(jnp.arange(B, dtype=jnp.int32)[:, None], (B, L))
+                h_l = pair_factors(lane_l.reshape(-1), reps.reshape(-1)).reshape(B, L)
+                ok_l = jnp.arange(L)[None, :] < num_cv[:, None]
+                h_l = jnp.where(ok_l & jnp.isfinite(h_l), h_l, 0.0)
+                h = jax.vmap(lambda hl, l_, ok: jnp.zeros((D,), jnp.float32).at[jnp.where(ok, l_, D)].set(
+                    hl, mode="drop"))(h_l, lc, ok_l)
+            KL = jnp.maximum(k_large, 1)
+            params = dict(i=i, mem_w=mem_w, g_c=g_c, col_a=col_a, skip=skip, cum=cum_large, cnt=n_large, KL=KL, h=h,
+                          h_mean=h * n_c.astype(jnp.float32) / N)
+
+            def values(idx, P, Dw):
+                k = idx.astype(jnp.int32) % P["KL"]
+                c_k = (N // P["KL"] + (k < N % P["KL"]).astype(jnp.int32)).astype(jnp.float32)
+                js, cols = member_in(k, P["cum"], P["cnt"], P["g_c"], P["col_a"], P["skip"], P["mem_w"], Dw)
+                xi = jax.tree.map(lambda v: v[P["i"]], mentions)
+                xj = jax.tree.map(lambda v: v[js], mentions)
+                return beta * jax.vmap(pairwise_log_factor, in_axes=(None, 0))(xi, xj) / c_k, cols, c_k
+
+            x_race = jnp.zeros((B,), jnp.int32)
+            used = jnp.zeros((B,), jnp.int32)
+            bad_race = jnp.zeros((B,), bool)
+            for wi, Dw in enumerate(widths):
+                ar = jnp.arange(Dw, dtype=jnp.int32)
+
+                def log_factor_fn(idx, P, Dw=Dw, ar=ar):
+                    v, cols, _ = values(idx, P, Dw)
+                    return jnp.where(cols[:, None] == ar[None, :], v[:, None], 0.0)
+
+                def states_fn(idx, states, P, Dw=Dw):
+                    v, cols, _ = values(idx, P, Dw)
+                    return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
+
+                cv = None
+                if control_variate:
+                    def h_fn(idx, P, Dw=Dw, ar=ar):
+                        k = idx.astype(jnp.int32) % P["KL"]
+                        c_k = (N // P["KL"] + (k < N % P["KL"]).astype(jnp.int32)).astype(jnp.float32)
+                        _, cols = member_in(k, P["cum"], P["cnt"], P["g_c"], P["col_a"], P["skip"], P["mem_w"], Dw)
+                        hv = P["h"][cols] / c_k
+                        return jnp.where(cols[:, None] == ar[None, :], hv[:, None], 0.0)
+
+                    cv = (h_fn, lambda P: P["h_mean"])
+                sampler = racing_batch(
+                    log_factor_fn, Dw, N, delta=delta, first_batch_size=m1, bound="normal", variance="marginal",
+                    control_variate=cv, gumbel_noise=False, log_factor_states_fn=states_fn, exact_pass_cost=None,
+                    skew_guard=None)
+                mine = use_race & (width == wi)
+                noise = jax.vmap(lambda k, Dw=Dw: jax.random.gumbel(k, (Dw,)))(k_noise)
+                live = jnp.where(ar[None, :] < ncols[:, None], sums[:, :Dw], -jnp.inf) + noise
+                trivial = jnp.where(ar == 0, 0.0, -jnp.inf)[None, :]
+                log_f0s = jnp.where(mine[:, None], live, trivial)
+                P = dict(params)
+                for name in ("g_c", "cum", "cnt", "h", "h_mean"):
+                    P[name] = params[name][:, :Dw]
+                xw, rinfo = sampler(k_race, log_f0s, P)
+                bad_w = rinfo.has_nan
+                x_race = jnp.where(mine, xw, x_race)
+                used = jnp.where(mine, rinfo.num_data_used, used)
+                bad_race = jnp.where(mine, bad_w, bad_race)
+            if check is not False:
+                cnt_chk = jnp.where(use_race & jnp.asarray(check), K, 0)
+                chk_sums, bad_chk = flat_sums(cnt_chk, block_member, D)
+                errs = jnp.zeros((B,), jnp.int32)
+                for wi, Dw in enumerate(widths):
+                    ar = jnp.arange(Dw, dtype=jnp.int32)
+                    noise = jax.vmap(lambda k, Dw=Dw: jax.random.gumbel(k, (Dw,)))(k_noise)
+                    xe = jnp.argmax(jnp.where(ar[None, :] < ncols[:, None], chk_sums[:, :Dw], -jnp.inf) + noise,
+                                    axis=1).astype(jnp.int32)
+                    errs = jnp.where(width == wi, (xe != x_race).astype(jnp.int32), errs)
+                ok = use_race & jnp.asarray(check) & ~(bad_race | bad_sum) & ~bad_chk
+                errors = jnp.where(ok, errs, 0)
+                checked = ok.astype(jnp.int32)
+            x = jnp.where(use_race, x_race, x)
+            bad = jnp.where(use_race, bad_race | bad_sum, bad)
+            evals = jnp.where(use_race, used + k_small + num_cv, K)
+            num_races = use_race.astype(jnp.int32)
+
+        new = jnp.where(bad, a, state.active[jnp.clip(s + x, 0, last_slot)])
+        v32 = valid.astype(jnp.int32)
+        infos = SweepInfo(evals * v32, num_races * v32, (1 - num_races) * v32, bad.astype(jnp.int32) * v32,
+                          errors * v32, checked * v32)
+        info = jax.tree.map(lambda t: jnp.sum(t, dtype=jnp.int32), infos)
+
+        def apply(carry, lane):
+            pk, inf = carry
+            ii, aa, nn, ss, sz, ok = lane
+            pk, inf = _move(pk, ii, aa, nn, ss, sz, MOVE_CHUNK, ok & (nn != aa), inf)
+            return (pk, inf), None
+
+        (packed, info), _ = jax.lax.scan(apply, (packed, info), (i, a, new, s, n, valid))
+        return (packed, key), info
+
+    return round_fn
+
+
 # --------------------------------------------------------------------------- kernel
 def _check_mentions(mentions, m):
     leaves = jax.tree.leaves(mentions)
@@ -684,7 +960,7 @@ def _flag(name, value):
 
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
-            min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS) -> dict:
+            min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -700,7 +976,13 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
         race_widths = tuple(check_int("race_widths", w, low=2) for w in race_widths)
     except TypeError:
         raise ValueError(f"race_widths must be a sequence of integers >= 2; got {race_widths!r}") from None
-    return dict(visit=visit, schedule=schedule, delta=delta, first_batch_size=first_batch_size, race_widths=race_widths,
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE if schedule == "padded" else 1
+    batch_size = check_int("batch_size", batch_size, low=1)
+    if batch_size > 1 and schedule != "padded":
+        raise ValueError(f"batch_size > 1 (batched rounds) needs schedule='padded'; got batch_size={batch_size}, "
+                         f"schedule={schedule!r}")
+    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, first_batch_size=first_batch_size, race_widths=race_widths,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
@@ -724,6 +1006,13 @@ def _class_steps(blocks, config):
             if positions.size == 0:
                 continue
         race = n_cap >= config["min_race_size"]
+        if config["batch_size"] > 1:
+            out.append((n_cap, class_lanes(blocks, positions, config["batch_size"]), _class_round(
+                blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
+                first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
+                chunk_size=config["chunk_size"], min_arm_draws=config["min_arm_draws"],
+                race_widths=config["race_widths"])))
+            continue
         out.append((n_cap, positions, _class_step(
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
@@ -734,7 +1023,7 @@ def _class_steps(blocks, config):
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
-                 schedule: str = "padded", min_arm_draws: float = None, race_widths=None):
+                 schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -787,7 +1076,7 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
                      min_race_size=min_race_size, control_variate=control_variate, chunk_size=chunk_size,
                      visit=visit, schedule=schedule,
                      min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
-                     race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths)
+                     race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
@@ -831,18 +1120,19 @@ def conditional_update(blocks: Blocks, mention: int, **kernel_kwargs):
     p = int(blocks.position[mention])
     config = _config(blocks, **kernel_kwargs)
     for n_cap, positions, step in _class_steps(blocks, config):
-        if p in set(positions.tolist()):
+        if p in set(np.ravel(positions).tolist()):
             break
     else:
         raise ValueError(f"mention {mention} is alone in its block: there is nothing to update")
+    # batched rounds: the mention alone in a round of one lane
+    where = jnp.asarray([p], jnp.int32) if config["batch_size"] > 1 else jnp.int32(p)
 
     def update(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False, check_decisions=False):
         _check_factor(pairwise_log_factor)
         _check_mentions(mentions, m)
         beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
         exact, check = _flag("exact", exact), _flag("check_decisions", check_decisions)
-        (packed, _), info = step(pairwise_log_factor, mentions, beta, exact, check, (_pack(state), rng_key),
-                                 jnp.int32(p))
+        (packed, _), info = step(pairwise_log_factor, mentions, beta, exact, check, (_pack(state), rng_key), where)
         return _unpack(packed), info
 
     return update
