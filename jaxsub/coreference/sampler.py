@@ -67,6 +67,7 @@ __all__ = [
     "SweepInfo",
     "as_top_level_api",
     "build_kernel",
+    "class_lanes",
     "conditional_update",
     "fit",
     "init",
@@ -197,9 +198,10 @@ DEFAULT_MIN_ARM_DRAWS = 1.0
 #: about 40, 56 and 170 µs at widths 8, 32 and 128, docs/coreference.md).
 DEFAULT_RACE_WIDTHS = (16,)
 
-#: Default ``batch_size`` of :func:`build_kernel` (``schedule="padded"``): up to 64 mentions of 64
-#: different blocks are updated together per round (their races share the engine's fixed cost).
-DEFAULT_BATCH_SIZE = 64
+#: Default ``batch_size`` of :func:`build_kernel`: 1, the sequential sweep. Batched rounds
+#: (``batch_size > 1``) give the same draws but measured no faster on author mentions (M = 20,000) and
+#: compile 2-3x longer (docs/coreference.md §5).
+DEFAULT_BATCH_SIZE = 1
 
 
 # --------------------------------------------------------------------------- state
@@ -977,7 +979,7 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
     except TypeError:
         raise ValueError(f"race_widths must be a sequence of integers >= 2; got {race_widths!r}") from None
     if batch_size is None:
-        batch_size = DEFAULT_BATCH_SIZE if schedule == "padded" else 1
+        batch_size = DEFAULT_BATCH_SIZE
     batch_size = check_int("batch_size", batch_size, low=1)
     if batch_size > 1 and schedule != "padded":
         raise ValueError(f"batch_size > 1 (batched rounds) needs schedule='padded'; got batch_size={batch_size}, "
