@@ -883,7 +883,7 @@ def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float
                 lc = jax.vmap(lambda hr: jnp.zeros((L,), jnp.int32).at[jnp.where(hr, jnp.cumsum(hr) - 1, L)].set(
                     ar_d, mode="drop"))(has_rep)
                 num_cv = jnp.sum(has_rep, axis=1, dtype=jnp.int32)
-                rep_slot = jnp.take_along_axis(g_c, lc, axis=1) + ((lc == col_a[:, None]) & (skip[:, None] == 0))
+                rep_slot = jnp.take_along_axis(g_c, lc, axis=1) + ((lc == col_a[:, None]) & (skip[:, None] == 0)).astype(jnp.int32)
                 reps = jnp.take_along_axis(mem_w, jnp.clip(rep_slot, 0, W - 1), axis=1)  # [B, L]
                 lane_l = jnp.broadcast_to(jnp.arange(B, dtype=jnp.int32)[:, None], (B, L))
                 h_l = pair_factors(lane_l.reshape(-1), reps.reshape(-1)).reshape(B, L)
