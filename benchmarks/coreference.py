@@ -17,7 +17,8 @@ same; mentions and state are arguments), with a traced ``exact`` flag serving bo
 full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine's per-arm schedules
 (``schedule="ragged"``, :func:`jaxsub.discrete.racing_ragged`) against the padded shared population
 (``schedule="padded"``, the default), alternating in one run, for blocks up to ``RAGGED_MAX_BLOCK``.
-``--quick``: N_y ∈ {100, 1000}, D = 20.
+``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints issue 12's wall-clock target row: one exact
+vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`).
 """
 from __future__ import annotations
 
@@ -111,7 +112,61 @@ def run(*, quick: bool = False) -> list[dict]:
             "load_1min": round((load0 + _load()) / 2, 2),
         })
     print(markdown(rows))
+    if not quick:
+        authors = authors_sweep()
+        print(authors_markdown(authors))
+        rows.append(authors)
     return rows
+
+
+def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> dict:
+    """Issue 12's wall-clock target: one exact vs one Sub sweep on author mentions at the converged state.
+
+    The author-mention generator of ``experiments.coreference`` (M = ``num_mentions``, entities up to
+    1,000, blocking on first initial + surname), default kernel settings, δ = 0.05; exact Gibbs is
+    compiled with ``exact=True`` (no racing code), Sub Gibbs apart; 6 exact annealed sweeps
+    (β 0.3 → 2.0, seed 100) reach the converged state, then the two sweeps at β = 2 alternate
+    (``compare``, 3 each, medians).
+    """
+    os.environ.setdefault("JAXSUB_COREF_MENTIONS", str(num_mentions))
+    from experiments.coreference import _authors
+
+    data = _authors(False)
+    blocks, factor, mentions = data["blocks"], data["factor"], data["mentions"]
+    kernel = co.build_kernel(blocks, delta=0.05, batch_size=batch_size)
+    state = co.init(None, blocks)
+    args = (jax.random.key(0), state, jnp.float32(1.0))
+    t0 = time.perf_counter()
+    exact = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True)).lower(*args).compile()
+    t1 = time.perf_counter()
+    sub = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=False)).lower(*args).compile()
+    t2 = time.perf_counter()
+    for s_, beta in enumerate(np.linspace(0.3, 2.0, 6)):
+        state, _ = exact(jax.random.key(100 + s_), state, jnp.float32(beta))
+    f1 = co.b_cubed(np.asarray(state.labels), data["truth"]).f1
+    info_e = exact(jax.random.key(1), state, jnp.float32(2.0))[1]
+    info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
+    load0 = _load()
+    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+                     lambda k: sub(k, state, jnp.float32(2.0))[0].labels,
+                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+    return {"M": int(blocks.num_mentions), "b3_f1": float(f1), "exact_s": timing["baseline_s"],
+            "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"],
+            "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
+            "races": int(info_s.num_races), "exact_updates_in_sub_sweep": int(info_s.num_exact),
+            "compile_exact_s": round(t1 - t0, 1), "compile_sub_s": round(t2 - t1, 1),
+            "load_1min": round((load0 + _load()) / 2, 2)}
+
+
+def authors_markdown(r: dict) -> str:
+    """The author-mentions row (issue 12's targets: ≥ 2× wall-clock, ≥ 3× fewer evaluations per sweep)."""
+    return "\n".join([
+        "| author mentions M | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
+        "races / exact updates (Sub) | compile s exact / Sub | load |",
+        "|" + "---|" * 9,
+        f"| {r['M']:,} | {r['b3_f1']:.4f} | {r['exact_s']:.3g} | {r['sub_s']:.3g} | {r['wallclock_ratio']:.2f} | "
+        f"{r['evaluation_ratio']:.3g} | {r['races']:,} / {r['exact_updates_in_sub_sweep']:,} | "
+        f"{r['compile_exact_s']} / {r['compile_sub_s']} | {r['load_1min']:.1f} |"])
 
 
 def markdown(rows: list[dict]) -> str:

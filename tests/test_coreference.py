@@ -27,12 +27,12 @@ SMALL_MEMBERS = 15 + 8 + 4 + 2 + 1 + 1 + 8
 
 @functools.cache
 def _sweep():
-    """One compiled sweep shared by the tests: ``exact`` and ``check_decisions`` traced flags."""
+    """One compiled sweep shared by the tests: a traced ``exact`` flag (the decision check is tested on
+    :func:`~jaxsub.coreference.conditional_update`, so it is not compiled here)."""
     blocks = _ragged_problem()[0]
     kernel = co.build_kernel(blocks, **RACE)
-    jitted = jax.jit(lambda k, s, x, b, e, c: kernel(k, s, _factor, x, b, exact=e, check_decisions=c))
-    return lambda k, s, x, b, exact=False, check=False: jitted(k, s, x, jnp.float32(b), jnp.bool_(exact),
-                                                                  jnp.bool_(check))
+    jitted = jax.jit(lambda k, s, x, b, e: kernel(k, s, _factor, x, b, exact=e))
+    return lambda k, s, x, b, exact=False: jitted(k, s, x, jnp.float32(b), jnp.bool_(exact))
 
 
 def _kernel(exact: bool):
@@ -77,11 +77,23 @@ def _exact_conditional(a, labels, i, block_ids, beta):
 
 @pytest.mark.parametrize("schedule", ["padded", "ragged"])
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
+    _check_racing_conditional(schedule, widths=(), batch_size=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_size", [1, 64])
+def test_racing_conditional_within_delta_two_widths_and_batched(batch_size):
+    """Race widths (12, 16): the update (<= 11 candidates) races at width 12 (``lax.switch`` / the batched
+    round's width mask); ``batch_size=64``: the batched round's conditional (the mention alone in a round,
+    through :func:`jaxsub.discrete.racing_batch`)."""
+    _check_racing_conditional("padded", widths=(12,), batch_size=batch_size)
+
+
+def _check_racing_conditional(schedule, widths, batch_size):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
-    # padded: race widths (12, 16), the update (<= 11 candidates) races at width 12 (lax.switch)
-    widths = (12,) if schedule == "padded" else ()
-    update = co.conditional_update(blocks, 0, schedule=schedule, **{**RACE, "race_widths": widths})
+    update = co.conditional_update(blocks, 0, schedule=schedule, batch_size=batch_size,
+                                   **{**RACE, "race_widths": widths})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
@@ -131,7 +143,9 @@ def test_racing_every_arm_fails_delta_on_loose_small_clusters():
 
 
 def _numpy_exact_sweep(key, labels, a, blocks, beta, lists=None, small_cap=64):
-    """Reference: the exact sweep's visiting order, key stream and candidate columns, sums in float64.
+    """Reference: the sequential exact sweep (class by class, positions in order, each move applied
+    before the next update), its key stream and candidate columns, sums in float64. The kernel's
+    batched rounds (mentions of different blocks decided together, then moved) must give the same labels.
 
     Columns of a block: its non-empty clusters in the order of ``state.active`` (initially increasing
     ids; a new cluster is appended, an emptied one removed), then the first empty id (the new cluster)
@@ -152,7 +166,7 @@ def _numpy_exact_sweep(key, labels, a, blocks, beta, lists=None, small_cap=64):
         k = jax.random.fold_in(key, c)
         W = n_cap + 1
         for p in positions:
-            k, k_noise, _ = jax.random.split(k, 3)
+            k_noise = jax.random.split(jax.random.fold_in(k, p))[0]  # per-position keys
             noise = np.asarray(jax.random.gumbel(k_noise, (W,)), np.float64)
             i = blocks.order[p]
             s, n = blocks.start[p], blocks.size[p]
@@ -207,6 +221,29 @@ def test_exact_sweep_matches_numpy_reference():
         _assert_state_consistent(state, blocks)
         assert int(info.num_exact) == 128 and int(info.num_races) == 0
         assert int(info.num_evaluations) == 120 * 119 + 5 * 4 + 3 * 2
+
+
+@pytest.mark.slow
+def test_batched_exact_sweep_matches_numpy_reference():
+    """Batched rounds (mentions of different blocks decided together, then moved) with ``exact=True``
+    give the sequential exact sweep's labels (same per-position keys): the updates of different blocks
+    commute. Several blocks per class so that rounds have several lanes."""
+    rng = np.random.default_rng(5)
+    sizes = [100, 120, 90, 129, 70, 5, 3, 2, 30, 66]  # classes 64 (6 blocks) and 128 (4 blocks)
+    keys = rng.permutation(np.concatenate([np.full(n, b) for b, n in enumerate(sizes)]))
+    blocks = co.make_blocks(keys)
+    a = np.asarray(rng.normal(0, 1, keys.size), np.float32)
+    kernel = co.build_kernel(blocks, batch_size=4, **RACE)
+    sweep = jax.jit(lambda k, s, x, b: kernel(k, s, _factor, x, b, exact=True))
+    assert max(co.class_lanes(blocks, p, 4).shape[1] for _, p in co.mention_classes(blocks)) == 4
+    state, labels, lists = co.init(None, blocks), np.asarray(blocks.position), None
+    for s in range(2):
+        ks = jax.random.fold_in(jax.random.key(11), s)
+        state, info = sweep(ks, state, {"a": jnp.asarray(a)}, 1.5)
+        labels, lists = _numpy_exact_sweep(ks, labels, a, blocks, 1.5, lists)
+        np.testing.assert_array_equal(np.asarray(state.labels), labels)
+        _assert_state_consistent(state, blocks)
+    assert int(info.num_exact) == keys.size and int(info.num_evaluations) == sum(n * (n - 1) for n in sizes)
 
 
 def test_b_cubed_and_pairwise_hand_computed():
@@ -308,7 +345,7 @@ def test_default_similarity_factor_and_encoding():
             "year": [1990.0, 1991.0, 2010.0, np.nan], "coauthors": ["x;y", "y;z", "q", "x"]}
     kinds = {"name": "string", "city": "categorical", "year": "numeric", "coauthors": "tokens"}
     enc = co.encode_mentions(cols, kinds, hash_dim=64)
-    f = co.similarity_factor(kinds, scales={"year": 2.0})
+    f = jax.jit(co.similarity_factor(kinds, scales={"year": 2.0}))  # one compile for the three calls
     row = lambda i: jax.tree.map(lambda v: v[i], enc)  # noqa: E731
     close, far = float(f(row(0), row(1))), float(f(row(0), row(2)))
     assert close > 0 > far
