@@ -173,6 +173,7 @@ def test_new_view_mh_acceptance_matches_direct_formula():
     rp = model.row_prior
     seen = set()
     num = st.view_of.shape[0]
+    lp_before = {}  # reference log joint of each starting state (the same for the three features)
     cat_prop = jax.jit(jax.vmap(lambda k, s, j: cc._new_view_proposal(k, s, (0, j), model=model, data=enc),
                                 in_axes=(0, 0, None)))  # features 0 and 1 (categorical): one compile, j traced
     for f in range(3):
@@ -184,7 +185,9 @@ def test_new_view_mh_acceptance_matches_direct_formula():
                 continue
             vo0, vo1 = np.asarray(st.view_of[c]), np.asarray(props.view_of[c])
             z0, z1 = np.asarray(st.z[c]), np.asarray(props.z[c])
-            lp0 = _ref_log_joint(model, exact.canonical_labels(vo0), _rows(vo0, z0))
+            if c not in lp_before:
+                lp_before[c] = _ref_log_joint(model, exact.canonical_labels(vo0), _rows(vo0, z0))
+            lp0 = lp_before[c]
             lp1 = _ref_log_joint(model, exact.canonical_labels(vo1), _rows(vo1, z1))
             K0, K1 = len(set(vo0.tolist())), len(set(vo1.tolist()))
             alone0 = (vo0 == vo0[f]).sum() == 1
@@ -319,10 +322,12 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
         traces.append(1)
         return sweep(*args)
 
-    jitted = jax.jit(counted)
     states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 4)))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(1), 3)
     codes = an.linear_anneal(n, 2 * n).codes
+    w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states0.cursor), span))
+    # one executable serves every window (same shapes whatever the cursor) and gives the compiled HLO below
+    jitted = jax.jit(counted).lower(states0, keys, w, enc).compile()
     states = states0
     for _ in range(3):
         w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states.cursor), span))
@@ -336,7 +341,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
             got = jax.tree.map(lambda x: x[c], states)
             chex.assert_trees_all_close(ref.real_stats, got.real_stats, rtol=1e-6, atol=1e-6)  # float sums
             chex.assert_trees_all_equal(ref._replace(real_stats=got.real_stats), got)
-        hlo = jitted.lower(states, keys, w, enc).compile().as_text()
+        hlo = jitted.as_text()
         bodies = _while_bodies(hlo)
         assert bodies
         for body in bodies:
@@ -353,6 +358,34 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
     assert draws.shape == (50, 3) and set(np.unique(np.asarray(draws[:, 1]))) <= {0.0, 1.0}
     dep = cc.depends_on(states.view_of)
     assert dep.shape == (3, 3) and np.all(np.diag(dep) == 1)
+
+
+def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_statistics():
+    """The sweep carries per-cluster predictive terms (categorical cell counts, NIX Student-t parameters) and
+    updates them at the clusters each tick touches: after many anneal ticks (adds, removes, missing cells,
+    4 views) they equal the ones rebuilt from the state's statistics."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
+    enc = cc.encode_table(model, DATA)
+    codes = jnp.asarray(an.linear_anneal(DATA.shape[0], 40).codes, jnp.int32)
+
+    @jax.jit
+    def run(view_of):
+        s = cc.init(model, enc, 4, view_of=view_of)
+
+        def body(t, carry):
+            s, cache = carry
+            u = jax.random.uniform(jax.random.fold_in(jax.random.key(5), t), (2 + s.z.shape[0],))
+            s, w, _, cache = cc._row_plan(u, s, codes[t], 1.0, model=model, data=enc, cache=cache)
+            return cc._apply_row_writes(s, w), cache
+
+        return jax.lax.fori_loop(0, codes.shape[0], body, (s, cc._score_cache(s)))
+
+    for view_of in ([0, 0, 0], [0, 1, 2], [1, 0, 1]):
+        s, cache = run(jnp.asarray(view_of, jnp.int32))
+        assert int(s.num_assigned) == DATA.shape[0] and not bool(s.halted)
+        ref = cc._score_cache(s)
+        chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
+        chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
 
 
 def test_hyper_grid_gibbs_matches_exact_conditionals():

@@ -343,19 +343,34 @@ def _cat_pred(model, hyp, counts, x):
     return jnp.where((x >= 0)[:, None], jnp.log(b + c) - jnp.log(B[:, None] + n), 0.0)
 
 
-def _real_pred(hyp, stats, x, obs):
-    """``[Fr, C]`` Student-t log predictive (NIX), missing -> 0."""
-    nix = hyp.nix[:, None, :]
+def _nix_pred_params(nix, stats):
+    """Student-t predictive of NIX clusters: params ``[..., 4]`` (mu0, kappa0, nu0, sigma2) and stats ``[..., 3]``
+    (n, sum, sum of squares) -> ``[..., 4]`` = ``(mu_n, 1 / (nu_n s2), (nu_n + 1) / 2, log normaliser)`` with
+    ``s2 = nu_n sigma_n^2 / nu_n (1 + 1 / kappa_n)``, so ``log p(x) = const - (nu_n + 1)/2 log1p((x - mu_n)^2 / (nu_n s2))``.
+
+    These change only when a row joins or leaves the cluster (or the NIX parameters change), so the
+    row sweep keeps them per cluster (:class:`_ScoreCache`) instead of two ``lgamma`` per cluster,
+    feature and tick."""
     mu0, k0, nu0, s2 = nix[..., 0], nix[..., 1], nix[..., 2], nix[..., 3]
     n, s1, sq = stats[..., 0], stats[..., 1], stats[..., 2]
     kn, nun = k0 + n, nu0 + n
     mun = (k0 * mu0 + s1) / kn
     nus2 = jnp.maximum(nu0 * s2 + sq + k0 * mu0 * mu0 - kn * mun * mun, nu0 * s2 * 1e-6)
     scale2 = nus2 / nun * (1.0 + 1.0 / kn)
-    t = (x[:, None] - mun) ** 2 / (nun * scale2)
-    lp = (gammaln(0.5 * (nun + 1.0)) - gammaln(0.5 * nun) - 0.5 * (jnp.log(nun * scale2) + _LOG_PI)
-          - 0.5 * (nun + 1.0) * jnp.log1p(t))
-    return jnp.where(obs[:, None], lp, 0.0)
+    half = 0.5 * (nun + 1.0)
+    const = gammaln(half) - gammaln(0.5 * nun) - 0.5 * (jnp.log(nun * scale2) + _LOG_PI)
+    return jnp.stack([mun, 1.0 / (nun * scale2), half, const], -1)
+
+
+def _t_logpdf(params, x, obs):
+    """``[Fr, C]`` Student-t log predictive from :func:`_nix_pred_params` ``[Fr, C, 4]`` at ``x`` ``[Fr]``; missing -> 0."""
+    t = (x[:, None] - params[..., 0]) ** 2 * params[..., 1]
+    return jnp.where(obs[:, None], params[..., 3] - params[..., 2] * jnp.log1p(t), 0.0)
+
+
+def _real_pred(hyp, stats, x, obs):
+    """``[Fr, C]`` Student-t log predictive (NIX), missing -> 0."""
+    return _t_logpdf(_nix_pred_params(hyp.nix[:, None, :], stats), x, obs)
 
 
 def _view_scores(model, state, cat_row, real_row, real_obs):
@@ -450,6 +465,67 @@ def _update_feature_stats(model, state, data, row, k_view, delta):
     return state._replace(cat_counts=cc, real_stats=rs)
 
 
+class _ScoreCache(NamedTuple):
+    """Per-cluster parts of the row predictive that change only when a row joins or leaves a cluster
+    (one chain): ``cat_n`` ``[Fc, C]`` observed cells of each categorical feature per cluster (its
+    Dirichlet-multinomial normaliser ``B + n``), ``real`` ``[Fr, C, 4]`` :func:`_nix_pred_params`.
+
+    :func:`build_sweep` carries it beside the state, updates it in every tick at the two clusters a
+    tick touches per feature, and rebuilds it (:func:`_score_cache`) after feature and hyper moves."""
+
+    cat_n: jnp.ndarray
+    real: jnp.ndarray
+
+
+def _score_cache(state: CrossCatState) -> _ScoreCache:
+    """The :class:`_ScoreCache` of a state (O(F C L)); leading batch axes allowed."""
+    return _ScoreCache(jnp.sum(state.cat_counts, -1),
+                       _nix_pred_params(state.hypers.nix[..., :, None, :], state.real_stats))
+
+
+def _cache_after_update(model, state, cache, data, row, k_view, delta):
+    """The :class:`_ScoreCache` after :func:`_update_feature_stats` (``state`` is the updated state): only the
+    cluster ``k_view[view_of[f]]`` of each feature changes; O(F C) dense work and ``F_r`` NIX updates."""
+    C = state.sizes.shape[1]
+    slots = jnp.arange(C)
+    cat_n, real = cache
+    if len(model.cat_idx):
+        ci = jnp.asarray(model.cat_idx)
+        x = data.cat[row]
+        k = k_view[state.view_of[ci]]
+        w = delta[state.view_of[ci]] * ((x >= 0) & (k >= 0)).astype(jnp.int32)
+        cat_n = cat_n + jnp.where(slots[None, :] == k[:, None], w[:, None], 0).astype(cat_n.dtype)
+    if len(model.real_idx):
+        ri = jnp.asarray(model.real_idx)
+        fr = ri.shape[0]
+        k = k_view[state.view_of[ri]]
+        changed = (delta[state.view_of[ri]] != 0) & data.real_obs[row] & (k >= 0)
+        p_new = _nix_pred_params(state.hypers.nix, state.real_stats[jnp.arange(fr), jnp.maximum(k, 0)])  # [Fr, 4]
+        real = jnp.where(((slots[None, :] == k[:, None]) & changed[:, None])[..., None], p_new[:, None, :], real)
+    return _ScoreCache(cat_n, real)
+
+
+def _cached_view_scores(model, state, cache, cat_row, real_row, real_obs):
+    """:func:`_view_scores` from the counts and the :class:`_ScoreCache` (no sum over levels, no ``lgamma``)."""
+    V = state.z.shape[0]
+    C = state.sizes.shape[1]
+    h = state.hypers
+    dt = h.row_alpha.dtype
+    out = jnp.zeros((V, C), dt)
+    if len(model.cat_idx):
+        mask = _level_mask(model)
+        B = jnp.sum(jnp.where(mask, h.cat_prior, 0.0), -1)
+        x0 = jnp.maximum(cat_row, 0)
+        c = jnp.take_along_axis(state.cat_counts, x0[:, None, None], 2)[..., 0].astype(dt)
+        b = jnp.take_along_axis(h.cat_prior, x0[:, None], 1)
+        s = jnp.where((cat_row >= 0)[:, None], jnp.log(b + c) - jnp.log(B[:, None] + cache.cat_n.astype(dt)), 0.0)
+        out = out + jax.ops.segment_sum(s, state.view_of[jnp.asarray(model.cat_idx)], V)
+    if len(model.real_idx):
+        s = _t_logpdf(cache.real, real_row.astype(dt), real_obs).astype(dt)
+        out = out + jax.ops.segment_sum(s, state.view_of[jnp.asarray(model.real_idx)], V)
+    return out
+
+
 class _RowWrites(NamedTuple):
     """Pending writes of one row tick to the ``[V, N]`` labels and the ``[N]`` order (applied in order).
 
@@ -495,13 +571,16 @@ def _noop_row_writes(state: CrossCatState) -> _RowWrites:
                       jnp.full((4,), _get(state.order, zero), jnp.int32))
 
 
-def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
-    """:func:`row_tick` without its ``[V, N]``/``[N]`` writes: ``(state, writes, overflow)``.
+def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, cache=None):
+    """:func:`row_tick` without its ``[V, N]``/``[N]`` writes: ``(state, writes, overflow, cache)``.
 
     Every read of ``z`` and ``order`` happens here, before any write; :func:`build_sweep` applies
     ``writes`` at the start of the next scan step, so XLA updates both arrays in place (a read
     scheduled after an in-place write forces a copy of the whole array, O(V N) per tick).
+    ``cache``: the state's :class:`_ScoreCache` (default: built here, O(F C L)); the new state's is
+    returned (updated at the clusters the tick touched).
     """
+    cache = _score_cache(state) if cache is None else cache
     V, n_rows = state.z.shape
     code = jnp.asarray(code, jnp.int32)
     do_rem, do_add, prior_only = (code & 1) > 0, (code & 2) > 0, (code & 4) > 0
@@ -542,15 +621,17 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
     st = _update_feature_stats(model, state, data, r, k_r, dr)
+    cache = _cache_after_update(model, st, cache, data, r, k_r, dr)
     sizes = st.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(dr)
     # add: eq. (star) in every view at once
-    lik = _view_scores(model, st._replace(sizes=sizes), data.cat[a], data.real[a], data.real_obs[a])
+    lik = _cached_view_scores(model, st, cache, data.cat[a], data.real[a], data.real_obs[a])
     lik = jnp.where(prior_only, 0.0, lik * beta)
     logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
     k = jax.vmap(_sample)(u[2:], logits)
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
     st = _update_feature_stats(model, st, data, a, k, da)
+    cache = _cache_after_update(model, st, cache, data, a, k, da)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k, 0)].add(da)
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
     writes = _RowWrites(i32(r, a), jnp.stack([jnp.where(g_rem, -1, k_r), jnp.where(g_add, k, a_old)]).astype(jnp.int32),
@@ -560,7 +641,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32),
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
-    return new, writes, overflow
+    return new, writes, overflow, cache
 
 
 def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
@@ -573,7 +654,7 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N (inside
     :func:`build_sweep` the label/order writes are deferred so that they happen in place).
     """
-    new, writes, overflow = _row_plan(u, state, code, beta, model=model, data=data)
+    new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data)
     return _apply_row_writes(new, writes), overflow
 
 
@@ -950,18 +1031,22 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     After a tick that completes a cycle through the current subsample (and once the subsample
     holds ``hyper_min_rows`` rows) a chain runs :func:`feature_sweep` (behind a ``lax.cond``
     on "any chain needs it"). Tick ``t`` of a chain uses ``fold_in(chain_key, t)``.
+
+    The scan carries each chain's :class:`_ScoreCache` (per-cluster categorical cell counts and NIX
+    Student-t parameters) beside its state: a tick updates it at the clusters it touches, so scoring a
+    row costs no sum over levels and no ``lgamma``; it is rebuilt after feature and hyper moves.
     """
 
-    def one(state, u, window, base, data):
+    def one(state, cache, u, window, base, data):
         cur = state.cursor
         raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
         past = (cur - base >= span) | (raw < 0)
         code = jnp.where(past, 0, raw)
         beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
-        new, writes, _ = _row_plan(u, state, code, beta, model=model, data=data)
+        new, writes, _, cache = _row_plan(u, state, code, beta, model=model, data=data, cache=cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
         need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted & (new.num_assigned >= hyper_min_rows)
-        return new, writes, need
+        return new, writes, need, cache
 
     def sweep(states, chain_keys, windows, data):
         base = states.cursor
@@ -975,13 +1060,14 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 2 + V]
 
         def body(carry, u):
-            states, pending = carry
+            states, pending, caches = carry
             # the previous tick's [V, N] / [N] writes first, then this tick's reads (no copies)
             states = jax.vmap(_apply_row_writes)(states, pending)
-            states, pending, need = jax.vmap(one, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
+            states, pending, need, caches = jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))(
+                states, caches, u, windows, base, data)
             if feature_moves or grids is not None:
                 def run(carry):
-                    st, pend = carry
+                    st, pend, _ = carry
                     st = jax.vmap(_apply_row_writes)(st, pend)
                     ks = jax.vmap(jax.random.fold_in)(fkeys, st.cursor)
                     if feature_moves:  # prior-partition loops bounded by the largest subsample (unbatched)
@@ -996,13 +1082,13 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                     new = new._replace(since_hyper=jnp.zeros_like(new.since_hyper), halted=new.halted | (need & ~ok))
                     st = jax.tree.map(lambda a, b: jnp.where(g.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
                                       new, st._replace(halted=st.halted | (need & ~ok)))
-                    return st, jax.vmap(_noop_row_writes)(st)
+                    return st, jax.vmap(_noop_row_writes)(st), _score_cache(st)
 
-                states, pending = jax.lax.cond(jnp.any(need), run, lambda c: c, (states, pending))
-            return (states, pending), None
+                states, pending, caches = jax.lax.cond(jnp.any(need), run, lambda c: c, (states, pending, caches))
+            return (states, pending, caches), None
 
         pending = jax.vmap(_noop_row_writes)(states)
-        (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
+        (states, pending, _), _ = jax.lax.scan(body, (states, pending, _score_cache(states)), uniforms)
         return jax.vmap(_apply_row_writes)(states, pending)
 
     return sweep
