@@ -61,7 +61,7 @@ def test_relative_block_sum_layouts_agree():
     """The exact sums run on the transpose for <= TRANSPOSED_SUM_MAX_K columns and on [m, k] above
     it (a measured speed choice): both give sum_n (r[n, i] - r[n, 0]) over the valid rows, with a
     -inf entry making its column -inf and a NaN its column NaN (no compile of a sampler)."""
-    from jaxsub.discrete.racing import TRANSPOSED_SUM_MAX_K, _relative_block_sum
+    from jaxsub.racing.engine import TRANSPOSED_SUM_MAX_K, _relative_block_sum
 
     k_small, k_big = TRANSPOSED_SUM_MAX_K, TRANSPOSED_SUM_MAX_K + 8
     rng = np.random.default_rng(3)

@@ -12,7 +12,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import MAX_EVALUATIONS, check_beta, RacingInfo, _kahan_add, _relative_block_sum
+from jaxsub.racing.engine import MAX_EVALUATIONS, check_beta, RacingInfo, _kahan_add, _relative_block_sum
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 

@@ -22,7 +22,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import ControlVariate
+from jaxsub.racing.engine import ControlVariate
 from jaxsub.types import Array, ArrayLikeTree
 
 __all__ = ["data_moments", "taylor_control_variate"]

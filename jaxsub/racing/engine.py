@@ -85,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsub.discrete.bounds import KAPPA_EBS, b_normal, doubling_schedule, stage_sd
+from jaxsub.racing.bounds import KAPPA_EBS, b_normal, doubling_schedule, stage_sd
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_choice, check_int, check_real

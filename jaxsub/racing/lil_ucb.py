@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import RacingInfo, _check_common, _reward_range, as_control_variate
+from jaxsub.racing.engine import RacingInfo, _check_common, _reward_range, as_control_variate
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int, check_real
