@@ -1,16 +1,12 @@
 """Public alias of :mod:`jaxsub.racing.gibbs`: racing Gibbs for one discrete variable.
 
-The code lives in :mod:`jaxsub.racing.gibbs` (issue 16: one home for the racing family);
-``jaxsub.racing_gibbs(...)`` (a ``SamplingAlgorithm``) and every public name below stay here.
+The code lives in :mod:`jaxsub.racing.gibbs` (issue 16: one home for the racing family). Like
+``os.path``, this name *is* that module (``sys.modules`` alias): ``jaxsub.racing_gibbs.build_kernel``,
+``import jaxsub.racing_gibbs`` and ``jaxsub.racing_gibbs(...)`` (a ``SamplingAlgorithm``) reach the same
+objects, so patching or reading an attribute through either name sees one module.
 """
-from jaxsub.racing.gibbs import (  # noqa: F401
-    VARIANCES,
-    RacingGibbsInfo,
-    RacingGibbsState,
-    as_top_level_api,
-    build_batched_kernel,
-    build_kernel,
-    exact_conditional_sums,
-    init,
-)
-from jaxsub.racing.gibbs import __all__  # noqa: F401
+import sys
+
+from jaxsub.racing import gibbs as _module
+
+sys.modules[__name__] = _module

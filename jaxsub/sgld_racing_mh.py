@@ -1,14 +1,12 @@
 """Public alias of :mod:`jaxsub.racing.sgld_mh`: an SGLD proposal corrected by racing MH.
 
-The code lives in :mod:`jaxsub.racing.sgld_mh` (issue 16: one home for the racing family);
-``jaxsub.sgld_racing_mh(...)`` (a ``SamplingAlgorithm``) and every public name below stay here.
+The code lives in :mod:`jaxsub.racing.sgld_mh` (issue 16: one home for the racing family). Like
+``os.path``, this name *is* that module (``sys.modules`` alias): ``jaxsub.sgld_racing_mh.build_kernel``,
+``import jaxsub.sgld_racing_mh`` and ``jaxsub.sgld_racing_mh(...)`` (a ``SamplingAlgorithm``) reach the same
+objects, so patching or reading an attribute through either name sees one module.
 """
-from jaxsub.racing.sgld_mh import (  # noqa: F401
-    RacingMHInfo,
-    RacingMHState,
-    as_top_level_api,
-    build_kernel,
-    init,
-    sgld_proposal,
-)
-from jaxsub.racing.sgld_mh import __all__  # noqa: F401
+import sys
+
+from jaxsub.racing import sgld_mh as _module
+
+sys.modules[__name__] = _module

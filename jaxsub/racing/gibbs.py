@@ -38,8 +38,10 @@ import jax
 import jax.numpy as jnp
 from blackjax.base import SamplingAlgorithm
 
-from jaxsub.racing.engine import check_beta, racing, racing_batch
-from jaxsub.racing.mh import _engine_info, validate_racing_config
+from jaxsub.racing.engine import racing, racing_batch
+from jaxsub.racing.exact import exact_sums
+from jaxsub.racing.info import check_beta
+from jaxsub.racing.mh import validate_racing_config
 from jaxsub.types import Array, ArrayLike, PRNGKey
 from jaxsub.validation import check_choice, check_int
 
@@ -84,18 +86,15 @@ def init(position: ArrayLike) -> RacingGibbsState:
 
 
 def exact_conditional_sums(log_factor_fn: Callable, num_data: int, *, block_size: int = 4096) -> Array:
-    """``Σ_n log f_n(i)`` for every state ``i``, in blocks of ``block_size`` data (bounded memory)."""
+    """``Σ_n log f_n(i)`` for every state ``i``, in blocks of ``block_size`` data (bounded memory).
+
+    The family's one exact-sum routine (:func:`jaxsub.racing.exact.exact_sums`, Kahan-compensated
+    block sums) with ``relative=False``, so the sums keep their absolute level.
+    """
     block_size = min(block_size, num_data)
-    num_blocks = -(-num_data // block_size)
-
-    def block_sum(b):
-        idx = b * block_size + jnp.arange(block_size)
-        valid = idx < num_data
-        vals = log_factor_fn(jnp.where(valid, idx, 0))
-        return jnp.sum(jnp.where(valid[:, None], vals, jnp.zeros((), vals.dtype)), axis=0)
-
-    sums = jax.lax.map(block_sum, jnp.arange(num_blocks))
-    return jnp.sum(sums, axis=0)
+    out = jax.eval_shape(log_factor_fn, jax.ShapeDtypeStruct((block_size,), jnp.int32))
+    total, _, _ = exact_sums(log_factor_fn, out.shape[1], num_data, block_size, out.dtype, relative=False)
+    return total
 
 
 def build_kernel(
@@ -138,8 +137,10 @@ def build_kernel(
         check_beta(beta)
         num_states = log_f0.shape[0]
         if exact:
-            sums = exact_conditional_sums(log_factor_fn, num_data, block_size=block_size)
-            logits = log_f0 + sums.astype(log_f0.dtype)
+            # Sums relative to a per-datum reference (one constant for all states: the
+            # conditional is unchanged, float32 keeps its precision).
+            sums, _, _ = exact_sums(log_factor_fn, num_states, num_data, min(block_size, num_data), log_f0.dtype)
+            logits = log_f0 + sums
             has_nan = jnp.any(jnp.isnan(logits))
             logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
             if beta is None:
@@ -167,7 +168,7 @@ def build_kernel(
                 **kwargs,
             )
             draw, info = sample(rng_key, log_f0, beta)
-            has_nan = jnp.asarray(_engine_info(info, "has_nan", jnp.any(jnp.isnan(log_f0))))
+            has_nan = jnp.asarray(info.has_nan)
             evals = jnp.asarray(info.num_evaluations, jnp.int32)
             stages = jnp.asarray(info.num_stages, jnp.int32)
             is_exact = jnp.asarray(info.is_exact)

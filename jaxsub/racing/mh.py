@@ -48,7 +48,11 @@ import numpy as np
 from blackjax.base import SamplingAlgorithm
 from blackjax.mcmc.random_walk import normal as normal_random_step
 
+from jaxsub.racing.control_variates import ControlVariate, check_center_size, check_control_variate_matches
+from jaxsub.racing.control_variates import parameter_taylor_control_variate as taylor_control_variate
+from jaxsub.racing.data import batch_loglikelihood, data_fingerprint, gather, num_data_of
 from jaxsub.racing.engine import racing, racing_batch
+from jaxsub.racing.exact import exact_sums
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
 
@@ -71,6 +75,9 @@ __all__ = [
 
 #: Bounds understood by the racing engine (:func:`jaxsub.discrete.racing`).
 BOUNDS = ("normal", "ebs")
+
+#: Data per block of the exact decision (``exact=True``): memory ``2 x EXACT_BLOCK`` log-likelihoods.
+EXACT_BLOCK = 32768
 
 
 class RacingMHState(NamedTuple):
@@ -129,110 +136,9 @@ class RacingMHInfo(NamedTuple):
     log_prior_proposal_ratio: Array
 
 
-class ControlVariate(NamedTuple):
-    """A per-datum proxy of the log-likelihood with a known mean (paper §3.4).
-
-    Attributes
-    ----------
-    value_fn
-        ``value_fn(position, indices) -> [m]``: proxy ``h_n(position)`` for the
-        data ``indices``.
-    mean_fn
-        ``mean_fn(position) -> scalar``: ``(1/N) sum_{n=1}^N h_n(position)``,
-        computed without touching the data (e.g. from precomputed sums).
-
-    num_data, fingerprint, center_size
-        What it was built on (set by :func:`taylor_control_variate`): ``N``, a
-        cheap fingerprint of the data (:func:`data_fingerprint`) and the size of
-        the flattened position. A kernel given other data, or positions of
-        another size, refuses it with a ``ValueError`` (a proxy built on half of
-        the data silently biases the chain otherwise). ``None`` skips a check.
-
-    Notes
-    -----
-    The racing engine then races the residual rewards
-    ``l_n(x) - h_n(x) + mean_n h_n(x)``: same mean, smaller variance when
-    ``h_n ~ l_n``.
-    """
-
-    value_fn: Callable[[ArrayLikeTree, Array], Array]
-    mean_fn: Callable[[ArrayLikeTree], Array]
-    num_data: int | None = None
-    fingerprint: tuple | None = None
-    center_size: int | None = None
-
-
 def init(position: ArrayLikeTree, logprior_fn: Callable) -> RacingMHState:
     """Initial state: the position and its log prior."""
     return RacingMHState(position, jnp.asarray(logprior_fn(position)))
-
-
-# --------------------------------------------------------------------------
-# Data helpers shared by the racing kernels
-# --------------------------------------------------------------------------
-
-
-def _num_data(data: ArrayLikeTree) -> int:
-    leaves = jax.tree.leaves(data)
-    if not leaves:
-        raise ValueError("data must be a non-empty pytree of arrays with a leading data axis")
-    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) > 0 else -1 for leaf in leaves}
-    if len(sizes) != 1 or -1 in sizes:
-        raise ValueError(
-            f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}"
-        )
-    return sizes.pop()
-
-
-def data_fingerprint(data: ArrayLikeTree) -> tuple | None:
-    """A cheap fingerprint of concrete data: ``(N, float64 sums of up to 257 evenly spaced rows per leaf)``.
-
-    ``None`` for traced data (inside ``jit``), where only ``N`` can be checked.
-    """
-    leaves = jax.tree.leaves(data)
-    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        return None
-    n = _num_data(data)
-    rows = np.unique(np.linspace(0, n - 1, min(n, 257)).astype(np.int64))
-    return (n,) + tuple(round(float(np.sum(np.asarray(leaf)[rows], dtype=np.float64)), 6) for leaf in leaves)
-
-
-def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data: int | None = None) -> None:
-    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``."""
-    if control_variate is None:
-        return
-    n = _num_data(data) if num_data is None else num_data
-    if control_variate.num_data is not None and control_variate.num_data != n:
-        raise ValueError(
-            f"control_variate was built on num_data={control_variate.num_data} data but the kernel is given "
-            f"num_data={n}: build it on the same data the kernel reads"
-        )
-    if control_variate.fingerprint is not None:
-        fp = data_fingerprint(data)
-        if fp is not None and fp != control_variate.fingerprint:
-            raise ValueError(
-                "control_variate was built on different data (fingerprint mismatch): build it on the same data "
-                "the kernel reads"
-            )
-
-
-def _check_center_size(control_variate, position) -> None:
-    if control_variate is None or control_variate.center_size is None:
-        return
-    size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(position))
-    if size != control_variate.center_size:
-        raise ValueError(
-            f"control_variate center has {control_variate.center_size} parameters but the position has {size}"
-        )
-
-
-def _gather(data: ArrayLikeTree, indices: Array) -> ArrayTree:
-    return jax.tree.map(lambda a: jnp.take(a, indices, axis=0), data)
-
-
-def batch_loglikelihood(loglikelihood_fn: Callable, position: ArrayLikeTree, data: ArrayLikeTree, indices: Array) -> Array:
-    """``[loglikelihood_fn(position, data[n]) for n in indices]`` (vmapped), shape ``[m]``."""
-    return jax.vmap(loglikelihood_fn, in_axes=(None, 0))(position, _gather(data, indices))
 
 
 def validate_racing_config(num_data: int, delta, first_batch_size, bound, exact: bool):
@@ -266,10 +172,6 @@ def _check_control_variate(control_variate):
             f"(see taylor_control_variate) or None; got {type(control_variate).__name__}"
         )
     return control_variate
-
-
-def _engine_info(info, name, default):
-    return getattr(info, name) if hasattr(info, name) else default
 
 
 def mh_decision(
@@ -321,8 +223,9 @@ def mh_decision(
     # log u on arm 0 and the prior/proposal gap on arm 1 (eq. 12 divided by p(x) q(x'|x)).
     log_f0 = jnp.stack([log_uniform.astype(dtype), log_f0_gap])
     if exact:
-        lls = pair_loglik_fn(jnp.arange(num_data))
-        gap = log_f0[1] - log_f0[0] + jnp.sum(lls[:, 1] - lls[:, 0])
+        # The family's exact-sum routine: blocked, Kahan-compensated sums of l_n(x') - l_n(x).
+        sums, _, _ = exact_sums(pair_loglik_fn, 2, num_data, min(EXACT_BLOCK, num_data), dtype)
+        gap = log_f0[1] - log_f0[0] + (sums[1] - sums[0])
         has_nan = jnp.isnan(gap)
         accept = jnp.logical_and(gap > 0, ~has_nan)
         evals = jnp.asarray(2 * num_data, jnp.int32)
@@ -345,7 +248,7 @@ def mh_decision(
         **kwargs,
     )
     choice, info = sample(rng_key, log_f0)
-    has_nan = jnp.asarray(_engine_info(info, "has_nan", jnp.isnan(log_f0).any()))
+    has_nan = jnp.asarray(info.has_nan)
     accept = jnp.logical_and(choice == 1, ~has_nan)
     return (
         accept,
@@ -434,9 +337,9 @@ def build_kernel(
     ):
         control_variate = _check_control_variate(control_variate)
         check_control_variate_matches(control_variate, data, None)
-        if _num_data(data) != num_data:
-            raise ValueError(f"data has {_num_data(data)} rows but the kernel was built for num_data={num_data}")
-        _check_center_size(control_variate, state.position)
+        if num_data_of(data) != num_data:
+            raise ValueError(f"data has {num_data_of(data)} rows but the kernel was built for num_data={num_data}")
+        check_center_size(control_variate, state.position)
         if bound == "ebs" and not exact and reward_range is None:
             raise ValueError(
                 "bound='ebs' needs reward_range: a bound C on max_n d_n - min_n d_n of the per-datum "
@@ -598,7 +501,7 @@ def as_top_level_api(
     >>> state = algo.init(theta0)
     >>> state, info = jax.jit(algo.step)(key, state)
     """
-    num_data = _num_data(data)
+    num_data = num_data_of(data)
     if proposal is None:
         if step_size is None:
             raise ValueError("racing_mh needs a proposal or a step_size for the default Gaussian random walk; got neither")
@@ -620,124 +523,13 @@ def as_top_level_api(
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
-        _check_center_size(control_variate, position)
+        check_center_size(control_variate, position)
         return init(position, logprior_fn)
 
     def step_fn(rng_key: PRNGKey, state: RacingMHState):
         return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, proposal, control_variate, reward_range)
 
     return SamplingAlgorithm(init_fn, step_fn)
-
-
-# --------------------------------------------------------------------------
-# Control variates
-# --------------------------------------------------------------------------
-
-
-def taylor_control_variate(
-    loglikelihood_fn: Callable,
-    data: ArrayLikeTree,
-    center: ArrayLikeTree,
-    *,
-    order: int = 2,
-    block_size: int = 4096,
-) -> ControlVariate:
-    """Second- (or first-) order Taylor proxy of each datum's log-likelihood around ``center``.
-
-    .. math::
-
-        h_n(\\theta) = l_n(\\hat\\theta) + g_n^\\top(\\theta - \\hat\\theta)
-        + \\tfrac12 (\\theta - \\hat\\theta)^\\top H_n (\\theta - \\hat\\theta),
-
-    with ``g_n``, ``H_n`` the gradient and Hessian of ``l_n = log p(y_n|.)`` at
-    ``center`` (e.g. the MAP). Its mean over the data,
-    ``l̄ + ḡ^T Δ + ½ Δ^T H̄ Δ``, needs only the precomputed averages, so the race
-    reads ``l_n - h_n + mean(h)`` (Chen & Ghahramani 2016 §3.4; the proxies of
-    Bardenet, Doucet & Holmes 2017, §7, expanded in parameter space rather
-    than data space because the per-datum Hessians are cheap to store for small
-    parameter dimension ``d``). The per-datum residual of a pair shrinks like
-    ``|θ - θ̂|^3``, so the race settles after the first mini-batch for most
-    proposals near the posterior mode.
-
-    Parameters
-    ----------
-    loglikelihood_fn
-        ``loglikelihood_fn(position, datum) -> scalar``.
-    data
-        Pytree of arrays with a leading data axis ``N``.
-    center
-        Expansion point ``θ̂`` (same pytree as positions).
-    order
-        1 (gradients only: ``N d`` floats stored) or 2 (also Hessians: ``N d^2``).
-    block_size
-        Data processed per block when precomputing (bounds memory).
-
-    Returns
-    -------
-    ControlVariate
-    """
-    order = check_int("order", order, low=1, high=2)
-    block_size = check_int("block_size", block_size, low=1)
-    num_data = _num_data(data)
-    flat_center, unravel = jax.flatten_util.ravel_pytree(center)
-    if flat_center.size == 0:
-        raise ValueError("center must be a non-empty pytree of arrays (the expansion point, shaped like a position)")
-    datum0 = jax.tree.map(lambda a: a[0], data)
-    try:
-        out = jax.eval_shape(loglikelihood_fn, center, datum0)
-    except Exception as err:  # noqa: BLE001 - reported with the parameter's name
-        shapes = jax.tree.map(np.shape, center)
-        raise ValueError(
-            f"center (shapes {shapes}) is not a valid position for loglikelihood_fn: evaluating it on one datum "
-            f"failed with {type(err).__name__}: {err}"
-        ) from None
-    if out.shape != ():
-        raise ValueError(
-            f"loglikelihood_fn(center, datum) must return a scalar; got shape {out.shape} (is center shaped like a position?)"
-        )
-
-    def flat_ll(flat, datum):
-        return loglikelihood_fn(unravel(flat), datum)
-
-    dim = int(flat_center.size)
-    # h_n(θ) is linear in the features φ(Δ) = [1, Δ, (Δ_i Δ_j w_ij)_{i<=j}] of Δ = θ - θ̂
-    # (w_ii = 1/2, w_ij = 1 for i < j, as H_n is symmetric): store one row
-    # [l_n, g_n, (H_n)_{i<=j}] per datum, so a subsample costs one contiguous row
-    # gather and one [m, P] x [P] product (P = 1 + d + d(d+1)/2), not a gather of
-    # [m, d, d] Hessians and an einsum (measured ~2x cheaper per racing MH step).
-    upper = np.triu_indices(dim) if order == 2 else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    weights = jnp.asarray(np.where(upper[0] == upper[1], 0.5, 1.0), flat_center.dtype)
-
-    def per_block(block):
-        values = jax.vmap(flat_ll, in_axes=(None, 0))(flat_center, block)
-        grads = jax.vmap(jax.grad(flat_ll), in_axes=(None, 0))(flat_center, block)
-        parts = [values[:, None], grads]
-        if order == 2:
-            hess = jax.vmap(jax.hessian(flat_ll), in_axes=(None, 0))(flat_center, block)
-            parts.append(hess[:, upper[0], upper[1]])
-        return jnp.concatenate(parts, axis=1)
-
-    per_block = jax.jit(per_block)
-    table = jnp.concatenate(
-        [per_block(_gather(data, jnp.arange(s, min(s + block_size, num_data)))) for s in range(0, num_data, block_size)]
-    )
-    mean_row = jnp.mean(table, axis=0)
-
-    def features(position):
-        flat, _ = jax.flatten_util.ravel_pytree(position)
-        d = (flat - flat_center).astype(flat_center.dtype)
-        parts = [jnp.ones((1,), d.dtype), d]
-        if order == 2:
-            parts.append(d[upper[0]] * d[upper[1]] * weights)
-        return jnp.concatenate(parts)
-
-    def value_fn(position, indices):
-        return jnp.take(table, indices, axis=0) @ features(position)
-
-    def mean_fn(position):
-        return mean_row @ features(position)
-
-    return ControlVariate(value_fn, mean_fn, num_data, data_fingerprint(data), int(flat_center.size))
 
 
 # --------------------------------------------------------------------------
@@ -804,7 +596,7 @@ def laplace_fit(
     import optax
 
     num_steps = check_int("num_steps", num_steps, low=1)
-    _num_data(data)
+    num_data_of(data)
     flat0, unravel = jax.flatten_util.ravel_pytree(initial_position)
 
     def negative_log_posterior(flat):
@@ -896,8 +688,8 @@ def build_batched_kernel(
     def kernel(rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None):
         control_variate = _check_control_variate(control_variate)
         check_control_variate_matches(control_variate, data, None)
-        if _num_data(data) != num_data:
-            raise ValueError(f"data has {_num_data(data)} rows but the kernel was built for num_data={num_data}")
+        if num_data_of(data) != num_data:
+            raise ValueError(f"data has {num_data_of(data)} rows but the kernel was built for num_data={num_data}")
 
         def propose(rng_key, state):
             key_proposal, key_accept = jax.random.split(rng_key)

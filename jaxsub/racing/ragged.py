@@ -54,7 +54,7 @@ import numpy as np
 from jax.scipy.special import ndtri
 
 from jaxsub.racing.bounds import doubling_schedule
-from jaxsub.racing.engine import RacingInfo, check_beta
+from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int

@@ -43,7 +43,8 @@ from blackjax.util import generate_gaussian_noise
 from jax.flatten_util import ravel_pytree
 
 from jaxsub.racing import mh as racing_mh
-from jaxsub.racing.mh import ControlVariate, RacingMHInfo, RacingMHState, _gather, _num_data
+from jaxsub.racing.data import gather, num_data_of
+from jaxsub.racing.mh import ControlVariate, RacingMHInfo, RacingMHState
 from jaxsub.subsample import permutation_indices
 from jaxsub.types import ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int
@@ -82,7 +83,7 @@ def sgld_proposal(grad_estimator: Callable, data: ArrayLikeTree, num_data: int, 
     def proposal(rng_key: PRNGKey, position):
         key_batch, key_noise = jax.random.split(rng_key)
         indices = permutation_indices(key_batch, jnp.arange(batch_size), num_data)
-        minibatch = _gather(data, indices)
+        minibatch = gather(data, indices)
         flat, unravel = ravel_pytree(position)
         eps = jnp.asarray(step_size, flat.dtype)
         grad_x, _ = ravel_pytree(grad_estimator(position, minibatch))
@@ -191,7 +192,7 @@ def as_top_level_api(
     SamplingAlgorithm
         ``init(position)``, ``step(rng_key, state) -> (RacingMHState, RacingMHInfo)``.
     """
-    num_data = _num_data(data)
+    num_data = num_data_of(data)
     step_size = check_hyperparameter("step_size", step_size, low=0.0)
     if grad_estimator is not None and not callable(grad_estimator):
         raise ValueError(f"grad_estimator must be callable (position, minibatch) -> gradient; got {grad_estimator!r}")
