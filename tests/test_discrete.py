@@ -61,7 +61,7 @@ def test_relative_block_sum_layouts_agree():
     """The exact sums run on the transpose for <= TRANSPOSED_SUM_MAX_K columns and on [m, k] above
     it (a measured speed choice): both give sum_n (r[n, i] - r[n, 0]) over the valid rows, with a
     -inf entry making its column -inf and a NaN its column NaN (no compile of a sampler)."""
-    from jaxsub.discrete.racing import TRANSPOSED_SUM_MAX_K, _relative_block_sum
+    from jaxsub.racing.exact import TRANSPOSED_SUM_MAX_K, relative_block_sum
 
     k_small, k_big = TRANSPOSED_SUM_MAX_K, TRANSPOSED_SUM_MAX_K + 8
     rng = np.random.default_rng(3)
@@ -70,7 +70,7 @@ def test_relative_block_sum_layouts_agree():
     valid = (np.arange(37) < 30)[:, None]
     expected = (r[:30].astype(np.float64) - r[:30, :1]).sum(axis=0)
     for k in (k_small, k_big):
-        got = np.asarray(_relative_block_sum(jnp.asarray(r[:, :k]), jnp.asarray(valid)), np.float64)
+        got = np.asarray(relative_block_sum(jnp.asarray(r[:, :k]), jnp.asarray(valid)), np.float64)
         np.testing.assert_allclose(got, expected[:k], rtol=1e-5, atol=1e-4)  # -inf / NaN positions equal
 
 
@@ -290,7 +290,9 @@ def test_column_compaction_matches_states_path(rng_key):
     assert ia.num_evaluations.mean() < 0.5 * N * D
     assert_tv_within(xa, exact_probs(table), slack=0.05)
     # Two compaction levels (D // 4 = 10, then K = 2): the same draws again.
-    assert discrete.racing.__globals__["_compaction_levels"](D, 2) == [10, 2]
+    from jaxsub.racing.compaction import compaction_levels
+
+    assert compaction_levels(D, 2) == [10, 2]
     calls.clear()
     levels = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2, **fast)
     xc, ic = draw(levels, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
@@ -307,11 +309,12 @@ def test_exact_option_uses_all_data_and_tiny_delta_is_exact_in_law(rng_key):
     probs = [0.1, 0.35, 0.3, 0.15, 0.1]
     N, D = 600, 5
     table = reward_table(probs, N, 4e-3, seed=5)
-    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=0.5, exact=True), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    # max_block_size=50: one chunk-size loop per sampler (fewer loops to compile; chunking changes no statistic)
+    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=0.5, exact=True, max_block_size=50), rng_key, jnp.zeros(D, jnp.float32), 5000)
     assert info.is_exact.all() and np.all(info.num_data_used == N)
     assert_discrete_matches(x, exact_probs(table))
     # delta -> 0: B_Normal grows (about 37 at 1e-300) and only overwhelming gaps eliminate.
-    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=1e-300), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=1e-300, max_block_size=50), rng_key, jnp.zeros(D, jnp.float32), 5000)
     assert info.is_exact.mean() > 0.5
     assert_discrete_matches(x, exact_probs(table))
 
@@ -336,7 +339,8 @@ def test_mh_mode_without_gumbel_noise(rng_key, control_variate):
     def one(key, pair, lu):
         fn = lambda idx: loglik(pair[None, :], yj[idx][:, None])  # noqa: E731
         cv = discrete.taylor_control_variate(loglik, pair, yj) if control_variate else None
-        sample = discrete.racing(fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv)
+        # max_block_size=TEST_BLOCK: two chunk sizes (50, 200) instead of four, fewer loops to compile
+        sample = discrete.racing(fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv, max_block_size=TEST_BLOCK)
         return sample(key, jnp.stack([lu, jnp.zeros((), jnp.float32)]))
 
     x, info = jax.jit(jax.vmap(one))(keys, jnp.asarray(thetas), jnp.asarray(log_u))
@@ -369,7 +373,8 @@ def test_taylor_control_variate_mean_and_zero_variance_for_gaussian(rng_key):
     # eq. 11 is exact for a quadratic log-likelihood: residual variance ~ 0.
     assert np.abs(l_all - h_all).max() < 1e-3
     fn = lambda idx: jax.vmap(lambda th: jax.vmap(lambda yn: loglik(th, yn))(y[idx]), out_axes=1)(thetas)  # noqa: E731
-    sample = discrete.racing(fn, D, N, delta=0.05, control_variate=cv)
+    # One loop to compile (max_block_size = m1, no exact pass): every race ends in its first stage.
+    sample = discrete.racing(fn, D, N, delta=0.05, control_variate=cv, max_block_size=50, exact_pass_cost=None)
     x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
     # With zero-variance rewards the race ends after the first stage.
     assert np.all(info.num_data_used == 50)
@@ -389,7 +394,8 @@ def test_pad_populations_matches_exact_ragged_target(rng_key):
         table[n_i:, i] = rng.standard_normal(N - n_i)  # garbage beyond N_i: must be ignored
     p = exact_probs(np.where(np.arange(N)[:, None] < np.array(sizes)[None, :], table, 0.0))
     fn = discrete.pad_populations(factor_fn(table), sizes)
-    for sample in (discrete.racing(fn, D, N, delta=0.05), discrete.gumbel_max(fn, D, N)):
+    # max_block_size=TEST_BLOCK: two chunk sizes (50, 200), fewer loops to compile than the default
+    for sample in (discrete.racing(fn, D, N, delta=0.05, max_block_size=TEST_BLOCK), discrete.gumbel_max(fn, D, N)):
         x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float32), num_draws=4000)
         check_budget(info, N, D)
         assert_tv_within(x, p, slack=0.05)
@@ -512,7 +518,8 @@ def test_float64(rng_key, name):
         fn = factor_fn(table, jnp.float64)
         C = table.max(axis=0) - table.min(axis=0)
         sample = dict(
-            racing_normal=lambda: discrete.racing(fn, D, N, delta=0.05),
+            # max_block_size=50: one chunk-size loop (+ the exact pass, the compensated float64 sums)
+            racing_normal=lambda: discrete.racing(fn, D, N, delta=0.05, max_block_size=50),
             racing_ebs_marginal=lambda: discrete.racing(fn, D, N, delta=0.05, bound="ebs", variance="marginal", reward_range=C),
             lil_ucb=lambda: discrete.lil_ucb(fn, D, N, delta=0.05, reward_range=float(C.max()), batch_size=8),
         )[name]()

@@ -98,11 +98,14 @@ def test_batched_with_coefficients_equals_vmapped_with_coefficients(rng_key):
     sample = discrete.racing(factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False, exact_pass_cost=None)
     keys = jax.random.split(rng_key, B)
     log_f0s = jax.random.gumbel(jax.random.fold_in(rng_key, 1), (B, D), jnp.float32)
+    # One jitted function per path, built once: both deltas reuse their compiled programs
+    # (a jax.jit(jax.vmap(...)) built inside the loop would compile a second time).
+    vmapped = jax.jit(jax.vmap(sample.with_coefficients, in_axes=(0, 0, None, None)))
+    batched = jax.jit(sample.batched_with_coefficients)
     for delta in (0.01, 0.2):
         a, b = (jnp.asarray(v, jnp.float32) for v in discrete.racing_coefficients(delta, D, N, 50))
-        ref = jax.jit(jax.vmap(sample.with_coefficients, in_axes=(0, 0, None, None)))(keys, log_f0s, a, b)
-        got = jax.jit(sample.batched_with_coefficients)(keys, log_f0s, a, b)
-        _assert_same_draws(got, ref)
+        _assert_same_draws(batched(keys, log_f0s, a, b), vmapped(keys, log_f0s, a, b))
+    assert vmapped._cache_size() == 1 and batched._cache_size() == 1
 
 
 def test_batched_compact_states_and_control_variate_equal_single(rng_key):

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import Z_CRITICAL
 from jaxsub import discrete
-from jaxsub.discrete.bounds import doubling_schedule, stage_sd
+from jaxsub.racing.bounds import doubling_schedule, stage_sd
 from jaxsub.subsample import permutation_indices
 
 
@@ -63,7 +63,7 @@ def test_b_normal_matches_actual_sampling_without_replacement():
 
 
 def test_b_normal_is_fast_cached_and_monotone():
-    from jaxsub.discrete.bounds import _b_normal_cached
+    from jaxsub.racing.bounds import _b_normal_cached
 
     _b_normal_cached.cache_clear()
     start = time.perf_counter()

@@ -322,6 +322,10 @@ def test_float64():
 # --------------------------------------------------------------------------- contract, EBS, misuse (issue 16)
 
 
+# The fast contract test (tests/test_signatures.py::test_hyperparameter_can_be_traced[racing_mh-step_size],
+# one step per lane against concrete calls, case in tests/contract_cases/racing.py) checks the same
+# property; this 20-step chain version (two compiled chains) is slow.
+@pytest.mark.slow
 def test_traced_step_size_under_vmap_matches_concrete_runs():
     """BlackJAX contract: step_size is a hyperparameter; jax.vmap over step sizes runs one trace
     and each lane equals the chain built with that concrete step size."""

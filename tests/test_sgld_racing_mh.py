@@ -66,6 +66,9 @@ def test_bad_configuration_raises(kwargs, match):
         jaxsub.sgld_racing_mh(logprior, loglik, y, **kwargs)
 
 
+# The fast contract test (tests/test_signatures.py::test_hyperparameter_can_be_traced[sgld_racing_mh-step_size])
+# checks the same property on one step; this 10-step chain version (two compiled chains) is slow.
+@pytest.mark.slow
 def test_traced_step_size_under_vmap():
     """BlackJAX contract: the step size is a traced hyperparameter (one trace under jax.vmap)."""
     y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=400)

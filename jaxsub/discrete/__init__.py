@@ -1,4 +1,7 @@
-"""Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016).
+"""Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016): the public samplers.
+
+The code lives in :mod:`jaxsub.racing` (issue 16: one home for the racing family);
+this namespace keeps its public functions.
 
 Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states while
 evaluating as few ``log f_n(i)`` as possible, with total-variation error at
@@ -19,21 +22,26 @@ is a :class:`RacingInfo`.
   doubling schedule (§5.3; traced N_i, delta and inverse temperature beta);
 * :func:`pad_populations` -- the same target by zero-padding to max N_i (simpler, slower).
 """
-from jaxsub.discrete.bounds import b_normal, doubling_schedule, normal_crossing_probability
-from jaxsub.discrete.control_variates import data_moments, taylor_control_variate
-from jaxsub.discrete.gumbel import exact_log_weights, gumbel_max
-from jaxsub.discrete.lil_ucb import LilUCBSampler, lil_ucb
-from jaxsub.discrete.ragged import racing_ragged
-from jaxsub.discrete.racing import (
+from jaxsub.racing import (
     ControlVariate,
+    LilUCBSampler,
     RacingBatchSampler,
     RacingInfo,
     RacingSampler,
+    b_normal,
     check_beta,
+    data_moments,
+    doubling_schedule,
+    exact_log_weights,
+    gumbel_max,
+    lil_ucb,
+    normal_crossing_probability,
     pad_populations,
     racing,
     racing_batch,
     racing_coefficients,
+    racing_ragged,
+    taylor_control_variate,
 )
 
 __all__ = [

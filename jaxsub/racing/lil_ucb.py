@@ -26,7 +26,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxsub.discrete.racing import RacingInfo, _check_common, _reward_range, as_control_variate
+from jaxsub.racing.control_variates import as_control_variate
+from jaxsub.racing.info import RacingInfo, check_reward_range, check_sizes
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int, check_real
@@ -128,7 +129,7 @@ def lil_ucb(
     Jamieson, Malloy, Nowak & Bubeck, "lil'UCB: an optimal exploration algorithm
     for multi-armed bandits", COLT 2014 (Fig. 1, §5); Chen & Ghahramani (2016), §3.2.
     """
-    num_states, num_data, _ = _check_common(num_states, num_data, 2)
+    num_states, num_data, _ = check_sizes(num_states, num_data, 2)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     epsilon = check_real("epsilon", epsilon, low=0.0, low_closed=False)
     beta = check_real("beta", beta, low=0.0, low_closed=False)
@@ -139,10 +140,10 @@ def lil_ucb(
     if (reward_range is None) == (scale is None):
         raise ValueError("lil_ucb needs exactly one of reward_range (C) or scale (sigma = C/2)")
     if scale is None:
-        reward_range = _reward_range(reward_range, num_states, required=True)
+        reward_range = check_reward_range(reward_range, num_states, required=True)
         sigma_spec, factor = reward_range, 0.5
     else:
-        sigma_spec, factor = _reward_range(scale, num_states, required=True), 1.0
+        sigma_spec, factor = check_reward_range(scale, num_states, required=True), 1.0
     cv = as_control_variate(control_variate)
     D, N, b = num_states, num_data, batch_size
     bonus_coef = (1.0 + beta) * (1.0 + math.sqrt(epsilon)) * math.sqrt(2.0 * (1.0 + epsilon))

@@ -20,9 +20,12 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from jaxsub.validation import check_int, check_real
+from jaxsub.racing.info import check_sizes
+from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["KAPPA_EBS", "b_normal", "doubling_schedule", "normal_crossing_probability", "stage_sd"]
+__all__ = [
+    "KAPPA_EBS", "b_normal", "doubling_schedule", "ebs_rho", "normal_crossing_probability", "racing_coefficients", "stage_sd",
+]
 
 #: kappa = 7/3 + 3/sqrt(2) of the empirical Bernstein-Serfling bound, eq. 6
 #: (Bardenet & Maillard 2013, Thm. 3).
@@ -168,3 +171,41 @@ def b_normal(delta: float, num_data: int, first_batch_size: int = 50) -> float:
     num_data = check_int("num_data", num_data, low=1)
     first_batch_size = check_int("first_batch_size", first_batch_size, low=1, high=num_data)
     return _b_normal_cached(delta, num_data, first_batch_size)
+
+
+def ebs_rho(t: int, n: int) -> float:
+    """rho_n of eq. 6: 1 - (n-1)/N for n <= N/2, else (1 - n/N)(1 + 1/n)."""
+    if t <= n / 2:
+        return 1.0 - (t - 1.0) / n
+    return (1.0 - t / n) * (1.0 + 1.0 / t)
+
+
+def racing_coefficients(
+    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal", variance: str = "pairwise"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
+
+    * normal (eq. 9): ``a_t = sqrt((1/T_t)(1 - (T_t - 1)/(N - 1))) B_Normal(delta')``, ``b_t = 0``;
+    * EBS (eqs. 6-7): ``a_t = sqrt(2 rho_T log(5/delta'') / T_t)``,
+      ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
+
+    where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
+    Returns float64 arrays of length ``t* - 1``.
+    """
+    delta = check_real("delta", delta, low=0.0, high=1.0)
+    num_states, num_data, first_batch_size = check_sizes(num_states, num_data, first_batch_size)
+    bound = check_choice("bound", bound, ("normal", "ebs"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
+    D, N = num_states, num_data
+    sizes = doubling_schedule(N, first_batch_size)
+    num_stages = len(sizes)
+    arm_delta = delta / (D - 1 if variance == "pairwise" else D)
+    if num_stages == 1:
+        return np.zeros(0), np.zeros(0)
+    if bound == "normal":
+        bn = b_normal(arm_delta, N, first_batch_size)
+        return stage_sd(N, sizes[:-1]) * bn, np.zeros(num_stages - 1)
+    log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
+    a = np.array([math.sqrt(2.0 * ebs_rho(t, N) * log_term / t) for t in sizes[:-1]])
+    b = np.array([KAPPA_EBS * log_term / t for t in sizes[:-1]])
+    return a, b

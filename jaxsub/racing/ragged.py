@@ -53,8 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtri
 
-from jaxsub.discrete.bounds import doubling_schedule
-from jaxsub.discrete.racing import RacingInfo, check_beta
+from jaxsub.racing.bounds import doubling_schedule
+from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int

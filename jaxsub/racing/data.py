@@ -1,0 +1,50 @@
+"""Data helpers shared by the racing kernels (MH, Gibbs, SGLD-MH): the data is a pytree of
+arrays with a leading data axis ``N``; a model's per-datum log-likelihood
+``loglikelihood_fn(position, datum)`` is vmapped over the rows a race reads."""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.types import Array, ArrayLikeTree, ArrayTree
+
+__all__ = ["batch_loglikelihood", "data_fingerprint", "gather", "num_data_of"]
+
+
+def num_data_of(data: ArrayLikeTree) -> int:
+    """``N``, the leading (data) axis shared by every leaf of ``data`` (``ValueError`` otherwise)."""
+    leaves = jax.tree.leaves(data)
+    if not leaves:
+        raise ValueError("data must be a non-empty pytree of arrays with a leading data axis")
+    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) > 0 else -1 for leaf in leaves}
+    if len(sizes) != 1 or -1 in sizes:
+        raise ValueError(
+            f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}"
+        )
+    return sizes.pop()
+
+
+def data_fingerprint(data: ArrayLikeTree) -> tuple | None:
+    """A cheap fingerprint of concrete data: ``(N, float64 sums of up to 257 evenly spaced rows per leaf)``.
+
+    ``None`` for traced data (inside ``jit``), where only ``N`` can be checked.
+    """
+    leaves = jax.tree.leaves(data)
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        return None
+    n = num_data_of(data)
+    rows = np.unique(np.linspace(0, n - 1, min(n, 257)).astype(np.int64))
+    return (n,) + tuple(round(float(np.sum(np.asarray(leaf)[rows], dtype=np.float64)), 6) for leaf in leaves)
+
+
+def gather(data: ArrayLikeTree, indices: Array) -> ArrayTree:
+    """The rows ``indices`` of every leaf of ``data``."""
+    return jax.tree.map(lambda a: jnp.take(a, indices, axis=0), data)
+
+
+def batch_loglikelihood(loglikelihood_fn: Callable, position: ArrayLikeTree, data: ArrayLikeTree, indices: Array) -> Array:
+    """``[loglikelihood_fn(position, data[n]) for n in indices]`` (vmapped), shape ``[m]``."""
+    return jax.vmap(loglikelihood_fn, in_axes=(None, 0))(position, gather(data, indices))

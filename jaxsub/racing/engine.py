@@ -1,0 +1,502 @@
+"""Racing with a finite reward population: Alg. 1 of Chen & Ghahramani (2016).
+
+This module is the *engine* of the racing family (:mod:`jaxsub.racing`, public alias
+:mod:`jaxsub.discrete`); the racing MH / Gibbs kernels build on :func:`racing` and
+:func:`racing_batch`. It wires small pure functions of a static
+:class:`~jaxsub.racing.config.RaceConfig` into loops:
+
+* :mod:`~jaxsub.racing.config` -- validation, the schedule and chunk sizes;
+* :mod:`~jaxsub.racing.stage` -- a race's state and the stage body (moments, stage ends);
+* :mod:`~jaxsub.racing.elimination` -- Alg. 1's elimination test (and the skewness guard);
+* :mod:`~jaxsub.racing.compaction` -- work only on the surviving arms;
+* :mod:`~jaxsub.racing.exact_pass` -- a late race reads all N data in order instead;
+* :mod:`~jaxsub.racing.batching` -- many draws, paying only for the unfinished ones;
+* :mod:`~jaxsub.racing.populations` -- block sampling units (``block_size``).
+
+Problem
+-------
+Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states. With Gumbel
+noise ``eps_i ~ Gumbel(0, 1)`` (eq. 2-3)::
+
+    x = argmax_i mu_i,    mu_i = (1/N) sum_n l_{i,n},
+    l_{i,n} = log f_n(i) + (log f0(i) + eps_i) / N.
+
+Racing (Alg. 1) draws a mini-batch of data indices *shared by all surviving
+arms* without replacement, updates the mean (and variance) estimates, and
+eliminates every arm ``i`` whose estimated gap to the leader ``x`` exceeds the
+uncertainty bound::
+
+    marginal:  mu_x - mu_i > G(delta/D, T, sigma_x, C_x) + G(delta/D, T, sigma_i, C_i)
+    pairwise:  mu_x - mu_i > G(delta/(D-1), T, sigma_{x,i}, C_x + C_i)
+
+with the doubling schedule ``T_t = m1 2^(t-1)`` (clipped to N). Two bounds:
+
+* ``bound="normal"`` (eq. 9): ``G = sigma / sqrt(T) * sqrt(1 - (T-1)/(N-1)) * B_Normal``,
+  with ``B_Normal(delta', N, m1)`` from :func:`jaxsub.racing.b_normal`;
+* ``bound="ebs"`` (eqs. 6-7): ``G = B_EBS(delta'/(t*-1), T, sigma, C)``, the
+  empirical Bernstein-Serfling bound, which needs the reward range ``C``.
+
+By Prop. 1 and Prop. 3, if the bound holds with probability ``1 - delta`` the
+total-variation distance between the law of the returned state and ``p`` is at
+most ``delta``; at most ``N * D`` rewards are ever computed, and if the race
+reaches ``T = N`` the decision uses exact means.
+
+Implementation notes
+--------------------
+* Indices without replacement: position ``T`` of a keyed pseudo-random
+  permutation of ``[0, N)`` (:func:`jaxsub.subsample.permutation_indices`), so a
+  stage of ``m`` new indices costs O(m), never O(N).
+* Static shapes: stage ``t`` reads its ``m_t`` new indices in chunks of a
+  static size ``m1 * 4^k <= m_t`` (capped at ``max_block_size``; the last,
+  clipped stage masks its final chunk); consecutive stages with the same chunk
+  size share one ``lax.while_loop`` whose body eliminates at stage ends, so a
+  few loop bodies are compiled, not ``t*``. A finished draw runs zero further
+  iterations; under ``vmap`` each loop runs until its slowest draw is done.
+  :func:`racing_batch` (and ``sample.batched``) run the same loop bodies on
+  many draws, in rounds that advance only the unfinished draws (compacted to
+  the front, in ``vmap``-ed groups of a static size), so a batch costs the
+  sum of its draws' work, not B times the slowest.
+  Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
+  columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
+  With ``log_factor_states_fn``, further loops per chunk size evaluate only the
+  ``K_j`` first surviving arms once no more than ``K_j`` remain, for the
+  compaction levels ``K_j = D // 4, D // 16, ..., K`` (:func:`~jaxsub.racing.compaction.compaction_levels`),
+  so the work (evaluations and ``K_j^2`` co-moments per datum) follows the count.
+* Numerics: with pairwise variances each datum's rewards are centred by their
+  mean over the surviving arms (this leaves every difference ``l_i - l_j``,
+  hence the gaps and pairwise variances, unchanged, and removes the common mode
+  that would swamp float32 when arms are strongly correlated). Marginal
+  variances use the raw rewards (the paper's sigma_i); for strongly correlated
+  arms prefer pairwise (or float64). Chunk moments are shifted sums around the
+  running mean, merged with Chan et al.'s parallel update (stable for N up to
+  1e7 in float32). NaN / inf in the running sums is checked once per stage.
+* A state with ``log f0 = -inf`` or any ``log f_n = -inf`` has probability 0
+  and is eliminated at once; it is never returned (unless every state has
+  probability 0, which is flagged in ``info.has_nan``). NaN or ``+inf`` rewards
+  of a surviving arm stop the race at the end of the stage and set
+  ``info.has_nan``: that draw is not a valid sample.
+
+References
+----------
+Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit
+problem", ICML 2016 (Alg. 1, eqs. 2-9, Props. 1, 3).
+R. Bardenet & O.-A. Maillard, "Concentration inequalities for sampling without
+replacement", Bernoulli 2015 (EBS bound).
+T. F. Chan, G. H. Golub & R. J. LeVeque, "Algorithms for computing the sample
+variance", 1979 (parallel variance merge).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxsub.racing.batching import run_batched
+from jaxsub.racing.compaction import level_loops
+from jaxsub.racing.config import (
+    DEFAULT_EXACT_PASS_COST,
+    DEFAULT_MAX_BLOCK,
+    DEFAULT_SKEW_GUARD,
+    LADDER,
+    RaceConfig,
+    build_config,
+)
+from jaxsub.racing.exact_pass import pass_body
+from jaxsub.racing.info import RacingInfo, check_beta
+from jaxsub.racing.stage import finish, init_race, stage_body
+from jaxsub.types import Array, PRNGKey
+
+__all__ = [
+    "DEFAULT_EXACT_PASS_COST",
+    "DEFAULT_MAX_BLOCK",
+    "DEFAULT_SKEW_GUARD",
+    "LADDER",
+    "RacingBatchSampler",
+    "RacingSampler",
+    "loop_specs",
+    "racing",
+    "racing_batch",
+    "run_draws",
+    "run_single",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingSampler:
+    """What :func:`racing` returns: an immutable record of pure functions (Optax style).
+
+    Calling it is calling ``sample``: ``sampler(rng_key, log_f0, beta=None) -> (x, info)``, so
+    ``jax.jit(sampler)`` / ``jax.vmap(sampler)`` and ``sampler.batched(...)`` work as before.
+    (Not a ``NamedTuple``: ``jax.jit`` keeps a weak reference to the function it compiles,
+    which tuples do not allow.)
+
+    Attributes
+    ----------
+    sample
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)``: one draw.
+    batched
+        ``batched(rng_keys [B], log_f0s [B, D], beta=None) -> (x [B], info)``: B draws,
+        work proportional to the unfinished draws (same draws as ``jax.vmap(sample)``).
+    with_coefficients
+        ``with_coefficients(rng_key, log_f0, coef_a, coef_b)``: the per-stage threshold
+        coefficients of :func:`racing_coefficients` as (traceable) arguments.
+    batched_with_coefficients
+        ``batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b)``.
+    """
+
+    sample: Callable
+    batched: Callable
+    with_coefficients: Callable
+    batched_with_coefficients: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RacingBatchSampler:
+    """What :func:`racing_batch` returns: an immutable record of pure functions.
+
+    Calling it is calling ``sample_batch`` (``jax.jit(sampler)`` works as before).
+
+    Attributes
+    ----------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params=None, beta=None) -> (x [B], info)``.
+    single
+        ``single(rng_key, log_f0, params=None, beta=None) -> (x, info)``: one draw (draw b of
+        ``sample_batch`` equals ``single`` with that draw's key, ``log_f0`` and ``params``).
+    """
+
+    sample_batch: Callable
+    single: Callable
+
+    def __call__(self, *args, **kwargs):
+        return self.sample_batch(*args, **kwargs)
+
+
+def racing(
+    log_factor_fn: Callable[[Array], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
+    num_compact_states: int | None = None,
+    group_size: int = 16,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
+    skew_guard: float | None = DEFAULT_SKEW_GUARD,
+    block_size: int = 1,
+) -> RacingSampler:
+    """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``: ``log f_n(i)`` for the data
+        indices ``indices`` (int32 ``[m]``, values in ``[0, N)``) and every state
+        ``i``. It is traced once per stage shape.
+    num_states
+        D >= 2.
+    num_data
+        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``).
+    delta
+        Error level in (0, 1): the total-variation distance to ``p`` is at most
+        ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
+    first_batch_size
+        m1, the first mini-batch, 2 <= m1 <= N. The paper uses 50.
+    bound
+        ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
+    variance
+        ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
+        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
+    reward_range
+        C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
+        (after the control variate). Required by ``bound="ebs"``.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` (see :class:`ControlVariate` and
+        :func:`jaxsub.discrete.taylor_control_variate`): rewards become
+        ``l - h + h_mean`` (§3.4).
+    gumbel_noise
+        If True (default), add ``Gumbel(0, 1)`` noise to ``log_f0`` (a draw from
+        ``p``). If False, no noise is added and ``sample`` returns the argmax of
+        ``log_f0 + sum_n log f_n`` found by racing: e.g. racing MH (eq. 12) with
+        ``D = 2``, ``log_f0 = [log u + log p(x) + log q(x'|x), log p(x') + log q(x|x')]``
+        and per-datum log-likelihoods at ``[x, x']``; 1 means accept.
+    exact
+        If True, never eliminate: every draw uses all N data (the exact result
+        through the racing code path). A tiny ``delta`` tends to this.
+    max_block_size
+        Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
+        at least ``first_batch_size``; default ``max(16384, first_batch_size)``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [k]) -> Array[m, k]``: ``log f_n(i)`` for
+        the given states only. When given, once at most ``k`` arms survive only
+        those are evaluated, for the static levels ``k = D // 4, D // 16, ...,
+        K`` (each a quarter of the previous, none under ``2 K`` but the last),
+        so the wall-clock work follows ``num_evaluations`` instead of
+        ``num_data_used * D`` (eliminated arms cost nothing, as in the paper).
+        Must agree with ``log_factor_fn``; it is traced once per level. Without
+        it, for ``variance="pairwise"`` and ``D >= 32``, all D columns are
+        evaluated but once at most ``k`` arms survive only theirs enter the
+        co-moment update (same statistics, ``k^2`` instead of ``D^2`` work per datum).
+    num_compact_states
+        K, the smallest number of states passed to ``log_factor_states_fn``
+        (``2 <= K < D``; default ``min(4, D - 1)``).
+    group_size
+        Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
+    exact_pass_cost
+        c in (0, 1], or None to disable. The cost of one pass over all N data in
+        index order (contiguous reads, no permutation, no co-moments), relative
+        to drawing N data at random. At the first stage t >= 2 whose new random
+        data would cost more, ``m_t = T_t - T_{t-1} >= c N``, a race still
+        running stops drawing at random and computes the exact means of the
+        surviving arms in that pass, then returns their argmax. This only
+        removes error events (the decision among survivors becomes exact), so
+        the TV bound of Prop. 1 still holds; ``info.num_evaluations`` counts
+        the pass's ``N x (surviving arms)`` rewards on top of the race's. The
+        default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
+        Ignored when ``exact=True``.
+    skew_guard
+        ``g >= 0`` or None (``bound="normal"`` only). Racing-Normal assumes Normal
+        stage means; with skewed rewards it errs more often than ``delta``. The
+        guard keeps third moments of each arm's rewards, uses the Cornish-Fisher
+        threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
+        of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
+        chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
+    block_size
+        B >= 1, the sampling unit (issue 16, item 3). With ``B > 1`` the race
+        samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the
+        population is the ``ceil(N / B)`` blocks, the reward of a block is the
+        sum of its rows' rewards; a last block of ``N mod B`` rows is summed over
+        its rows only, so every arm's total is exact). Prop. 1 holds for this
+        finite population unchanged; the permutation, the k x k co-moments and
+        the elimination test are paid once per block, and block sums are closer
+        to Normal. ``first_batch_size``, ``max_block_size`` and the schedule
+        count *blocks*; ``info`` counts rows (blocks x B, capped at N).
+        Blocks are consecutive rows in the order ``log_factor_fn`` indexes
+        them: if the data are sorted (by time, class, ...), shuffle them once
+        (the result stays exact; heterogeneous blocks only cost samples).
+        ``bound="ebs"`` needs ``N`` divisible by B (the block range is B C).
+        B = 1 (default) is the per-row race, unchanged.
+    -------
+    sample
+        ``sample(rng_key, log_f0, beta=None) -> (x, info)`` with ``log_f0`` of shape ``[D]``
+        (float32 or float64; rewards are computed in its dtype), ``x`` an int32
+        state and ``info`` a :class:`RacingInfo`. Pure: ``jit`` and ``vmap`` it.
+        ``beta`` (traceable inverse temperature, ``None`` for 1, ``inf`` for the
+        MAP state) makes the draw follow ``p^beta`` (annealed Gibbs, paper §5.3):
+        ``argmax_i beta S_i + eps_i = argmax_i S_i + eps_i / beta``, so only the
+        Gumbel noise is rescaled and the race is unchanged.
+        ``sample.batched(rng_keys [B], log_f0s [B, D]) -> (x [B], info)`` draws B
+        samples with work proportional to the unfinished draws (same results as
+        ``jax.vmap(sample)``, which runs every loop until its slowest draw is done).
+
+    Raises
+    ------
+    ValueError
+        Bad configuration: delta not in (0, 1), first_batch_size < 2 or > N,
+        D < 2, unknown bound/variance, EBS without reward_range, N * D too large.
+
+    References
+    ----------
+    Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
+    """
+    cfg, coef_a, coef_b = build_config(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=False,
+        skew_guard=skew_guard, block_size=block_size,
+    )
+    loops = loop_specs(cfg)
+    single = functools.partial(run_single, cfg, loops)
+    batched = functools.partial(run_draws, cfg, loops)
+
+    def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
+
+    def sample_with_coefficients(rng_key, log_f0, coef_a, coef_b):
+        return single(rng_key, log_f0, None, coef_a, coef_b)
+
+    def sample_batched(rng_keys: PRNGKey, log_f0s: Array, beta=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b, check_beta(beta, gumbel_noise))
+
+    def sample_batched_with_coefficients(rng_keys, log_f0s, coef_a, coef_b):
+        return batched(rng_keys, log_f0s, None, coef_a, coef_b)
+
+    # with_coefficients: the threshold coefficients of racing_coefficients() as (traceable)
+    # arguments, so one compiled sampler serves many deltas (experiments/racing_synthetic.py
+    # vmaps over delta); batched: many draws at once, work proportional to the unfinished draws.
+    return RacingSampler(sample, sample_batched, sample_with_coefficients, sample_batched_with_coefficients)
+
+
+def racing_batch(
+    log_factor_fn: Callable[[Array, object], Array],
+    num_states: int,
+    num_data: int,
+    *,
+    delta: float,
+    group_size: int = 16,
+    first_batch_size: int = 50,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    reward_range=None,
+    control_variate=None,
+    gumbel_noise: bool = True,
+    exact: bool = False,
+    max_block_size: int | None = None,
+    log_factor_states_fn: Callable[[Array, Array, object], Array] | None = None,
+    num_compact_states: int | None = None,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
+    skew_guard: float | None = DEFAULT_SKEW_GUARD,
+    block_size: int = 1,
+) -> RacingBatchSampler:
+    """Racing for a batch of B draws whose targets differ by per-draw parameters.
+
+    ``jax.vmap(racing(...))`` runs every loop until the slowest of the B draws
+    finishes, so a batch costs about B times its slowest draw (with a few hundred
+    draws, some draw needs all N data). ``racing_batch`` runs the same stage
+    bodies (one engine: :func:`racing`'s) on the *unfinished* draws only: each
+    round moves the active draws to the front and advances them one chunk, in
+    ``vmap``-ed groups of ``group_size`` plus single draws for the remainder, so
+    the work is the sum over draws of what each one needs.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices [m], params) -> Array[m, D]``: ``log f_n(i)`` of
+        one draw's target, ``params`` being that draw's slice of the ``params``
+        pytree passed to ``sample_batch`` (e.g. the chain's current state in a
+        Gibbs sweep). It is ``vmap``-ed over groups of draws.
+    num_states, num_data, delta, first_batch_size, bound, variance, reward_range, gumbel_noise, exact, max_block_size, num_compact_states
+        As in :func:`racing`.
+    group_size
+        g >= 1, the static number of draws advanced together (memory
+        ``g * max_block_size * D``); the default 16 amortises the per-iteration
+        overhead on small chunks while wasting nothing on finished draws.
+    control_variate
+        ``None`` or ``(h_fn, h_mean)`` with ``h_fn(indices, params) -> [m, D]`` and
+        ``h_mean`` an array ``[D]`` or a function ``h_mean(params) -> [D]``.
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [K], params) -> Array[m, K]`` (see :func:`racing`).
+    exact_pass_cost
+        As in :func:`racing`.
+
+    Returns
+    -------
+    sample_batch
+        ``sample_batch(rng_keys [B], log_f0s [B, D], params) -> (x [B], info)``
+        with ``info`` a :class:`RacingInfo` of ``[B]`` arrays; every leaf of
+        ``params`` has leading axis B (``params=None`` for a shared target).
+        Draw b equals ``sample_batch.single(rng_keys[b], log_f0s[b], params_b)``,
+        the single-draw sampler. Pure; ``jit`` it (B is static).
+        For a ``log_factor_fn(indices)`` shared by all draws, use
+        ``racing(...).batched(rng_keys, log_f0s)``.
+
+    Notes
+    -----
+    Plain ``jax.vmap(racing(...))`` is not redirected here: ``log_factor_fn``
+    may close over batched values, which a batching rule cannot gather per group.
+    Pass them as ``params`` instead.
+    """
+    cfg, coef_a, coef_b = build_config(
+        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
+        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
+        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
+        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=True,
+        skew_guard=skew_guard, block_size=block_size,
+    )
+    loops = loop_specs(cfg)
+    single = functools.partial(run_single, cfg, loops)
+    batched = functools.partial(run_draws, cfg, loops)
+
+    def sample_batch(rng_keys: PRNGKey, log_f0s: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
+        return batched(rng_keys, log_f0s, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
+
+    def sample_single(rng_key: PRNGKey, log_f0: Array, params=None, beta=None) -> tuple[Array, RacingInfo]:
+        return single(rng_key, log_f0, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
+
+    return RacingBatchSampler(sample_batch, sample_single)
+
+
+
+def loop_specs(cfg: RaceConfig) -> list:
+    """``[(cond, body), ...]``: the loops of a race, in order (``body(state, ctx) -> state``).
+
+    Stages with the same chunk size share one loop (few loops: short compile). With
+    compaction levels, one more loop per group and level evaluates only the ``<= K_j``
+    surviving arms once no more than ``K_j`` remain. A race still running when it enters
+    ``switch_stage`` takes the exact pass when that keeps its count within the exact
+    sampler's (``num_evaluations <= N * D``): the stage body restarts its means at ``T = 0``
+    and marks it; the pass loops then read all N data in order for its surviving arms.
+    Other races go on with the random stages (same loops).
+    """
+    switch_stage = cfg.switch_stage
+    loops = []
+
+    def race_loops(last_stage: int, chunk_size: int):
+        """Loops over the stages up to ``last_stage`` with one chunk size; draws that
+        took the exact pass (at ``switch_stage``, in the stage body) are left alone."""
+
+        def running(s):
+            r = ~s.done & (s.stage <= last_stage)
+            return r & ~s.exact_pass if switch_stage is not None else r
+
+        return level_loops(cfg.levels, running, lambda k: functools.partial(stage_body, cfg, chunk_size, k))
+
+    for chunk_size, last_stage in cfg.chunk_groups:
+        loops += race_loops(last_stage, chunk_size)
+    if switch_stage is not None:
+        in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
+        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, cfg.max_block_size, k))
+    return loops
+
+
+def _run_loops(state, ctx, loops):
+    for cond, body in loops:
+        state = jax.lax.while_loop(cond, lambda s, body=body: body(s, ctx), state)
+    return state
+
+
+def run_single(cfg: RaceConfig, loops, rng_key, log_f0, params, coef_a, coef_b, beta=None):
+    """One draw: ``init_race``, the loops as ``lax.while_loop``s, ``finish``."""
+    state, ctx = init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta)
+    state = _run_loops(state, ctx, loops[:1])
+    if len(loops) > 1:
+        # A race decided in the first loop (most races with a good control variate, or
+        # far-apart arms) skips the other loops' entry checks in one conditional.
+        state = jax.lax.cond(state.done, lambda s: s, lambda s: _run_loops(s, ctx, loops[1:]), state)
+    return finish(cfg, state, ctx)
+
+
+def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b, beta=None):
+    """B draws with per-draw keys, ``log_f0s`` [B, D] and ``params``: each loop through
+    :func:`~jaxsub.racing.batching.run_batched` (work only on the unfinished draws)."""
+    D = cfg.num_states
+    log_f0s = jnp.asarray(log_f0s)
+    if log_f0s.ndim != 2 or log_f0s.shape[1] != D or not jnp.issubdtype(log_f0s.dtype, jnp.floating):
+        raise ValueError(f"log_f0s must be a float array of shape (B, {D}); got {log_f0s.shape} {log_f0s.dtype}")
+    B = log_f0s.shape[0]
+    lead = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves((rng_keys, params))}
+    if lead != {B}:
+        raise ValueError(f"rng_keys and every params leaf must have leading axis {B} (= log_f0s.shape[0])")
+    beta_axis = None if beta is None or jnp.ndim(beta) == 0 else 0
+    init = functools.partial(init_race, cfg)
+    states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None, beta_axis))(
+        rng_keys, log_f0s, params, coef_a, coef_b, beta
+    )
+    for cond, body in loops:
+        states = run_batched(cond, body, states, ctxs, min(cfg.group_size, B))
+    return jax.vmap(functools.partial(finish, cfg))(states, ctxs)

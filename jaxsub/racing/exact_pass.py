@@ -1,0 +1,70 @@
+"""The exact pass: a race still running at a late stage reads all N data in order instead.
+
+At the first stage ``t >= 2`` whose new random data would cost more than one pass over
+all ``N`` data in index order (``m_t = T_t - T_{t-1} >= c N``, ``c = exact_pass_cost``),
+a running race restarts its sums at ``T = 0`` and computes the exact means of its
+surviving arms (contiguous reads, no permutation, no co-moments), then returns their
+argmax. This only removes error events, so Prop. 1's bound still holds.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxsub.racing.compaction import alive_first
+from jaxsub.racing.exact import kahan_add, relative_block_sum
+from jaxsub.racing.stage import RaceCtx, RaceState, rewards, rewards_states
+
+__all__ = ["pass_body", "switch_stage_of"]
+
+
+def switch_stage_of(sizes, num_data: int, num_states: int, exact_pass_cost: float, can_eliminate: bool) -> int | None:
+    """The stage at which a running race takes the exact pass, or None (never)."""
+    # With D = 2 a running race has both arms alive, and the pass (2 N more rewards) would
+    # always push its count past N D: it is never taken, so its loops are not compiled.
+    if not can_eliminate or num_states <= 2:
+        return None
+    for t in range(1, len(sizes)):
+        if sizes[t] - sizes[t - 1] >= exact_pass_cost * num_data:
+            return t
+    return None
+
+
+def pass_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> RaceState:
+    """One chunk of the exact pass: indices ``count, ..., count + csize - 1`` in
+    order (up to N), plain sums of the surviving arms' rewards in ``mean_d``.
+
+    As in :func:`jaxsub.racing.gumbel_max` (:func:`jaxsub.racing.exact.exact_sums`), each
+    datum's rewards are taken relative to its first evaluated column (a per-datum
+    constant: differences are unchanged, the common level is removed), chunk sums are
+    added with Kahan compensation, and a ``-inf`` reward shows as a ``-inf`` sum (read
+    at the end of the pass) instead of an element-wise test. The alive set is
+    fixed during the pass, so a level ``k`` evaluates the same k arms throughout.
+    """
+    D, N = cfg.num_states, cfg.num_data
+    compact = k is not None
+    dtype = s.mean_d.dtype
+    pos = s.count + jnp.arange(csize, dtype=jnp.int32)
+    valid = (pos < N)[:, None]
+    indices = jnp.minimum(pos, N - 1)
+    if compact:
+        arms = alive_first(s.alive, k)
+        r = rewards_states(cfg, indices, arms, c, dtype)
+    else:
+        r = rewards(cfg, indices, c, dtype)
+    y = relative_block_sum(r, valid)
+    if compact:
+        y = jnp.zeros((D,), dtype).at[arms].set(jnp.where(s.alive[arms], y, 0))
+    total, comp = kahan_add(s.mean_d, s.pass_comp, jnp.where(s.alive, y, jnp.zeros((), dtype)))
+    n_new = jnp.minimum(N - s.count, csize).astype(jnp.int32)
+    count = s.count + n_new
+    num_eval = s.num_evaluations + n_new * jnp.sum(s.alive, dtype=jnp.int32)
+    at_end = count >= N
+    # End of the pass: totals -> means; -inf sums are zero factors; NaN / +inf are flagged.
+    dead = at_end & (total == -jnp.inf)
+    alive = s.alive & ~dead
+    bad = at_end & jnp.any(alive & ~jnp.isfinite(total))
+    mean_d = jnp.where(at_end, jnp.where(alive, total / N, jnp.zeros((), dtype)), total)
+    return s._replace(
+        count=count, mean_d=mean_d, alive=alive, pass_comp=comp,
+        done=s.done | at_end | bad | ~jnp.any(alive), has_nan=s.has_nan | bad, num_evaluations=num_eval,
+    )

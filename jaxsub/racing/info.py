@@ -1,0 +1,100 @@
+"""What every racing sampler reports, and the checks shared by the racing constructors.
+
+:class:`RacingInfo` is returned by :func:`~jaxsub.racing.racing`, :func:`~jaxsub.racing.gumbel_max`,
+:func:`~jaxsub.racing.lil_ucb` and :func:`~jaxsub.racing.racing_ragged`; the checks raise
+``ValueError`` naming the parameter (concrete values only: traced ones pass through).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsub.types import Array
+from jaxsub.validation import check_int
+
+__all__ = ["MAX_EVALUATIONS", "RacingInfo", "check_beta", "check_reward_range", "check_sizes"]
+
+#: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
+MAX_EVALUATIONS = 2**31 - 1
+
+
+class RacingInfo(NamedTuple):
+    """What every :mod:`jaxsub.discrete` sampler reports with a draw.
+
+    Attributes
+    ----------
+    num_evaluations
+        Number of rewards ``l_{i,n}`` computed for arms still in the race
+        (int32; the paper's count, at most ``N * D``).
+    num_data_used
+        Number of distinct data indices drawn, ``T`` (int32; at most ``N``).
+        ``log_factor_fn`` is called on ``num_data_used`` indices in all (for
+        all ``D`` columns).
+    num_stages
+        Number of racing stages run (int32).
+    is_exact
+        True when the decision used all ``N`` data (exact means).
+    has_nan
+        True when a NaN / ``+inf`` reward or ``log_f0`` was met, or no state had
+        positive probability: the returned state is then *not* a valid sample.
+    num_alive
+        Arms still in the race when it stopped (1, unless it ran to ``T = N``).
+    """
+
+    num_evaluations: Array
+    num_data_used: Array
+    num_stages: Array
+    is_exact: Array
+    has_nan: Array
+    num_alive: Array
+
+
+def check_beta(beta, gumbel_noise: bool = True):
+    """Validate ``beta``, the inverse temperature (traceable): ``None`` or ``> 0`` (``inf`` allowed: the MAP).
+
+    A concrete value is checked (scalar, or ``[B]`` for batches); a traced one
+    passes through. Raises ``ValueError`` naming ``beta``.
+    """
+    if beta is None:
+        return None
+    if not gumbel_noise:
+        raise ValueError("beta (the inverse temperature) needs gumbel_noise=True: it scales the Gumbel noise")
+    if not isinstance(beta, jax.core.Tracer):
+        arr = np.asarray(beta, dtype=np.float64)
+        if arr.ndim > 1 or np.any(~(arr > 0)):
+            raise ValueError(f"beta must be > 0 (inverse temperature; inf gives the MAP state); got {beta!r}")
+    return beta
+
+
+def check_sizes(num_states, num_data, first_batch_size):
+    """Validate ``D >= 2``, ``N >= 2``, ``2 <= m1 <= N`` and ``N D`` within the int32 counters; returns them."""
+    num_states = check_int("num_states", num_states, low=2)
+    num_data = check_int("num_data", num_data, low=2)
+    first_batch_size = check_int("first_batch_size", first_batch_size, low=2, high=num_data)
+    if num_states * num_data > MAX_EVALUATIONS:
+        raise ValueError(
+            f"num_states * num_data must be <= {MAX_EVALUATIONS} (int32 evaluation counters); "
+            f"got {num_states} * {num_data}"
+        )
+    return num_states, num_data, first_batch_size
+
+
+def check_reward_range(reward_range, num_states, required: bool):
+    """Concrete ranges are validated; traced ranges (inside a kernel) are passed through."""
+    if reward_range is None:
+        if required:
+            raise ValueError("reward_range is required with bound='ebs' (the range C of the rewards, eq. 6)")
+        return None
+    if isinstance(reward_range, jax.core.Tracer):
+        if jnp.ndim(reward_range) not in (0, 1):
+            raise ValueError(f"reward_range must be a scalar or shape [{num_states}]")
+        return reward_range
+    arr = np.asarray(reward_range, dtype=np.float64)
+    if arr.ndim not in (0, 1) or (arr.ndim == 1 and arr.shape[0] != num_states):
+        raise ValueError(f"reward_range must be a scalar or have shape [{num_states}]; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"reward_range must be finite and >= 0; got {reward_range!r}")
+    return reward_range
