@@ -3,15 +3,17 @@
 Model and sweep: ``experiments/arch_model_selection.py`` (S&P 500 daily
 log-returns 1950-2018, N = 17,315 likelihood factors, q ∈ {5, 10, ..., 30},
 Carlin & Chib with Laplace pseudo-priors). Each sweep draws q by racing-Normal
-Gibbs over the 6 models (first-order Taylor control variate per model), moves
+Gibbs over the 6 models (second-order Taylor control variate per model, six
+coefficients per datum and model: ``experiments._arch_model.cv_values``), moves
 the active model's parameters by an SGLD proposal corrected by racing-Normal
 MH, and redraws the others from their pseudo-priors; the exact sampler runs the
 same sweep with every decision on all N data. Both use the same fixed adjusted
 model priors (from the pilot's Laplace evidence), 16 chains from the same start.
 The exact chains are timed both under ``jax.vmap`` and one after the other
-(``lax.map``), and the faster layout is the baseline; the racing chains run one
-after the other (under ``vmap`` every racing loop runs until the slowest chain's
-race is done: measured 3.9x slower per chain on CPU at N = 3,000).
+(``lax.map``), and the faster layout is the baseline; the racing chains run as
+one batch (``arch_model_selection.make_batched_sweep``: the 16 Gibbs races in one
+``racing_gibbs.build_batched_kernel`` call, the 16 MH tests in one
+``racing_mh.build_batched_kernel`` call, each round advancing only unfinished races).
 
 Timing: :func:`benchmarks._common.compare`, twice (racing vs each exact layout;
 alternating calls of one 16-chain run of ``S`` sweeps, medians, first call =
@@ -29,15 +31,16 @@ from blackjax.diagnostics import effective_sample_size
 
 from benchmarks._common import compare
 from experiments._arch_model import ORDERS, P, fit_pilot, load_arch_data
-from experiments.arch_model_selection import NUM_MODELS, make_sweep
+from experiments.arch_model_selection import NUM_MODELS, make_batched_sweep, make_sweep
 
 TITLE = "ARCH(q) model selection (S&P 500, Q = {5..30}): ESS of q per second, racing vs exact, 16 chains"
 
 NUM_CHAINS = 16
-#: How the 16 chains run: ``"vmap"`` (one program over all chains; a racing sweep then
-#: waits for the slowest chain's races) or ``"map"`` (``lax.map``: one chain after the other).
-#: The exact sweep is timed in both layouts and the faster one is the baseline.
-RACING_LAYOUT = "map"
+#: How the racing chains run: ``"batched"`` (:func:`make_batched_sweep`, one race batch per
+#: sweep step across chains), ``"map"`` (``lax.map``: one chain after the other) or ``"vmap"``
+#: (every racing loop runs until the slowest chain's race ends). The exact sweep is timed as
+#: ``vmap`` and ``map`` and the faster one is the baseline.
+RACING_LAYOUT = "batched"
 
 
 def _chains_fn(sweep, num_sweeps, log_pi, layout):
@@ -53,6 +56,21 @@ def _chains_fn(sweep, num_sweeps, log_pi, layout):
 
     over_chains = jax.vmap(chain) if layout == "vmap" else (lambda ks: jax.lax.map(chain, ks))
     return jax.jit(lambda key: over_chains(jax.random.split(key, NUM_CHAINS)))
+
+
+def _batched_chains_fn(sweep, num_sweeps, log_pi):
+    """``run(key) -> (k [C, S], evals [C, S])`` for a sweep over all chains at once (:func:`make_batched_sweep`)."""
+
+    def run(key):
+        def body(state, k):
+            state, rec = sweep(k, state, log_pi)
+            return state, (rec["k"], rec["gibbs_evals"] + rec["mh_evals"])
+
+        init = (jnp.full(NUM_CHAINS, NUM_MODELS - 1, jnp.int32), jnp.zeros((NUM_CHAINS, NUM_MODELS, P), jnp.float32))
+        ks, evals = jax.lax.scan(body, init, jax.random.split(key, num_sweeps))[1]
+        return ks.T, evals.T
+
+    return jax.jit(run)
 
 
 def _keeping(fn, store):
@@ -75,7 +93,9 @@ def run(*, quick: bool) -> list[dict]:
     fns = {
         "exact vmap": _chains_fn(make_sweep(data, pilot, exact=True), num_sweeps, log_pi, "vmap"),
         "exact map": _chains_fn(make_sweep(data, pilot, exact=True), num_sweeps, log_pi, "map"),
-        "racing": _chains_fn(make_sweep(data, pilot, exact=False), num_sweeps, log_pi, RACING_LAYOUT),
+        "racing": (_batched_chains_fn(make_batched_sweep(data, pilot, NUM_CHAINS), num_sweeps, log_pi)
+                   if RACING_LAYOUT == "batched"
+                   else _chains_fn(make_sweep(data, pilot, exact=False), num_sweeps, log_pi, RACING_LAYOUT)),
     }
     fns = {name: _keeping(fn, outs[name]) for name, fn in fns.items()}
     keys = jax.random.split(jax.random.key(3), 100)

@@ -117,16 +117,89 @@ def all_models_loglik(thetas, data, indices):
     return jax.vmap(lambda th, m: jax.vmap(lambda rr, ll: loglik_theta(th, m, (rr, ll)))(r_b, lag_b), out_axes=1)(thetas, mk)
 
 
+def _g(z, r):
+    """Per-datum log-likelihood as a function of ``z = (s, φ) = (log σ_t², log ν)``."""
+    s, phi = z[0], z[1]
+    nu = jnp.exp(phi)
+    return (
+        gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * jnp.log(nu * jnp.pi) - 0.5 * s
+        - (nu + 1) / 2 * jnp.log1p(r**2 * jnp.exp(-s) / nu)
+    )
+
+
+#: Columns of the per-datum control-variate coefficients (one row of 6 per model).
+CV_COLUMNS = ("l", "A", "g_phi", "C", "E", "g_phiphi")
+NUM_CV = len(CV_COLUMNS)
+
+
+class CVMeans(NamedTuple):
+    """Data means of the second-order control variate's pieces, per model (see :func:`cv_values`)."""
+
+    l: jnp.ndarray  # [6]
+    ax: jnp.ndarray  # [6, 31]  mean_n A_n x_n
+    g_phi: jnp.ndarray  # [6]
+    cxx: jnp.ndarray  # [6, 31, 31]  mean_n C_n x_n x_n^T
+    ex: jnp.ndarray  # [6, 31]  mean_n E_n x_n
+    g_phiphi: jnp.ndarray  # [6]
+
+
 class Pilot(NamedTuple):
-    """Per-model MAP, Laplace pseudo-prior and first-order control-variate tables."""
+    """Per-model MAP, Laplace pseudo-prior and the control variates' tables."""
 
     mu: jnp.ndarray  # [6, P] MAP (padding 0)
     chol: jnp.ndarray  # [6, P, P] Cholesky of Laplace covariance (padding identity)
     log_det_chol: jnp.ndarray  # [6] sum log diag(chol) over used entries
     laplace_log_evidence: jnp.ndarray  # [6] Laplace estimate of log p(r | q)
-    cv_value: jnp.ndarray  # [N, 6] l_t(θ̂_k)
-    cv_grad: jnp.ndarray  # [N, 6, P] ∇_θ l_t(θ̂_k)
+    alpha_hat: jnp.ndarray  # [6, 31] exp(MAP) on used α entries, 0 elsewhere
+    cv_coef: jnp.ndarray  # [N, 6, NUM_CV] per-datum Taylor coefficients (CV_COLUMNS)
+    cv_mean: CVMeans
     grad_w_at_map: jnp.ndarray  # [6, P] full-data log-posterior gradient in whitened coordinates at w = 0
+
+
+def cv_terms(alpha_hat, mu, theta, lag):
+    """``(u1, u2, Δφ)`` of :func:`cv_values` for one model: ``x·(α̂⊙Δ)``, ``x·(α̂⊙Δ²)`` with ``x = [1, lag]``."""
+    d = theta[: MAX_LAG + 1] - mu[: MAX_LAG + 1]
+    a1, a2 = alpha_hat * d, alpha_hat * d * d
+    u1 = a1[0] + jnp.dot(lag, a1[1:])
+    u2 = a2[0] + jnp.dot(lag, a2[1:])
+    return u1, u2, theta[-1] - mu[-1]
+
+
+def cv_values(coef, u1, u2, dphi, order: int = 2):
+    """Taylor control variate ``h_n(θ)`` of one model around its MAP ``θ̂`` from the per-datum coefficients.
+
+    ``l_n`` depends on ``θ`` only through ``s_n = log σ_n² = log(α·x_n)`` and ``φ = log ν``
+    (``x_n = [1, r_{n-1}², ..., r_{n-30}²]``, ``α = e^θ`` on the model's entries), so with
+    ``p_n = α̂ ⊙ x_n / σ̂_n²`` its θ-derivatives are ``∂l = g_s p``, ``∂²l = (g_ss - g_s) p pᵀ +
+    g_s diag(p)`` (and ``g_sφ p``, ``g_φφ`` for ν). The second-order Taylor expansion is then
+
+    ``h_n = l̂ + A u1 + g_φ Δφ + ½ (C u1² + A u2 + 2 E u1 Δφ + g_φφ Δφ²)``
+
+    with ``u1 = x_n·(α̂⊙Δ)``, ``u2 = x_n·(α̂⊙Δ²)``, ``A = g_s/σ̂²``, ``C = (g_ss - g_s)/σ̂⁴``,
+    ``E = g_sφ/σ̂²``: six numbers per datum and model instead of a ``[P]`` gradient and a
+    ``[P, P]`` Hessian, and two dot products with the lagged row the likelihood reads anyway.
+    ``order=1`` keeps the first-order terms only. ``coef[..., j]`` follows ``CV_COLUMNS``.
+    """
+    l_, a, gp, c, e, gpp = (coef[..., j] for j in range(NUM_CV))
+    h = l_ + a * u1 + gp * dphi
+    if order == 2:
+        h = h + 0.5 * (c * u1 * u1 + a * u2 + 2 * e * u1 * dphi + gpp * dphi * dphi)
+    return h
+
+
+def cv_mean_values(means: CVMeans, alpha_hat, mu, thetas, order: int = 2):
+    """``(1/N) Σ_n h_n(θ_k)`` for every model ``k`` (``thetas [6, P]``), from :class:`CVMeans` only.
+
+    Also for one model: ``means``, ``alpha_hat``, ``mu`` and ``thetas`` sliced at ``k`` (no model axis).
+    """
+    d = thetas[..., : MAX_LAG + 1] - mu[..., : MAX_LAG + 1]
+    a1, a2 = alpha_hat * d, alpha_hat * d * d
+    dphi = thetas[..., -1] - mu[..., -1]
+    h = means.l + jnp.sum(means.ax * a1, axis=-1) + means.g_phi * dphi
+    if order == 2:
+        quad = jnp.einsum("...i,...ij,...j->...", a1, means.cxx, a1)
+        h = h + 0.5 * (quad + jnp.sum(means.ax * a2, axis=-1) + 2 * jnp.sum(means.ex * a1, axis=-1) * dphi + means.g_phiphi * dphi**2)
+    return h
 
 
 def fit_pilot(data: ArchData, num_iters: int = 300) -> Pilot:
@@ -183,27 +256,62 @@ def fit_pilot(data: ArchData, num_iters: int = 300) -> Pilot:
         grad_w.append(-(chol.T @ (np.asarray(grads[k], np.float64) * used)))
     mu = jnp.asarray(np.stack(mus), jnp.float32)
     chol = jnp.asarray(np.stack(chols), jnp.float32)
-
-    @jax.jit
-    def tables(idx):
-        r_b, lag_b = data.returns[idx], data.lagged_sq[idx]
-
-        def per_model(th, m):
-            f = lambda t, rr, ll: loglik_theta(t, m, (rr, ll))  # noqa: E731
-            vals = jax.vmap(f, in_axes=(None, 0, 0))(th, r_b, lag_b)
-            grads = jax.vmap(jax.grad(f), in_axes=(None, 0, 0))(th, r_b, lag_b) * m
-            return vals, grads
-
-        return jax.vmap(per_model, out_axes=1)(mu, mk)
-
-    n = data.num_data
-    pieces = [tables(jnp.arange(s, min(s + 4096, n))) for s in range(0, n, 4096)]
+    alpha_hat = jnp.exp(mu[:, : MAX_LAG + 1]) * mk[:, : MAX_LAG + 1]
+    coef = control_variate_coefficients(data, mu, alpha_hat)
+    means = control_variate_means(data, coef)
     return Pilot(
         mu=mu,
         chol=chol,
         log_det_chol=jnp.asarray(logdets, jnp.float32),
         laplace_log_evidence=jnp.asarray(evidences, jnp.float32),
-        cv_value=jnp.concatenate([p[0] for p in pieces]),
-        cv_grad=jnp.concatenate([p[1] for p in pieces]),
+        alpha_hat=alpha_hat,
+        cv_coef=coef,
+        cv_mean=means,
         grad_w_at_map=jnp.asarray(np.stack(grad_w), jnp.float32),
     )
+
+
+def control_variate_coefficients(data: ArchData, mu, alpha_hat) -> jnp.ndarray:
+    """``[N, 6, NUM_CV]`` per-datum coefficients of :func:`cv_values` at every model's MAP (blocks of 4096)."""
+
+    @jax.jit
+    def block(r_b, lag_b):
+        def one(rr, lag):
+            def per_model(m, a):
+                var = a[0] + jnp.dot(lag, a[1:])
+                z = jnp.stack([jnp.log(var), m[-1]])
+                g1 = jax.grad(_g)(z, rr)
+                g2 = jax.hessian(_g)(z, rr)
+                return jnp.stack([_g(z, rr), g1[0] / var, g1[1], (g2[0, 0] - g1[0]) / var**2, g2[0, 1] / var, g2[1, 1]])
+
+            return jax.vmap(per_model)(mu, alpha_hat)
+
+        return jax.vmap(one)(r_b, lag_b)
+
+    n = data.num_data
+    size = min(4096, n)
+    pieces = []
+    for s in range(0, n, size):
+        r_b, lag_b = data.returns[s : s + size], data.lagged_sq[s : s + size]
+        pad = size - r_b.shape[0]
+        if pad:  # one compiled shape: pad the last block
+            r_b = jnp.concatenate([r_b, jnp.zeros(pad, r_b.dtype)])
+            lag_b = jnp.concatenate([lag_b, jnp.ones((pad, MAX_LAG), lag_b.dtype)])
+        pieces.append(block(r_b, lag_b)[: size - pad])
+    return jnp.concatenate(pieces)
+
+
+def control_variate_means(data: ArchData, coef) -> CVMeans:
+    """:class:`CVMeans` of the coefficients ``coef [N, 6, NUM_CV]`` (float64 sums over the data, stored float32)."""
+    x = np.concatenate([np.ones((data.num_data, 1)), np.asarray(data.lagged_sq, np.float64)], axis=1)  # [N, 31]
+    c64 = np.asarray(coef, np.float64)
+    n = data.num_data
+    means = CVMeans(
+        l=c64[:, :, 0].mean(0),
+        ax=np.einsum("nk,ni->ki", c64[:, :, 1], x) / n,
+        g_phi=c64[:, :, 2].mean(0),
+        cxx=np.einsum("nk,ni,nj->kij", c64[:, :, 3], x, x, optimize=True) / n,
+        ex=np.einsum("nk,ni->ki", c64[:, :, 4], x) / n,
+        g_phiphi=c64[:, :, 5].mean(0),
+    )
+    return CVMeans(*(jnp.asarray(m, jnp.float32) for m in means))

@@ -61,6 +61,79 @@ def full_logdensity(theta, data):
     return logprior(theta) + jnp.sum(y * eta - jax.nn.softplus(eta))
 
 
+class PackedLogistic(NamedTuple):
+    """One contiguous table for racing MH: ``rows [N, d + 4] = [x_n, y_n, l̂_n, a_n, c_n]`` and its CV.
+
+    With ``ŝ_n = x_n·θ̂``: ``l̂_n = l_n(θ̂)``, ``a_n = y_n - σ(ŝ_n)``, ``c_n = -σ(ŝ_n)(1 - σ(ŝ_n))`` at the
+    centre ``θ̂`` (the MAP). ``l_n`` depends on ``θ`` only through ``s_n = x_n·θ``, so the
+    second-order Taylor control variate is ``h_n(θ) = l̂_n + a_n (s_n - ŝ_n) + ½ c_n (s_n - ŝ_n)²``
+    (the same function as :func:`jaxsub.racing_mh.taylor_control_variate`'s second order) and
+    costs no data read beyond the likelihood's own row (``s_n - ŝ_n = x_n·(θ - θ̂)``): one row of
+    ``d + 4`` floats per datum instead of ``x``, ``y`` and a ``[1 + d + d(d+1)/2]``-float table.
+    Its mean is ``mean l̂ + mean(a x)·Δ + ½ Δᵀ mean(c x xᵀ) Δ`` (``Δ = θ - θ̂``, sums stored).
+    """
+
+    rows: jnp.ndarray  # [N, d + 4] float32
+    centre: jnp.ndarray  # [d]
+    mean_l: jnp.ndarray  # scalar
+    mean_ax: jnp.ndarray  # [d]
+    mean_cxx: jnp.ndarray  # [d, d]
+
+    @property
+    def num_data(self) -> int:
+        return int(self.rows.shape[0])
+
+    def control_variate(self, rows=None):
+        """The :class:`jaxsub.racing_mh.ControlVariate` reading ``rows`` (default ``self.rows``).
+
+        Pass the very array the kernel gets as ``data`` (e.g. a jitted function's argument):
+        the proxy and the likelihood then gather the same rows, which XLA reads once.
+        """
+        from jaxsub import racing_mh
+
+        rows = self.rows if rows is None else rows
+        d = self.centre.shape[0]
+        centre, mean_l, mean_ax, mean_cxx = self.centre, self.mean_l, self.mean_ax, self.mean_cxx
+
+        def value_fn(theta, indices):
+            b = rows[indices]
+            ds = b[:, :d] @ (theta - centre)
+            return b[:, d + 1] + b[:, d + 2] * ds + 0.5 * b[:, d + 3] * ds * ds
+
+        def mean_fn(theta):
+            delta = theta - centre
+            return mean_l + jnp.dot(mean_ax, delta) + 0.5 * delta @ mean_cxx @ delta
+
+        return racing_mh.ControlVariate(value_fn, mean_fn, num_data=int(rows.shape[0]),
+                                        fingerprint=racing_mh.data_fingerprint(rows), center_size=d)
+
+
+def packed_loglikelihood(theta, row):
+    """:func:`loglikelihood` for one packed row ``[x, y, ...]`` (the dimension is ``theta``'s)."""
+    d = theta.shape[0]
+    eta = jnp.dot(row[:d], theta)
+    return row[d] * eta - jax.nn.softplus(eta)
+
+
+def pack_logistic(problem: LogisticProblem, center=None) -> PackedLogistic:
+    """:class:`PackedLogistic` of ``problem``, control variate centred at ``center`` (default the MAP)."""
+    x = np.asarray(problem.x, np.float64)
+    y = np.asarray(problem.y, np.float64)
+    n = x.shape[0]
+    theta_hat = np.asarray(problem.map_position if center is None else center, np.float64)
+    s_hat = x @ theta_hat
+    p = 1 / (1 + np.exp(-s_hat))
+    l_hat = y * s_hat - np.logaddexp(0.0, s_hat)
+    a, c = y - p, -p * (1 - p)
+    return PackedLogistic(
+        rows=jnp.asarray(np.column_stack([x, y, l_hat, a, c]), jnp.float32),
+        centre=jnp.asarray(theta_hat, jnp.float32),
+        mean_l=jnp.asarray(l_hat.mean(), jnp.float32),
+        mean_ax=jnp.asarray((a[:, None] * x).mean(0), jnp.float32),
+        mean_cxx=jnp.asarray(np.einsum("n,ni,nj->ij", c, x, x, optimize=True) / n, jnp.float32),
+    )
+
+
 def load_logistic(num_data: int | None = None, seed: int = 0) -> LogisticProblem:
     """Fertility as a logistic-regression problem; ``num_data`` rows chosen at random (all if None).
 

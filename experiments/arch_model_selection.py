@@ -7,7 +7,7 @@ Carlin & Chib (1995) augmentation with Laplace pseudo-priors, adjusted model
 priors π̃ tuned by stochastic approximation (adaptive MCMC). Each sweep:
 racing-Normal Gibbs for q (D = 6 arms, N factors), SGLD proposal + Racing-Normal
 MH for the active model's (log α, log ν), exact pseudo-prior draws for the
-others. First-order Taylor control variates (around each model's MAP) in both
+others. Second-order Taylor control variates (around each model's MAP, six numbers per datum and model: experiments._arch_model.cv_values) in both
 races; δ = 0.05, m1 = 50. The exact sampler runs the same sweep with every
 decision made on all N data. See ``experiments/_arch_model.py`` for the model.
 """
@@ -25,9 +25,14 @@ from blackjax.sgmcmc.gradients import grad_estimator as blackjax_grad_estimator
 
 import jaxsub
 from experiments._arch_model import (
+    MAX_LAG,
+    NUM_CV,
     ORDERS,
     P,
     all_models_loglik,
+    cv_mean_values,
+    cv_terms,
+    cv_values,
     fit_pilot,
     load_arch_data,
     logprior_theta,
@@ -47,13 +52,23 @@ SGLD_BATCH = 100
 NUM_MODELS = len(ORDERS)
 
 
-def make_sweep(data, pilot, *, exact: bool):
-    """One Carlin & Chib Gibbs sweep ``sweep(key, (k, w), log_pi_tilde) -> ((k, w), record)``."""
+def _log_f0(pilot, w, thetas, log_pi_tilde):
+    """``[6]`` data-free log factor of the model indicator's conditional (priors / pseudo-priors / π̃)."""
+    mk = masks()
+    dims = jnp.sum(mk, axis=1)
+    log_prior = jax.vmap(lambda th, m: logprior_theta(th * m, m) - jnp.sum((1 - m) * (-0.5 * th**2 - 0.5 * jnp.log(2 * jnp.pi))))(thetas, mk)
+    log_pseudo = -0.5 * jnp.sum(mk * w**2, axis=1) - 0.5 * dims * jnp.log(2 * jnp.pi) - pilot.log_det_chol
+    return log_pi_tilde + log_prior - log_pseudo
+
+
+def make_sweep(data, pilot, *, exact: bool, cv_order: int = 2):
+    """One Carlin & Chib Gibbs sweep ``sweep(key, (k, w), log_pi_tilde) -> ((k, w), record)`` (one chain).
+
+    Racing decisions use the second-order Taylor control variates of :func:`experiments._arch_model.cv_values`
+    (``cv_order=1``: first order); ``exact=True`` makes every decision on all N data.
+    """
     n = data.num_data
     mk = masks()
-    cv_value_mean = jnp.mean(pilot.cv_value, axis=0)  # [6]
-    cv_grad_mean = jnp.mean(pilot.cv_grad, axis=0)  # [6, P]
-    dims = jnp.sum(mk, axis=1)
 
     def thetas_of(w):
         return pilot.mu + jnp.einsum("kij,kj->ki", pilot.chol, w)
@@ -63,14 +78,14 @@ def make_sweep(data, pilot, *, exact: bool):
         key_k, key_mh, key_pseudo = jax.random.split(key, 3)
         thetas = thetas_of(w)
         # --- 1. model indicator: racing Gibbs over D = 6 models with N factors ---------------
-        log_prior = jax.vmap(lambda th, m: logprior_theta(th * m, m) - jnp.sum((1 - m) * (-0.5 * th**2 - 0.5 * jnp.log(2 * jnp.pi))))(thetas, mk)
-        log_pseudo = -0.5 * jnp.sum(mk * w**2, axis=1) - 0.5 * dims * jnp.log(2 * jnp.pi) - pilot.log_det_chol
-        log_f0 = log_pi_tilde + log_prior - log_pseudo
-        offsets = thetas - pilot.mu  # [6, P]
-        cv = (
-            lambda idx: pilot.cv_value[idx] + jnp.einsum("nkp,kp->nk", pilot.cv_grad[idx], offsets),
-            cv_value_mean + jnp.sum(cv_grad_mean * offsets, axis=1),
-        )
+        log_f0 = _log_f0(pilot, w, thetas, log_pi_tilde)
+
+        def cv_fn(idx):
+            lag, coef = data.lagged_sq[idx], pilot.cv_coef[idx]  # [m, 30], [m, 6, NUM_CV]
+            per_model = lambda a, mu, th, c: cv_values(c, *jax.vmap(lambda lg: cv_terms(a, mu, th, lg))(lag), order=cv_order)  # noqa: E731
+            return jax.vmap(per_model, in_axes=(0, 0, 0, 1), out_axes=1)(pilot.alpha_hat, pilot.mu, thetas, coef)
+
+        cv = (cv_fn, cv_mean_values(pilot.cv_mean, pilot.alpha_hat, pilot.mu, thetas, order=cv_order))
         gibbs = jaxsub.racing_gibbs(
             log_f0, partial(all_models_loglik, thetas, data.data), n, delta=None if exact else DELTA,
             first_batch_size=FIRST_BATCH, control_variate=cv, exact=exact,
@@ -78,7 +93,8 @@ def make_sweep(data, pilot, *, exact: bool):
         k_state, g_info = gibbs.step(key_k, gibbs.init(k))
         k_new = k_state.position
         # --- 2. active model's parameters: SGLD proposal + racing MH (whitened) ---------------
-        mu_k, chol_k, mask_k = pilot.mu[k_new], pilot.chol[k_new], mk[k_new]
+        mu_k, chol_k, mask_k, a_k = pilot.mu[k_new], pilot.chol[k_new], mk[k_new], pilot.alpha_hat[k_new]
+        means_k = jax.tree.map(lambda a: a[k_new], pilot.cv_mean)
 
         def logprior_w(wk):
             return logprior_theta(mu_k + chol_k @ wk, mask_k)
@@ -94,9 +110,14 @@ def make_sweep(data, pilot, *, exact: bool):
             # centre (w = 0, the MAP) precomputed once per model instead of once per sweep.
             return g0 + est(wk, minibatch) - est(jnp.zeros_like(wk), minibatch)
 
+        def cv_value(wk, idx):
+            th = mu_k + chol_k @ wk
+            terms = jax.vmap(lambda lg: cv_terms(a_k, mu_k, th, lg))(data.lagged_sq[idx])
+            return cv_values(pilot.cv_coef[idx, k_new], *terms, order=cv_order)
+
         cv_mh = ControlVariate(
-            value_fn=lambda wk, idx: pilot.cv_value[idx, k_new] + pilot.cv_grad[idx, k_new] @ (chol_k @ wk),
-            mean_fn=lambda wk: cv_value_mean[k_new] + cv_grad_mean[k_new] @ (chol_k @ wk),
+            value_fn=cv_value,
+            mean_fn=lambda wk: cv_mean_values(means_k, a_k, mu_k, mu_k + chol_k @ wk, order=cv_order),
         )
         mh = jaxsub.sgld_racing_mh(
             logprior_w, loglik_w, data.data, step_size=SGLD_STEP, batch_size=SGLD_BATCH,
@@ -122,6 +143,174 @@ def make_sweep(data, pilot, *, exact: bool):
             log_u=mh_info.log_uniform,
             log_ratio=mh_info.log_prior_proposal_ratio,
         )
+        return (k_new, w_new), record
+
+    return sweep
+
+
+def packed_rows(data, pilot, *, seed: int = 0):
+    """``[N, 1 + 30 + 6 NUM_CV]`` rows ``[r_t, r_{t-1}²..r_{t-30}², CV coefficients of the 6 models]``, shuffled once.
+
+    One contiguous row per datum (one gather per datum instead of three), in a fixed random
+    order so that blocks of consecutive rows (``block_size``) mix calm and volatile days.
+    Every datum carries its own lags, so the order changes no sum.
+    """
+    rows = np.concatenate([np.asarray(data.returns)[:, None], np.asarray(data.lagged_sq),
+                           np.asarray(pilot.cv_coef).reshape(data.num_data, -1)], axis=1)
+    return jnp.asarray(rows[np.random.default_rng(seed).permutation(data.num_data)], jnp.float32)
+
+
+#: Engine option ``exact_pass_cost`` of the batched sweep's races: a race still running at the
+#: first stage that would draw ``>= c N`` new random data finishes with one contiguous exact pass
+#: over the surviving arms instead (this only removes error events; Prop. 1 still holds). The
+#: engine's default 0.25 lets a hard race read up to N/4 data at random first, at a per-datum cost
+#: far above the exact pass's. None (the default): the library kernels with the engine's default,
+#: which was faster in the quieter calls of an A/B at full N (docs/racing_kernels.md, session 7).
+EXACT_PASS_COST = None
+
+
+def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
+                       exact_pass_cost: float | None = EXACT_PASS_COST):
+    """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once (issue 16, item 4).
+
+    ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
+    draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`, or
+    :func:`jaxsub.discrete.racing_batch` when ``block_size > 1``) and the C SGLD-proposal MH tests
+    through one racing-MH batch (:func:`jaxsub.racing_mh.build_batched_kernel`): each round advances
+    only the unfinished races, so chains do not wait for the slowest one and the fixed cost of a
+    stage is paid once per round. The MH position is ``(w_k, k)``: the chain's model rides along so
+    that one log-likelihood function serves chains in different models. Data: :func:`packed_rows`.
+    With ``exact_pass_cost`` set, both batches call :func:`jaxsub.discrete.racing_batch` directly
+    (the batched kernels do not forward engine options yet): the same decisions as the kernels'
+    except that hard races switch to the exact pass sooner (see :data:`EXACT_PASS_COST`).
+    """
+    n = data.num_data
+    mk = masks()
+    rows = packed_rows(data, pilot)
+    lag_cols = slice(1, MAX_LAG + 1)
+    coef_cols = slice(MAX_LAG + 1, MAX_LAG + 1 + len(ORDERS) * NUM_CV)
+
+    def all_loglik(indices, thetas):  # [m, 6] for one chain's thetas [6, P]
+        b = rows[indices]
+        r, lag = b[:, 0], b[:, lag_cols]
+        alpha = jnp.exp(thetas[:, : MAX_LAG + 1]) * mk[:, : MAX_LAG + 1]
+        var = alpha[:, 0] + lag @ alpha[:, 1:].T
+        nu = jnp.exp(thetas[:, -1])
+        return (jax.scipy.special.gammaln((nu + 1) / 2) - jax.scipy.special.gammaln(nu / 2) - 0.5 * jnp.log(nu * jnp.pi)
+                - 0.5 * jnp.log(var) - (nu + 1) / 2 * jnp.log1p(r[:, None] ** 2 / (var * nu)))
+
+    def all_cv(indices, thetas):
+        b = rows[indices]
+        lag, coef = b[:, lag_cols], b[:, coef_cols].reshape(-1, len(ORDERS), NUM_CV)
+        d = thetas[:, : MAX_LAG + 1] - pilot.mu[:, : MAX_LAG + 1]
+        a1, a2 = pilot.alpha_hat * d, pilot.alpha_hat * d * d
+        u1 = a1[:, 0] + lag @ a1[:, 1:].T
+        u2 = a2[:, 0] + lag @ a2[:, 1:].T
+        return cv_values(coef, u1, u2, thetas[:, -1] - pilot.mu[:, -1], order=cv_order)
+
+    def all_cv_mean(thetas):
+        return cv_mean_values(pilot.cv_mean, pilot.alpha_hat, pilot.mu, thetas, order=cv_order)
+
+    engine = {} if exact_pass_cost is None else {"exact_pass_cost": exact_pass_cost}
+    if block_size == 1 and exact_pass_cost is None:
+        gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size)
+    else:  # racing_gibbs.build_batched_kernel has no block_size / engine options (yet): the engine's batch directly
+        sample = jaxsub.discrete.racing_batch(
+            all_loglik, len(ORDERS), n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size,
+            control_variate=(all_cv, all_cv_mean), block_size=block_size, **engine,
+        )
+
+        def gibbs_kernel(keys, states, log_f0s, fn, params, control_variate=None):
+            draws, info = sample(keys, log_f0s, params)
+            new = jnp.where(info.has_nan, states.position, draws.astype(jnp.int32))
+            return jaxsub.racing_gibbs.RacingGibbsState(new), info
+
+
+    def model_of(pos):
+        w, k = pos
+        return pilot.mu[k] + pilot.chol[k] @ w, mk[k]
+
+    def logprior_fn(pos):
+        return logprior_theta(*model_of(pos))
+
+    def loglik_fn(pos, row):
+        theta, mask = model_of(pos)
+        return loglik_theta(theta, mask, (row[0], row[lag_cols]))
+
+    def cv_value(pos, indices):
+        w, k = pos
+        theta = pilot.mu[k] + pilot.chol[k] @ w
+        b = rows[indices]
+        terms = jax.vmap(lambda lg: cv_terms(pilot.alpha_hat[k], pilot.mu[k], theta, lg))(b[:, lag_cols])
+        coef = jax.lax.dynamic_slice_in_dim(b[:, coef_cols], k * NUM_CV, NUM_CV, axis=1)
+        return cv_values(coef, *terms, order=cv_order)
+
+    def cv_mean(pos):
+        w, k = pos
+        return cv_mean_values(jax.tree.map(lambda a: a[k], pilot.cv_mean), pilot.alpha_hat[k], pilot.mu[k],
+                              pilot.mu[k] + pilot.chol[k] @ w, order=cv_order)
+
+    cv_mh = ControlVariate(cv_value, cv_mean)
+    if exact_pass_cost is None:
+        mh_kernel = jaxsub.racing_mh.build_batched_kernel(
+            n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size)
+    else:
+        def pair(fn):
+            return lambda indices, p: jnp.stack([fn(p[0], indices), fn(p[1], indices)], axis=-1)
+
+        pair_loglik = pair(lambda pos, idx: jax.vmap(loglik_fn, in_axes=(None, 0))(pos, rows[idx]))
+        mh_sample = jaxsub.discrete.racing_batch(
+            pair_loglik, 2, n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, gumbel_noise=False,
+            control_variate=(pair(cv_value), lambda p: jnp.stack([cv_mean(p[0]), cv_mean(p[1])])),
+            block_size=block_size, **engine,
+        )
+
+        def mh_kernel(keys, states, logprior_fn, loglik_fn_, rows_, proposal_, cv_=None):
+            # racing_mh.build_batched_kernel's steps (same key layout), with the engine options above
+            def propose(key, state):
+                key_proposal, key_accept = jax.random.split(key)
+                proposed, log_q_ratio = proposal_(key_proposal, state.position)
+                logprior_new = logprior_fn(proposed)
+                log_u = jnp.log(jax.random.uniform(key_accept))
+                gap = logprior_new - state.logprior + log_q_ratio
+                return proposed, logprior_new, log_u, gap, jax.random.fold_in(key_accept, 1)
+
+            proposed, logprior_new, log_u, gap, race_keys = jax.vmap(propose)(keys, states)
+            choice, info = mh_sample(race_keys, jnp.stack([log_u, gap], axis=-1), (states.position, proposed))
+            accept = (choice == 1) & ~info.has_nan
+            pick = lambda new, old: jnp.where(accept.reshape(accept.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+            new_states = jaxsub.racing_mh.RacingMHState(
+                jax.tree.map(pick, proposed, states.position), pick(logprior_new, states.logprior))
+            return new_states, jaxsub.racing_mh.RacingMHInfo(
+                accept, info.num_evaluations, info.num_stages, info.is_exact, info.has_nan, proposed, log_u, gap)
+
+    def proposal(key, pos):
+        w, k = pos
+        lp = lambda wk: logprior_fn((wk, k))  # noqa: E731
+        ll = lambda wk, row: loglik_fn((wk, k), row)  # noqa: E731
+        est = blackjax_grad_estimator(lp, ll, n)
+        g0 = pilot.grad_w_at_map[k]
+        grad = lambda wk, mb: g0 + est(wk, mb) - est(jnp.zeros_like(wk), mb)  # noqa: E731  (see make_sweep)
+        w_new, log_q_ratio = jaxsub.sgld_racing_mh.sgld_proposal(grad, rows, n, SGLD_BATCH, SGLD_STEP)(key, w)
+        return (w_new, k), log_q_ratio
+
+    def sweep(key, carry, log_pi_tilde):
+        k, w = carry
+        key_k, key_mh, key_pseudo = jax.random.split(key, 3)
+        chains = jnp.arange(num_chains)
+        thetas = pilot.mu[None] + jnp.einsum("kij,ckj->cki", pilot.chol, w)  # [C, 6, P]
+        log_f0s = jax.vmap(lambda ww, th: _log_f0(pilot, ww, th, log_pi_tilde))(w, thetas)
+        g_state, g_info = gibbs_kernel(jax.random.split(key_k, num_chains), jaxsub.racing_gibbs.RacingGibbsState(k),
+                                       log_f0s, all_loglik, thetas, control_variate=(all_cv, all_cv_mean))
+        k_new = g_state.position
+        positions = (w[chains, k_new], k_new)
+        states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
+        mh_states, mh_info = mh_kernel(jax.random.split(key_mh, num_chains), states, logprior_fn, loglik_fn, rows,
+                                       proposal, cv_mh)
+        w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
+        record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
+                      mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
+                      has_nan=g_info.has_nan | mh_info.has_nan)
         return (k_new, w_new), record
 
     return sweep
@@ -352,7 +541,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "Exp(1) priors on α_i and ν, uniform π over q. Carlin & Chib augmentation with Laplace pseudo-priors from an "
         f"L-BFGS pilot (optax; {pilot_s:.0f} s). Sub sampler: racing-Normal Gibbs for q and SGLD (step {SGLD_STEP} in whitened "
         f"coordinates, minibatch {SGLD_BATCH}, BlackJAX gradient estimator with a MAP control variate) corrected by "
-        f"racing-Normal MH, δ = {DELTA}, m1 = {FIRST_BATCH}, first-order Taylor control variates around each model's MAP. "
+        f"racing-Normal MH, δ = {DELTA}, m1 = {FIRST_BATCH}, second-order Taylor control variates around each model's MAP (six coefficients per datum and model). "
         "Exact sampler: the same sweep with every decision on all N data (exact Gibbs over 6 models = 6N evaluations, exact MH "
         "test = 2N; a likelihood-caching exact sampler would need 7N per sweep, 8/7 less)."
         + (" QUICK MODE: last 2,000 returns and short runs." if quick else "")
