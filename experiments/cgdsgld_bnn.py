@@ -10,17 +10,18 @@ from Beta(a, a) for a small and a large a (the same splitting code as
 the parameter pytree (d = 161). Samplers, same start, step size, minibatch and
 number of SGLD steps: SGLD on the pooled data (``blackjax.sgld``), DSGLD and
 CG-DSGLD (L local steps per round, f_s = 1/S) with Laplace surrogates
-(``jaxsub.sgmcmc.laplace_surrogates``, full precision -- the Hessian in quick mode, the Gauss-Newton matrix
-in full mode --, fractional-prior damping) expanded at one common point, for the two federated expansion
+(``jaxsub.sgmcmc.laplace_surrogates``, fractional-prior damping; quick mode: full Hessian precision; full
+mode: diagonal Gauss-Newton precision, issue 11b in docs/sgmcmc.md) expanded at one common point, for the two federated expansion
 points compared when choosing the library default: FedSGD
 (``expansion='fedsgd'``: server Adam on the size-weighted average of the clients' full-shard gradients,
 300 rounds in quick mode, 1,000 in full mode) and FedAvg (``expansion='fedavg'``: 15 rounds x 20 local
 Adam steps in quick mode, 50 x 20 in full mode: the same number of per-client gradient evaluations; full
-mode only, to keep quick mode within its CPU budget -- its quick-size figures are in docs/sgmcmc.md).
+mode before issue 11b, quick-size figures in docs/sgmcmc.md); full mode compares FedSGD with each shard's own
+mode (``expansion='local'``) instead.
 Every sampler runs ``CHAINS`` independent chains (one call, split keys) from the same start.
 Sizes: quick 10 x 1,000 rows, 40 rounds x 20 local steps; full 10 x 15,000 rows (150,000 of the table's
 254,654 rows; equal-size label-skewed shards cannot use more, since 38% of the rows are positive and six
-Beta(0.1, 0.1) shards are 95% positive), 400 rounds x 100 local steps; 2,000 / 10,000 held-out rows. The
+Beta(0.1, 0.1) shards are 95% positive), 4,000 rounds x 10 local steps; 2,000 / 10,000 held-out rows. The
 paper's Sec. 5.3 uses SUSY (5M rows) with larger MLPs; this is the same protocol on a smaller real table.
 Metrics: held-out log-likelihood per point and accuracy of the running posterior
 predictive (mean over chains of each chain's running predictive), against rounds and against wall-clock
@@ -51,6 +52,9 @@ SPLITS = (("homogeneous", None), ("Beta(0.1, 0.1)", 0.1), ("Beta(10, 10)", 10.0)
 CHAINS = 3
 #: CG-DSGLD rows: surrogate expansion point -> row name (the library default first)
 EXPANSIONS = (("fedsgd", "CG-DSGLD"), ("fedavg", "CG-DSGLD (FedAvg centre)"))
+#: full mode (issue 11b, docs/sgmcmc.md): diagonal Gauss-Newton surrogates (curvature excess 18x smaller than the
+#: full ones at Beta(0.1, 0.1)), the FedSGD centre and each shard's own mode ('local'), rounds of L = 10
+FULL_EXPANSIONS = (("fedsgd", "CG-DSGLD"), ("local", "CG-DSGLD (local centres)"))
 
 
 def forward(params, x):
@@ -132,8 +136,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     # shard; the three splits share one compiled program, hence one shard size.
     shard_size = 1_000 if quick else 15_000
     test_per_class = 1_000 if quick else 5_000
-    rounds = 40 if quick else 400
-    local_steps = 20 if quick else 100
+    rounds = 40 if quick else 4_000
+    local_steps = 20 if quick else 10
     burn = rounds // 4
     metrics = {"quick": quick, "splits": {}}
     all_curves, rows = {}, []
@@ -152,11 +156,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         metrics["splits"][label] = {"positive_fraction_per_shard": np.round(fracs, 3).tolist(), "rows": n_total,
                                     "step_size": step_size, "data": description}
         surrogates, fit_seconds = {}, {}
-        expansions = EXPANSIONS if not quick else EXPANSIONS[:1]  # the FedAvg comparison: full mode only
+        expansions = FULL_EXPANSIONS if not quick else EXPANSIONS[:1]  # the FedAvg comparison: full mode only
         for expansion, _ in expansions:
             if expansion not in programs:  # one compiled Laplace fit per setting for the three splits (same shapes)
                 steps = 300 if quick else 1_000
-                kw = dict(structure="full", num_steps=steps, optimizer=optax.adam(0.02), expansion=expansion)
+                kw = dict(structure="full" if quick else "diag", num_steps=steps, optimizer=optax.adam(0.02), expansion=expansion)
                 if not quick:  # Gauss-Newton curvature (PSD: nothing to clip; with the Hessian, 54-96 of the 161
                     # eigenvalues were clipped and CG-DSGLD diverged on the Beta(0.1, 0.1) split, docs/sgmcmc.md)
                     kw.update(curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
@@ -222,7 +226,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     fig, axes = plt.subplots(4, len(SPLITS), figsize=(5 * len(SPLITS), 14), squeeze=False)
     for j, (label, _) in enumerate(SPLITS):
         for name, style in (("SGLD (pooled)", ":"), ("DSGLD", "--"), ("CG-DSGLD", "-"),
-                            ("CG-DSGLD (FedAvg centre)", "-.")):
+                            ("CG-DSGLD (FedAvg centre)", "-."), ("CG-DSGLD (local centres)", "-.")):
             if (label, name) not in all_curves:
                 continue
             ll, acc, secs = all_curves[(label, name)][:3]
