@@ -73,6 +73,18 @@ def loglik(theta, datum):
 
 
 def make_data(shard_size: int, test_per_class: int, a: float, seed: int = 0):
+    """``(shards, test, positive fractions, description)``: see :func:`make_data_with_validation`."""
+    return make_data_with_validation(shard_size, test_per_class, 0, a, seed)[:4]
+
+
+def make_data_with_validation(shard_size: int, test_per_class: int, validation_per_class: int, a: float,
+                              seed: int = 0):
+    """Balanced test rows, ``NUM_SHARDS`` Beta(a, a) label-skewed shards and a balanced *validation* set.
+
+    The validation rows are training-pool rows (never test rows) that no shard uses: the next
+    ``validation_per_class`` rows of each label after the shards, in the same permutation. They use no
+    random draw, so the shards and test rows are those of :func:`make_data` for every ``validation_per_class``.
+    Returns ``(shards, test, fracs, description, validation)`` (``validation`` is ``None`` for 0 rows)."""
     ds = jaxsub.datasets.load_fertility()
     rng = np.random.default_rng(seed)
     x, y = ds.x, ds.y
@@ -94,7 +106,14 @@ def make_data(shard_size: int, test_per_class: int, a: float, seed: int = 0):
         if used_pos > pos.size or used_neg > neg.size:
             raise ValueError("not enough rows of one label for these shards; lower shard_size")
         shards.append(design(rng.permutation(idx)))
-    return shards, design(test), fracs, ds.description
+    validation = None
+    if validation_per_class:
+        vpos = pos[used_pos : used_pos + validation_per_class]
+        vneg = neg[used_neg : used_neg + validation_per_class]
+        if vpos.size < validation_per_class or vneg.size < validation_per_class:
+            raise ValueError("not enough unused rows of one label for the validation set; lower validation_per_class")
+        validation = design(np.concatenate([vpos, vneg]))
+    return shards, design(test), fracs, ds.description, validation
 
 
 def _neg_logpost(theta, x, y):
