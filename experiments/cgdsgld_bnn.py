@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 import jaxsub
 from experiments import cgdsgld_logistic as logistic
@@ -135,6 +136,45 @@ def sgld_pooled_fn(rounds, local_steps, chains):
     return jax.jit(chains_fn)
 
 
+#: full mode: draws per chain (evenly spaced after burn-in) at which :func:`drift_cancellation` is measured
+DRIFT_DRAWS = 10
+
+
+@jax.jit
+def _shard_gradients(params, x, y):
+    """Flattened full-shard log-likelihood gradients ``[S, d]`` at one position (``x [S, n, k]``, ``y [S, n]``)."""
+    def one(xs, ys):
+        return ravel_pytree(jax.grad(lambda p: jnp.sum(jax.vmap(loglik, (None, 0))(p, (xs, ys))))(params))[0]
+
+    return jax.vmap(one)(x, y)
+
+
+def drift_at(draws, shards, probs, per_chain=DRIFT_DRAWS):
+    """``(θ [T, d], D [T, S, d])`` at ``per_chain`` evenly spaced draws of every chain (leaves ``[chains, T, ...]``):
+    ``D_s(θ) = ∇ℓ_s(θ)/f_s − ∇ℓ(θ)``, the deviation of shard s's scaled full-shard gradient from the full-data
+    one, i.e. the drift DSGLD's local steps on s follow (equal-size shards)."""
+    x = jnp.asarray(np.stack([s[0] for s in shards]))
+    y = jnp.asarray(np.stack([s[1] for s in shards]))
+    idx = np.linspace(0, jax.tree.leaves(draws)[0].shape[1] - 1, per_chain).astype(int)
+    picked = jax.tree.map(lambda v: v[:, idx].reshape((-1,) + v.shape[2:]), draws)
+    flat = np.asarray(jax.vmap(lambda p: ravel_pytree(p)[0])(picked), np.float64)
+    grads = np.stack([np.asarray(_shard_gradients(jax.tree.map(lambda v: v[i], picked), x, y), np.float64)
+                      for i in range(flat.shape[0])])
+    return flat, grads / np.asarray(probs)[None, :, None] - grads.sum(1, keepdims=True)
+
+
+def drift_cancellation(flat, dev, surrogates, probs) -> float:
+    """``Σ_{θ,s} f_s ‖D_s(θ) + g_s(θ)‖² / Σ_{θ,s} f_s ‖D_s(θ)‖²``: the share of DSGLD's squared shard drift that
+    CG-DSGLD's local gradient keeps (``g_s`` the conducive term; 0 with exact surrogates, 1 with none), at the
+    draws from :func:`drift_at`. Diagonal or full surrogates."""
+    probs = np.asarray(probs, np.float64)
+    arrays = jaxsub.sgmcmc.conducive_arrays(surrogates, probs)
+    m, c = np.asarray(arrays.matrix, np.float64), np.asarray(arrays.offset, np.float64)
+    cond = (m[None] * flat[:, None, :] if m.ndim == 2 else np.einsum("sij,tj->tsi", m, flat)) + c[None]
+    w = probs[None, :, None]
+    return float((w * (dev + cond) ** 2).sum() / (w * dev**2).sum())
+
+
 def curves(draws, x_test, y_test, seconds):
     """Running posterior-predictive log-lik / accuracy after each draw, per chain and their mean over chains;
     draws: leaves [chains, T, ...]. Returns ``(ll [T], acc [T], seconds [T], final ll per chain, final acc per
@@ -162,7 +202,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     local_steps = 20 if quick else 10
     burn = rounds // 4
     metrics = {"quick": quick, "splits": {}}
-    all_curves, val_curves, rows = {}, {}, []
+    all_curves, val_curves, rows, drift_rows = {}, {}, [], []
     sampler = sgld_chain = None
     programs = {}
     for label, a in progress(SPLITS, desc="splits"):
@@ -223,6 +263,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             sgld_chain = sgld_pooled_fn(rounds, local_steps, CHAINS).lower(
                 jax.random.key(3), px, py, params0, step_size).compile(options)
             metrics["compile_seconds"] = time.perf_counter() - start
+        kept = {}
         for name, sur, alpha in runs:
             start = time.perf_counter()
             _, trace = sampler(jax.random.key(3), positions, *data_args, jaxsub.sgmcmc.conducive_arrays(sur, probs),
@@ -230,6 +271,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             jax.block_until_ready(trace)
             seconds = time.perf_counter() - start
             draws = jax.tree.map(lambda v: v[:, burn:], trace)
+            kept[name] = draws
             all_curves[(label, name)] = curves(draws, x_test, y_test, seconds * (rounds - burn) / rounds)
             val_curves[(label, name)] = curves(draws, x_val, y_val, seconds)
         start = time.perf_counter()
@@ -238,6 +280,15 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         all_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_test, y_test,
                                                       seconds * (rounds - burn) / rounds)
         val_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_val, y_val, seconds)
+        if not quick:  # the cause measured (docs/sgmcmc.md, session 8): how much shard drift each surrogate cancels
+            at_pooled = drift_at(jax.tree.map(lambda v: v[:, burn:], path), shards, probs)
+            drift = {}
+            for expansion, name in expansions:
+                own = drift_at(kept[name], shards, probs)
+                drift[name] = {"at_pooled_sgld_draws": drift_cancellation(*at_pooled, surrogates[expansion], probs),
+                               "at_own_draws": drift_cancellation(*own, surrogates[expansion], probs)}
+                drift_rows.append([label, name, drift[name]["at_pooled_sgld_draws"], drift[name]["at_own_draws"]])
+            metrics["splits"][label]["drift_cancellation_ratio"] = drift
         for name in ("SGLD (pooled)", "DSGLD") + tuple(n for _, n in expansions):
             ll, acc, secs, ll_c, acc_c = all_curves[(label, name)]
             vll, vll_c = val_curves[(label, name)][0][-1], val_curves[(label, name)][3]
@@ -281,6 +332,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
              "scores are the mean over chains of each chain's posterior predictive.")
     rep.table(rows, ["shards", "method", "validation log-lik / point", "per chain", "test log-lik / point",
                      "per chain", "test accuracy", "per chain", "seconds (all chains)"])
+    if drift_rows:
+        rep.text(f"Shard drift left by the conducive term: Σ f_s‖D_s + g_s‖² / Σ f_s‖D_s‖², D_s = ∇ℓ_s/f_s − ∇ℓ (full-shard "
+                 f"gradients), at {DRIFT_DRAWS} draws per chain of pooled SGLD (the posterior) and of the CG chain itself; "
+                 "0 = all of DSGLD's drift cancelled (exact surrogates), 1 = none.")
+        rep.table(drift_rows, ["shards", "CG row", "at pooled-SGLD draws", "at its own draws"])
     rep.json_block(metrics["splits"])
     rep.figure(fig_name, "Held-out log-likelihood and accuracy vs rounds (top two rows) and vs wall-clock (bottom two)")
     rep.write()
