@@ -342,3 +342,62 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     rep.figure(fig_name, "Held-out log-likelihood and accuracy vs rounds (top two rows) and vs wall-clock (bottom two)")
     rep.write()
     return metrics
+
+
+def drift_study(per_chain: int = 20) -> dict:
+    """The session-8 cause measurement beyond the full mode's own table (docs/sgmcmc.md), reproducible with
+    ``python -c "from experiments.cgdsgld_bnn import drift_study; drift_study()"`` (≈ 2 CPU-min): the
+    :func:`drift_cancellation` ratio (a) for the convex logistic model at a = 0.1 (control: Laplace, full
+    precision, FedSGD centre = the library default, and local centres; at 60 draws of its Laplace posterior),
+    (b) for this BNN at Beta(0.1, 0.1) with the FedSGD-centred diagonal and full Gauss-Newton surrogates, at
+    pooled-SGLD draws and, for the diagonal one, at its own CG-DSGLD draws and at DSGLD's draws (L = 10, the
+    full mode's sizes, keys and settings), and where each chain's mean sits relative to pooled SGLD's."""
+    out = {}
+    probs = np.full(NUM_SHARDS, 1.0 / NUM_SHARDS)
+    # (a) logistic control: d = 8, full-shard gradients at draws of N(MAP, H^-1)
+    lshards, _, _, _ = logistic.make_data(10_000, 5_000, 0.1)
+    theta_map, hess = logistic.laplace_reference(lshards)
+    thetas = np.random.default_rng(0).multivariate_normal(theta_map, np.linalg.inv(hess), size=60)
+    lx, ly = jnp.asarray(np.stack([s[0] for s in lshards])), jnp.asarray(np.stack([s[1] for s in lshards]))
+    lgrad = jax.jit(jax.vmap(lambda xs, ys, th: jax.grad(
+        lambda t: jnp.sum(jax.vmap(logistic.loglik, (None, 0))(t, (xs, ys))))(th), (0, 0, None)))
+    grads = np.stack([np.asarray(lgrad(lx, ly, jnp.asarray(t, jnp.float32)), np.float64) for t in thetas])
+    ldev = grads / probs[None, :, None] - grads.sum(1, keepdims=True)
+    for name, kw in (("fedsgd", dict(num_steps=600)), ("local", dict(num_steps=1_000, expansion="local"))):
+        sur = jaxsub.sgmcmc.laplace_surrogates(logistic.logprior, logistic.loglik, lshards, jnp.zeros(8),
+                                               structure="full", optimizer=optax.adam(0.05), **kw)
+        out[f"logistic a=0.1, Laplace full, {name}"] = drift_cancellation(thetas, ldev, sur, probs)
+    # (b) the BNN at Beta(0.1, 0.1), full-mode sizes
+    shards, _, _, _ = logistic.make_data(15_000, 5_000, 0.1)
+    n_total = sum(len(s[1]) for s in shards)
+    params0, eps = init_params(0, shards[0][0].shape[1]), 0.1 / n_total
+    px = jnp.asarray(np.concatenate([s[0] for s in shards]))
+    py = jnp.asarray(np.concatenate([s[1] for s in shards]))
+    rounds, local_steps, burn = 4_000, 10, 1_000
+    pooled = jax.tree.map(lambda v: v[:, burn:], sgld_pooled_fn(rounds, local_steps, CHAINS)(
+        jax.random.key(3), px, py, params0, eps))
+    gn = dict(num_steps=1_000, optimizer=optax.adam(0.02), curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
+    diag = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0, structure="diag", **gn)
+    full = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0, structure="full", **gn)
+    packed = jaxsub.sgmcmc.make_shards(shards)
+    sampler = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
+                                                  num_rounds=rounds, shard_size=len(shards[0][1])))
+    positions = jax.tree.map(lambda v: jnp.stack([v] * CHAINS), params0)
+    own = {alpha: jax.tree.map(lambda v: v[:, burn:], sampler(
+        jax.random.key(3), positions, packed.data, jnp.asarray(packed.sizes, jnp.int32),
+        jnp.asarray(probs, jnp.float32), jaxsub.sgmcmc.conducive_arrays(diag, probs), eps, alpha)[1])
+        for alpha in (0.0, 1.0)}
+    at_pooled = drift_at(pooled, shards, probs, per_chain)
+    at_cg, at_dsgld = drift_at(own[1.0], shards, probs, per_chain), drift_at(own[0.0], shards, probs, per_chain)
+    out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(*at_pooled, diag, probs)
+    out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at its own CG draws"] = drift_cancellation(*at_cg, diag, probs)
+    out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at DSGLD's draws"] = drift_cancellation(*at_dsgld, diag, probs)
+    out["BNN Beta(0.1,0.1), Laplace full GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(*at_pooled, full, probs)
+    # mean of each sampler's draws vs pooled SGLD's, in pooled posterior sd (rms over the d coordinates)
+    sd = at_pooled[0].std(0) + 1e-12
+    for label, (flat, _) in (("DSGLD", at_dsgld), ("CG-DSGLD (Laplace diag GN, FedSGD)", at_cg)):
+        out[f"BNN Beta(0.1,0.1), {label}: |mean - pooled mean| / sd (rms)"] = float(
+            np.sqrt(np.mean(((flat.mean(0) - at_pooled[0].mean(0)) / sd) ** 2)))
+    for k, v in out.items():
+        print(f"{k}: {v:.4f}")
+    return out
