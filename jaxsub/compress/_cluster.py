@@ -807,7 +807,9 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
     zan32 = np.empty(cap, np.float32)
     zn32 = np.einsum("ij,ij->i", z32, z32)
     scale2 = float(xn32[rows].max()) if rows.size else 0.0
-    reach2 = np.float32(4.0 * delta * delta * (1.0 + 1e-3) + 1e-5 * (1.0 + scale2))
+    slack = 1e-5 * (1.0 + scale2)  # far above the float32 round-off of the squared distances
+    reach1 = delta * (1.0 + 1e-3)
+    reach2 = np.float32(4.0 * reach1 * reach1 + slack)
     # bounds on the members' distances to their anchors (_join_block's member_bounds)
     bounds = (np.zeros(x.shape[0]), np.zeros(base + cap))
 
@@ -846,7 +848,11 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
                 cl = cand[live]
                 diff = x32[chunk[live]][:, None, :] - clusters.anchor[base + cl].astype(np.float32)
                 d2 = np.einsum("ijk,ijk->ij", diff, diff)
-                order = np.argsort(d2, axis=1, kind="stable")[:, :_TRIES]
+                # a row at distance t from the mean of n members ends at t n / (n + 1) from the
+                # joined mean: a cluster further than delta (n + 1) / n cannot take it alone
+                n = clusters.counts[base + cl].astype(np.float64)
+                d2[d2 > (reach1 * (n + 1.0) / n) ** 2 + slack] = np.inf
+                order = np.argsort(d2, axis=1, kind="stable")[:, :_BLOCK_TRIES]
                 near = np.take_along_axis(cl, order, axis=1)
                 nd2 = np.take_along_axis(d2, order, axis=1)
                 for t in range(near.shape[1]):
@@ -872,8 +878,10 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
     return np.arange(base, clusters.size)
 
 
-#: Anchors per row of the blocked stream given their true distance (those of smallest lower bound).
+#: Anchors per row of the blocked stream given their true distance (those of smallest lower bound),
+#: and how many of them (the nearest that could take the row) are proposed in turn.
 _BLOCK_CANDIDATES = 4
+_BLOCK_TRIES = 3
 
 
 #: Leader + trim: sets of at most this many rows, and sets the trim leaves mostly unclustered, go
