@@ -880,7 +880,7 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
 
 #: Anchors per row of the blocked stream given their true distance (those of smallest lower bound),
 #: and how many of them (the nearest that could take the row) are proposed in turn.
-_BLOCK_CANDIDATES = 4
+_BLOCK_CANDIDATES = 8
 _BLOCK_TRIES = 3
 
 
