@@ -51,6 +51,17 @@ from every earlier cluster, or refused by the bound) are streamed recursively
 by the same procedure, one row at a time only for sets of at most
 ``_BASE_ROWS`` rows and the first block.
 
+Blocked stream (``rule="blocked"``, the default for ``d > 16`` when more than ``_TRIM_MIN_ROWS``
+rows are left to stream; :func:`_blocked_pass`). Chunks of ``_CHUNK`` rows against *all* clusters
+opened before the chunk: one float32 matrix product of lower bounds in the principal-component
+coordinates, the ``_BLOCK_CANDIDATES`` anchors of smallest bound per row checked with their true
+distance, and only anchors that could take the row alone (``t n / (n + 1) <= delta``) proposed,
+nearest first, to the exact float64 join of :func:`_join_block` (members' distances to the
+anchors read off running bounds, so only the outer shell is gathered); the rows left over are
+streamed in order among themselves by :func:`_sequential`. On the first 5,000 MNIST images at
+``delta = 0.2 / 0.3`` it opens fewer clusters than the exact-join stream (2,927 / 1,422 vs 2,991 /
+1,492) at 0.6-0.8x its CPU time.
+
 High-dimensional rows (the projected search, e.g. MNIST, d = 784). Before the stream,
 :func:`_isolated` finds in bulk the rows with no other row within ``2 delta`` (a float32 screen
 of lower bounds by one matrix product per block of rows against all rows, then the exact
@@ -88,8 +99,9 @@ from jaxsub.validation import check_choice, check_int, check_real
 __all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
 
 #: Clustering rules accepted by :func:`cluster` (module docstring): leader + trim, the exact-join
-#: stream, or ``"auto"``: trim for ``d <= 16``, stream above (on MNIST-like d = 784 rows trimming
-#: drops so many rows that it opens up to 2.5x more clusters than the stream, no faster).
+#: stream, the blocked stream, or ``"auto"``: trim for ``d <= 16``; above, the blocked stream when
+#: more than ``_TRIM_MIN_ROWS`` rows are left to stream, else the exact-join stream (on MNIST-like
+#: d = 784 rows trimming drops so many rows that it opens up to 2.5x more clusters, no faster).
 RULES = ("auto", "trim", "stream", "blocked")
 
 #: Neighbour searches accepted by :func:`cluster` (``"auto"``: k-d tree when
@@ -1207,8 +1219,10 @@ def cluster(
         ``"trim"``: leader + trim, a greedy pass whose clusters are trimmed to radius
         ``delta`` and whose dropped rows are clustered again (module docstring);
         ``"stream"``: the exact-join stream on all rows (slower; fewer clusters on some
-        data, e.g. MNIST); ``"auto"`` (default): ``"trim"`` for ``d <= 16``, else
-        ``"stream"``. All return every radius ``<= delta``.
+        data, e.g. MNIST); ``"blocked"``: the same join rule with chunks of rows compared
+        with all clusters at once (for large ``d``); ``"auto"`` (default): ``"trim"`` for
+        ``d <= 16``, else ``"blocked"`` (``"stream"`` when at most 2,048 rows are left after
+        the bulk screen of isolated rows). All return every radius ``<= delta``.
     kdtree_eps, projected_dims, projected_candidates
         SciPy's approximation factor; principal components and candidate
         leaders per row of ``"projected"``.
