@@ -60,7 +60,7 @@ nearest first, to the exact float64 join of :func:`_join_block` (members' distan
 anchors read off running bounds, so only the outer shell is gathered); the rows left over are
 streamed in order among themselves by :func:`_sequential`. On the first 5,000 MNIST images at
 ``delta = 0.2 / 0.3`` it opens fewer clusters than the exact-join stream (2,927 / 1,422 vs 2,991 /
-1,492) at 0.6-0.8x its CPU time.
+1,492) at 0.6-0.85x its CPU time.
 
 High-dimensional rows (the projected search, e.g. MNIST, d = 784). Before the stream,
 :func:`_isolated` finds in bulk the rows with no other row within ``2 delta`` (a float32 screen
@@ -499,6 +499,8 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool, m
         mem = None
         block_sums = _segment_sums(xs, starts)  # every proposed row taken (the usual case)
         for _ in range(_JOIN_ROUNDS):
+            if mem is not None and member_bounds is not None:
+                exact_mem[:] = False  # exact distances are to this round's mean only
             w = take.astype(np.float64)
             cnt = clusters.counts[gid] + np.add.reduceat(w, starts)
             added = block_sums if take.all() else _segment_sums(xs, starts, w)
@@ -530,7 +532,6 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool, m
                     dsh = x[mem[sel[shell]]] - mean[mg[sel[shell]]]
                     val[shell] = np.sqrt(np.einsum("ij,ij->i", dsh, dsh))
                     if member_bounds is not None:  # exact distances to this round's mean
-                        exact_mem[:] = False
                         exact_mem[sel[shell]] = True
                         exact_val = np.zeros(mem.size)
                         exact_val[sel[shell]] = val[shell]
