@@ -1,8 +1,8 @@
 """jaxsub.compress: compression and speed of the clustering, gradient speed-up, end-to-end time, shards.
 
 (c) Compression and clustering throughput at three radii per dataset: c and rho of
-    ``cluster`` (``rule="auto"``: leader + trim for d <= 16, the exact-join stream above),
-    of ``rule="stream"`` (the previous default; one run, its rows per CPU-second), and of the greedy
+    ``cluster`` (``rule="auto"``: leader + trim for d <= 16, the blocked stream above), of
+    ``rule="stream"`` (the previous default; one run, its rows per CPU-second), and of the greedy
     leader pass + exact repair (every row joins its nearest leader within delta;
     float64 check and repair of the violators) at the same delta; rows/s of
     ``cluster`` end to end (validation, stream, exact check, covariances), by wall clock
@@ -21,6 +21,27 @@
     same number of draws on the exact posterior (flights, middle radius).
 (d) Shards: rows/s of ``cluster_shards`` over 1, 2 and 4 shards of flights (2 host
     threads), and the growth of c with the number of shards.
+(e) End to end at equal posterior quality (issue 13, item 4): time until the posterior mean is
+    within ``EPSILON`` posterior sd of the exact posterior's (root mean square over the
+    parameters), for exact NUTS vs clustering + NUTS on the second-order compressed posterior.
+    Two tables: California housing (linear regression on the joint (x, y) clustering, noise sd
+    fixed at the least-squares residual sd: the exact posterior is Gaussian and known in closed
+    form, the reference) and the first 100,000 shuffled flights rows (3-class softmax, 30
+    parameters; reference: the Laplace approximation at the exact posterior's mode, whose mean
+    and sd differ from the posterior's by O(N^-1/2) sd, far below EPSILON; the exact chain's
+    own bias estimate checks it). Each chain is NUTS preconditioned by the reference fit
+    (whitened coordinates theta = mean + chol z, start at z = 0: what a user starting from a
+    Laplace/MAP fit does; the same for both, and the fit's cost is not charged to the exact
+    chain, so the comparison leans towards exact NUTS): BlackJAX window adaptation (diagonal
+    mass matrix, WARMUP steps), then DRAWS draws, all in one compiled
+    program (compile time apart); its time is split into warm-up and sampling by their gradient
+    evaluations. Per parameter p, with err_p the chain's |mean - reference mean| / reference sd
+    and ess_p its effective sample size, the squared bias is estimated as
+    B^2 = mean_p (err_p^2 - 1 / ess_p) (the Monte Carlo part removed; a mean over the
+    parameters, so its noise is small), and the draws needed for a root-mean-square error
+    sqrt(B^2 + mean_p 1 / ess_p) <= EPSILON are DRAWS mean_p(1 / ess_p) / (EPSILON^2 - B^2)
+    (none if B >= EPSILON); time to EPSILON = clustering + warm-up + draws needed x seconds
+    per draw. The largest err_p is printed too.
 """
 from __future__ import annotations
 
@@ -36,7 +57,7 @@ from benchmarks._common import compare
 from jaxsub import compress, datasets
 from jaxsub.compress._cluster import _repair, _search_settings, _stream_labels
 
-TITLE = "compress: rho vs greedy leader + repair, rows/s, gradient speed-up, end-to-end, shards"
+TITLE = "compress: rho vs greedy leader + repair, rows/s, gradient speed-up, end-to-end, shards, equal quality"
 
 #: Gradients per timed call (HMC evaluates gradients inside a compiled scan).
 GRADS_PER_CALL = 20
@@ -99,6 +120,148 @@ def _grad_fn(logprior, loglik):
     return jax.jit(grads)
 
 
+#: Part (e): target posterior-mean error (posterior sd units), warm-up steps and draws per chain.
+EPSILON = 0.1
+WARMUP, DRAWS = 300, 500
+
+
+def _nuts_program(logprior, loglik, second_order, num_warmup, num_draws):
+    """One compiled program: window adaptation of NUTS, then ``num_draws`` draws; returns the
+    draws and the gradient evaluations of the warm-up and of the sampling.
+
+    The chain runs in whitened coordinates ``theta = mean + chol z`` (``mean``, ``chol``: the
+    reference posterior's mean and Cholesky factor, passed as arguments; a constant Jacobian),
+    i.e. NUTS preconditioned by the Laplace fit, starting at ``z = 0``; the draws are returned
+    as ``theta``.
+    """
+
+    def program(key, mean, chol, pseudo):
+        fn = compress.logdensity(logprior, loglik, pseudo, second_order=second_order)
+        shape = mean.shape
+        to_theta = lambda z: mean + (chol @ z).reshape(shape)  # noqa: E731
+        fz = lambda z: fn(to_theta(z))  # noqa: E731
+        k_warm, k_draw = jax.random.split(key)
+        warm = blackjax.window_adaptation(blackjax.nuts, fz)
+        (state, params), winfo = warm.run(k_warm, jnp.zeros(chol.shape[0]), num_steps=num_warmup)
+        nuts = blackjax.nuts(fz, **params)
+
+        def one(carry, kk):
+            new, info = nuts.step(kk, carry)
+            return new, (to_theta(new.position), info.num_integration_steps)
+
+        _, (draws, steps) = jax.lax.scan(one, state, jax.random.split(k_draw, num_draws))
+        return draws, jnp.sum(winfo.info.num_integration_steps), jnp.sum(steps)
+
+    return program
+
+
+def _time_to_epsilon(draws, ref_mean, ref_sd, seconds, warm_grads, draw_grads, cluster_s):
+    """Part (e)'s figures of one chain (module docstring)."""
+    flat = np.asarray(draws, np.float64).reshape(draws.shape[0], -1)
+    ess = np.asarray(blackjax.diagnostics.effective_sample_size(jnp.asarray(flat)[None]), np.float64)
+    err = np.abs(flat.mean(axis=0) - ref_mean) / ref_sd
+    inv_ess = float(np.mean(1.0 / ess))
+    bias2 = max(float(np.mean(err**2)) - inv_ess, 0.0)
+    per_grad = seconds / (warm_grads + draw_grads)
+    per_draw = per_grad * draw_grads / flat.shape[0]
+    room = EPSILON**2 - bias2
+    needed = flat.shape[0] * inv_ess / room if room > 0 else float("inf")
+    sd_ratio = flat.std(axis=0) / ref_sd
+    return dict(rms_err_sd=float(np.sqrt(np.mean(err**2))), max_err_sd=float(err.max()), bias_sd=float(np.sqrt(bias2)),
+                min_ess=float(ess.min()), sd_ratio_min=float(sd_ratio.min()), sd_ratio_max=float(sd_ratio.max()),
+                warmup_s=per_grad * warm_grads, s_per_draw=per_draw, draws_needed=needed, cluster_s=cluster_s,
+                time_to_eps_s=cluster_s + per_grad * warm_grads + per_draw * needed)
+
+
+def _laplace_softmax(x, y, k, prior_sd=1.0, steps=30):
+    """Mode and covariance of the softmax posterior (Newton's method, float64, NumPy)."""
+    n, d = x.shape
+    w = np.zeros((d, k))
+    onehot = np.eye(k)[y]
+    for _ in range(steps):
+        logits = x @ w
+        logits -= logits.max(axis=1, keepdims=True)
+        prob = np.exp(logits)
+        prob /= prob.sum(axis=1, keepdims=True)
+        grad = (x.T @ (onehot - prob)).ravel() - w.ravel() / prior_sd**2
+        # Hessian of the negative log-posterior: sum_i (diag(p_i) - p_i p_i^T) (x) x_i x_i^T + I / s^2
+        outer = np.einsum("na,nb->nab", prob, prob)
+        cov = np.einsum("nab,ni,nj->iajb", np.einsum("na,ab->nab", prob, np.eye(k)) - outer, x, x)
+        hess = cov.reshape(d * k, d * k) + np.eye(d * k) / prior_sd**2
+        step = np.linalg.solve(hess, grad)
+        w = w + step.reshape(d, k)
+        if np.abs(step).max() < 1e-10:
+            break
+    cov = np.linalg.inv(hess)
+    return w.ravel(), np.sqrt(np.diag(cov)), cov
+
+
+def _equal_quality(quick):
+    """Part (e): rows of exact vs second-order compressed NUTS to the same posterior error."""
+    rows = []
+    warmup, draws = (100, 150) if quick else (WARMUP, DRAWS)
+    key = jax.random.key(13)
+    tables = []
+    # California housing: linear regression, noise sd fixed, analytic Gaussian posterior
+    z, _ = _cadata(quick)
+    xr, yr = z[:, :-1], z[:, -1]
+    design = np.column_stack([xr, np.ones(xr.shape[0])])
+    coef = np.linalg.lstsq(design, yr, rcond=None)[0]
+    noise = float(np.std(yr - design @ coef))
+    prior_sd = 10.0
+    prec = design.T @ design / noise**2 + np.eye(design.shape[1]) / prior_sd**2
+    cov = np.linalg.inv(prec)
+    ref = (cov @ design.T @ yr / noise**2, np.sqrt(np.diag(cov)), cov)
+
+    def lin_prior(p):
+        return -0.5 * jnp.sum(p**2) / prior_sd**2
+
+    def lin_lik(p, datum):
+        xx, yy = datum
+        return -0.5 * ((yy - xx @ p[:-1] - p[-1]) / noise) ** 2
+
+    tables.append(("cadata", xr, yr, ref, lin_prior, lin_lik, ref[0], (0.1,)))
+    # flights: 3-class softmax on the first 100,000 shuffled rows, Laplace reference
+    xf, yf = _flights(True)
+    if quick:
+        xf, yf = xf[:20000], yf[:20000]
+    k = int(yf.max()) + 1
+    logprior, loglik, _ = _model(xf.shape[1], k)
+    ref = _laplace_softmax(xf, yf, k)
+    tables.append(("flights", xf, yf, ref, logprior, loglik, ref[0].reshape(xf.shape[1], k), (0.1,)))
+    for name, x, y, ref, lp, ll, pos, radii in tables:
+        n = x.shape[0]
+        cast = lambda tree: jax.tree.map(  # noqa: E731
+            lambda a: jnp.asarray(a, jnp.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else jnp.float32), tree)
+        runs = [("exact", 0.0, 0.0, compress.Pseudodata(cast((x, y)), jnp.ones(n, jnp.float32)), False)]
+        for delta in radii:
+            t = time.perf_counter()
+            cl = compress.cluster_supervised(x, y, delta)
+            cl_s = time.perf_counter() - t
+            pseudo = compress.pseudodata(cl, second_order=True)
+            runs.append((f"2nd order, c = {cl.c:,}", delta, cl_s, cast(pseudo), True))
+        compiled = {}
+        for label, delta, cl_s, pseudo, order2 in runs:
+            program = _nuts_program(lp, ll, order2, warmup, draws)
+            args = (key, jnp.asarray(pos, jnp.float32), jnp.asarray(np.linalg.cholesky(ref[2]), jnp.float32), pseudo)
+            sig = (order2, tuple(a.shape for a in jax.tree.leaves(pseudo)))
+            tc = time.perf_counter()
+            if sig not in compiled:
+                compiled[sig] = jax.jit(program).lower(*args).compile()
+            compile_s = time.perf_counter() - tc
+            t = time.perf_counter()
+            out, wg, dg = jax.block_until_ready(compiled[sig](*args))
+            seconds = time.perf_counter() - t
+            fig = _time_to_epsilon(np.asarray(out), ref[0], ref[1], seconds, float(wg), float(dg), cl_s)
+            rows.append(dict(part="e", dataset=name, n=n, method=label, delta=delta, compile_s=compile_s,
+                             chain_s=seconds, epsilon=EPSILON, load=_load(), **fig))
+            print(rows[-1], flush=True)
+        exact_t = rows[-len(runs)]["time_to_eps_s"]
+        for r in rows[-len(runs):]:
+            r["speedup_to_eps"] = exact_t / r["time_to_eps_s"] if r["time_to_eps_s"] > 0 else float("nan")
+    return rows
+
+
 def _load():
     try:
         return os.getloadavg()[0]
@@ -124,12 +287,10 @@ def run(*, quick: bool) -> list[dict]:
                 times.append(time.perf_counter() - t)
                 cpu.append(time.process_time() - tc)
             ref = _leader_repair(x, delta)
-            if x.shape[1] <= 16:  # the previous default, the exact-join stream (one run)
-                tc = time.process_time()
-                old_c = compress.cluster(x, delta, rule="stream").c
-                old_cpu = time.process_time() - tc
-            else:  # rule="auto" is the stream rule for d > 16
-                old_c, old_cpu = cl.c, float(np.median(cpu))
+            # the exact-join stream (the previous default for every d; one run)
+            tc = time.process_time()
+            old_c = compress.cluster(x, delta, rule="stream").c
+            old_cpu = time.process_time() - tc
             med = float(np.median(times))
             rows.append(dict(part="c", dataset=name, n=x.shape[0], d=x.shape[1], delta=delta, method=cl.method,
                              c=cl.c, rho=cl.rho, leader_repair_c=ref, ratio_to_leader=cl.c / ref,
@@ -197,6 +358,8 @@ def run(*, quick: bool) -> list[dict]:
         rows.append(dict(part="d", dataset="flights", n=n, shards=shards, delta=0.05, c=cl.c, rho=cl.rho,
                          seconds_median=med, rows_per_s=n / med, load=_load()))
         print(rows[-1], flush=True)
+    # ---- (e) end to end at equal posterior quality
+    rows += _equal_quality(quick)
     print(markdown(rows))
     return rows
 
@@ -230,6 +393,18 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         if r["part"] == "d":
             out.append(f"| {r['shards']} | {r['c']:,} | {f(r['rho'], '.4f')} | {f(r['seconds_median'], '.2f')} | {f(r['rows_per_s'], ',.0f')} |")
+    out += ["", f"End to end at equal posterior quality: time until the root-mean-square posterior-mean error over the "
+            f"parameters is <= {EPSILON} posterior sd (bias estimated with the Monte Carlo part removed; compile time apart)",
+            "", "| data | N | method | delta | clustering s | warm-up s | s / draw | min ESS | rms err (sd) | max err (sd) | "
+            "bias (sd) | sd ratio | draws needed | time to eps s | speed-up |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["part"] == "e":
+            out.append(f"| {r['dataset']} | {r['n']:,} | {r['method']} | {r['delta']} | {f(r['cluster_s'], '.2f')} | "
+                       f"{f(r['warmup_s'], '.2f')} | {f(r['s_per_draw'], '.2e')} | {f(r['min_ess'], '.0f')} | "
+                       f"{f(r['rms_err_sd'], '.3f')} | {f(r['max_err_sd'], '.3f')} | {f(r['bias_sd'], '.3f')} | "
+                       f"{f(r['sd_ratio_min'], '.2f')}-{f(r['sd_ratio_max'], '.2f')} | {f(r['draws_needed'], '.0f')} | "
+                       f"{f(r['time_to_eps_s'], '.2f')} | {f(r['speedup_to_eps'], '.1f')}x |")
     out += ["", "Issue targets (rows/s by wall clock, clustering end to end; c / (leader + repair) <= 1.5):", ""]
     for r in rows:
         if r["part"] == "c":

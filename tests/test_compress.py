@@ -366,11 +366,17 @@ def test_radius_is_at_most_delta_exactly_on_adversarial_streams(name):
         assert cl.c <= 300
 
 
-@pytest.mark.parametrize("rule", ["trim", "stream"])
-@pytest.mark.parametrize("name", ["sorted", "sorted_by_norm", "duplicated", "one_far_outlier_first", "d1_sorted", "shell"])
+@pytest.mark.parametrize(
+    "name, rule",
+    [(n, r) for r in ("trim", "stream") for n in ("sorted", "sorted_by_norm", "duplicated", "one_far_outlier_first",
+                                                  "d1_sorted", "shell")]
+    + [(n, "blocked") for n in ("d784", "d784_spread", "duplicated", "one_far_outlier_last", "d1")],
+)
 def test_both_rules_keep_the_radius_on_adversarial_streams(name, rule):
-    # rule="auto" picks trim for d <= 16 on sets of more than _TRIM_MIN_ROWS rows only; here
-    # both rules run on every low-dimensional adversarial stream
+    # rule="auto" picks trim for d <= 16 on sets of more than _TRIM_MIN_ROWS rows only, and the
+    # blocked stream for d > 16 on sets of more than _TRIM_MIN_ROWS rows left after the isolation
+    # screen; here every rule runs on adversarial streams of its own (the blocked one on d = 784
+    # and on low-dimensional ones, where it takes the exact k-d-tree coordinates)
     x, delta = _adversarial_streams()[name]
     cl = compress.cluster(x, delta, rule=rule)
     _check_clustering(x, cl, delta)
@@ -475,6 +481,14 @@ def test_join_rule_spends_the_radius(name, rule):
     assert cl.c <= 1.5 * reference, (cl.c, reference)
     # the clusters use the radius: the largest one is close to delta
     assert cl.radius > 0.5 * delta
+    if name == "blobs784":
+        # the blocked stream (rule="auto" for d > 16 when more than _TRIM_MIN_ROWS rows are left
+        # to stream; here auto is the exact-join stream, 1,000 rows) keeps the radius and opens no
+        # more clusters than the exact-join stream or the previous rule
+        blocked = compress.cluster(x, delta, rule="blocked")
+        _check_clustering(x, blocked, delta)
+        assert blocked.c <= min(cl.c, previous), (blocked.c, cl.c, previous)
+        assert blocked.radius > 0.5 * delta
 
 
 def test_greedy_leader_reference_is_a_leader_clustering():
