@@ -297,6 +297,23 @@ def test_bad_tables_and_settings_raise():
         cc.CrossCatGrids(row_d=(0.5, 1.0))
     with pytest.raises(ValueError, match="schedule"):
         cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.loom(4))
+    with pytest.raises(ValueError, match="initial_views"):
+        cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.linear_anneal(4, 8), initial_views="random")
+
+
+@pytest.mark.parametrize("kind", ["crp", "py"])
+def test_prior_view_partition_draws_the_view_prior(kind):
+    """``fit``'s default start (``initial_views="prior"``): every chain's partition of the features into views is a
+    draw from the view prior. Chi-square of 4,000 draws over the 5 partitions of 3 features against the EPPF;
+    labels are in order of first appearance (canonical), so label vectors identify partitions."""
+    model = _model(kind)
+    vp = model.view_prior
+    parts = list(exact.enumerate_partitions(3))
+    probs = np.exp([exact.log_eppf(np.bincount(p), vp.alpha, vp.discount) for p in parts])
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: cc.prior_view_partition(k, model)))(
+        jax.random.split(jax.random.key(7), 4000)))
+    index = {tuple(p): i for i, p in enumerate(parts)}
+    assert_discrete_matches([index[tuple(d)] for d in draws], probs / probs.sum())
 
 
 @pytest.mark.parametrize("feature_moves", [False, pytest.param(True, marks=pytest.mark.slow)])
