@@ -15,6 +15,8 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   (target >= 1e5/s on the full table; also per process CPU-second, for readings on a loaded machine) and per row (flat in N); ``crosscat_feature_sweep``: one
   feature sweep (Algorithm 8 + new-view MH for every column, all their prior partitions drawn in one
   loop over the rows) vs one row sweep (N ticks), at the same N.
+* ``pylace_rows`` (if the optional peer is installed): pylace's default update on the same 1e4 flights rows,
+  one state, ~5 s: view-row assignments/s beside jaxsub's; then the issue's targets read off the rows.
 
 Everything runs on the default JAX device (``jax.devices()[0]``, CPU or an accelerator); data come
 from ``jaxsub.datasets``.
@@ -123,12 +125,13 @@ def run(*, quick: bool = False) -> list[dict]:
             states = states._replace(cursor=jnp.zeros((chains,), jnp.int32))
             keys = jax.random.split(jax.random.key(1), chains)
             win = windows_for(chains)
-            first, times = _timed(lambda i: sweep(states, keys, win, enc))
+            cpu = []
+            first, times = _timed(lambda i: sweep(states, keys, win, enc), cpu=cpu)
             best = float(np.median(times))
             rows.append({"case": "kernel", "N": n, "chains": chains, "steps_per_chain": steps,
                          "seconds": best, "assignments_per_s": chains * steps / best,
-                         "view_row_assignments_per_cpu_s": chains * views * ticks / float(np.median(cpu)),
-                        "first_call_s": first})
+                         "assignments_per_cpu_s": chains * steps / float(np.median(cpu)),
+                         "first_call_s": first})
         # NumPy reference: checker (identical decisions for the first np_steps) and baseline
         ref = NumpyGibbs(model, enc, z0, capacity)
         key = jax.random.split(jax.random.key(1), 1)[0]
@@ -169,7 +172,65 @@ def run(*, quick: bool = False) -> list[dict]:
                  "prior_gibbs_s": timing["baseline_s"], "anneal_s": timing["candidate_s"],
                  "speedup": timing["speedup"]})
     rows += _crosscat(quick)
+    rows += _pylace_rows(quick)
+    rows += _targets(rows)
     return rows
+
+
+def _pylace_rows(quick, seconds=5.0):
+    """pylace (the optional peer) on the same 1e4 flights rows: view-row assignments/s of its default update
+    (one iteration = every row reassigned in every view, plus column moves), one state (one thread busy)."""
+    try:
+        import pandas as pd
+        from lace import Engine
+    except ImportError:
+        return [{"case": "pylace_rows", "note": "pylace not installed (optional extra 'peers')"}]
+    from jaxsub.datasets import load_crosscat_flights
+
+    ds = load_crosscat_flights()
+    n = 10_000
+    x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
+    kinds = ds.extras["kinds"]
+    df = pd.DataFrame({nm: (pd.Series(x[:, j]) if k == "real" else pd.Series(x[:, j], dtype="Int64").astype("string"))
+                       for j, (nm, k) in enumerate(zip(ds.feature_names, kinds))})
+    df.index.name = "ID"
+    eng = Engine.from_df(df, n_states=1, rng_seed=0)
+    eng.update(2, quiet=True)  # warm-up
+    iters, t0, c0 = 0, time.perf_counter(), time.process_time()
+    views = []
+    while time.perf_counter() - t0 < seconds:
+        eng.update(1, quiet=True)
+        iters += 1
+        views.append(len(set(eng.column_assignment(0))))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    v = float(np.mean(views))
+    return [{"case": "pylace_rows", "N": n, "chains": 1, "iterations": iters, "seconds": wall, "mean_views": v,
+             "row_ticks_per_s": iters * n / wall, "view_row_assignments_per_s": iters * n * v / wall,
+             "view_row_assignments_per_cpu_s": iters * n * v / cpu}]
+
+
+def _targets(rows):
+    """The issue's benchmark targets, read off the rows above (wall-clock; CPU-second figure beside it)."""
+    cc_all = [r for r in rows if r.get("case") == "crosscat_rows"]
+    if not cc_all:
+        return []
+    n_max = max(r["N"] for r in cc_all)
+    best = max((r for r in cc_all if r["N"] == n_max), key=lambda r: r["view_row_assignments_per_s"])
+    per_row = {r["N"]: r["view_row_assignments_per_s"] for r in cc_all if r["chains"] == 1}
+    fs = [r for r in rows if r.get("case") == "crosscat_feature_sweep"]
+    lace = [r for r in rows if r.get("case") == "pylace_rows" and "view_row_assignments_per_s" in r]
+    out = [{"case": "target: crosscat view-row assignments/s >= 1e5 (10x loom's ~1e4)", "N": n_max,
+            "chains": best["chains"], "value": best["view_row_assignments_per_s"],
+            "per_cpu_s": best["view_row_assignments_per_cpu_s"], "met": best["view_row_assignments_per_s"] >= 1e5},
+           {"case": "flat in N: 1-chain rate at the largest / smallest N", "N": n_max,
+            "value": per_row[n_max] / per_row[min(per_row)] if per_row else float("nan")}]
+    out += [{"case": "feature sweep / row sweep", "N": r["N"], "value": r["feature_over_row_sweep"]} for r in fs]
+    if lace:
+        one = [r for r in cc_all if r["chains"] == 1 and r["N"] == lace[0]["N"]]
+        if one:
+            out.append({"case": "jaxsub 1 chain / pylace 1 state, view-row assignments per CPU-s", "N": lace[0]["N"],
+                        "value": one[0]["view_row_assignments_per_cpu_s"] / lace[0]["view_row_assignments_per_cpu_s"]})
+    return out
 
 
 def _crosscat(quick):

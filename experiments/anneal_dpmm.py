@@ -31,7 +31,9 @@ from jaxsub.datasets import load_military
 TITLE = "Subsample annealing: DP / Pitman-Yor mixtures of military (paper Figure 3), held-out score per budget"
 
 
-def run(out_dir, *, quick: bool = False) -> dict:
+def run(out_dir, *, quick: bool = False, budgets=None, model_names=None) -> dict:
+    """``budgets`` / ``model_names`` (``python -c``, not the runner): a smaller full-size run (all rows) with
+    fewer budgets (e.g. ``(1, 2)``) or models (e.g. ``("DP",)``); the report says so."""
     import matplotlib.pyplot as plt
 
     ds = load_military()
@@ -46,10 +48,13 @@ def run(out_dir, *, quick: bool = False) -> dict:
     # differently with its length; not investigated further).
     # quick mode (CPU-time budget of the quick suite): the DP model only, 2,400 rows; full mode: DP and PY
     # on all rows.
+    reduced = budgets is not None or model_names is not None
+    requested = budgets
     if quick:
         num_rows, budgets, num_chains, capacity = 2_400, (1, 2), 4, 1024
     else:
         num_rows, budgets, num_chains, capacity = x_all.shape[0], (1, 2, 4), 4, 64
+    budgets_default, budgets = budgets, requested
     rows_idx = perm[:num_rows]
     n_train = num_rows * 7 // 8
     train, test = x_all[rows_idx[:n_train]], x_all[rows_idx[n_train:]]
@@ -62,12 +67,19 @@ def run(out_dir, *, quick: bool = False) -> dict:
     }
     if quick:
         del models["PY"]
+    if budgets is None:
+        budgets = budgets_default
+    if reduced:  # a reduced run: say what differs from the full mode
+        budgets = tuple(budgets)
+        models = {k: models[k] for k in (model_names or tuple(models))}
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n\n", 1)[1])
     rep.heading("Setup")
     rep.text(f"{ds.description} Used {num_rows:,} rows: {n_train:,} train / {n_test:,} test; "
              f"{num_chains} chains per strategy and budget; budgets {list(budgets)} x N assignments. "
-             f"Mode: {'quick (DP only, 2,400 rows)' if quick else 'full (DP and PY, all rows)'}.")
+             f"Mode: {'quick (DP only, 2,400 rows)' if quick else 'full (DP and PY, all rows)'}"
+             + (f"; REDUCED to models {list(models)} and budgets {list(budgets)} (full mode: DP and PY, "
+                f"budgets {list(budgets_default)})." if reduced else "."))
     metrics: dict = {"n_train": n_train, "n_test": n_test, "budgets": list(budgets)}
     span = n_train
     bmax = max(budgets)
