@@ -187,6 +187,7 @@ def mh_decision(
     exact: bool,
     pair_control_variate: tuple[Callable, Array] | None = None,
     reward_range=None,
+    coefficients: tuple[Array, Array] | None = None,
     **engine_options,
 ):
     """Decide ``log u < log_f0_gap + sum_n [l_n(x') - l_n(x)]`` by racing (or exactly).
@@ -211,6 +212,11 @@ def mh_decision(
         ``(h, h_mean)`` with ``h(indices) -> [m, 2]`` and ``h_mean`` its ``[2]`` mean.
     reward_range
         Per-arm reward range ``C_i`` (scalar or ``[2]``) for ``bound="ebs"``.
+    coefficients
+        ``None`` (the thresholds of ``delta``), or per-stage threshold coefficients
+        ``(a_t, b_t)`` of :func:`jaxsub.discrete.racing_coefficients` as (traceable)
+        arrays: the same race with another threshold, e.g. a deliberately loosened
+        one in a negative control, without a new compile.
     engine_options
         Further options of :func:`jaxsub.discrete.racing` (e.g. ``skew_guard``).
 
@@ -247,7 +253,10 @@ def mh_decision(
         gumbel_noise=False,
         **kwargs,
     )
-    choice, info = sample(rng_key, log_f0)
+    if coefficients is None:
+        choice, info = sample(rng_key, log_f0)
+    else:
+        choice, info = sample.with_coefficients(rng_key, log_f0, *coefficients)
     has_nan = jnp.asarray(info.has_nan)
     accept = jnp.logical_and(choice == 1, ~has_nan)
     return (
