@@ -303,14 +303,18 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         g_state, g_info = gibbs_kernel(jax.random.split(key_k, num_chains), jaxsub.racing_gibbs.RacingGibbsState(k),
                                        log_f0s, all_loglik, thetas, control_variate=(all_cv, all_cv_mean))
         k_new = g_state.position
+        gibbs_keys = jax.random.split(key_k, num_chains)
         positions = (w[chains, k_new], k_new)
         states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
         mh_states, mh_info = mh_kernel(jax.random.split(key_mh, num_chains), states, logprior_fn, loglik_fn, rows,
                                        proposal, cv_mh)
         w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
+        # what re-makes every decision exactly offline (same noise; unused outputs cost nothing under jit)
         record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
                       mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
-                      has_nan=g_info.has_nan | mh_info.has_nan)
+                      has_nan=g_info.has_nan | mh_info.has_nan, gibbs_key=jax.random.key_data(gibbs_keys),
+                      log_f0=log_f0s, thetas=thetas, w_old=positions[0], w_prop=mh_info.proposal[0],
+                      log_u=mh_info.log_uniform, log_ratio=mh_info.log_prior_proposal_ratio)
         return (k_new, w_new), record
 
     return sweep
