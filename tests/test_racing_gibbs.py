@@ -197,6 +197,7 @@ def test_batched_kernel_contract_traced_beta_and_one_trace():
     modes = np.argmax(sums, axis=1)
     assert len(set(modes.tolist())) == d  # the modes differ across chains
     wrong = np.sum(np.asarray(concrete[1][0].position) != modes)
+    assert np.any(draws != np.asarray(concrete[1][0].position))  # beta reached the race: 0.5 and inf differ
     assert wrong <= c * delta + Z_CRITICAL * np.sqrt(c * delta * (1 - delta)), f"{wrong} of {c} chains missed the mode"
     exact = jaxsub.racing_gibbs.build_kernel(n, delta=None, exact=True)
     mode0 = exact(keys[0], jaxsub.racing_gibbs.init(0), jnp.zeros(d), lambda i: log_factors(i, shifts[0]), None, jnp.inf)
