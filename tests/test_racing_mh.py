@@ -279,6 +279,12 @@ def test_step_traces_once():
     chex.clear_trace_counter()
 
 
+# Slow (session 8, to pay for the batched-kernel and power tests): the same pattern (a racing kernel rebuilt
+# inside a jitted Gibbs sweep, closing over the other block, alternating with blackjax.hmc; joint posterior
+# checked) stays fast for racing Gibbs (tests/test_racing_gibbs.py::test_racing_gibbs_in_sweep_with_blackjax_hmc),
+# and racing MH inside a sweep with racing Gibbs is checked decision by decision by
+# tests/test_arch_model.py::test_batched_sweep_decisions_match_exact_decisions.
+@pytest.mark.slow
 def test_gibbs_sweep_alternating_with_blackjax_hmc():
     """Two-block Gibbs for y_n ~ N(a + b t_n, 1): a by racing MH, b by blackjax.hmc; analytic posterior."""
     rng = np.random.default_rng(4)
