@@ -163,10 +163,9 @@ def packed_rows(data, pilot, *, seed: int = 0):
 #: Engine option ``exact_pass_cost`` of the batched sweep's races: a race still running at the
 #: first stage that would draw ``>= c N`` new random data finishes with one contiguous exact pass
 #: over the surviving arms instead (this only removes error events; Prop. 1 still holds). The
-#: engine's default 0.25 lets a hard race read up to N/4 data at random first, at a per-datum cost
-#: far above the exact pass's. None (the default): the library kernels with the engine's default,
-#: which was faster in the quieter calls of an A/B at full N (docs/racing_kernels.md, session 7).
-EXACT_PASS_COST = None
+#: engine's default (0.25) lets a hard race read up to N/4 data at random first; 0.02 was slower in
+#: the quieter calls of an A/B at full N (docs/racing_kernels.md, session 7), so the default is kept.
+EXACT_PASS_COST = jaxsub.racing.engine.DEFAULT_EXACT_PASS_COST
 
 
 def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
@@ -174,15 +173,12 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
     """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once (issue 16, item 4).
 
     ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
-    draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`, or
-    :func:`jaxsub.discrete.racing_batch` when ``block_size > 1``) and the C SGLD-proposal MH tests
+    draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`) and the C SGLD-proposal MH tests
     through one racing-MH batch (:func:`jaxsub.racing_mh.build_batched_kernel`): each round advances
     only the unfinished races, so chains do not wait for the slowest one and the fixed cost of a
     stage is paid once per round. The MH position is ``(w_k, k)``: the chain's model rides along so
     that one log-likelihood function serves chains in different models. Data: :func:`packed_rows`.
-    With ``exact_pass_cost`` set, both batches call :func:`jaxsub.discrete.racing_batch` directly
-    (the batched kernels do not forward engine options yet): the same decisions as the kernels'
-    except that hard races switch to the exact pass sooner (see :data:`EXACT_PASS_COST`).
+    ``block_size`` and ``exact_pass_cost`` are the batched kernels' options (see :data:`EXACT_PASS_COST`).
     """
     n = data.num_data
     mk = masks()
@@ -211,20 +207,9 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
     def all_cv_mean(thetas):
         return cv_mean_values(pilot.cv_mean, pilot.alpha_hat, pilot.mu, thetas, order=cv_order)
 
-    engine = {} if exact_pass_cost is None else {"exact_pass_cost": exact_pass_cost}
-    if block_size == 1 and exact_pass_cost is None:
-        gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size)
-    else:  # racing_gibbs.build_batched_kernel has no block_size / engine options (yet): the engine's batch directly
-        sample = jaxsub.discrete.racing_batch(
-            all_loglik, len(ORDERS), n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size,
-            control_variate=(all_cv, all_cv_mean), block_size=block_size, **engine,
-        )
-
-        def gibbs_kernel(keys, states, log_f0s, fn, params, control_variate=None):
-            draws, info = sample(keys, log_f0s, params)
-            new = jnp.where(info.has_nan, states.position, draws.astype(jnp.int32))
-            return jaxsub.racing_gibbs.RacingGibbsState(new), info
-
+    gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(
+        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
+        exact_pass_cost=exact_pass_cost)
 
     def model_of(pos):
         w, k = pos
@@ -251,38 +236,9 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
                               pilot.mu[k] + pilot.chol[k] @ w, order=cv_order)
 
     cv_mh = ControlVariate(cv_value, cv_mean)
-    if exact_pass_cost is None:
-        mh_kernel = jaxsub.racing_mh.build_batched_kernel(
-            n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size)
-    else:
-        def pair(fn):
-            return lambda indices, p: jnp.stack([fn(p[0], indices), fn(p[1], indices)], axis=-1)
-
-        pair_loglik = pair(lambda pos, idx: jax.vmap(loglik_fn, in_axes=(None, 0))(pos, rows[idx]))
-        mh_sample = jaxsub.discrete.racing_batch(
-            pair_loglik, 2, n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, gumbel_noise=False,
-            control_variate=(pair(cv_value), lambda p: jnp.stack([cv_mean(p[0]), cv_mean(p[1])])),
-            block_size=block_size, **engine,
-        )
-
-        def mh_kernel(keys, states, logprior_fn, loglik_fn_, rows_, proposal_, cv_=None):
-            # racing_mh.build_batched_kernel's steps (same key layout), with the engine options above
-            def propose(key, state):
-                key_proposal, key_accept = jax.random.split(key)
-                proposed, log_q_ratio = proposal_(key_proposal, state.position)
-                logprior_new = logprior_fn(proposed)
-                log_u = jnp.log(jax.random.uniform(key_accept))
-                gap = logprior_new - state.logprior + log_q_ratio
-                return proposed, logprior_new, log_u, gap, jax.random.fold_in(key_accept, 1)
-
-            proposed, logprior_new, log_u, gap, race_keys = jax.vmap(propose)(keys, states)
-            choice, info = mh_sample(race_keys, jnp.stack([log_u, gap], axis=-1), (states.position, proposed))
-            accept = (choice == 1) & ~info.has_nan
-            pick = lambda new, old: jnp.where(accept.reshape(accept.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
-            new_states = jaxsub.racing_mh.RacingMHState(
-                jax.tree.map(pick, proposed, states.position), pick(logprior_new, states.logprior))
-            return new_states, jaxsub.racing_mh.RacingMHInfo(
-                accept, info.num_evaluations, info.num_stages, info.is_exact, info.has_nan, proposed, log_u, gap)
+    mh_kernel = jaxsub.racing_mh.build_batched_kernel(
+        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
+        exact_pass_cost=exact_pass_cost)
 
     def proposal(key, pos):
         w, k = pos
@@ -303,14 +259,18 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         g_state, g_info = gibbs_kernel(jax.random.split(key_k, num_chains), jaxsub.racing_gibbs.RacingGibbsState(k),
                                        log_f0s, all_loglik, thetas, control_variate=(all_cv, all_cv_mean))
         k_new = g_state.position
+        gibbs_keys = jax.random.split(key_k, num_chains)
         positions = (w[chains, k_new], k_new)
         states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
         mh_states, mh_info = mh_kernel(jax.random.split(key_mh, num_chains), states, logprior_fn, loglik_fn, rows,
                                        proposal, cv_mh)
         w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
+        # what re-makes every decision exactly offline (same noise; unused outputs cost nothing under jit)
         record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
                       mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
-                      has_nan=g_info.has_nan | mh_info.has_nan)
+                      has_nan=g_info.has_nan | mh_info.has_nan, gibbs_key=jax.random.key_data(gibbs_keys),
+                      log_f0=log_f0s, thetas=thetas, w_old=positions[0], w_prop=mh_info.proposal[0],
+                      log_u=mh_info.log_uniform, log_ratio=mh_info.log_prior_proposal_ratio)
         return (k_new, w_new), record
 
     return sweep

@@ -1,5 +1,6 @@
 """Racing Gibbs (jaxsub.racing_gibbs): exact conditionals, TV within delta, composition, config errors."""
 import blackjax
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from scipy.special import softmax
 
 import jaxsub
-from helpers import assert_discrete_matches, assert_tv_within
+from helpers import Z_CRITICAL, assert_discrete_matches, assert_tv_within
 
 
 def _categorical_problem(num_data=400, num_states=4, seed=0, scale=1.0):
@@ -128,28 +129,6 @@ def test_bad_shapes_raise():
         jaxsub.racing_gibbs(jnp.zeros(3), None, 400, delta=0.05)
 
 
-def test_traced_beta_under_vmap():
-    """The inverse temperature is a traced hyperparameter: jax.vmap over beta equals concrete runs,
-    and beta = inf returns the exact conditional's mode."""
-    y = jax.random.normal(jax.random.key(0), (500,)) + 0.1
-    centres = jnp.asarray([-0.5, 0.0, 0.5])
-    log_factor = lambda idx: -0.5 * (y[idx][:, None] - centres[None, :]) ** 2  # noqa: E731
-    kernel = jaxsub.racing_gibbs.build_kernel(500, delta=0.05)
-    state = jaxsub.racing_gibbs.init(0)
-
-    def draw(beta, key):
-        return kernel(key, state, jnp.zeros(3), log_factor, None, beta)[0].position
-
-    keys = jax.random.split(jax.random.key(1), 64)
-    betas = jnp.asarray([0.5, jnp.inf])
-    traced = jax.jit(jax.vmap(lambda b: jax.vmap(lambda k: draw(b, k))(keys)))(betas)
-    concrete = jax.jit(jax.vmap(lambda k: draw(0.5, k)))(keys)
-    np.testing.assert_array_equal(np.asarray(traced[0]), np.asarray(concrete))
-    exact = jaxsub.racing_gibbs.build_kernel(500, delta=None, exact=True)
-    mode = exact(keys[0], state, jnp.zeros(3), log_factor, None, jnp.inf)[0].position
-    assert np.mean(np.asarray(traced[1]) == int(mode)) >= 0.95 - 4 * np.sqrt(0.05 * 0.95 / 64)
-
-
 @pytest.mark.slow
 def test_batched_kernel_draws_equal_vmapped_single_chain_kernel():
     """racing_gibbs.build_batched_kernel (racing_batch over a leading chain axis) gives chain c the draw of the
@@ -176,3 +155,52 @@ def test_batched_kernel_draws_equal_vmapped_single_chain_kernel():
     assert len(set(np.asarray(new_b.position).tolist())) > 1  # the chains' conditionals differ
     evals = np.asarray(info_b.num_evaluations)
     assert np.any(evals < n * d) and len(set(evals.tolist())) > 2  # races of unequal lengths were batched
+
+
+@pytest.mark.parametrize("with_vmap", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["jit", "jit_and_vmap"])
+def test_batched_kernel_contract_traced_beta_and_one_trace(with_vmap):
+    """Kernel contract for racing_gibbs.build_batched_kernel (as tests/test_signatures.py checks the
+    constructors, whose racing_gibbs case traces beta through the single-chain kernel): the inverse
+    temperature is a traced argument (one jit trace serves beta = 0.5 and inf), jax.vmap over beta
+    equals the concrete calls lane by lane (slow case: a second compile), and chains with different conditionals (per-chain
+    params) are raced in one batch. beta = inf returns each chain's exact mode (argmax of log f0 +
+    the full sums) with probability >= 1 - delta, and the exact kernel's beta = inf is that mode.
+    (Chain-by-chain equality with the single-chain kernel: the slow test below.)"""
+    n, d, c, delta = 100, 3, 32, 0.1
+    y = jax.random.normal(jax.random.key(0), (n,)) + 0.1
+    shifts = jnp.linspace(-0.6, 0.6, c)
+    centres = jnp.asarray([-0.5, 0.0, 0.5])
+
+    def log_factors(indices, shift):
+        return -0.5 * (y[indices, None] - centres[None, :] - shift) ** 2
+
+    batched = jaxsub.racing_gibbs.build_batched_kernel(n, delta=delta, group_size=4)
+    keys = jax.random.split(jax.random.key(1), c)
+    states = jaxsub.racing_gibbs.RacingGibbsState(jnp.zeros(c, jnp.int32))
+
+    def run(k, beta):
+        return batched(k, states, jnp.zeros((c, d)), log_factors, shifts, None, beta)
+
+    traced_once = jax.jit(chex.assert_max_traces(run, n=1))
+    betas = (0.5, float("inf"))
+    concrete = [traced_once(keys, jnp.float32(b)) for b in betas]
+    chex.clear_trace_counter()
+    if with_vmap:  # a second compile of the batched race (~7 CPU-s): slow
+        lanes = jax.jit(jax.vmap(run, in_axes=(None, 0)))(keys, jnp.asarray(betas, jnp.float32))
+        for j, want in enumerate(concrete):
+            for got, ref in zip(jax.tree.leaves(jax.tree.map(lambda v: v[j], lanes)), jax.tree.leaves(want)):
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    draws = np.asarray(concrete[0][0].position)
+    assert len(set(draws.tolist())) > 1  # the chains' conditionals differ
+    assert np.any(np.asarray(concrete[0][1].num_evaluations) < n * d)  # races stopped early
+    # beta = inf: each chain's mode, exactly computed (float64 sums of every factor)
+    sums = -0.5 * ((np.asarray(y, np.float64)[:, None, None] - np.asarray(centres)[None, None, :]
+                    - np.asarray(shifts)[None, :, None]) ** 2).sum(0)
+    modes = np.argmax(sums, axis=1)
+    assert len(set(modes.tolist())) == d  # the modes differ across chains
+    wrong = np.sum(np.asarray(concrete[1][0].position) != modes)
+    assert np.any(draws != np.asarray(concrete[1][0].position))  # beta reached the race: 0.5 and inf differ
+    assert wrong <= c * delta + Z_CRITICAL * np.sqrt(c * delta * (1 - delta)), f"{wrong} of {c} chains missed the mode"
+    exact = jaxsub.racing_gibbs.build_kernel(n, delta=None, exact=True)
+    mode0 = exact(keys[0], jaxsub.racing_gibbs.init(0), jnp.zeros(d), lambda i: log_factors(i, shifts[0]), None, jnp.inf)
+    assert int(mode0[0].position) == modes[0]

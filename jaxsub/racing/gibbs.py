@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 from blackjax.base import SamplingAlgorithm
 
-from jaxsub.racing.engine import racing, racing_batch
+from jaxsub.racing.engine import DEFAULT_EXACT_PASS_COST, racing, racing_batch
 from jaxsub.racing.exact import exact_sums
 from jaxsub.racing.info import check_beta
-from jaxsub.racing.mh import validate_racing_config
+from jaxsub.racing.mh import check_block_size, check_exact_pass_cost, validate_racing_config
 from jaxsub.types import Array, ArrayLike, PRNGKey
 from jaxsub.validation import check_choice, check_int
 
@@ -106,7 +106,8 @@ def build_kernel(
     variance: str = "pairwise",
     reward_range=None,
     exact: bool = False,
-    block_size: int = 4096,
+    block_size: int = 1,
+    exact_block_size: int = 4096,
 ) -> Callable:
     """Build ``kernel(rng_key, state, log_f0, log_factor_fn, control_variate=None, beta=None) -> (state, info)``.
 
@@ -124,11 +125,19 @@ def build_kernel(
         Read all factors and draw from the exact conditional (exact Gibbs), for
         baselines and tests.
     block_size
-        Block size of the exact sums.
+        ``B >= 1``: the race samples blocks of ``B`` consecutive factors (reward = block
+        sum; :func:`jaxsub.discrete.racing`'s ``block_size``): contiguous reads, one
+        permutation index per block; ``first_batch_size`` then counts blocks. The
+        guarantee is unchanged (a finite population of ``ceil(N / B)`` blocks); order
+        the factors at random once if they are sorted. ``B = 1`` (default): single factors.
+    exact_block_size
+        Data per block of the exact sums (``exact=True``; bounded memory).
     """
     delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, exact)
     variance = check_choice("variance", variance, VARIANCES)
-    block_size = check_int("block_size", block_size, low=1)
+    block_size = check_block_size(block_size, num_data, None if exact else first_batch_size)
+    exact_block_size = check_int("exact_block_size", exact_block_size, low=1)
+    engine_block = {"block_size": block_size} if block_size > 1 else {}
 
     def kernel(
         rng_key: PRNGKey, state: RacingGibbsState, log_f0: Array, log_factor_fn: Callable, control_variate=None, beta=None
@@ -139,7 +148,7 @@ def build_kernel(
         if exact:
             # Sums relative to a per-datum reference (one constant for all states: the
             # conditional is unchanged, float32 keeps its precision).
-            sums, _, _ = exact_sums(log_factor_fn, num_states, num_data, min(block_size, num_data), log_f0.dtype)
+            sums, _, _ = exact_sums(log_factor_fn, num_states, num_data, min(exact_block_size, num_data), log_f0.dtype)
             logits = log_f0 + sums
             has_nan = jnp.any(jnp.isnan(logits))
             logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
@@ -165,6 +174,7 @@ def build_kernel(
                 first_batch_size=first_batch_size,
                 bound=bound,
                 variance=variance,
+                **engine_block,
                 **kwargs,
             )
             draw, info = sample(rng_key, log_f0, beta)
@@ -191,6 +201,7 @@ def as_top_level_api(
     control_variate=None,
     exact: bool = False,
     beta=None,
+    block_size: int = 1,
 ) -> SamplingAlgorithm:
     """Racing Gibbs update of one discrete variable as a BlackJAX ``SamplingAlgorithm``.
 
@@ -219,6 +230,8 @@ def as_top_level_api(
         Inverse temperature ``beta > 0`` (traceable; ``None`` for 1): the draw
         follows ``p^beta``, i.e. ``beta`` multiplies ``log_f0`` and every log
         factor; ``inf`` returns the MAP state (annealing, paper §5.3).
+    block_size
+        Sampling unit of the race in factors (see :func:`build_kernel`); default 1.
 
     Returns
     -------
@@ -253,6 +266,7 @@ def as_top_level_api(
         variance=variance,
         reward_range=reward_range,
         exact=exact,
+        block_size=block_size,
     )
 
     def init_fn(position, rng_key=None):
@@ -272,6 +286,8 @@ def build_batched_kernel(
     first_batch_size: int = 50,
     variance: str = "pairwise",
     group_size: int = 16,
+    block_size: int = 1,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
 ) -> Callable:
     """Racing Gibbs for many chains at once, work proportional to the unfinished races (issue 16, item 4).
 
@@ -288,6 +304,13 @@ def build_batched_kernel(
         As for :func:`build_kernel`.
     group_size
         Races advanced together (a ``vmap``-ed group) in each round.
+    block_size
+        Sampling unit of the races in factors (see :func:`build_kernel`); default 1.
+    exact_pass_cost
+        :func:`jaxsub.discrete.racing_batch`'s option (``c`` in ``(0, 1]`` or ``None``
+        to disable): a race still running at the first stage whose new random data
+        would reach ``c N`` finishes with one contiguous exact pass over its surviving
+        arms (this only removes error events). Default: the engine's.
 
     Returns
     -------
@@ -303,6 +326,9 @@ def build_batched_kernel(
     delta, first_batch_size, _ = validate_racing_config(num_data, delta, first_batch_size, "normal", False)
     variance = check_choice("variance", variance, VARIANCES)
     group_size = check_int("group_size", group_size, low=1)
+    block_size = check_block_size(block_size, num_data, first_batch_size)
+    exact_pass_cost = check_exact_pass_cost(exact_pass_cost)
+    engine_options = {"exact_pass_cost": exact_pass_cost, **({"block_size": block_size} if block_size > 1 else {})}
 
     def kernel(rng_keys, states, log_f0s, log_factor_fn, params, control_variate=None, beta=None):
         log_f0s = jnp.asarray(log_f0s)
@@ -312,7 +338,7 @@ def build_batched_kernel(
         kwargs = {} if control_variate is None else {"control_variate": control_variate}
         sample = racing_batch(
             log_factor_fn, log_f0s.shape[1], num_data, delta=delta, first_batch_size=first_batch_size,
-            bound="normal", variance=variance, group_size=group_size, **kwargs,
+            bound="normal", variance=variance, group_size=group_size, **engine_options, **kwargs,
         )
         draws, info = sample(rng_keys, log_f0s, params, beta)
         has_nan = info.has_nan

@@ -51,7 +51,7 @@ from blackjax.mcmc.random_walk import normal as normal_random_step
 from jaxsub.racing.control_variates import ControlVariate, check_center_size, check_control_variate_matches
 from jaxsub.racing.control_variates import parameter_taylor_control_variate as taylor_control_variate
 from jaxsub.racing.data import batch_loglikelihood, data_fingerprint, gather, num_data_of
-from jaxsub.racing.engine import racing, racing_batch
+from jaxsub.racing.engine import DEFAULT_EXACT_PASS_COST, racing, racing_batch
 from jaxsub.racing.exact import exact_sums
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
@@ -165,6 +165,13 @@ def check_block_size(block_size, num_data: int, first_batch_size) -> int:
     return block_size
 
 
+def check_exact_pass_cost(exact_pass_cost):
+    """Validate the engine option ``exact_pass_cost``: ``None`` (no early exact pass) or ``c`` in ``(0, 1]``."""
+    if exact_pass_cost is None:
+        return None
+    return check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
+
+
 def _check_control_variate(control_variate):
     if control_variate is not None and not isinstance(control_variate, ControlVariate):
         raise ValueError(
@@ -187,6 +194,7 @@ def mh_decision(
     exact: bool,
     pair_control_variate: tuple[Callable, Array] | None = None,
     reward_range=None,
+    coefficients: tuple[Array, Array] | None = None,
     **engine_options,
 ):
     """Decide ``log u < log_f0_gap + sum_n [l_n(x') - l_n(x)]`` by racing (or exactly).
@@ -211,6 +219,11 @@ def mh_decision(
         ``(h, h_mean)`` with ``h(indices) -> [m, 2]`` and ``h_mean`` its ``[2]`` mean.
     reward_range
         Per-arm reward range ``C_i`` (scalar or ``[2]``) for ``bound="ebs"``.
+    coefficients
+        ``None`` (the thresholds of ``delta``), or per-stage threshold coefficients
+        ``(a_t, b_t)`` of :func:`jaxsub.discrete.racing_coefficients` as (traceable)
+        arrays: the same race with another threshold, e.g. a deliberately loosened
+        one in a negative control, without a new compile.
     engine_options
         Further options of :func:`jaxsub.discrete.racing` (e.g. ``skew_guard``).
 
@@ -247,7 +260,10 @@ def mh_decision(
         gumbel_noise=False,
         **kwargs,
     )
-    choice, info = sample(rng_key, log_f0)
+    if coefficients is None:
+        choice, info = sample(rng_key, log_f0)
+    else:
+        choice, info = sample.with_coefficients(rng_key, log_f0, *coefficients)
     has_nan = jnp.asarray(info.has_nan)
     accept = jnp.logical_and(choice == 1, ~has_nan)
     return (
@@ -662,6 +678,8 @@ def build_batched_kernel(
     bound: str = "normal",
     group_size: int = 16,
     block_size: int = 1,
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
+    max_block_size: int | None = None,
 ) -> Callable:
     """Racing MH for many chains at once, work proportional to the unfinished races (item 4).
 
@@ -677,13 +695,23 @@ def build_batched_kernel(
         ``kernel(rng_keys [C], states [C], logprior_fn, loglikelihood_fn, data, proposal,
         control_variate=None) -> (states [C], infos [C])``; ``proposal`` as for
         :func:`build_kernel` (one chain; it is vmapped). Racing-Normal only.
-        ``block_size`` as for :func:`build_kernel`.
+        ``block_size`` as for :func:`build_kernel`. ``exact_pass_cost``:
+        :func:`jaxsub.discrete.racing_batch`'s option (``c`` in ``(0, 1]``, or ``None``
+        to disable): a race still running at the first stage whose new random data
+        would reach ``c N`` finishes with one contiguous exact pass (this only removes
+        error events). Default: the engine's. ``max_block_size``: the engine's largest
+        chunk of a stage (:func:`jaxsub.discrete.racing`; ``None``: its default). Stages
+        with one chunk size share one loop, so a small value (e.g. ``first_batch_size``)
+        leaves fewer loops per step, at more rounds for a rare long race.
     """
     delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, False)
     if bound != "normal":
         raise ValueError(f"build_batched_kernel supports bound='normal' only; got {bound!r}")
     group_size = check_int("group_size", group_size, low=1)
     block_size = check_block_size(block_size, num_data, first_batch_size)
+    exact_pass_cost = check_exact_pass_cost(exact_pass_cost)
+    if max_block_size is not None:
+        max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
 
     def kernel(rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None):
         control_variate = _check_control_variate(control_variate)
@@ -720,7 +748,8 @@ def build_batched_kernel(
             kwargs["control_variate"] = (h, h_mean)
         sample = racing_batch(
             pair_loglik, 2, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
-            variance="pairwise", gumbel_noise=False, group_size=group_size,
+            variance="pairwise", gumbel_noise=False, group_size=group_size, exact_pass_cost=exact_pass_cost,
+            max_block_size=max_block_size,
             **({"block_size": block_size} if block_size > 1 else {}), **kwargs,
         )
         log_f0s = jnp.stack([log_u, gap], axis=-1)
