@@ -581,6 +581,25 @@ def test_other_bad_configurations():
         bad_shape(jax.random.key(0), jnp.zeros(3))
 
 
+def test_options_declared_once_keywords_or_record():
+    """``racing`` / ``racing_batch`` take the fields of ``RaceOptions`` as keywords or as one record
+    (keywords override it); an unknown option is a ``TypeError`` naming it (no sampler is run)."""
+    assert discrete.RaceOptions().block_size == 1 and discrete.RaceOptions()._replace(bound="ebs").bound == "ebs"
+    with pytest.raises(TypeError, match="block_sise"):
+        discrete.racing(_fn, 3, 100, delta=0.1, block_sise=4)
+    with pytest.raises(TypeError, match="block_sise"):
+        discrete.racing_batch(lambda idx, p: _fn(idx), 3, 100, delta=0.1, block_sise=4)
+    with pytest.raises(ValueError, match="options"):
+        discrete.racing(_fn, 3, 100, delta=0.1, options=dict(block_size=4))
+    # An option given in the record is validated like the keyword (ValueError naming it) ...
+    with pytest.raises(ValueError, match="first_batch_size"):
+        discrete.racing(_fn, 3, 100, delta=0.1, options=discrete.RaceOptions(first_batch_size=1))
+    # ... and a keyword overrides the record's field.
+    discrete.racing(_fn, 3, 100, delta=0.1, options=discrete.RaceOptions(first_batch_size=1), first_batch_size=2)
+    with pytest.raises(ValueError, match="reward_range"):
+        discrete.racing_batch(lambda idx, p: _fn(idx), 3, 100, delta=0.1, options=discrete.RaceOptions(bound="ebs"))
+
+
 def test_exported():
     assert jaxsub.discrete is discrete
     for name in ("gumbel_max", "racing", "lil_ucb", "b_normal", "taylor_control_variate", "pad_populations"):

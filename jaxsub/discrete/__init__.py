@@ -13,6 +13,8 @@ is a :class:`RacingInfo`.
 * :func:`racing` -- Alg. 1: Racing-Normal (``bound="normal"``) and Racing-EBS
   (``bound="ebs"``), pairwise or marginal variances, control variates; the
   engine of the racing MH / Gibbs kernels;
+* :class:`RaceOptions` -- the options of ``racing`` / ``racing_batch``, declared once
+  (pass them as keyword arguments or as ``options=RaceOptions(...)``);
 * :func:`racing_batch` -- many draws at once (per-draw parameters), work proportional to
   the unfinished draws;
 * :func:`lil_ucb` -- adapted lil'UCB (§3.2);
@@ -25,6 +27,7 @@ is a :class:`RacingInfo`.
 from jaxsub.racing import (
     ControlVariate,
     LilUCBSampler,
+    RaceOptions,
     RacingBatchSampler,
     RacingInfo,
     RacingSampler,
@@ -47,6 +50,7 @@ from jaxsub.racing import (
 __all__ = [
     "ControlVariate",
     "LilUCBSampler",
+    "RaceOptions",
     "RacingBatchSampler",
     "RacingInfo",
     "RacingSampler",

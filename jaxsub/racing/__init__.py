@@ -29,6 +29,7 @@ Without-replacement index sampling lives in :mod:`jaxsub.subsample` (shared with
 """
 from jaxsub.racing.bounds import b_normal, doubling_schedule, normal_crossing_probability, racing_coefficients
 from jaxsub.racing.control_variates import ControlVariate, data_moments, taylor_control_variate
+from jaxsub.racing.config import RaceOptions
 from jaxsub.racing.engine import RacingBatchSampler, RacingSampler, racing, racing_batch
 from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.racing.populations import pad_populations
@@ -40,6 +41,7 @@ from jaxsub.racing import gibbs, mh, sgld_mh  # noqa: E402  (the kernels import 
 __all__ = [
     "ControlVariate",
     "LilUCBSampler",
+    "RaceOptions",
     "RacingBatchSampler",
     "RacingInfo",
     "RacingSampler",

@@ -9,7 +9,9 @@ Python floats.
 * :func:`b_normal` -- the constant ``B_Normal(delta; N, m1)`` of eq. 9, the
   solution of ``P(max_{t < t*} z_t > B) = delta`` for the Gaussian random walk
   of Corollary 4 (NOTES.md §1), by a 1-D quadrature recursion and Brent's method.
-* :func:`normal_crossing_probability` -- the left-hand side of that equation.
+* :func:`normal_crossing_probability` -- the left-hand side of that equation;
+  :func:`first_crossing_probabilities` -- its split by stage (one- or two-sided), the
+  law of the stage at which a race between equal arms first eliminates one.
 * :data:`KAPPA_EBS` -- the constant of the empirical Bernstein-Serfling bound (eq. 6).
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from jaxsub.racing.info import check_sizes
 from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = [
-    "KAPPA_EBS", "b_normal", "doubling_schedule", "ebs_rho", "normal_crossing_probability", "racing_coefficients", "stage_sd",
+    "KAPPA_EBS", "b_normal", "doubling_schedule", "ebs_rho", "first_crossing_probabilities", "normal_crossing_probability",
+    "racing_coefficients", "stage_sd",
 ]
 
 #: kappa = 7/3 + 3/sqrt(2) of the empirical Bernstein-Serfling bound, eq. 6
@@ -120,6 +123,43 @@ def normal_crossing_probability(bound: float, num_data: int, first_batch_size: i
         kernel = np.exp(-0.5 * ((z[:, None] - r * z[None, :]) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
         dens = kernel @ mass
     return total
+
+
+def first_crossing_probabilities(bound: float, num_data: int, first_batch_size: int, *, two_sided: bool = False) -> np.ndarray:
+    """``P(|z_1|, ..., |z_{t-1}| <= B, |z_t| > B)`` for each tested stage ``t < t*`` (``two_sided``),
+    or the one-sided ``P(z_1..z_{t-1} <= B, z_t > B)``: the stage at which the Gaussian walk of
+    Corollary 4 first crosses the threshold.
+
+    For two arms with equal means raced with Racing-Normal (pairwise variance, the threshold
+    ``B = B_Normal(delta, N, m1)``, no skewness guard), the two-sided form is the law of the stage
+    at which the race eliminates an arm (each side is an error of the test), so the per-stage
+    elimination counts of the engine can be checked against it (tests/test_discrete_bounds.py).
+    The one-sided probabilities sum to :func:`normal_crossing_probability` (same grid).
+
+    Returns a float64 array of length ``t* - 1`` (empty when ``T_1 = N``).
+    """
+    sizes = doubling_schedule(num_data, first_batch_size)
+    if len(sizes) == 1:
+        return np.zeros(0)
+    rho, s = _walk(num_data, first_batch_size)
+    b = float(bound)
+    low = -b if two_sided else _Z_LOW
+    num = max(int(math.ceil((b - low) / _Z_STEP)), 2) + 1
+    z = np.linspace(low, b, num)
+    h = z[1] - z[0]
+    w = np.full(num, h)
+    w[0] = w[-1] = h / 2
+    dens = np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+    out = [float(special.ndtr(-b)) * (2 if two_sided else 1)]
+    for r, sd in zip(rho, s):
+        mass = dens * w
+        cross = special.ndtr((r * z - b) / sd)
+        if two_sided:
+            cross = cross + special.ndtr((-b - r * z) / sd)
+        out.append(float(mass @ cross))
+        kernel = np.exp(-0.5 * ((z[:, None] - r * z[None, :]) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+        dens = kernel @ mass
+    return np.asarray(out)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,7 +1,9 @@
 """The static configuration of a race: every setting validated once, at construction.
 
-:func:`build_config` turns the keyword arguments of :func:`jaxsub.racing.racing` /
-:func:`jaxsub.racing.racing_batch` into a :class:`RaceConfig` (a ``NamedTuple`` of Python
+:class:`RaceOptions` declares the options of :func:`jaxsub.racing.racing` /
+:func:`jaxsub.racing.racing_batch` once (names, defaults, documentation); both constructors
+take them as keyword arguments (or an ``options=RaceOptions(...)`` record) and
+:func:`build_config` turns them into a :class:`RaceConfig` (a ``NamedTuple`` of Python
 values and the model's functions, :class:`RaceModel`); the engine's pieces (stage body,
 elimination, compaction, exact pass, batching) are pure functions of it.
 """
@@ -26,8 +28,10 @@ __all__ = [
     "LADDER",
     "RaceConfig",
     "RaceModel",
+    "RaceOptions",
     "build_config",
     "chunk_groups",
+    "race_options",
 ]
 
 #: Default cap on the chunk of indices evaluated at once (memory ``16384 x D``
@@ -59,6 +63,131 @@ DEFAULT_SKEW_GUARD = 0.5
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
 #: stage below the cap), so only a handful of distinct loop bodies are compiled.
 LADDER = 4
+
+
+class RaceOptions(NamedTuple):
+    """The options of :func:`jaxsub.racing.racing` and :func:`jaxsub.racing.racing_batch`, declared once.
+
+    Pass them as keyword arguments (``racing(fn, D, N, delta=0.05, block_size=64)``), or as one
+    record (``racing(fn, D, N, delta=0.05, options=RaceOptions(block_size=64))``; keyword
+    arguments then override its fields). Every option is static (a Python value fixed at
+    construction) and validated by :func:`build_config` (``ValueError`` naming it).
+
+    Attributes
+    ----------
+    first_batch_size
+        m1, the first mini-batch, 2 <= m1 <= N. The paper uses 50.
+    bound
+        ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
+    variance
+        ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
+        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
+    reward_range
+        C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
+        (after the control variate). Required by ``bound="ebs"``.
+    control_variate
+        ``None``, a :class:`~jaxsub.racing.ControlVariate` or ``(h_fn, h_mean)``
+        (see :func:`jaxsub.discrete.taylor_control_variate`): rewards become
+        ``l - h + h_mean`` (§3.4). With :func:`~jaxsub.racing.racing_batch`,
+        ``h_fn(indices, params)`` and ``h_mean`` an array or ``h_mean(params)``.
+    gumbel_noise
+        If True (default), add ``Gumbel(0, 1)`` noise to ``log_f0`` (a draw from
+        ``p``). If False, no noise is added and the sampler returns the argmax of
+        ``log_f0 + sum_n log f_n`` found by racing: e.g. racing MH (eq. 12) with
+        ``D = 2``, ``log_f0 = [log u + log p(x) + log q(x'|x), log p(x') + log q(x|x')]``
+        and per-datum log-likelihoods at ``[x, x']``; 1 means accept.
+    exact
+        If True, never eliminate: every draw uses all N data (the exact result
+        through the racing code path). A tiny ``delta`` tends to this.
+    max_block_size
+        Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
+        at least ``first_batch_size``; default ``max(16384, first_batch_size)``
+        (``16384 // block_size`` blocks with blocks, at most the population).
+    log_factor_states_fn
+        Optional ``fn(indices [m], states [k]) -> Array[m, k]`` (``racing_batch``:
+        ``fn(indices, states, params)``): ``log f_n(i)`` for the given states only. When
+        given, once at most ``k`` arms survive only those are evaluated, for the static
+        levels ``k = D // 4, D // 16, ..., K`` (each a quarter of the previous, none under
+        ``2 K`` but the last), so the wall-clock work follows ``num_evaluations`` instead
+        of ``num_data_used * D`` (eliminated arms cost nothing, as in the paper). Must
+        agree with ``log_factor_fn``; it is traced once per level. Without it, for
+        ``variance="pairwise"`` and ``D >= 32``, all D columns are evaluated but once at
+        most ``k`` arms survive only theirs enter the co-moment update (same statistics,
+        ``k^2`` instead of ``D^2`` work per datum).
+    num_compact_states
+        K, the smallest number of states passed to ``log_factor_states_fn``
+        (``2 <= K < D``; default ``min(4, D - 1)``).
+    group_size
+        g >= 1, the static number of draws advanced together by the batched path
+        (``sample.batched``, ``racing_batch``; memory ``g * max_block_size * D``); the
+        default 16 amortises the per-iteration overhead on small chunks while wasting
+        nothing on finished draws.
+    exact_pass_cost
+        c in (0, 1], or None to disable. The cost of one pass over all N data in
+        index order (contiguous reads, no permutation, no co-moments), relative
+        to drawing N data at random. At the first stage t >= 2 whose new random
+        data would cost more, ``m_t = T_t - T_{t-1} >= c N``, a race still
+        running stops drawing at random and computes the exact means of the
+        surviving arms in that pass, then returns their argmax. This only
+        removes error events (the decision among survivors becomes exact), so
+        the TV bound of Prop. 1 still holds; ``info.num_evaluations`` counts
+        the pass's ``N x (surviving arms)`` rewards on top of the race's. The
+        default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
+        Ignored when ``exact=True``.
+    skew_guard
+        ``g >= 0`` or None (``bound="normal"`` only). Racing-Normal assumes Normal
+        stage means; with skewed rewards it errs more often than ``delta``. The
+        guard keeps third moments of each arm's rewards, uses the Cornish-Fisher
+        threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
+        of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
+        chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
+    block_size
+        B >= 1, the sampling unit (issue 16, item 3). With ``B > 1`` the race
+        samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the
+        population is the ``ceil(N / B)`` blocks, the reward of a block is the
+        sum of its rows' rewards; a last block of ``N mod B`` rows is summed over
+        its rows only, so every arm's total is exact). Prop. 1 holds for this
+        finite population unchanged; the permutation, the k x k co-moments and
+        the elimination test are paid once per block, and block sums are closer
+        to Normal. ``first_batch_size``, ``max_block_size`` and the schedule
+        count *blocks*; ``info`` counts rows (blocks x B, capped at N).
+        Blocks are consecutive rows in the order ``log_factor_fn`` indexes
+        them: if the data are sorted (by time, class, ...), shuffle them once
+        (the result stays exact; heterogeneous blocks only cost samples).
+        ``bound="ebs"`` needs ``N`` divisible by B (the block range is B C).
+        B = 1 (default) is the per-row race, unchanged.
+    """
+
+    first_batch_size: int = 50
+    bound: str = "normal"
+    variance: str = "pairwise"
+    reward_range: object = None
+    control_variate: object = None
+    gumbel_noise: bool = True
+    exact: bool = False
+    max_block_size: int | None = None
+    log_factor_states_fn: Callable | None = None
+    num_compact_states: int | None = None
+    group_size: int = 16
+    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST
+    skew_guard: float | None = DEFAULT_SKEW_GUARD
+    block_size: int = 1
+
+
+def race_options(options: RaceOptions | None, overrides: dict, caller: str) -> RaceOptions:
+    """``options`` (default :class:`RaceOptions`) with the keyword ``overrides`` applied.
+
+    Raises ``TypeError`` naming an unknown option (as Python does for an unexpected
+    keyword argument) and ``ValueError`` when ``options`` is not a :class:`RaceOptions`.
+    """
+    if options is None:
+        options = RaceOptions()
+    elif not isinstance(options, RaceOptions):
+        raise ValueError(f"options must be a RaceOptions (or None); got {type(options).__name__}")
+    unknown = sorted(set(overrides) - set(RaceOptions._fields))
+    if unknown:
+        raise TypeError(f"{caller}() got unexpected option(s) {unknown}; the options are {list(RaceOptions._fields)}")
+    return options._replace(**overrides)
 
 
 class RaceModel(NamedTuple):
@@ -161,13 +290,19 @@ def chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tupl
 
 
 def build_config(
-    log_factor_fn, num_states, num_data, *, delta, first_batch_size, bound, variance, reward_range, control_variate,
-    gumbel_noise, exact, max_block_size, log_factor_states_fn, num_compact_states, group_size, exact_pass_cost,
-    with_params, skew_guard=DEFAULT_SKEW_GUARD, block_size=1,
+    log_factor_fn, num_states, num_data, *, delta, options: RaceOptions, with_params: bool,
 ) -> tuple[RaceConfig, np.ndarray, np.ndarray]:
     """Validate the settings of :func:`jaxsub.racing.racing` / ``racing_batch`` (``ValueError`` naming
     the parameter) and return ``(config, coef_a, coef_b)``, the per-stage threshold coefficients
-    of :func:`jaxsub.racing.racing_coefficients` beside the static :class:`RaceConfig`."""
+    of :func:`jaxsub.racing.racing_coefficients` beside the static :class:`RaceConfig`.
+
+    ``options`` is a :class:`RaceOptions`; ``with_params``: the model functions take per-draw
+    ``params`` (``racing_batch``)."""
+    o = options
+    first_batch_size, bound, variance, reward_range = o.first_batch_size, o.bound, o.variance, o.reward_range
+    gumbel_noise, exact, max_block_size, group_size = o.gumbel_noise, o.exact, o.max_block_size, o.group_size
+    log_factor_states_fn, num_compact_states = o.log_factor_states_fn, o.num_compact_states
+    exact_pass_cost, skew_guard, block_size = o.exact_pass_cost, o.skew_guard, o.block_size
     block_size = check_int("block_size", block_size, low=1)
     num_rows = check_int("num_data", num_data, low=2)
     if block_size > 1:
@@ -182,7 +317,7 @@ def build_config(
     reward_range = check_reward_range(reward_range, num_states, required=(bound == "ebs"))
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
-    cv = as_control_variate(control_variate)
+    cv = as_control_variate(o.control_variate)
     if block_size > 1:
         if bound == "ebs":
             if num_rows % block_size:

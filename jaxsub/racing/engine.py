@@ -102,7 +102,9 @@ from jaxsub.racing.config import (
     DEFAULT_SKEW_GUARD,
     LADDER,
     RaceConfig,
+    RaceOptions,
     build_config,
+    race_options,
 )
 from jaxsub.racing.exact_pass import pass_body
 from jaxsub.racing.info import RacingInfo, check_beta
@@ -114,6 +116,7 @@ __all__ = [
     "DEFAULT_MAX_BLOCK",
     "DEFAULT_SKEW_GUARD",
     "LADDER",
+    "RaceOptions",
     "RacingBatchSampler",
     "RacingSampler",
     "loop_specs",
@@ -184,20 +187,8 @@ def racing(
     num_data: int,
     *,
     delta: float,
-    first_batch_size: int = 50,
-    bound: str = "normal",
-    variance: str = "pairwise",
-    reward_range=None,
-    control_variate=None,
-    gumbel_noise: bool = True,
-    exact: bool = False,
-    max_block_size: int | None = None,
-    log_factor_states_fn: Callable[[Array, Array], Array] | None = None,
-    num_compact_states: int | None = None,
-    group_size: int = 16,
-    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
-    skew_guard: float | None = DEFAULT_SKEW_GUARD,
-    block_size: int = 1,
+    options: RaceOptions | None = None,
+    **option_values,
 ) -> RacingSampler:
     """Racing sampler for ``p(x) ∝ f0(x) prod_n f_n(x)`` (Alg. 1, doubling schedule).
 
@@ -214,82 +205,17 @@ def racing(
     delta
         Error level in (0, 1): the total-variation distance to ``p`` is at most
         ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
-    first_batch_size
-        m1, the first mini-batch, 2 <= m1 <= N. The paper uses 50.
-    bound
-        ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
-    variance
-        ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
-        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
-    reward_range
-        C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
-        (after the control variate). Required by ``bound="ebs"``.
-    control_variate
-        ``None`` or ``(h_fn, h_mean)`` (see :class:`ControlVariate` and
-        :func:`jaxsub.discrete.taylor_control_variate`): rewards become
-        ``l - h + h_mean`` (§3.4).
-    gumbel_noise
-        If True (default), add ``Gumbel(0, 1)`` noise to ``log_f0`` (a draw from
-        ``p``). If False, no noise is added and ``sample`` returns the argmax of
-        ``log_f0 + sum_n log f_n`` found by racing: e.g. racing MH (eq. 12) with
-        ``D = 2``, ``log_f0 = [log u + log p(x) + log q(x'|x), log p(x') + log q(x|x')]``
-        and per-datum log-likelihoods at ``[x, x']``; 1 means accept.
-    exact
-        If True, never eliminate: every draw uses all N data (the exact result
-        through the racing code path). A tiny ``delta`` tends to this.
-    max_block_size
-        Largest chunk of indices evaluated at once (memory ``max_block_size x D``);
-        at least ``first_batch_size``; default ``max(16384, first_batch_size)``.
-    log_factor_states_fn
-        Optional ``fn(indices [m], states [k]) -> Array[m, k]``: ``log f_n(i)`` for
-        the given states only. When given, once at most ``k`` arms survive only
-        those are evaluated, for the static levels ``k = D // 4, D // 16, ...,
-        K`` (each a quarter of the previous, none under ``2 K`` but the last),
-        so the wall-clock work follows ``num_evaluations`` instead of
-        ``num_data_used * D`` (eliminated arms cost nothing, as in the paper).
-        Must agree with ``log_factor_fn``; it is traced once per level. Without
-        it, for ``variance="pairwise"`` and ``D >= 32``, all D columns are
-        evaluated but once at most ``k`` arms survive only theirs enter the
-        co-moment update (same statistics, ``k^2`` instead of ``D^2`` work per datum).
-    num_compact_states
-        K, the smallest number of states passed to ``log_factor_states_fn``
-        (``2 <= K < D``; default ``min(4, D - 1)``).
-    group_size
-        Draws advanced together by ``sample.batched`` (see :func:`racing_batch`).
-    exact_pass_cost
-        c in (0, 1], or None to disable. The cost of one pass over all N data in
-        index order (contiguous reads, no permutation, no co-moments), relative
-        to drawing N data at random. At the first stage t >= 2 whose new random
-        data would cost more, ``m_t = T_t - T_{t-1} >= c N``, a race still
-        running stops drawing at random and computes the exact means of the
-        surviving arms in that pass, then returns their argmax. This only
-        removes error events (the decision among survivors becomes exact), so
-        the TV bound of Prop. 1 still holds; ``info.num_evaluations`` counts
-        the pass's ``N x (surviving arms)`` rewards on top of the race's. The
-        default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
-        Ignored when ``exact=True``.
-    skew_guard
-        ``g >= 0`` or None (``bound="normal"`` only). Racing-Normal assumes Normal
-        stage means; with skewed rewards it errs more often than ``delta``. The
-        guard keeps third moments of each arm's rewards, uses the Cornish-Fisher
-        threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
-        of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
-        chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
-    block_size
-        B >= 1, the sampling unit (issue 16, item 3). With ``B > 1`` the race
-        samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the
-        population is the ``ceil(N / B)`` blocks, the reward of a block is the
-        sum of its rows' rewards; a last block of ``N mod B`` rows is summed over
-        its rows only, so every arm's total is exact). Prop. 1 holds for this
-        finite population unchanged; the permutation, the k x k co-moments and
-        the elimination test are paid once per block, and block sums are closer
-        to Normal. ``first_batch_size``, ``max_block_size`` and the schedule
-        count *blocks*; ``info`` counts rows (blocks x B, capped at N).
-        Blocks are consecutive rows in the order ``log_factor_fn`` indexes
-        them: if the data are sorted (by time, class, ...), shuffle them once
-        (the result stays exact; heterogeneous blocks only cost samples).
-        ``bound="ebs"`` needs ``N`` divisible by B (the block range is B C).
-        B = 1 (default) is the per-row race, unchanged.
+    options, **option_values
+        The race's options: the fields of :class:`~jaxsub.racing.config.RaceOptions`, where
+        each is declared and documented once with its default (``first_batch_size``,
+        ``bound``, ``variance``, ``reward_range``, ``control_variate``, ``gumbel_noise``,
+        ``exact``, ``max_block_size``, ``log_factor_states_fn``, ``num_compact_states``,
+        ``group_size``, ``exact_pass_cost``, ``skew_guard``, ``block_size``), as keyword
+        arguments or as one ``options=RaceOptions(...)`` record (keyword arguments
+        override its fields).
+        An unknown name raises ``TypeError``; a bad value ``ValueError``.
+
+    Returns
     -------
     sample
         ``sample(rng_key, log_f0, beta=None) -> (x, info)`` with ``log_f0`` of shape ``[D]``
@@ -313,13 +239,9 @@ def racing(
     ----------
     Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
     """
-    cfg, coef_a, coef_b = build_config(
-        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
-        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
-        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
-        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=False,
-        skew_guard=skew_guard, block_size=block_size,
-    )
+    opts = race_options(options, option_values, "racing")
+    cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
+    gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
     single = functools.partial(run_single, cfg, loops)
     batched = functools.partial(run_draws, cfg, loops)
@@ -348,20 +270,8 @@ def racing_batch(
     num_data: int,
     *,
     delta: float,
-    group_size: int = 16,
-    first_batch_size: int = 50,
-    bound: str = "normal",
-    variance: str = "pairwise",
-    reward_range=None,
-    control_variate=None,
-    gumbel_noise: bool = True,
-    exact: bool = False,
-    max_block_size: int | None = None,
-    log_factor_states_fn: Callable[[Array, Array, object], Array] | None = None,
-    num_compact_states: int | None = None,
-    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
-    skew_guard: float | None = DEFAULT_SKEW_GUARD,
-    block_size: int = 1,
+    options: RaceOptions | None = None,
+    **option_values,
 ) -> RacingBatchSampler:
     """Racing for a batch of B draws whose targets differ by per-draw parameters.
 
@@ -380,19 +290,15 @@ def racing_batch(
         one draw's target, ``params`` being that draw's slice of the ``params``
         pytree passed to ``sample_batch`` (e.g. the chain's current state in a
         Gibbs sweep). It is ``vmap``-ed over groups of draws.
-    num_states, num_data, delta, first_batch_size, bound, variance, reward_range, gumbel_noise, exact, max_block_size, num_compact_states
+    num_states, num_data, delta
         As in :func:`racing`.
-    group_size
-        g >= 1, the static number of draws advanced together (memory
-        ``g * max_block_size * D``); the default 16 amortises the per-iteration
-        overhead on small chunks while wasting nothing on finished draws.
-    control_variate
-        ``None`` or ``(h_fn, h_mean)`` with ``h_fn(indices, params) -> [m, D]`` and
-        ``h_mean`` an array ``[D]`` or a function ``h_mean(params) -> [D]``.
-    log_factor_states_fn
-        Optional ``fn(indices [m], states [K], params) -> Array[m, K]`` (see :func:`racing`).
-    exact_pass_cost
-        As in :func:`racing`.
+    options, **option_values
+        The fields of :class:`~jaxsub.racing.config.RaceOptions`, as in :func:`racing`, with the
+        model functions taking the draw's ``params`` last: ``control_variate`` is ``None`` or
+        ``(h_fn, h_mean)`` with ``h_fn(indices, params) -> [m, D]`` and ``h_mean`` an array
+        ``[D]`` or a function ``h_mean(params) -> [D]``; ``log_factor_states_fn(indices [m],
+        states [K], params) -> [m, K]``; ``group_size`` (default 16) is the static number of
+        draws advanced together (memory ``g * max_block_size * D``).
 
     Returns
     -------
@@ -411,13 +317,9 @@ def racing_batch(
     may close over batched values, which a batching rule cannot gather per group.
     Pass them as ``params`` instead.
     """
-    cfg, coef_a, coef_b = build_config(
-        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound=bound,
-        variance=variance, reward_range=reward_range, control_variate=control_variate, gumbel_noise=gumbel_noise,
-        exact=exact, max_block_size=max_block_size, log_factor_states_fn=log_factor_states_fn,
-        num_compact_states=num_compact_states, group_size=group_size, exact_pass_cost=exact_pass_cost, with_params=True,
-        skew_guard=skew_guard, block_size=block_size,
-    )
+    opts = race_options(options, option_values, "racing_batch")
+    cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=True)
+    gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
     single = functools.partial(run_single, cfg, loops)
     batched = functools.partial(run_draws, cfg, loops)

@@ -81,11 +81,28 @@ def block_sum(values: Array, valid: Array) -> Array:
     sums its rows only). A ``-inf`` row reward makes its block sum ``-inf``; NaN stays NaN."""
     m, b = valid.shape
     values = jnp.asarray(values)
-    # Sum on the transpose [k, m, B]: the B rows of a block are then the minor axis, which
-    # XLA's CPU loops vectorise (the [m, B, k] reduction over the middle axis measured 2.4x
-    # slower per row for k = 4, B = 64); the producer of ``values`` fuses into this layout.
-    values_t = values.T.reshape((values.shape[1], m, b))
-    return jnp.sum(jnp.where(valid[None, :, :], values_t, jnp.zeros((), values.dtype)), axis=2).T
+    # Sum on the transpose [k, m, B] (the B rows of a block minor, which XLA's CPU loops
+    # vectorise: the [m, B, k] reduction over the middle axis measured 2.4x slower per row
+    # for k = 4, B = 64) as a tree of halving slice-adds rather than a reduce: the tree is
+    # elementwise, so the factor's producer (gather, reward) fuses into one loop and the
+    # [k, m, B] rewards are never written to memory, where a reduce op was emitted as a
+    # separate kernel reading them back (N = 1e6, D = 10, B = 64, 200 blocks per chunk:
+    # 5.75 -> 2.44 ns per row). An odd width adds its last element to the first.
+    values_t = jnp.where(valid[None, :, :], values.T.reshape((values.shape[1], m, b)), jnp.zeros((), values.dtype))
+    return _tree_sum_minor(values_t).T
+
+
+def _tree_sum_minor(v: Array) -> Array:
+    """``sum(v, axis=-1)`` as halving slice-adds (elementwise, so it fuses with its producer)."""
+    b = v.shape[-1]
+    while b > 1:
+        half = b // 2
+        head = v[..., :half] + v[..., half:2 * half]
+        if b % 2:  # odd: the last element joins the first sum (concatenate fuses, a scatter would not)
+            head = jnp.concatenate([head[..., :1] + v[..., 2 * half:], head[..., 1:]], axis=-1)
+        v = head
+        b = half
+    return v[..., 0]
 
 
 def blocked(log_factor_fn, log_factor_states_fn, cv, num_rows: int, block_size: int, num_blocks: int):
