@@ -1,6 +1,5 @@
 """B_Normal (eq. 9) against a direct Monte Carlo simulation of the crossing event,
 and the doubling schedule."""
-import time
 
 import jax
 import jax.numpy as jnp
@@ -62,16 +61,16 @@ def test_b_normal_matches_actual_sampling_without_replacement():
     assert abs(hits.mean() - delta) <= Z_CRITICAL * se, (hits.mean(), delta)
 
 
-def test_b_normal_is_fast_cached_and_monotone():
+def test_b_normal_is_cached_and_monotone():
+    # Speed is measured in benchmarks/, never timed here: check the memoisation itself.
     from jaxsub.racing.bounds import _b_normal_cached
 
     _b_normal_cached.cache_clear()
-    start = time.perf_counter()
     b = discrete.b_normal(1e-4, 10**7, 50)
-    assert time.perf_counter() - start < 1.0
-    start = time.perf_counter()
+    misses = _b_normal_cached.cache_info().misses
     assert discrete.b_normal(1e-4, 10**7, 50) == b
-    assert time.perf_counter() - start < 1e-3
+    info = _b_normal_cached.cache_info()
+    assert info.misses == misses and info.hits >= 1
     values = [discrete.b_normal(d, 10**5, 50) for d in (0.1, 0.05, 0.01, 1e-3)]
     assert np.all(np.diff(values) > 0)
     # Sequence-level correction: above the single-stage quantile (one stage only: equal).
