@@ -17,7 +17,7 @@ def _gibbs_case():
 
     def make(temperature):
         return co.gibbs(factor, mentions, blocks, temperature=temperature, delta=0.1, first_batch_size=10,
-                        min_race_size=20, max_candidates=2)
+                        min_race_size=20, max_candidates=2, race_cost=0.0)
 
     return Case(make, jnp.asarray(blocks.position, jnp.int32), {"temperature": 1.0})
 
