@@ -1075,6 +1075,19 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
                                          low_closed=True, high_closed=True))
 
 
+def _race_can_pay(n_cap: int, config) -> bool:
+    """Static part of the cost model: can any update of a class with ``K <= n_cap`` pass :func:`_race_pays`?
+
+    The largest saving is ``n_cap - 1 - 4 m1`` (no small arm, one raced arm); the cheapest race is at the
+    narrowest width. A class where no race can pay is compiled without racing code (exact updates only).
+    """
+    if config["race_cost"] <= 0:
+        return True
+    d = min(config["max_candidates"], n_cap + 1)
+    narrowest = min([min(w, d) for w in config["race_widths"]] + [d])
+    return n_cap - 1 - 4 * config["first_batch_size"] >= race_costs(config["race_cost"], (narrowest,))[0]
+
+
 def _class_steps(blocks, config):
     """``[(n_cap, positions, step)]``: one update function per class of block sizes."""
     blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
@@ -1090,7 +1103,7 @@ def _class_steps(blocks, config):
             positions = positions[keep[positions]]
             if positions.size == 0:
                 continue
-        race = n_cap >= config["min_race_size"]
+        race = n_cap >= config["min_race_size"] and _race_can_pay(n_cap, config)
         if config["batch_size"] > 1:
             out.append((n_cap, class_lanes(blocks, positions, config["batch_size"]), _class_round(
                 blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
