@@ -37,7 +37,9 @@ grows with the width). Exact updates are O(K) as they must be.
 With probability ≥ 1 - δ each race returns the exact Gumbel-max decision (Prop. 1: the
 draw is within δ of the conditional in total variation; Racing-Normal assumes the
 normal approximation of eq. 9). Mentions whose block is smaller than
-``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly.
+``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly, and so
+are those where the cost model (``race_cost``, :func:`race_costs`) expects a race to cost more than
+the exact update (a race has a fixed cost of ~1,000 factor evaluations on a CPU).
 The sweep visits mentions class by class (a fixed systematic-scan order).
 
 References
@@ -73,6 +75,7 @@ __all__ = [
     "init",
     "mention_classes",
     "race_conditional",
+    "race_costs",
 ]
 
 
