@@ -6,7 +6,9 @@ of annealed Gibbs), β = 1. Mentions are unit vectors ``c_y + 0.12 ε`` (ε stan
 ``"tokens"`` field): members of one cluster attract (f ≈ +1.5), others repel (f ≈ -2).
 A "sweep" updates the same V mentions (all of the block when it has at most 256 mentions,
 else 64 spread over the clusters, 16 for the block of 200,000: ``visit``) with δ = 0.05, m1 = 50,
-``max_candidates = 32`` and the default race widths (16 and 32). With the default small-arm rule
+``max_candidates = 32``, the default race widths (16 and 32) and the default cost model
+(``race_cost``: an update races only where it is expected to save more evaluations than a race's
+fixed cost, so blocks below ~1,200 mentions are updated exactly). With the default small-arm rule
 (``min_arm_draws=1``: arms with N_y < m1 or m1 N_y / K < 1 are summed exactly) the N_y = 10 rows and
 the D = 200 rows (m1 N_y / K = 0.25; also more than ``max_candidates`` candidates) are exact updates inside the racing sweep. Timings alternate exact
 and racing calls in one run (``benchmarks._common.compare``, medians; compile time apart); the
@@ -17,8 +19,10 @@ same; mentions and state are arguments), with a traced ``exact`` flag serving bo
 full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine's per-arm schedules
 (``schedule="ragged"``, :func:`jaxsub.discrete.racing_ragged`) against the padded shared population
 (``schedule="padded"``, the default), alternating in one run, for blocks up to ``RAGGED_MAX_BLOCK``.
-``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints issue 12's wall-clock target row: one exact
-vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`).
+``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints issue 12's wall-clock target rows: one exact
+vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`), Sub with the
+default cost model and with ``race_cost=0`` (racing wherever the rules allow), and the race's fixed cost
+in evaluations calibrated from the latter (the cost model's ``race_cost``).
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ from jaxsub import coreference as co
 TITLE = "coreference: racing Gibbs sweep vs exact Gibbs sweep (N_y x D grid)"
 #: The ragged schedule is timed up to this block size (its sweep at 200,000 mentions takes ~15 s a call).
 RAGGED_MAX_BLOCK = 20_000
-FACTOR = co.similarity_factor({"v": "tokens"}, {"v": 4.0}, thresholds={"v": 0.5})
+SIM = co.packed_similarity({"v": "tokens"}, {"v": 4.0}, thresholds={"v": 0.5})
+FACTOR = SIM.factor  # on rows of SIM.pack(mentions) (one dot product per pair batch)
 
 
 def _problem(n_y: int, d: int, seed: int = 0):
@@ -45,7 +50,7 @@ def _problem(n_y: int, d: int, seed: int = 0):
     truth = np.repeat(np.arange(d), n_y)
     v = centres[truth] + 0.12 * rng.normal(size=(truth.size, 32))
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    mentions = {"v": jnp.asarray(v, jnp.float32)}
+    mentions = SIM.pack({"v": jnp.asarray(v, jnp.float32)})
     blocks = co.make_blocks(np.zeros(truth.size, int))
     labels = blocks.position[np.searchsorted(truth, truth)]  # first mention of each cluster as its id
     return mentions, blocks, co.init(jnp.asarray(labels, jnp.int32), blocks)
@@ -115,58 +120,76 @@ def run(*, quick: bool = False) -> list[dict]:
     if not quick:
         authors = authors_sweep()
         print(authors_markdown(authors))
-        rows.append(authors)
+        rows.extend(authors)
     return rows
 
 
-def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> dict:
+def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]:
     """Issue 12's wall-clock target: one exact vs one Sub sweep on author mentions at the converged state.
 
     The author-mention generator of ``experiments.coreference`` (M = ``num_mentions``, entities up to
-    1,000, blocking on first initial + surname), default kernel settings, δ = 0.05; exact Gibbs is
-    compiled with ``exact=True`` (no racing code), Sub Gibbs apart; 6 exact annealed sweeps
-    (β 0.3 → 2.0, seed 100) reach the converged state, then the two sweeps at β = 2 alternate
-    (``compare``, 3 each, medians).
+    1,000, blocking on first initial + surname, the packed similarity), δ = 0.05; exact Gibbs is
+    compiled with ``exact=True`` (no racing code), Sub Gibbs apart, once with the default cost model
+    (``race_cost``) and once with ``race_cost=0`` (every update the rules allow races); 6 exact annealed
+    sweeps (β 0.3 → 2.0, seed 100) reach the converged state, then each Sub sweep alternates with the
+    exact one at β = 2 (``compare``, 3 each, medians). Also returns the race's fixed cost calibrated
+    from the ``race_cost=0`` pair, in evaluations of the exact sweep:
+    ``F = (T_sub - T_exact E_sub / E_exact) / (races T_exact / E_exact)`` (all of the Sub sweep's time
+    beyond its evaluations charged to its races; the cost model's ``race_cost`` is this figure).
     """
     os.environ.setdefault("JAXSUB_COREF_MENTIONS", str(num_mentions))
     from experiments.coreference import _authors
 
     data = _authors(False)
     blocks, factor, mentions = data["blocks"], data["factor"], data["mentions"]
-    kernel = co.build_kernel(blocks, delta=0.05, batch_size=batch_size)
     state = co.init(None, blocks)
     args = (jax.random.key(0), state, jnp.float32(1.0))
+
+    def compiled(**kw):
+        kernel = co.build_kernel(blocks, delta=0.05, batch_size=batch_size, **kw)
+        t0 = time.perf_counter()
+        c = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=False)).lower(*args).compile()
+        return c, round(time.perf_counter() - t0, 1)
+
+    kernel = co.build_kernel(blocks, delta=0.05, batch_size=batch_size)
     t0 = time.perf_counter()
     exact = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True)).lower(*args).compile()
-    t1 = time.perf_counter()
-    sub = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=False)).lower(*args).compile()
-    t2 = time.perf_counter()
+    compile_exact = round(time.perf_counter() - t0, 1)
     for s_, beta in enumerate(np.linspace(0.3, 2.0, 6)):
         state, _ = exact(jax.random.key(100 + s_), state, jnp.float32(beta))
     f1 = co.b_cubed(np.asarray(state.labels), data["truth"]).f1
     info_e = exact(jax.random.key(1), state, jnp.float32(2.0))[1]
-    info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
-    load0 = _load()
-    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
-                     lambda k: sub(k, state, jnp.float32(2.0))[0].labels,
-                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
-    return {"M": int(blocks.num_mentions), "b3_f1": float(f1), "exact_s": timing["baseline_s"],
-            "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"],
-            "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
-            "races": int(info_s.num_races), "exact_updates_in_sub_sweep": int(info_s.num_exact),
-            "compile_exact_s": round(t1 - t0, 1), "compile_sub_s": round(t2 - t1, 1),
-            "load_1min": round((load0 + _load()) / 2, 2)}
+    rows = []
+    for label, kw in (("default", {}), ("0", {"race_cost": 0.0})):
+        sub, compile_sub = compiled(**kw)
+        info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
+        load0 = _load()
+        timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+                         lambda k: sub(k, state, jnp.float32(2.0))[0].labels,
+                         lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+        e_ex, e_sub, races = int(info_e.num_evaluations), int(info_s.num_evaluations), int(info_s.num_races)
+        t_eval = timing["baseline_s"] / e_ex
+        cost = (timing["candidate_s"] - t_eval * e_sub) / (races * t_eval) if races else float("nan")
+        rows.append({"M": int(blocks.num_mentions), "race_cost": label, "b3_f1": float(f1),
+                     "exact_s": timing["baseline_s"], "sub_s": timing["candidate_s"],
+                     "wallclock_ratio": timing["speedup"], "evaluation_ratio": e_ex / max(e_sub, 1),
+                     "races": races, "exact_updates_in_sub_sweep": int(info_s.num_exact),
+                     "race_fixed_cost_evaluations": cost, "compile_exact_s": compile_exact,
+                     "compile_sub_s": compile_sub, "load_1min": round((load0 + _load()) / 2, 2)})
+    return rows
 
 
-def authors_markdown(r: dict) -> str:
-    """The author-mentions row (issue 12's targets: ≥ 2× wall-clock, ≥ 3× fewer evaluations per sweep)."""
-    return "\n".join([
-        "| author mentions M | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
-        "races / exact updates (Sub) | compile s exact / Sub | load |",
-        "|" + "---|" * 9,
-        f"| {r['M']:,} | {r['b3_f1']:.4f} | {r['exact_s']:.3g} | {r['sub_s']:.3g} | {r['wallclock_ratio']:.2f} | "
-        f"{r['evaluation_ratio']:.3g} | {r['races']:,} / {r['exact_updates_in_sub_sweep']:,} | "
-        f"{r['compile_exact_s']} / {r['compile_sub_s']} | {r['load_1min']:.1f} |"])
+def authors_markdown(rows: list[dict]) -> str:
+    """The author-mentions rows (issue 12's targets: ≥ 2× wall-clock, ≥ 3× fewer evaluations per sweep)."""
+    lines = ["| author mentions M | race_cost | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
+             "races / exact updates (Sub) | race fixed cost (evaluations) | compile s exact / Sub | load |",
+             "|" + "---|" * 11]
+    for r in rows:
+        lines.append(f"| {r['M']:,} | {r['race_cost']} | {r['b3_f1']:.4f} | {r['exact_s']:.3g} | {r['sub_s']:.3g} | "
+                     f"{r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | {r['races']:,} / "
+                     f"{r['exact_updates_in_sub_sweep']:,} | {r['race_fixed_cost_evaluations']:.0f} | "
+                     f"{r['compile_exact_s']} / {r['compile_sub_s']} | {r['load_1min']:.1f} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict]) -> str:

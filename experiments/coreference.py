@@ -1,7 +1,8 @@
 """Figure 3 of Chen & Ghahramani (2016), §5.3: author coreference, Sub (racing) Gibbs vs exact Gibbs.
 
 Model: the pairwise-factor CRF ``p(y|x) ∝ exp(β Σ_{i<j, y_i=y_j} f(x_i, x_j))`` with the default
-similarity factor of :func:`jaxsub.coreference.similarity_factor`, blocking, every mention
+similarity factor of :func:`jaxsub.coreference.similarity_factor` (evaluated in its packed form,
+:func:`jaxsub.coreference.packed_similarity`: same values), blocking, every mention
 starting alone (as in the paper), annealed Gibbs for MAP (β rising linearly over the sweeps).
 Both samplers run the same sweep (:func:`jaxsub.coreference.fit`); Sub Gibbs resamples each
 ``y_i`` by Racing-Normal (δ = 0.05, m1 = 50) with the per-candidate control variate, candidate
@@ -18,6 +19,11 @@ Data sets:
   to 1,000, hundreds of entities per block); quick mode: 3,000 mentions, entities up to 150.
 * **FEBRL 3** (full mode only; ``jaxsub.datasets.load_febrl(3)``: 5,000 records, true ids from
   ``rec_id``), blocking on the first letter of the given name.
+
+Samplers: exact Gibbs; Sub Gibbs racing wherever the rules allow (``race_cost=0``, the paper's
+sampler: its evaluations, F1 curves and decision error); in full mode also Sub Gibbs with the default
+cost model (``race_cost``: race only where a race is expected to save more evaluations than its fixed
+cost, else the exact update), timed the same way. Runs of the samplers are interleaved.
 
 Plots: B³ F1 vs factor evaluations, vs wall-clock and vs sweeps, every run. The decision error
 rate at δ = 0.05 is measured on a separate Sub run that recomputes every race exactly under the
@@ -54,15 +60,16 @@ def _authors(quick: bool):
     m, cap = (3000, 150) if quick else (int(os.environ.get("JAXSUB_COREF_MENTIONS", 100_000)), 1000)
     gen = author_mentions(m, febrl_name_frequencies(), seed=0, max_entity_size=cap)
     enc = co.encode_mentions(gen.fields, AUTHOR_KINDS, hash_dim=32)
-    f = co.similarity_factor(AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, scales={"year": 4.0})
-    return dict(name=f"author mentions (M = {m:,})", mentions=enc, truth=gen.entity, factor=f,
+    sim = co.packed_similarity(AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, scales={"year": 4.0})
+    return dict(name=f"author mentions (M = {m:,})", mentions=jax.jit(sim.pack)(enc), truth=gen.entity, factor=sim.factor,
                 blocks=co.make_blocks(gen.block_keys))
 
 
 def _febrl():
     records, ids = load_febrl(3)
     enc = co.encode_mentions({k: records[k].tolist() for k in FEBRL_KINDS}, FEBRL_KINDS)
-    f = co.similarity_factor(FEBRL_KINDS, thresholds={k: 0.6 for k in FEBRL_KINDS})
+    sim = co.packed_similarity(FEBRL_KINDS, thresholds={k: 0.6 for k in FEBRL_KINDS})
+    enc, f = jax.jit(sim.pack)(enc), sim.factor
     keys = [str(g)[:1] if g else "?" for g in records["given_name"]]
     return dict(name="FEBRL 3 (5,000 records)", mentions=enc, truth=ids, factor=f, blocks=co.make_blocks(keys))
 
@@ -144,16 +151,23 @@ def _wilson(k, n, z=1.96):
     return (c - h, c + h)
 
 
-def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared):
+def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared, cost_kw=None):
+    """Exact vs Sub Gibbs (``kw``) runs, the decision check; with ``cost_kw`` also Sub Gibbs with those
+    settings (the cost model), timed runs only. Runs are interleaved (run r of every sampler, then r + 1)
+    so that load drifts hit all samplers alike."""
     sweeps, seconds = _compiled(data, shared, **kw)
     compile_s = {True: seconds["exact"], False: seconds["sub"]}
-    res = {}
-    for mode in ("exact", "sub"):
-        runs = []
-        for r in range(num_runs):
-            runs.append(_run(data, betas, sweeps[mode], seed=100 + r))
+    modes = ["exact", "sub"]
+    if cost_kw is not None:
+        cost_sweeps, cost_seconds = _compiled(data, False, **cost_kw)
+        sweeps["cost"] = cost_sweeps["sub"]
+        compile_s["cost"] = cost_seconds["sub"]
+        modes.append("cost")
+    res = {mode: [] for mode in modes}
+    for r in range(num_runs):
+        for mode in modes:
+            res[mode].append(_run(data, betas, sweeps[mode], seed=100 + r))
             bar.update(1)
-        res[mode] = runs
     check = _run(data, betas, sweeps["check"], seed=999)
     bar.update(1)
     ex, sub = res["exact"], res["sub"]
@@ -188,10 +202,24 @@ def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared):
         compile_seconds_exact=compile_s[True], compile_seconds_sub=compile_s[False], kernel_settings=kw,
         races_per_sweep_sub=sub[0]["races"].tolist(), exact_updates_per_sweep_sub=sub[0]["exact"].tolist(),
     )
+    if "cost" in res:
+        cost = res["cost"]
+        reach_c = {k: _reach(cost, thr, k) for k in ("evals", "seconds")}
+        metrics.update(
+            cost_model_settings=cost_kw, compile_seconds_cost=compile_s["cost"],
+            final_b3_f1_cost=[r["f1"][-1] for r in cost],
+            evals_to_converged_cost=reach_c["evals"].tolist(), seconds_to_converged_cost=reach_c["seconds"].tolist(),
+            evaluation_ratio_to_converged_cost=float(np.nanmedian(reach["evals"][0]) / np.nanmedian(reach_c["evals"])),
+            wallclock_ratio_to_converged_cost=float(np.nanmedian(reach["seconds"][0]) / np.nanmedian(reach_c["seconds"])),
+            f1_vs_sweep_max_mean_gap_cost=float(np.max(np.abs(f1_ex.mean(0) - np.mean([r["f1"] for r in cost], 0)))),
+            races_per_sweep_cost=cost[0]["races"].tolist())
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for runs, colour, label in ((ex, "C0", "exact Gibbs"), (sub, "C3", "Sub Gibbs (racing)")):
+    curves = [(ex, "C0", "exact Gibbs"), (sub, "C3", "Sub Gibbs (racing)")]
+    if "cost" in res:
+        curves.append((res["cost"], "C2", "Sub Gibbs, cost model"))
+    for runs, colour, label in curves:
         for k, r in enumerate(runs):
             kw = dict(color=colour, alpha=0.6, label=label if k == 0 else None)
             axes[0].plot(r["evals"], r["f1"], **kw)
@@ -230,6 +258,13 @@ def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared):
          f"[{metrics['error_rate_ci95'][0]:.4f}, {metrics['error_rate_ci95'][1]:.4f}] ({errors}/{checked})"],
         ["compile s exact / Sub", f"{metrics['compile_seconds_exact']:.1f}", f"{metrics['compile_seconds_sub']:.1f}"],
     ]
+    if "cost" in res:
+        rows += [
+            ["Sub with the cost model (race_cost default): evaluation / wall-clock ratio to converged",
+             f"{metrics['evaluation_ratio_to_converged_cost']:.2f}", f"{metrics['wallclock_ratio_to_converged_cost']:.2f}"],
+            ["  races per sweep (first run) / F1 max |mean gap| vs exact", str(metrics["races_per_sweep_cost"]),
+             f"{metrics['f1_vs_sweep_max_mean_gap_cost']:.4f}"],
+        ]
     rep.table(rows, ["quantity", "value", ""])
     return metrics
 
@@ -238,18 +273,24 @@ def run(out_dir, *, quick: bool) -> dict:
     rep = Report(TITLE, out_dir)
     rep.text(f"Mode: **{'quick' if quick else 'full'}**. " + __doc__.split("\n\n", 1)[1])
     # quick: one raced class of block sizes (min_race_size=256) to keep compilation short
-    quick_kw = dict(min_race_size=256, max_candidates=32, race_widths=())  # one race width: one compile
+    # race_cost=0 in quick mode: at 3,000 mentions (blocks <= ~300) the cost model would update every
+    # mention exactly (no race pays on a CPU below ~1,200 other mentions); quick mode exercises the races
+    quick_kw = dict(min_race_size=256, max_candidates=32, race_widths=(), race_cost=0.0)  # one width: one compile
     # full mode: 7 runs per sampler (the paper's Fig. 3); quick: 2
-    datasets = [("authors", _authors(quick), 2 if quick else FULL_RUNS, 5 if quick else 6, quick_kw if quick else {})]
+    # full mode: Sub Gibbs races wherever the rules allow (race_cost=0, the paper's sampler: its evaluations
+    # and decision error), and Sub Gibbs with the default cost model (race vs exact per update) is timed too
+    full_kw = dict(race_cost=0.0)
+    datasets = [("authors", _authors(quick), 2 if quick else FULL_RUNS, 5 if quick else 6, quick_kw if quick else full_kw)]
     if not quick:
-        datasets.append(("febrl3", _febrl(), FULL_RUNS, 6, {}))
-    total = sum(2 * r + 1 for _, _, r, _, _ in datasets)
+        datasets.append(("febrl3", _febrl(), FULL_RUNS, 6, full_kw))
+    total = sum((2 if quick else 3) * r + 1 for _, _, r, _, _ in datasets)
     metrics = {"mode": "quick" if quick else "full"}
     t0 = time.perf_counter()
     with progress(total=total, desc="coreference runs") as bar:
         for tag, data, runs, sweeps, kw in datasets:
             betas = np.linspace(0.3, 2.0, sweeps).astype(np.float32)
-            metrics[tag] = _study(data, betas, runs, rep, out_dir, tag, bar, kw, shared=quick)
+            metrics[tag] = _study(data, betas, runs, rep, out_dir, tag, bar, kw, shared=quick,
+                                  cost_kw=None if quick else {})
     metrics["seconds"] = time.perf_counter() - t0
     rep.text(f"Total time {metrics['seconds']:.0f} s (shared 2-core CPU; load printed by the runner's caller).")
     rep.write()

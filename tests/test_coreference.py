@@ -21,7 +21,11 @@ RAGGED = [1, 50, 30, 15, 8, 4, 2, 1, 1, 8]  # cluster sizes of block 0 (mention 
 
 # min_arm_draws=2: candidates with m1 N_y / K < 2 (N_y < 24 here: clusters of 15, 8, 4, 2, 1, 1, 8) are
 # summed exactly, the race runs over the 80 members of the clusters of 50 and 30.
-RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16, min_arm_draws=2.0, race_widths=())
+# race_cost=38: the cost model at its boundary for mention 0 (its race is expected to save exactly
+# 119 - (39 small-arm members + 2 raced arms + 4 m1) = 38 evaluations, so it races: the TV tests check
+# that every draw raced); see test_cost_model_updates_exactly_where_a_race_cannot_pay.
+RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16, min_arm_draws=2.0, race_widths=(),
+            race_cost=38.0)
 SMALL_MEMBERS = 15 + 8 + 4 + 2 + 1 + 1 + 8
 
 
@@ -246,6 +250,28 @@ def test_batched_exact_sweep_matches_numpy_reference():
     assert int(info.num_exact) == keys.size and int(info.num_evaluations) == sum(n * (n - 1) for n in sizes)
 
 
+def test_cost_model_updates_exactly_where_a_race_cannot_pay():
+    """``race_cost`` (the cost model): an update races only if K - (k_small + raced arms + 4 m1) >= its cost."""
+    blocks, state, mentions, _ = _ragged_problem(seed=1)
+    # the rule at its boundary: mention 0 of block 0 (K = 119, small arms of 39 members, 2 raced arms,
+    # m1 = 10) is expected to save 119 - (39 + 2 + 40) = 38 evaluations; at width 16 the cost is F itself
+    assert co.sampler.race_costs(38.0, (16, 70)) == (38.0, 38.0 * (38 + 70) / (38 + 16))
+    pays = functools.partial(co.sampler._race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0,
+                             first_batch_size=10)
+    assert bool(pays(co.sampler.race_costs(38.0, (16,)))) and not bool(pays(co.sampler.race_costs(38.5, (16,))))
+    # the race side of the boundary is compiled into every racing test here (RACE: F = 38, mention 0 races).
+    # Static part: no update of the class K <= 128 can save more than 128 - (1 + 40) = 87 evaluations, so
+    # with F = 88 the class is compiled without racing code: the exact sweep's labels and counts (same keys)
+    kernel = co.build_kernel(blocks, **{**RACE, "race_cost": 88.0})
+    key = jax.random.key(4)
+    new, info = jax.jit(lambda k, s, x: kernel(k, s, _factor, x, 1.0))(key, state, mentions)
+    ref, ref_info = _kernel(True)(key, state, mentions, 1.0)
+    _, raced = _kernel(False)(key, state, mentions, 1.0)  # F = 38: the same problem races (negative control)
+    assert int(info.num_races) == 0 and int(raced.num_races) > 0
+    np.testing.assert_array_equal(np.asarray(new.labels), np.asarray(ref.labels))
+    assert int(info.num_evaluations) == int(ref_info.num_evaluations) == 120 * 119 + 5 * 4 + 3 * 2
+
+
 def test_b_cubed_and_pairwise_hand_computed():
     # Bagga & Baldwin (1998), their Fig.: truth {1-5}, {6,7}, {8-12}; response merges the last two
     truth = [0] * 5 + [1] * 2 + [2] * 5
@@ -320,6 +346,10 @@ def test_bad_inputs_raise_value_error():
         co.build_kernel(blocks, delta=1.5)
     with pytest.raises(ValueError, match="first_batch_size"):
         co.build_kernel(blocks, first_batch_size=1)
+    with pytest.raises(ValueError, match="race_cost"):
+        co.build_kernel(blocks, race_cost=-1.0)
+    with pytest.raises(ValueError, match="hash_dim"):  # packed bags must share one hash_dim
+        co.packed_similarity({"x": "string", "y": "tokens"}).pack({"x": jnp.ones((3, 4)), "y": jnp.ones((3, 5))})
     with pytest.raises(ValueError, match="blocks"):
         co.build_kernel(None)
     with pytest.raises(ValueError, match="pairwise_log_factor"):
@@ -341,8 +371,8 @@ def test_bad_inputs_raise_value_error():
 
 
 def test_default_similarity_factor_and_encoding():
-    cols = {"name": ["john smith", "jon smith", "mary jones", None], "city": ["a", "a", "b", "a"],
-            "year": [1990.0, 1991.0, 2010.0, np.nan], "coauthors": ["x;y", "y;z", "q", "x"]}
+    cols = {"name": ["john smith", "jon smith", "mary jones", None, "m jones"], "city": ["a", "a", "b", "a", None],
+            "year": [1990.0, 1991.0, 2010.0, np.nan, 2009.0], "coauthors": ["x;y", "y;z", "q", "x", ""]}
     kinds = {"name": "string", "city": "categorical", "year": "numeric", "coauthors": "tokens"}
     enc = co.encode_mentions(cols, kinds, hash_dim=64)
     f = jax.jit(co.similarity_factor(kinds, scales={"year": 2.0}))  # one compile for the three calls
@@ -354,3 +384,16 @@ def test_default_similarity_factor_and_encoding():
     cat = 1.0
     tok = float(jnp.dot(enc["coauthors"][3], enc["coauthors"][0])) - 0.5
     assert only == pytest.approx(cat + tok, abs=1e-6)
+    # the packed form (one dot product over [bags, presence flags], codes, numbers) gives the same values
+    # on every pair, missing fields included, with non-default weights, thresholds, scales and bias
+    settings = dict(weights={"name": 2.0, "city": 0.5, "year": 1.5, "coauthors": 3.0}, thresholds={"name": 0.6},
+                    scales={"year": 2.0}, bias=0.25)
+    ref_f = co.similarity_factor(kinds, **settings)
+    sim = co.packed_similarity(kinds, **settings)
+    packed = sim.pack(enc)
+    assert packed["dense"].shape == (5, 2 * 64 + 2) and packed["codes"].shape == (5, 1)
+    def all_pairs(g, x):  # eager (op by op on [5, 5] batches): no compile
+        return jax.vmap(jax.vmap(g, (None, 0)), (0, None))(x, x)
+
+    np.testing.assert_allclose(np.asarray(all_pairs(sim.factor, packed)), np.asarray(all_pairs(ref_f, enc)),
+                               rtol=1e-6, atol=1e-6)

@@ -1,7 +1,8 @@
 """Coreference: racing Gibbs for pairwise-factor clustering (Chen & Ghahramani 2016, §5.3).
 
 * :mod:`~jaxsub.coreference.model` -- the model pieces: :func:`make_blocks` (blocking),
-  :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``);
+  :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``),
+  :func:`packed_similarity` (the same factor on rows packed once: a few fused array ops per pair batch);
 * :mod:`~jaxsub.coreference.sampler` -- the Gibbs sweep (racing or ``exact=True``) as a BlackJAX-style
   kernel (:func:`build_kernel`, :func:`init`, ``sampler.as_top_level_api`` exposed as :func:`gibbs`), the
   annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
@@ -24,7 +25,14 @@ from jaxsub.coreference.sampler import (
     mention_classes,
     race_conditional,
 )
-from jaxsub.coreference.model import Blocks, encode_mentions, make_blocks, similarity_factor
+from jaxsub.coreference.model import (
+    Blocks,
+    PackedSimilarity,
+    encode_mentions,
+    make_blocks,
+    packed_similarity,
+    similarity_factor,
+)
 from jaxsub.coreference.scoring import Scores, b_cubed, pairwise_f1
 
 #: ``jaxsub.coreference.gibbs(pairwise_log_factor, mentions, blocks, ...)`` -> ``SamplingAlgorithm``; the
@@ -33,6 +41,7 @@ gibbs = _TopLevelAPI(sampler)
 
 __all__ = [
     "Blocks",
+    "PackedSimilarity",
     "CorefState",
     "FitTrace",
     "Scores",
@@ -47,6 +56,7 @@ __all__ = [
     "init",
     "make_blocks",
     "mention_classes",
+    "packed_similarity",
     "pairwise_f1",
     "race_conditional",
     "similarity_factor",

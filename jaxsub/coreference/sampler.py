@@ -37,7 +37,9 @@ grows with the width). Exact updates are O(K) as they must be.
 With probability ≥ 1 - δ each race returns the exact Gumbel-max decision (Prop. 1: the
 draw is within δ of the conditional in total variation; Racing-Normal assumes the
 normal approximation of eq. 9). Mentions whose block is smaller than
-``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly.
+``min_race_size`` or that have more than ``max_candidates`` candidates are updated exactly, and so
+are those where the cost model (``race_cost``, :func:`race_costs`) expects a race to cost more than
+the exact update (a race has a fixed cost of ~1,000 factor evaluations on a CPU).
 The sweep visits mentions class by class (a fixed systematic-scan order).
 
 References
@@ -73,6 +75,7 @@ __all__ = [
     "init",
     "mention_classes",
     "race_conditional",
+    "race_costs",
 ]
 
 
@@ -203,6 +206,40 @@ DEFAULT_RACE_WIDTHS = (16,)
 #: compile 2-3x longer (docs/coreference.md §5).
 DEFAULT_BATCH_SIZE = 1
 
+#: Default ``race_cost`` F of :func:`build_kernel` (factor evaluations; see :func:`race_costs`), calibrated
+#: once on CPU with :func:`~jaxsub.coreference.packed_similarity` on author mentions (the largest block of
+#: M = 20,000, 128 updates: a race's CPU time beyond its own evaluations = 1,000-1,350 evaluations of
+#: 0.17 µs; docs/coreference.md §5, session 8; ``benchmarks.coreference.calibrate_race_cost``). A factor
+#: that costs more per evaluation has a smaller F (the default then races less than it could).
+DEFAULT_RACE_COST = 1000.0
+
+#: Engine cost per race vs width D, measured on CPU (one race over N = 1,024, 3 live arms, load ~10:
+#: 39 / 42 / 56 / 168 µs at D = 4 / 8 / 32 / 128, docs/coreference.md): about ``a + D`` µs with a ≈ 38.
+_WIDTH_COST_OFFSET = 38.0
+
+
+def race_costs(race_cost: float, widths) -> tuple:
+    """Fixed cost of a race at each static width, in factor evaluations: ``race_cost (a + D) / (a + 16)``.
+
+    ``race_cost`` is the fixed cost of a race of width 16 beyond its evaluations, in units of one factor
+    evaluation inside an exact update (calibrated once per factor and machine: the time of a race minus
+    its evaluations, divided by the exact update's time per evaluation); wider races cost more in
+    proportion to the engine's measured ``a + D``.
+    """
+    return tuple(float(race_cost) * (_WIDTH_COST_OFFSET + w) / (_WIDTH_COST_OFFSET + 16) for w in widths)
+
+
+def _race_pays(K, k_small, num_large, costs, width, first_batch_size: int):
+    """The cost model: race iff the evaluations it is expected to save exceed its fixed cost.
+
+    An exact update costs ``K`` evaluations; a race ``k_small`` (small arms summed exactly) + one control
+    variate evaluation per raced arm + its draws (estimated as ``4 m1``: measured 3.6 m1 in a block of
+    2,000 with 20 clusters of 100 and 6 m1 in the largest author block, 1,024 mentions) + its fixed cost
+    ``costs[width]`` (:func:`race_costs`).
+    """
+    expected = k_small + num_large + 4 * first_batch_size
+    return (K - expected).astype(jnp.float32) >= jnp.asarray(costs, jnp.float32)[width]
+
 
 # --------------------------------------------------------------------------- state
 def init(position, blocks: Blocks) -> CorefState:
@@ -280,6 +317,11 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
     * ``schedule="padded"``: :func:`jaxsub.discrete.racing` over one shared population of
       ``num_data`` indices (``log_factor_fn(indices [m]) -> [m, D]``), marginal variances,
       optional control variate, exact pass off (``info.num_data_used`` = drawn indices).
+      The sweep passes no ``log_factor_states_fn``: its ``log_factor_fn`` evaluates one factor per
+      drawn index whatever D (the other columns are zeros), so the engine's compaction levels would
+      save no evaluation; without them the race compiles to half the code (1,104 -> 570 fusions in
+      a 1,024-mention block's sweep, compile 18.7 -> 11.4 CPU-s) at the same decisions and run time
+      (docs/coreference.md §5, session 8).
     * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
       over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
       ``num_data`` = the static bound on every population.
@@ -474,7 +516,7 @@ def _move_puts(j, packed, pl, chunk):
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                 control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0,
-                race_widths=()):
+                race_widths=(), race_cost: float = 0.0):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -622,10 +664,6 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                         v, cols, _ = values(idx)
                         return jnp.where(cols[:, None] == ar_d[None, :], v[:, None], 0.0)
 
-                    def log_factor_states_fn(idx, states):
-                        v, cols, _ = values(idx)
-                        return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
-
                     num_cv = jnp.zeros((), jnp.int32)
                     cv = None
                     if control_variate and padded:
@@ -668,7 +706,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     else:
                         x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
                                                     num_data=N, delta=delta, first_batch_size=first_batch_size,
-                                                    log_factor_states_fn=log_factor_states_fn, control_variate=cv)
+                                                    control_variate=cv)
                         used = rinfo.num_data_used + k_small
                     bad = rinfo.has_nan | bad_small
                     new = jnp.where(bad, a, column_id(x))
@@ -699,6 +737,9 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                 use_race = use_race & ~exact
             # the narrowest race width that holds the candidates (the engine's cost grows with it)
             width = jnp.sum(ncols > jnp.asarray(widths[:-1], jnp.int32), dtype=jnp.int32)
+            if race_cost > 0:
+                use_race = use_race & _race_pays(K, k_small, jnp.sum(large, dtype=jnp.int32),
+                                                 race_costs(race_cost, widths), width, first_batch_size)
             branches = [exact_branch] + [make_race(w) for w in widths]
             new, info = jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)
 
@@ -735,7 +776,8 @@ def class_lanes(blocks: Blocks, positions, batch_size: int) -> np.ndarray:
 
 
 def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
-                 control_variate: bool, chunk_size: int, min_arm_draws: float = 0.0, race_widths=()):
+                 control_variate: bool, chunk_size: int, min_arm_draws: float = 0.0, race_widths=(),
+                 race_cost: float = 0.0):
     """One *round*: the updates of ``B`` mentions of ``B`` different blocks of a class, decided together.
 
     Mentions of different blocks have disjoint candidate clusters and factors, so their Gibbs updates
@@ -847,6 +889,9 @@ def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float
             if not isinstance(exact, bool):
                 use_race = use_race & ~exact
             width = jnp.sum(ncols[:, None] > jnp.asarray(widths[:-1], jnp.int32)[None, :], axis=1, dtype=jnp.int32)
+            if race_cost > 0:
+                use_race = use_race & _race_pays(K, k_small, jnp.sum(large, axis=1, dtype=jnp.int32),
+                                                 race_costs(race_cost, widths), width, m1)
 
             def small_member(lane, k):
                 js, c = jax.vmap(lambda kk, cs, ns, g, ca, sk, mw: member_in(kk[None], cs, ns, g, ca, sk, mw, D))(
@@ -913,10 +958,6 @@ def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float
                     v, cols, _ = values(idx, P, Dw)
                     return jnp.where(cols[:, None] == ar[None, :], v[:, None], 0.0)
 
-                def states_fn(idx, states, P, Dw=Dw):
-                    v, cols, _ = values(idx, P, Dw)
-                    return jnp.where(cols[:, None] == states[None, :], v[:, None], 0.0)
-
                 cv = None
                 if control_variate:
                     def h_fn(idx, P, Dw=Dw, ar=ar):
@@ -929,7 +970,7 @@ def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float
                     cv = (h_fn, lambda P: P["h_mean"])
                 sampler = racing_batch(
                     log_factor_fn, Dw, N, delta=delta, first_batch_size=m1, bound="normal", variance="marginal",
-                    control_variate=cv, gumbel_noise=False, log_factor_states_fn=states_fn, exact_pass_cost=None,
+                    control_variate=cv, gumbel_noise=False, exact_pass_cost=None,
                     skew_guard=None)
                 mine = use_race & (width == wi)
                 noise = jax.vmap(lambda k, Dw=Dw: jax.random.gumbel(k, (Dw,)))(k_noise)
@@ -1004,7 +1045,8 @@ def _flag(name, value):
 
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
-            min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None) -> dict:
+            min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None,
+            race_cost=None) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -1030,8 +1072,23 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
+                race_cost=check_real("race_cost", DEFAULT_RACE_COST if race_cost is None else race_cost, low=0.0,
+                                     low_closed=True),
                 min_arm_draws=check_real("min_arm_draws", min_arm_draws, low=0.0, high=float(first_batch_size),
                                          low_closed=True, high_closed=True))
+
+
+def _race_can_pay(n_cap: int, config) -> bool:
+    """Static part of the cost model: can any update of a class with ``K <= n_cap`` pass :func:`_race_pays`?
+
+    The largest saving is ``n_cap - 1 - 4 m1`` (no small arm, one raced arm); the cheapest race is at the
+    narrowest width. A class where no race can pay is compiled without racing code (exact updates only).
+    """
+    if config["race_cost"] <= 0:
+        return True
+    d = min(config["max_candidates"], n_cap + 1)
+    narrowest = min([min(w, d) for w in config["race_widths"]] + [d])
+    return n_cap - 1 - 4 * config["first_batch_size"] >= race_costs(config["race_cost"], (narrowest,))[0]
 
 
 def _class_steps(blocks, config):
@@ -1049,25 +1106,26 @@ def _class_steps(blocks, config):
             positions = positions[keep[positions]]
             if positions.size == 0:
                 continue
-        race = n_cap >= config["min_race_size"]
+        race = n_cap >= config["min_race_size"] and _race_can_pay(n_cap, config)
         if config["batch_size"] > 1:
             out.append((n_cap, class_lanes(blocks, positions, config["batch_size"]), _class_round(
                 blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
                 first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
                 chunk_size=config["chunk_size"], min_arm_draws=config["min_arm_draws"],
-                race_widths=config["race_widths"])))
+                race_widths=config["race_widths"], race_cost=config["race_cost"])))
             continue
         out.append((n_cap, positions, _class_step(
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
             chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"],
-            race_widths=config["race_widths"])))
+            race_widths=config["race_widths"], race_cost=config["race_cost"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
-                 schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None):
+                 schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None,
+                 race_cost: float = None):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -1107,6 +1165,11 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             Updates of different blocks commute, so this is the same sweep, draw for draw (per-position
             keys). Measured no faster at M = 20,000 author mentions and 2-3x the compile time
             (docs/coreference.md §5).
+        race_cost: ``F >= 0`` (default :data:`DEFAULT_RACE_COST`), the cost model deciding race vs exact per
+            update: an update that could race races only when the evaluations it is expected to save,
+            ``K - (k_small + raced arms + 2 m1)``, are at least the race's fixed cost ``F (a + D) / (a + 16)``
+            at its width D (:func:`race_costs`; ``F`` in factor evaluations of an exact update, calibrated
+            once per factor and machine, docs/coreference.md). ``0`` races wherever the rules above allow.
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -1127,7 +1190,8 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
                      min_race_size=min_race_size, control_variate=control_variate, chunk_size=chunk_size,
                      visit=visit, schedule=schedule,
                      min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
-                     race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size)
+                     race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size,
+                     race_cost=race_cost)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 

@@ -1,4 +1,5 @@
 """Contract cases for jaxsub.coreference."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -17,9 +18,23 @@ def _gibbs_case():
 
     def make(temperature):
         return co.gibbs(factor, mentions, blocks, temperature=temperature, delta=0.1, first_batch_size=10,
-                        min_race_size=20, max_candidates=2)
+                        min_race_size=20, max_candidates=2, race_cost=0.0)
 
     return Case(make, jnp.asarray(blocks.position, jnp.int32), {"temperature": 1.0})
 
 
-CASES = {"coreference.gibbs": _gibbs_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
+def _packed_similarity_case():
+    co = jaxsub.coreference
+    kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
+    enc = co.encode_mentions({"name": ["j smith", "john smith", "m jones"], "venue": ["a", None, "a"],
+                              "year": [2001.0, 2003.0, float("nan")]}, kinds, hash_dim=8)
+
+    def call(sim, key):
+        del key
+        packed = sim.pack(enc)
+        return jax.vmap(sim.factor, (None, 0))(jax.tree.map(lambda v: v[0], packed), packed)
+
+    return Case(lambda: co.packed_similarity(kinds, scales={"year": 2.0}), None, {}, call=call)
+
+
+CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
