@@ -79,25 +79,31 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
     return np.asarray(per_state), wall, iters
 
 
-def run(out_dir, *, quick: bool = False, subsets: bool = False) -> dict:
+def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None) -> dict:
     """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
-    three tables on the quick mode's row subsets with the full budgets and 2 chains."""
+    three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
+    in the report, e.g. ``("flights (mixed)",)``), ``budgets`` and ``num_chains`` override the mode's
+    (reduced full-size runs, ``python -c``)."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
                "flights (mixed)": load_crosscat_flights}
     if quick:  # CPU budget of the quick suite: one compiled sweep, the mixed table (every feature type)
         loaders = {"flights (mixed)": load_crosscat_flights}
+    if tables is not None:
+        loaders = {k: loaders[k] for k in tables}
     sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick or subsets else \
         {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
-    budgets = (3, 30) if quick else (1, 3, 10, 30)
-    num_chains = 2 if quick or subsets else 4
+    budgets = ((3, 30) if quick else (1, 3, 10, 30)) if budgets is None else tuple(budgets)
+    num_chains = (2 if quick or subsets else 4) if num_chains is None else int(num_chains)
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
             "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
             else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
+    if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
+        mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
