@@ -9,7 +9,10 @@ chains of one run share it); the score of a sample is its held-out log predictiv
 standardised within each table (z-score over all samples of that table). Budgets are numbers of
 row assignments ``b N``; the measured sampling seconds (compilation excluded, reported apart) are the
 x-axis, and pylace gets the same wall-clock as the Anneal run of that budget on the same split
-(``Engine.from_df`` plus one-iteration ``Engine.update`` calls until the seconds are spent). Reported: mean score, spread (sd and
+(``Engine.from_df`` plus one-iteration ``Engine.update`` calls until the seconds are spent). Both use the
+same cores: pylace runs its states on parallel threads, jaxsub its chains as two host-thread groups
+(``cc.fit(threads=2)``, even chain counts); the first run of a table is repeated, its first call (one-off
+costs of a first execution) counted with the compilation. Reported: mean score, spread (sd and
 the worst sample), and the consistency of the learned feature partitions across samples (mean
 pairwise agreement of the "depends on" matrices; 1 = identical partitions), the views and mean clusters
 per view reached, and pylace's iterations (a full row and column pass of every state each).

@@ -104,14 +104,15 @@ def _exact_observable(parts, states, probs):
 
 
 @pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("move", ["rows", "feature_gibbs", pytest.param("new_view_mh", marks=pytest.mark.slow),
-                                  "feature_sweep"])
+@pytest.mark.parametrize("move", ["rows", pytest.param("feature_gibbs", marks=pytest.mark.slow),
+                                  pytest.param("new_view_mh", marks=pytest.mark.slow), "feature_sweep"])
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square.
 
-    ``new_view_mh`` alone is slow-only: the fast suite checks its acceptance ratio against the direct
-    formula (two tests below) and its invariance composed with Algorithm 8 in ``feature_sweep`` (the path
-    ``fit`` runs)."""
+    ``feature_gibbs`` and ``new_view_mh`` alone are slow-only (session 9 moved ``feature_gibbs`` there to pay
+    for the FIFO tests): the fast suite checks their composition in ``feature_sweep`` (the path ``fit`` runs:
+    Algorithm 8 then the MH for every feature) by the same chi-square, and the MH acceptance ratio against
+    the direct formula (two tests below)."""
     model = _model(kind)
     parts, states, probs = _enumerate(model)
     assert len(states) == 15 + 3 * 15**2 + 15**3
@@ -447,17 +448,18 @@ def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
 
     Row ticks resume exactly: the grown run equals a run that had the final capacity from the start
     (same labels, counts), its statistics equal those rebuilt from its labels, and with
-    ``max_capacity`` = ``capacity`` the same run raises ``CapacityError`` instead. The grown run has its two
-    chains in two host threads (``threads=2``, one chain each), the roomy one vmaps both in one call: the
-    chains' draws do not depend on the grouping."""
+    ``max_capacity`` = ``capacity`` the same run raises ``CapacityError`` instead. All three runs have their two
+    chains in two host threads (``threads=2``, one chain each; growing happens across the groups); that the
+    grouping does not change the draws is checked in the slow loom test below (``threads=2`` vs one vmapped call)."""
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(10.0), (an.DirichletCategorical(3, 0.1), an.NormalInverseChiSquared()))
     x = np.column_stack([np.arange(24) % 3, np.random.default_rng(0).normal(size=24) * 5.0])
     x[5, 1] = np.nan
     sched = an.sequential_gibbs(24, 48)
-    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache(), initial_views="one")
+    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache(), initial_views="one",
+              threads=2)
     with pytest.raises(an.CapacityError, match="max_capacity=8"):
-        cc.fit(jax.random.key(0), x, model, sched, capacity=8, max_capacity=8, threads=2, **kw)
-    grown = cc.fit(jax.random.key(0), x, model, sched, capacity=8, threads=2, **kw)
+        cc.fit(jax.random.key(0), x, model, sched, capacity=8, max_capacity=8, **kw)
+    grown = cc.fit(jax.random.key(0), x, model, sched, capacity=8, **kw)
     cap = int(grown.trace_capacity[-1])
     assert cap == 16 and np.all(np.diff(grown.trace_capacity) >= 0)
     assert int(np.max(np.asarray(grown.state.sizes > 0).sum(-1))) > 8  # it needed the extra slots
@@ -546,7 +548,8 @@ def test_fifo_policy_visits_rows_in_order():
 def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior():
     """``fit`` with loom's FIFO schedule then full-data passes (row Gibbs in every view, feature moves once per
     cycle, fixed hyperparameters) on the 3 features x 4 rows table: the final (view partition, row partition of
-    feature 0's view) matches the enumerated exact posterior (chi-square over 4,000 chains)."""
+    feature 0's view) matches the enumerated exact posterior (chi-square over 4,000 chains). The same run with its
+    chains in two host-thread groups (``threads=2``) gives the same states."""
     model = _model("crp")
     parts, states, probs = _enumerate(model)
     n = DATA.shape[0]
@@ -554,3 +557,8 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     res = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
     assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
+    two = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
+                 threads=2)
+    chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
+    chex.assert_trees_all_equal(two.state.z, res.state.z)
+    chex.assert_trees_all_equal(two.state.order, res.state.order)

@@ -301,6 +301,10 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
     ``policy="fifo"`` (loom's schedule): ``order`` is a uniform random cycle drawn with ``rng_key``
     (required); only the empty start or a full assignment is accepted (a window must be a prefix).
     """
+    if policy not in ("random", "fifo"):
+        raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
+    if policy == "fifo" and rng_key is None:
+        raise ValueError("rng_key is required for policy 'fifo' (the shuffled cycle)")
     F = model.num_features
     V = F + num_aux
     n = data.cat.shape[0]
@@ -320,13 +324,9 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
         sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
         cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
     if policy == "fifo":
-        if rng_key is None:
-            raise ValueError("rng_key is required for policy 'fifo' (the shuffled cycle)")
         order = jax.random.permutation(rng_key, n).astype(jnp.int32)  # the window is a prefix: empty or all rows
-    elif policy == "random":
-        order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     else:
-        raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
+        order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
                          zero, zero, jnp.zeros((), bool), zero)
@@ -717,7 +717,7 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
     trip = num_assigned if trip is None else trip
     dt = alpha.dtype
     pidx = jnp.arange(num)
-    block = 32  # uniforms drawn per block of rows (one threefry call, not one per row)
+    block = min(32, n)  # uniforms drawn per block of rows (one threefry call, not one per row)
 
     def body(i, u, carry):
         lab, joined, sizes, tables, bad = carry
