@@ -94,6 +94,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                "flights (mixed)": load_crosscat_flights}
     if quick:  # CPU budget of the quick suite: one compiled sweep, the mixed table (every feature type)
         loaders = {"flights (mixed)": load_crosscat_flights}
+    seed_of = {k: i for i, k in enumerate(loaders)}  # subsets: a table's subset and splits do not depend on `tables`
     if tables is not None:
         loaders = {k: loaders[k] for k in tables}
     sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick or subsets else \
@@ -120,7 +121,8 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         x = ds.x
         kinds = list(ds.extras["kinds"])
         names = list(ds.feature_names)
-        rng = np.random.default_rng(d_i)
+        seed_i = seed_of[dname] if subsets else d_i
+        rng = np.random.default_rng(seed_i)
         if rows_max is not None:
             x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
         if cols_max is not None:
@@ -134,7 +136,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         for b in budgets:
             for sname, make in strategies.items():
                 run_id += 1
-                perm = np.random.default_rng(1000 * d_i + run_id).permutation(x.shape[0])
+                perm = np.random.default_rng(1000 * seed_i + run_id).permutation(x.shape[0])
                 n_test = x.shape[0] // 8
                 test, train = x[perm[:n_test]], x[perm[n_test:]]
                 test = test[~np.any(np.isnan(test), axis=1)]
