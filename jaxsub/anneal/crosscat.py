@@ -37,7 +37,8 @@ Moves (all pure, jit/vmap-able; one chain per call, ``vmap`` for chains):
 
 :func:`build_sweep` scans ticks of vmapped chains and, once per full cycle through the current
 subsample, runs a feature sweep (Gibbs + MH for every feature) and the hyper step;
-:func:`fit` is the host-side driver (schedules, checkpoints, held-out scores).
+:func:`fit` is the host-side driver (schedules with the ``"random"`` or ``"fifo"`` (loom) row policy,
+checkpoints, held-out scores, chain groups in host threads).
 Queries: :func:`heldout_rows`, :func:`predictive_samples`, :func:`depends_on`.
 
 Assumptions: a newly opened view takes the row ``(alpha, d)`` of its slot (reset to the model's
