@@ -104,14 +104,15 @@ def _exact_observable(parts, states, probs):
 
 
 @pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("move", ["rows", "feature_gibbs", pytest.param("new_view_mh", marks=pytest.mark.slow),
-                                  "feature_sweep"])
+@pytest.mark.parametrize("move", ["rows", pytest.param("feature_gibbs", marks=pytest.mark.slow),
+                                  pytest.param("new_view_mh", marks=pytest.mark.slow), "feature_sweep"])
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square.
 
-    ``new_view_mh`` alone is slow-only: the fast suite checks its acceptance ratio against the direct
-    formula (two tests below) and its invariance composed with Algorithm 8 in ``feature_sweep`` (the path
-    ``fit`` runs)."""
+    ``feature_gibbs`` and ``new_view_mh`` alone are slow-only (session 9 moved ``feature_gibbs`` there to pay
+    for the FIFO tests): the fast suite checks their composition in ``feature_sweep`` (the path ``fit`` runs:
+    Algorithm 8 then the MH for every feature) by the same chi-square, and the MH acceptance ratio against
+    the direct formula (two tests below)."""
     model = _model(kind)
     parts, states, probs = _enumerate(model)
     assert len(states) == 15 + 3 * 15**2 + 15**3
@@ -296,7 +297,11 @@ def test_bad_tables_and_settings_raise():
     with pytest.raises(ValueError, match="grid row_d"):
         cc.CrossCatGrids(row_d=(0.5, 1.0))
     with pytest.raises(ValueError, match="schedule"):
-        cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.loom(4))
+        cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.Schedule(np.full(4, an.GIBBS), 4, initial_size=4))
+    with pytest.raises(ValueError, match="threads"):
+        cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.loom(4), num_chains=3, threads=2)
+    with pytest.raises(ValueError, match="rng_key"):
+        cc.init(model, cc.encode_table(model, np.zeros((4, 2))), 4, policy="fifo")
     with pytest.raises(ValueError, match="initial_views"):
         cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.linear_anneal(4, 8), initial_views="random")
 
@@ -326,7 +331,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
     enc = cc.encode_table(model, data6)
     n, V = data6.shape[0], 4
     tick = jax.jit(lambda u, s, c: cc.row_tick(u, s, c, 1.0, model=model, data=enc)[0])
-    st = jax.jit(lambda: cc.init(model, enc, 4))()
+    st = jax.jit(lambda: cc.init(model, enc, 7))()  # capacity 7 > N, as the sweep's states below (one tick compile)
     u = jax.random.uniform(jax.random.key(0), (2 + V,))
     a = tick(u, st, an.ADD)
     b = jax.jit(jax.vmap(tick, in_axes=(0, 0, None)))(u[None], jax.tree.map(lambda x: x[None], st), an.ADD)
@@ -340,7 +345,8 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
         traces.append(1)
         return sweep(*args)
 
-    states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 4)))(jnp.arange(3))
+    # capacity 7 > N: no prior-partition draw of the feature moves can run out of slots (such a draw halts the chain)
+    states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 7)))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(1), 3)
     codes = an.linear_anneal(n, 2 * n).codes
     w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states0.cursor), span))
@@ -442,12 +448,15 @@ def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
 
     Row ticks resume exactly: the grown run equals a run that had the final capacity from the start
     (same labels, counts), its statistics equal those rebuilt from its labels, and with
-    ``max_capacity`` = ``capacity`` the same run raises ``CapacityError`` instead."""
+    ``max_capacity`` = ``capacity`` the same run raises ``CapacityError`` instead. All three runs have their two
+    chains in two host threads (``threads=2``, one chain each; growing happens across the groups); that the
+    grouping does not change the draws is checked in the slow loom test below (``threads=2`` vs one vmapped call)."""
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(10.0), (an.DirichletCategorical(3, 0.1), an.NormalInverseChiSquared()))
     x = np.column_stack([np.arange(24) % 3, np.random.default_rng(0).normal(size=24) * 5.0])
     x[5, 1] = np.nan
     sched = an.sequential_gibbs(24, 48)
-    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache(), initial_views="one")
+    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache(), initial_views="one",
+              threads=2)
     with pytest.raises(an.CapacityError, match="max_capacity=8"):
         cc.fit(jax.random.key(0), x, model, sched, capacity=8, max_capacity=8, **kw)
     grown = cc.fit(jax.random.key(0), x, model, sched, capacity=8, **kw)
@@ -499,3 +508,57 @@ def test_crosscat_diagnose_flags_a_stuck_chain():
     assert d.stuck.tolist() == [False, False, True, False] and not d.converged and "stuck chains [2]" in d.message
     with pytest.raises(ValueError, match="log_joint"):
         cc.diagnose(fit_of(held)._replace(log_joint=None))
+
+
+def test_fifo_policy_visits_rows_in_order():
+    """loom's schedule (policy ``"fifo"``) on CrossCat: after every tick the assigned rows are exactly the window
+    ``order[(head + i) % N], i < m`` of the chain's cycle that the schedule's codes imply (adds take the next row
+    of the cycle, removes the oldest), in every occupied view; the cycle is a permutation and stays fixed."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
+    enc = cc.encode_table(model, DATA)
+    n = DATA.shape[0]
+    sched = an.loom(n, extra_passes=2.0, small=2, big=8, final_gibbs=2 * n)
+    assert sched.policy == "fifo"
+    sweep = jax.jit(cc.build_sweep(model, span=1, feature_moves=False, policy="fifo"))
+    st = jax.vmap(lambda k: cc.init(model, enc, 4, view_of=jnp.asarray([0, 0, 1]), policy="fifo", rng_key=k))(
+        jax.random.split(jax.random.key(3), 2))
+    order0 = np.asarray(st.order)
+    assert all(sorted(o) == list(range(n)) for o in order0.tolist())
+    keys = jax.random.split(jax.random.key(4), 2)
+    head = m = 0
+    for t, code in enumerate(sched.codes.tolist()):
+        win = jnp.full((2, 1), code, jnp.int8)
+        st = sweep(st, keys, win, enc)
+        if code & 1:
+            head, m = (head + 1) % n, m - 1
+        if code & 2:
+            m += 1
+        np.testing.assert_array_equal(np.asarray(st.order), order0)
+        assert np.all(np.asarray(st.head) == head) and np.all(np.asarray(st.num_assigned) == m), t
+        z = np.asarray(st.z)
+        for c in range(2):
+            window = {int(order0[c, (head + i) % n]) for i in range(m)}
+            for v in (0, 1):
+                assert set(np.flatnonzero(z[c, v] >= 0).tolist()) == window, (t, c, v)
+            assert np.all(z[c, 2:] < 0)  # unoccupied views hold no rows
+    assert m == n
+
+
+@pytest.mark.slow
+def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior():
+    """``fit`` with loom's FIFO schedule then full-data passes (row Gibbs in every view, feature moves once per
+    cycle, fixed hyperparameters) on the 3 features x 4 rows table: the final (view partition, row partition of
+    feature 0's view) matches the enumerated exact posterior (chi-square over 4,000 chains). The same run with its
+    chains in two host-thread groups (``threads=2``) gives the same states."""
+    model = _model("crp")
+    parts, states, probs = _enumerate(model)
+    n = DATA.shape[0]
+    sched = an.loom(n, extra_passes=3.0, small=2, big=8, final_gibbs=12 * n)
+    res = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
+    assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
+    assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
+    two = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
+                 threads=2)
+    chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
+    chex.assert_trees_all_equal(two.state.z, res.state.z)
+    chex.assert_trees_all_equal(two.state.order, res.state.order)

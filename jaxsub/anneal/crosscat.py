@@ -37,7 +37,8 @@ Moves (all pure, jit/vmap-able; one chain per call, ``vmap`` for chains):
 
 :func:`build_sweep` scans ticks of vmapped chains and, once per full cycle through the current
 subsample, runs a feature sweep (Gibbs + MH for every feature) and the hyper step;
-:func:`fit` is the host-side driver (schedules, checkpoints, held-out scores).
+:func:`fit` is the host-side driver (schedules with the ``"random"`` or ``"fifo"`` (loom) row policy,
+checkpoints, held-out scores, chain groups in host threads).
 Queries: :func:`heldout_rows`, :func:`predictive_samples`, :func:`depends_on`.
 
 Assumptions: a newly opened view takes the row ``(alpha, d)`` of its slot (reset to the model's
@@ -221,9 +222,10 @@ class CrossCatState(NamedTuple):
     ``view_of`` ``[F]`` view slot of each feature; ``z`` ``[V, N]`` row cluster in every view
     (-1: unassigned row or unoccupied view); ``sizes`` ``[V, C]``; ``cat_counts`` ``[Fc, C, L]``
     and ``real_stats`` ``[Fr, C, 3]`` (observed count, sum, sum of squares) of each feature in
-    the clusters of its own view; ``order``/``num_assigned`` the random-policy subsample
-    (``order[:num_assigned]`` assigned); ``cursor``, ``since_hyper``, ``halted`` as in
-    :class:`~jaxsub.anneal.moves.AnnealState`.
+    the clusters of its own view; ``order``/``num_assigned``/``head`` the subsample: policy ``"random"``
+    ``order[:num_assigned]`` assigned (``head`` 0), policy ``"fifo"`` (loom) the window
+    ``order[(head + i) % N], i < num_assigned`` of a fixed shuffled cycle; ``cursor``, ``since_hyper``,
+    ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`.
     """
 
     view_of: jnp.ndarray
@@ -237,6 +239,13 @@ class CrossCatState(NamedTuple):
     cursor: jnp.ndarray
     since_hyper: jnp.ndarray
     halted: jnp.ndarray
+    head: jnp.ndarray
+
+
+def _window_rows(state: CrossCatState) -> jnp.ndarray:
+    """``[N]`` rows in subsample order: the first ``num_assigned`` are the assigned rows (O(N) gather)."""
+    n = state.order.shape[0]
+    return state.order[(state.head + jnp.arange(n, dtype=jnp.int32)) % n]
 
 
 def _level_mask(model):
@@ -284,12 +293,19 @@ def _feature_stats(model, data, z_of_feature, on, capacity):
 
 
 def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=None, z=None,
-         hypers: CrossCatHypers | None = None, num_aux: int = 1, dtype=jnp.float32) -> CrossCatState:
+         hypers: CrossCatHypers | None = None, num_aux: int = 1, dtype=jnp.float32, policy: str = "random",
+         rng_key: PRNGKey | None = None) -> CrossCatState:
     """Initial state: all features in view 0 and no row assigned, or given ``view_of`` ``[F]`` and ``z`` ``[V, N]``.
 
     ``V = F + num_aux`` view slots (enough for Algorithm 8). With ``z`` every row with a
     label ``>= 0`` in an occupied view is assigned (the same rows in every occupied view).
+    ``policy="fifo"`` (loom's schedule): ``order`` is a uniform random cycle drawn with ``rng_key``
+    (required); only the empty start or a full assignment is accepted (a window must be a prefix).
     """
+    if policy not in ("random", "fifo"):
+        raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
+    if policy == "fifo" and rng_key is None:
+        raise ValueError("rng_key is required for policy 'fifo' (the shuffled cycle)")
     F = model.num_features
     V = F + num_aux
     n = data.cat.shape[0]
@@ -308,10 +324,13 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
         on = jnp.any(z >= 0, axis=0)
         sizes = jax.vmap(lambda zz: jax.ops.segment_sum((zz >= 0).astype(jnp.int32), jnp.maximum(zz, 0), capacity))(z)
         cc, rs = _feature_stats(model, data, z[view_of], on, capacity)
-    order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
+    if policy == "fifo":
+        order = jax.random.permutation(rng_key, n).astype(jnp.int32)  # the window is a prefix: empty or all rows
+    else:
+        order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
-                         zero, zero, jnp.zeros((), bool))
+                         zero, zero, jnp.zeros((), bool), zero)
 
 
 def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
@@ -574,14 +593,16 @@ def _noop_row_writes(state: CrossCatState) -> _RowWrites:
                       jnp.full((4,), _get(state.order, zero), jnp.int32))
 
 
-def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, cache=None):
+def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, cache=None,
+              policy: str = "random"):
     """:func:`row_tick` without its ``[V, N]``/``[N]`` writes: ``(state, writes, overflow, cache)``.
 
     Every read of ``z`` and ``order`` happens here, before any write; :func:`build_sweep` applies
     ``writes`` at the start of the next scan step, so XLA updates both arrays in place (a read
     scheduled after an in-place write forces a copy of the whole array, O(V N) per tick).
     ``cache``: the state's :class:`_ScoreCache` (default: built here, O(F C L)); the new state's is
-    returned (updated at the clusters the tick touched).
+    returned (updated at the clusters the tick touched). ``policy="fifo"``: remove the oldest row of the
+    window, add the next one of the cycle (``order`` is not written).
     """
     cache = _score_cache(state) if cache is None else cache
     V, n_rows = state.z.shape
@@ -593,7 +614,10 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     occ_v = nf > 0
     active = ~state.halted & (code != 0)
     order = state.order
-    j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+    if policy == "fifo":
+        j_r = state.head
+    else:
+        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
@@ -607,19 +631,24 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     g_rem = active & do_rem & (m > 0)
     m1 = m - g_rem.astype(jnp.int32)
     g_add = active & do_add & (m1 < n_rows)
-    # all reads of order / z (positions as they will be after the removal swap j_r <-> last)
-    last = jnp.maximum(m - 1, 0)
-    o_last = _get(order, last)
-    free = n_rows - m1
-    j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
-    j_a = jnp.minimum(j_a, n_rows - 1)
-    m1c = jnp.minimum(m1, n_rows - 1)
+    head = state.head
+    if policy == "fifo":  # the window slides: no order writes
+        head = jnp.where(g_rem, (head + 1) % n_rows, head)
+        a = _get(order, (head + m1) % n_rows)
+    else:
+        # all reads of order / z (positions as they will be after the removal swap j_r <-> last)
+        last = jnp.maximum(m - 1, 0)
+        o_last = _get(order, last)
+        free = n_rows - m1
+        j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
+        j_a = jnp.minimum(j_a, n_rows - 1)
+        m1c = jnp.minimum(m1, n_rows - 1)
 
-    def after_removal_swap(pos, original):
-        return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
+        def after_removal_swap(pos, original):
+            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
 
-    a = after_removal_swap(j_a, _get(order, j_a))
-    o_m1 = after_removal_swap(m1c, _get(order, m1c))
+        a = after_removal_swap(j_a, _get(order, j_a))
+        o_m1 = after_removal_swap(m1c, _get(order, m1c))
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
@@ -637,17 +666,21 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     cache = _cache_after_update(model, st, cache, data, a, k, da)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k, 0)].add(da)
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
-    writes = _RowWrites(i32(r, a), jnp.stack([jnp.where(g_rem, -1, k_r), jnp.where(g_add, k, a_old)]).astype(jnp.int32),
-                        i32(j_r, last, j_a, m1c),
-                        i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                            jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)))
-    new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32),
+    z_val = jnp.stack([jnp.where(g_rem, -1, k_r), jnp.where(g_add, k, a_old)]).astype(jnp.int32)
+    if policy == "fifo":  # order[j_r] == r: writing it back changes nothing
+        writes = _RowWrites(i32(r, a), z_val, i32(j_r, j_r, j_r, j_r), i32(r, r, r, r))
+    else:
+        writes = _RowWrites(i32(r, a), z_val, i32(j_r, last, j_a, m1c),
+                            i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
+                                jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)))
+    new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32), head=head,
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
     return new, writes, overflow, cache
 
 
-def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData):
+def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData,
+             policy: str = "random"):
     """One schedule tick on one chain, in every view at once (random policy).
 
     ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
@@ -656,8 +689,10 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
     Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N (inside
     :func:`build_sweep` the label/order writes are deferred so that they happen in place).
+    ``policy="fifo"`` (a state from ``init(..., policy="fifo")``): remove the oldest row of the window,
+    add the next row of the cycle (``u[0]``, ``u[1]`` unused).
     """
-    new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data)
+    new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow
 
 
@@ -668,40 +703,67 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
 
     Sequential seating in ``order`` (the PY prior's predictive rule), all ``P`` partitions in one loop
     over the subsample only: ``trip`` (default ``num_assigned``, any bound ``>= num_assigned``) steps of
-    O(P C) work each. Under ``vmap`` over chains pass an unbatched ``trip`` (the largest subsample) so
+    O(P) work each. Under ``vmap`` over chains pass an unbatched ``trip`` (the largest subsample) so
     the loop's condition is not batched (a batched ``while_loop`` selects its whole ``[P, N]`` carry
     on every step).
+
+    Row ``i`` (``K`` tables so far) opens table ``K`` (the first empty slot) with probability
+    ``(alpha + K d) / (i + alpha)``, else joins table ``k`` with probability ``(n_k - d) / (i - K d)``,
+    drawn in O(1) without scanning the slots: ``n_k - d = (n_k - 1) + (1 - d)``, so with probability
+    ``(i - K) / (i - K d)`` it copies the table of a uniform row among the ``i - K`` earlier rows that
+    joined an existing table (each table ``k`` holds ``n_k - 1`` of them), else it picks a uniform table.
     """
     n = order.shape[0]
     num = alpha.shape[0]
     trip = num_assigned if trip is None else trip
+    dt = alpha.dtype
+    pidx = jnp.arange(num)
+    block = min(32, n)  # uniforms drawn per block of rows (one threefry call, not one per row)
 
-    def body(i, carry):
-        lab, sizes, bad = carry
-        u = jax.random.uniform(jax.random.fold_in(key, i), (num,))
-        logw = jax.vmap(_prior_logw)(sizes, alpha, d)  # [P, C]
-        ok = jnp.any(jnp.isfinite(logw), axis=1)
-        k = jax.vmap(_sample)(u, logw)
+    def body(i, u, carry):
+        lab, joined, sizes, tables, bad = carry
+        fi, ft = i.astype(dt), tables.astype(dt)
+        new = u[:, 0] * (fi + alpha) < alpha + ft * d
+        n_join = i - tables  # earlier rows that joined an existing table
+        from_join = u[:, 1] * (fi - ft * d) < n_join.astype(dt)
+        pos = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(n_join, 1).astype(dt)).astype(jnp.int32),
+                          jnp.maximum(n_join - 1, 0))
+        copied = joined[pidx, pos]
+        uniform_table = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(tables, 1).astype(dt)).astype(jnp.int32),
+                                    jnp.maximum(tables - 1, 0))
+        k = jnp.where(new, tables, jnp.where(from_join, copied, uniform_table))
         on = i < num_assigned
-        g = on & ok
-        lab = jax.lax.dynamic_update_slice(lab, jnp.where(g, k, -1)[:, None], (jnp.zeros((), jnp.int32), i))
-        return lab, sizes.at[jnp.arange(num), k].add(g.astype(jnp.int32)), bad | (on & ~ok)
+        full = new & (tables >= capacity)
+        g = on & ~full & ~bad
+        k = jnp.where(g, k, -1)
+        lab = jax.lax.dynamic_update_slice(lab, k[:, None], (jnp.zeros((), jnp.int32), i))  # lab has `block` spare columns
+        joined = joined.at[pidx, jnp.where(g & ~new, n_join, n)].set(k, mode="drop")
+        sizes = sizes.at[pidx, jnp.where(g, k, capacity)].add(1, mode="drop")
+        return lab, joined, sizes, tables + (g & new).astype(jnp.int32), bad | (on & full)
 
-    init = (jnp.full((num, n), -1, jnp.int32), jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), bool))
-    lab, sizes, bad = jax.lax.fori_loop(0, trip, body, init)
+    def chunk(c, carry):
+        us = jax.random.uniform(jax.random.fold_in(key, c), (block, num, 3), dt)
+        return jax.lax.fori_loop(0, block, lambda j, cr: body(c * block + j, us[j], cr), carry)
+
+    init = (jnp.full((num, n + block), -1, jnp.int32), jnp.zeros((num, n), jnp.int32),
+            jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), jnp.int32), jnp.zeros((num,), bool))
+    lab, _, sizes, _, bad = jax.lax.fori_loop(0, (trip + block - 1) // block, chunk, init)
+    lab = lab[:, :n]
     return jnp.full((num, n), -1, jnp.int32).at[:, order].set(lab), sizes, ~bad
 
 
 def _prior_partition(key, state, alpha, d):
     """A PY(alpha, d) partition of the assigned rows (sequential seating in ``order``): ``(z [N], sizes [C], ok)``."""
-    z, sizes, ok = _draw_partitions(key, state.order, state.num_assigned, jnp.reshape(alpha, (1,)),
+    z, sizes, ok = _draw_partitions(key, _window_rows(state), state.num_assigned, jnp.reshape(alpha, (1,)),
                                     jnp.reshape(d, (1,)), state.sizes.shape[1])
     return z[0], sizes[0], ok[0]
 
 
 def _stats_of_feature_under(model, state, data, f_kind, j, zrows):
     """Stats of categorical (``f_kind = 0``, index ``j`` among cat features) or real feature under ``zrows`` ``[K, N]``."""
-    on = jnp.zeros(zrows.shape[1], bool).at[state.order].set(jnp.arange(zrows.shape[1]) < state.num_assigned)
+    n = zrows.shape[1]
+    pos = (jnp.arange(n, dtype=jnp.int32) - state.head) % n  # window position of order[p]
+    on = jnp.zeros(n, bool).at[state.order].set(pos < state.num_assigned)
     C = state.sizes.shape[1]
     if f_kind == 0:
         x = data.cat[:, j]
@@ -760,7 +822,7 @@ def _kind_index(model, f):
 
 
 def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
-                  num_aux: int = 1, fresh=None):
+                  num_aux: int = 1, fresh=None, noise=None):
     """Neal's Algorithm 8 over views for feature ``f`` (a column index, or ``(kind, j)`` with ``j`` traced:
     the ``j``-th categorical (kind 0) or real (kind 1) feature). Returns ``(state, ok)``.
 
@@ -768,7 +830,8 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     ``fresh``: optional pre-drawn auxiliary partitions ``(z [num_aux, N], sizes [num_aux, C], ok [num_aux])``
     of the current subsample, independent of ``state`` and drawn from the PY prior of the auxiliary
     slots' row hyperparameters (:func:`feature_sweep` draws them for all features in one loop);
-    default: drawn here with ``rng_key``.
+    default: drawn here with ``rng_key``. ``noise``: optional pre-drawn standard Gumbel ``[V]`` for the view
+    draw (:func:`feature_sweep` draws all features' noise in one call; default: from ``rng_key``).
     """
     V = state.z.shape[0]
     h = state.hypers
@@ -782,7 +845,7 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     aux = jnp.argsort(rank)[:num_aux]  # first num_aux empty slots, the singleton's own view first
     keys = jax.random.split(rng_key, 2)
     if fresh is None:
-        fresh = _draw_partitions(keys[1], state.order, state.num_assigned, h.row_alpha[aux], h.row_d[aux],
+        fresh = _draw_partitions(keys[1], _window_rows(state), state.num_assigned, h.row_alpha[aux], h.row_d[aux],
                                  state.sizes.shape[1])
     keep_own = (aux == v0) & singleton
     aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
@@ -796,7 +859,9 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     is_aux = jnp.zeros((V,), bool).at[aux].set(True)
     logw = jnp.where(nf > 0, jnp.log(jnp.maximum(nf.astype(marg.dtype) - h.view_d, 1e-30)),
                      jnp.where(is_aux, jnp.log(h.view_alpha + K * h.view_d) - math.log(num_aux), -jnp.inf))
-    w = jax.random.categorical(keys[0], logw + marg).astype(jnp.int32)
+    if noise is None:
+        noise = jax.random.gumbel(keys[0], (V,), marg.dtype)
+    w = jnp.argmax(logw + marg + noise).astype(jnp.int32)  # Gumbel-max: a categorical draw
     new = state._replace(z=jnp.where((slots == w)[:, None], z_c, state.z),
                          sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
     new = _set_feature(new, f, f_kind, j, w, stats[w])
@@ -804,17 +869,21 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
 
 
-def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None):
+def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None):
     """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
 
     ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
     subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
     hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
+    ``noise``: optional pre-drawn ``(u_move, gumbel [V])`` (refresh-or-merge coin, merge-target draw).
     """
     V = state.z.shape[0]
     h = state.hypers
     f_kind, j, f = _kind_index(model, f)
     k_move, k_part, k_tgt = jax.random.split(rng_key, 3)
+    if noise is None:
+        noise = (jax.random.uniform(k_move), jax.random.gumbel(k_tgt, (V,)))
+    u_move, gumbel = noise
     v0 = state.view_of[f]
     nf_all = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
     K = jnp.sum(nf_all > 0)
@@ -823,7 +892,7 @@ def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None):
     slots = jnp.arange(V)
     # target slot for split / refresh: a free slot (split) or the feature's own view (refresh)
     free_slot = jnp.argmax(nf_all == 0)
-    refresh = singleton & (jax.random.uniform(k_move) < 0.5)
+    refresh = singleton & (u_move < 0.5)
     merge = singleton & ~refresh & (K > 1)
     split = ~singleton
     s = jnp.where(split, free_slot, v0)
@@ -834,7 +903,7 @@ def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None):
         zp, sp, ok, a_q, d_q = fresh
     # merge target: uniform among the other occupied views
     others = (nf_all > 0) & (slots != v0)
-    wt = jax.random.categorical(k_tgt, jnp.where(others, 0.0, -jnp.inf)).astype(jnp.int32)
+    wt = jnp.argmax(jnp.where(others, gumbel, -jnp.inf)).astype(jnp.int32)  # uniform among the others
     tgt = jnp.where(merge, wt, s)
     z_t = jnp.where(merge, state.z[wt], zp)
     stats = _stats_of_feature_under(model, state, data, f_kind, j, jnp.stack([state.z[v0], z_t]))
@@ -861,15 +930,20 @@ def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None):
 
 
 def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
-                fresh=None):
+                fresh=None, noise=None):
     """One Metropolis-Hastings step proposing a new feature set (view) for feature ``f``; ``(state, accepted)``.
 
     ``fresh``: optional pre-drawn proposal partition ``(z [N], sizes [C], ok, alpha_q, d_q)`` (see
-    :func:`_new_view_proposal`); default: drawn here from the target slot's PY prior.
+    :func:`_new_view_proposal`); default: drawn here from the target slot's PY prior. ``noise``: optional
+    pre-drawn ``(u_move, u_accept, gumbel [V])`` (default: from ``rng_key``).
     """
     k_prop, k_acc = jax.random.split(rng_key)
-    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data, fresh=fresh)
-    acc = valid & (jnp.log(jax.random.uniform(k_acc)) < log_acc)
+    if noise is None:
+        prop_noise, u_acc = None, jax.random.uniform(k_acc)
+    else:
+        prop_noise, u_acc = (noise[0], noise[2]), noise[1]
+    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data, fresh=fresh, noise=prop_noise)
+    acc = valid & (jnp.log(u_acc) < log_acc)
     return jax.tree.map(lambda a, b: jnp.where(acc, a, b), prop, state), acc
 
 
@@ -952,21 +1026,30 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         counts = state.cat_counts.astype(dt)  # [Fc, C, L]
         n_c = jnp.sum(counts, -1)  # [Fc, C] observed cells per cluster
 
-        def level(lvl, cp):  # per-level (non-uniform) concentration, all features at once
-            # log p(X | beta_l = g) up to terms free of beta_l: with B_rest the sum of the other levels,
-            # sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
-            # (the Dirichlet-multinomial marginal of _dm_marginal; O(Fc C G) per level, not O(Fc C L G))
-            col = jax.lax.dynamic_index_in_dim(cp, lvl, axis=1, keepdims=False)  # [Fc]
-            keep = jax.lax.dynamic_index_in_dim(mask, lvl, axis=1, keepdims=False)
-            b_rest = jnp.sum(jnp.where(mask, cp, 0.0), -1) - jnp.where(keep, col, 0.0)  # [Fc]
-            c_l = jax.lax.dynamic_index_in_dim(counts, lvl, axis=2, keepdims=False)  # [Fc, C]
-            bg = (b_rest[:, None] + g[None, :])[:, :, None]  # [Fc, G, 1]
-            lp = (jnp.sum(gammaln(bg) - gammaln(bg + n_c[:, None, :]), -1)
-                  + jnp.sum(gammaln(g[None, :, None] + c_l[:, None, :]) - gammaln(g)[None, :, None], -1))  # [Fc, G]
-            new = draw(jax.random.fold_in(k_dir, lvl), g, lp)
-            return jax.lax.dynamic_update_slice_in_dim(cp, jnp.where(keep, new, col)[:, None], lvl, axis=1)
+        # the real (feature, level) pairs only (padding levels of short features are skipped): each draws its
+        # pseudo-count from its grid conditional given the others (Gibbs, in a fixed order)
+        pf = np.asarray([j for j, i in enumerate(model.cat_idx) for _ in range(model.features[i].num_levels)], np.int32)
+        pl = np.asarray([lv for i in model.cat_idx for lv in range(model.features[i].num_levels)], np.int32)
+        pf_j, pl_j = jnp.asarray(pf), jnp.asarray(pl)
+        gumbels = jax.random.gumbel(k_dir, (pf.size, g.shape[0]), dt)  # one call for every pair
+        lg_g = gammaln(g)
 
-        cp = jax.lax.fori_loop(0, model.max_levels, level, cp)
+        def level(i, cp):
+            # log p(X | beta_fl = g) up to terms free of beta_fl: with B_rest the sum of the feature's other
+            # levels, sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
+            # (the Dirichlet-multinomial marginal of _dm_marginal; O(C G) per pair)
+            f, lvl = pf_j[i], pl_j[i]
+            row = cp[f]  # [L]
+            col = row[lvl]
+            b_rest = jnp.sum(jnp.where(mask[f], row, 0.0)) - col
+            n_f = n_c[f]  # [C]
+            c_l = counts[f, :, lvl]  # [C]
+            bg = b_rest + g  # [G]
+            lp = (jnp.sum(gammaln(bg[:, None]) - gammaln(bg[:, None] + n_f[None, :]), -1)
+                  + jnp.sum(gammaln(g[:, None] + c_l[None, :]) - lg_g[:, None], -1))  # [G]
+            return cp.at[f, lvl].set(g[jnp.argmax(lp + gumbels[i])])  # Gumbel-max draw from the grid conditional
+
+        cp = jax.lax.fori_loop(0, pf.size, level, cp)
     nix = h.nix
     if len(model.real_idx):
         for p, grid in enumerate((grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)):
@@ -1003,22 +1086,27 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
     per = num_aux + 1
     num = model.num_features * per
     a0, d0 = jnp.asarray(model.row_prior.alpha, dt), jnp.asarray(model.row_prior.discount, dt)
-    draws = _draw_partitions(k_draw, state.order, state.num_assigned, jnp.full((num,), a0), jnp.full((num,), d0),
+    draws = _draw_partitions(k_draw, _window_rows(state), state.num_assigned, jnp.full((num,), a0), jnp.full((num,), d0),
                              state.sizes.shape[1], trip)
     ok_all = jnp.asarray(True)
     for kind, count, key in ((0, len(model.cat_idx), k_cat), (1, len(model.real_idx), k_real)):
         if count == 0:
             continue
         ids = jnp.asarray(model.cat_idx if kind == 0 else model.real_idx, jnp.int32)
+        # all of this kind's random numbers in two calls (a threefry call per move costs ~80 small kernels on CPU)
+        k_gum, k_uni = jax.random.split(key)
+        gumbels = jax.random.gumbel(k_gum, (count, 2, V), dt)
+        uniforms = jax.random.uniform(k_uni, (count, 2), dt)
 
-        def body(j, carry, kind=kind, key=key, ids=ids):
+        def body(j, carry, kind=kind, key=key, ids=ids, gumbels=gumbels, uniforms=uniforms):
             st, ok_acc = carry
-            kg, km = jax.random.split(jax.random.fold_in(key, j))
             row0 = ids[j] * per
             aux = tuple(jax.lax.dynamic_slice_in_dim(a, row0, num_aux, 0) for a in draws)
             prop = tuple(jax.lax.dynamic_index_in_dim(a, row0 + num_aux, 0, keepdims=False) for a in draws)
-            st, ok = feature_gibbs(kg, st, (kind, j), model=model, data=data, num_aux=num_aux, fresh=aux)
-            st, _ = new_view_mh(km, st, (kind, j), model=model, data=data, fresh=prop + (a0, d0))
+            g, u = gumbels[j], uniforms[j]
+            st, ok = feature_gibbs(key, st, (kind, j), model=model, data=data, num_aux=num_aux, fresh=aux, noise=g[0])
+            st, _ = new_view_mh(key, st, (kind, j), model=model, data=data, fresh=prop + (a0, d0),
+                                noise=(u[0], u[1], g[1]))
             return st, ok_acc & ok
 
         state, ok_all = jax.lax.fori_loop(0, count, body, (state, ok_all))
@@ -1028,8 +1116,11 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
-                num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0):
+                num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
+                policy: str = "random"):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
+
+    ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
 
     After a tick that completes a cycle through the current subsample a chain runs the feature moves
     of :func:`feature_sweep` (once the subsample holds ``feature_min_rows`` rows) and then the hyper
@@ -1047,7 +1138,7 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         past = (cur - base >= span) | (raw < 0)
         code = jnp.where(past, 0, raw)
         beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
-        new, writes, _, cache = _row_plan(u, state, code, beta, model=model, data=data, cache=cache)
+        new, writes, _, cache = _row_plan(u, state, code, beta, model=model, data=data, cache=cache, policy=policy)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
         cycle = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
@@ -1247,25 +1338,30 @@ def prior_view_partition(rng_key: PRNGKey, model: CrossCatModel, num_aux: int = 
     return z[0]
 
 
-@partial(jax.jit, static_argnames=("model", "capacity", "num_aux", "num_chains", "dtype"))
-def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, view_keys=None):
+@partial(jax.jit, static_argnames=("model", "capacity", "num_aux", "num_chains", "dtype", "policy"))
+def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, policy="random", view_keys=None,
+                     order_keys=None):
     """``num_chains`` copies of :func:`init` (empty) as one compiled program instead of op-by-op dispatch;
-    with ``view_keys`` ``[chains]`` each chain's view partition is drawn from the view prior."""
-    if view_keys is None:
-        return jax.vmap(lambda _: init(model, data, capacity, num_aux=num_aux, dtype=dtype))(jnp.arange(num_chains))
-    return jax.vmap(lambda k: init(model, data, capacity, view_of=prior_view_partition(k, model, num_aux),
-                                   num_aux=num_aux, dtype=dtype))(view_keys)
+    with ``view_keys`` ``[chains]`` each chain's view partition is drawn from the view prior; ``order_keys``
+    ``[chains]`` draw each chain's FIFO cycle (policy ``"fifo"``)."""
+
+    def one(i):
+        vo = None if view_keys is None else prior_view_partition(view_keys[i], model, num_aux)
+        ok = None if order_keys is None else order_keys[i]
+        return init(model, data, capacity, view_of=vo, num_aux=num_aux, dtype=dtype, policy=policy, rng_key=ok)
+
+    return jax.vmap(one)(jnp.arange(num_chains))
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows):
+              feature_moves, feature_min_rows, policy):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
-                       feature_min_rows=feature_min_rows)(states, keys, windows, data)
+                       feature_min_rows=feature_min_rows, policy=policy)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
-                                                 "hyper_min_rows", "feature_moves", "feature_min_rows"))
+                                                 "hyper_min_rows", "feature_moves", "feature_min_rows", "policy"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1273,8 +1369,10 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         num_checkpoints: int = 5,
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None,
-        initial_views: str = "prior", feature_min_rows: int | None = None) -> CrossCatFit:
-    """Run a row schedule (policy ``"random"``) for CrossCat on ``num_chains`` vmapped chains.
+        initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1) -> CrossCatFit:
+    """Run a row schedule for CrossCat on ``num_chains`` vmapped chains: policy ``"random"`` (Anneal,
+    Prior+Gibbs, Sequential+Gibbs, energy annealing) or ``"fifo"`` (:func:`~jaxsub.anneal.loom`: the
+    subsample is a sliding window of each chain's shuffled cycle of the rows, every row visited in turn).
 
     Starts from no rows (``schedule.initial_size`` must be 0) with each chain's features in a view
     partition drawn from the view prior (``initial_views="prior"``, :func:`prior_view_partition`, as
@@ -1289,7 +1387,12 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     −10.76 per held-out row in 34.9 s, from 100 rows −12.11 in 9.9 s and −11.49 at 100N in 31.4 s).
     ``time_budget`` (seconds of sampling) stops early at a checkpoint. ``span`` ticks per compiled
     call (default ``len(schedule) / num_checkpoints``); ``cache`` a
-    :class:`~jaxsub.anneal.driver.SweepCache` to share compilations across calls.
+    :class:`~jaxsub.anneal.driver.SweepCache` to share compilations across calls. ``threads``: the chains
+    run as ``threads`` equal groups (vmapped within a group), each group's compiled sweep called from its
+    own host thread, so on a multi-core CPU the groups run in parallel (XLA releases the GIL; one chain's
+    tick is a chain of small kernels that one core runs, so vmapped chains share one core). Each chain's
+    draws depend only on its key, so the result equals the ``threads=1`` run (up to floating-point
+    differences of the batch size); ``num_chains`` must be a multiple of ``threads``.
 
     Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
     cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
@@ -1311,8 +1414,11 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     max_capacity = check_int("max_capacity", max_capacity, low=capacity)
     num_aux = check_int("num_aux", num_aux, low=1)
     num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
-    if not isinstance(schedule, Schedule) or schedule.policy != "random" or schedule.initial_size != 0:
-        raise ValueError("schedule must be a jaxsub.anneal.Schedule with policy 'random' starting empty")
+    threads = check_int("threads", threads, low=1, high=num_chains)
+    if num_chains % threads:
+        raise ValueError(f"num_chains={num_chains} must be a multiple of threads={threads}")
+    if not isinstance(schedule, Schedule) or schedule.initial_size != 0:
+        raise ValueError("schedule must be a jaxsub.anneal.Schedule starting empty (initial_size 0)")
     if schedule.blocks is not None and np.any(schedule.blocks != 1):
         raise ValueError("schedule has blocks > 1 (block Gibbs): CrossCat moves one row per tick")
     enc = encode_table(model, data, dtype)
@@ -1333,27 +1439,53 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     if initial_views == "prior":  # a separate stream: the row draws of "one" and "prior" runs stay comparable
         rng_key, k_views = jax.random.split(rng_key)
         view_keys = jax.random.split(k_views, num_chains)
+    order_keys = None
+    if schedule.policy == "fifo":  # each chain's shuffled cycle, again from its own stream
+        rng_key, k_order = jax.random.split(rng_key)
+        order_keys = jax.random.split(k_order, num_chains)
     states = _init_chains_jit(enc, model=model, capacity=capacity, num_aux=num_aux, num_chains=num_chains, dtype=dtype,
-                              view_keys=view_keys)
+                              policy=schedule.policy, view_keys=view_keys, order_keys=order_keys)
     keys = jax.random.split(rng_key, num_chains)
     span = math.ceil(len(schedule) / num_checkpoints) if span is None else check_int("span", span, low=1)
     static = dict(model=model, span=span, energy_ramp=schedule.energy_ramp, grids=grids, num_aux=num_aux,
-                  hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows)
+                  hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows,
+                  policy=schedule.policy)
     codes = np.asarray(schedule.codes)
     cache = SweepCache() if cache is None else cache
     compile_seconds = 0.0
 
     def executable(states, windows):
         nonlocal compile_seconds
+        ks = keys[: states.cursor.shape[0]]
         sig = ("crosscat", tuple(sorted(static.items(), key=lambda kv: kv[0])),
-               tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows, enc))))
+               tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, ks, windows, enc))))
         if sig not in cache.executables:
             t0 = time.perf_counter()
-            cache.executables[sig] = _sweep_jit.lower(states, keys, windows, enc, **static).compile()
+            cache.executables[sig] = _sweep_jit.lower(states, ks, windows, enc, **static).compile()
             compile_seconds += time.perf_counter() - t0
         return cache.executables[sig]
 
-    executable(states, jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span)))
+    group = num_chains // threads
+    parts = [slice(i * group, (i + 1) * group) for i in range(threads)]
+    take = lambda tree, sl: jax.tree.map(lambda a: a[sl], tree)  # noqa: E731
+    join = lambda trees: jax.tree.map(lambda *a: jnp.concatenate(a), *trees)  # noqa: E731
+    key_parts = [keys[sl] for sl in parts]
+    def run_groups(states):
+        groups = [take(states, sl) for sl in parts]
+        wins = [jnp.asarray(schedule_windows(codes, np.asarray(g.cursor), span)) for g in groups]
+        exe = executable(groups[0], wins[0])
+        t0 = time.perf_counter()
+        if threads == 1:
+            out = [jax.block_until_ready(exe(groups[0], key_parts[0], wins[0], enc))]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:
+                out = list(pool.map(lambda a: jax.block_until_ready(exe(a[0], a[1], a[2], enc)),
+                                    zip(groups, key_parts, wins)))
+        return (out[0] if threads == 1 else join(out)), time.perf_counter() - t0
+
+    executable(take(states, parts[0]), jnp.asarray(schedule_windows(codes, np.asarray(states.cursor[parts[0]]), span)))
     rows, elapsed = [], 0.0
     bar = None
     if progress_bar:
@@ -1362,11 +1494,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         bar = tqdm(total=len(schedule), unit="tick", leave=False, desc=f"crosscat {schedule.name}")
     rows_t = None
     while True:
-        windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
-        exe = executable(states, windows)
-        t0 = time.perf_counter()
-        states = jax.block_until_ready(exe(states, keys, windows, enc))
-        elapsed += time.perf_counter() - t0
+        states, secs = run_groups(states)
+        elapsed += secs
         if bool(np.any(np.asarray(states.halted))):
             if capacity >= max_capacity:
                 raise mx.CapacityError(f"a chain needs more than max_capacity={max_capacity} clusters in a view "
