@@ -216,6 +216,114 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
     return rows
 
 
+def _minimal_race(yb, mus, num_data: int, compact: int = 4, first_batch_size: int = 50):
+    """The floor of the engine's execution model (issue 16 session 9, priority 1): the *minimal*
+    race for the Gaussian factor over blocks ``yb`` [N / B, B] (``log f_n(i) = -(y_n - mu_i)^2 / 2``),
+    as straight JAX with as few kernels per stage as we could write: the doubling stages statically
+    unrolled (one ``lax.switch`` per stage: all arms / ``compact`` arms / done), block indices from the
+    library's keyed permutation, the gather, reward and block sum in one fusion (tree sum), every
+    moment from one ``[m, k+1]^T [m, k+1]`` product (co-moments, sums, count), the pairwise
+    Racing-Normal threshold of :func:`jaxsub.discrete.racing_coefficients` tested once per stage, no
+    skewness guard, and an exact pass over the survivors after the stage that reaches N / 4. It has
+    none of the engine's options (control variates, EBS, NaN handling, batching); it exists only to
+    measure how fast a race of this execution model can be. Returns ``sample(key, log_f0) -> (x,
+    evaluations)`` (evaluations in rows x arms)."""
+    from jaxsub.racing.bounds import doubling_schedule
+    from jaxsub.racing.populations import _tree_sum_minor
+    from jaxsub.subsample import permutation_indices, permutation_round_keys
+
+    nb, b = yb.shape
+    D, K = mus.shape[0], compact
+    ends = doubling_schedule(nb, first_batch_size)
+    coef_a = jnp.asarray(discrete.racing_coefficients(DELTA, D, nb, first_batch_size)[0], jnp.float32)
+    switch = next(i for i, e in enumerate(ends) if 4 * e >= nb)  # after this stage: exact pass
+
+    def first_alive(alive):  # the K first alive arms by comparisons (and which are real)
+        idx = jnp.arange(D)
+        rank = jnp.sum(alive[None, :] & (idx[None, :] < idx[:, None]), axis=1)
+        sel = alive[None, :] & (rank[None, :] == jnp.arange(K)[:, None])
+        return jnp.sum(jnp.where(sel, idx[None, :], 0), axis=1), jnp.any(sel, axis=1)
+
+    def stage(t, S, alive, rk, off, m_arms):
+        lo, hi = (ends[t - 1] if t else 0), ends[t]
+        blocks = permutation_indices(rk, lo + jnp.arange(hi - lo, dtype=jnp.int32), nb)
+        r = _tree_sum_minor(-0.5 * (yb[blocks][None, :, :] - m_arms[:, None, None]) ** 2).T  # [m, k]
+        av = alive.astype(r.dtype)
+        z = jnp.where(alive[None, :], r - jnp.sum(r * av, 1, keepdims=True) / jnp.maximum(av.sum(), 1), 0.0)
+        za = jnp.concatenate([z, jnp.ones((z.shape[0], 1), z.dtype)], 1)
+        S = S + za.T @ za
+        T = S[-1, -1]
+        mean = S[-1, :-1] / T
+        mu = jnp.where(alive, mean + off, -jnp.inf)
+        best = jnp.argmax(mu)
+        sd = jnp.diagonal(S)[:-1]
+        var = (sd[best] + sd - 2 * S[best, :-1]) / T - (mean[best] - mean) ** 2
+        if t < len(ends) - 1:
+            alive = alive & ~((mu[best] - mu) > coef_a[t] * jnp.sqrt(jnp.maximum(var, 0)))
+        return S, alive, (hi - lo) * b * jnp.sum(av > 0)  # rows x arms alive at the stage start
+
+    def sample(key, log_f0):
+        kp, kg = jax.random.split(key)
+        rk = permutation_round_keys(kp)
+        off = (log_f0 + jax.random.gumbel(kg, (D,))) / nb
+        carry = (jnp.zeros((D + 1, D + 1)), jnp.ones(D, bool), jnp.zeros((K + 1, K + 1)), jnp.zeros(K, bool),
+                 jnp.zeros(K, jnp.int32), jnp.int32(0), jnp.int32(0))
+        for t in range(switch + 1):
+            def full(c, t=t):
+                S, alive, Sk, alive_k, arms, phase, ev = c
+                S, alive, e = stage(t, S, alive, rk, off, mus)
+                arms, valid = first_alive(alive)
+                sel = jnp.zeros((K + 1, D + 1)).at[:K, :D].set((arms[:, None] == jnp.arange(D)[None, :]) * 1.0).at[K, D].set(1.0)
+                n = jnp.sum(alive)
+                return (S, alive, sel @ S @ sel.T, valid, arms, jnp.where(n <= 1, 2, jnp.where(n <= K, 1, 0)), ev + e)
+
+            def comp(c, t=t):
+                S, alive, Sk, alive_k, arms, phase, ev = c
+                Sk, alive_k, e = stage(t, Sk, alive_k, rk, off[arms], mus[arms])
+                return (S, alive, Sk, alive_k, arms, jnp.where(jnp.sum(alive_k) <= 1, 2, 1), ev + e)
+
+            carry = jax.lax.switch(carry[5], [full, comp, lambda c: c], carry)
+        S, alive, Sk, alive_k, arms, phase, ev = carry
+        y = yb.reshape(1, -1)
+
+        def exact_full(_):
+            mu = jnp.where(alive, jnp.sum(-0.5 * (y - mus[:, None]) ** 2, 1) / nb + off, -jnp.inf)
+            return jnp.argmax(mu).astype(jnp.int32), ev + num_data * jnp.sum(alive)
+
+        def exact_k(_):
+            mu = jnp.where(alive_k, jnp.sum(-0.5 * (y - mus[arms][:, None]) ** 2, 1) / nb + off[arms], -jnp.inf)
+            return arms[jnp.argmax(mu)].astype(jnp.int32), ev + num_data * jnp.sum(alive_k)
+
+        def decided(_):
+            mu_k = jnp.where(alive_k, Sk[-1, :-1] / jnp.maximum(Sk[-1, -1], 1) + off[arms], -jnp.inf)
+            mu_f = jnp.where(alive, S[-1, :-1] / jnp.maximum(S[-1, -1], 1) + off, -jnp.inf)
+            x = jnp.where(jnp.sum(alive) > K, jnp.argmax(mu_f), arms[jnp.argmax(mu_k)])
+            return x.astype(jnp.int32), ev
+
+        return jax.lax.switch(phase, [exact_full, exact_k, decided], None)
+
+    return sample
+
+
+def _floor_row(N, D, repeats, block_size):
+    """The minimal race (:func:`_minimal_race`) against ``gumbel_max`` on the Gaussian problem."""
+    y, mus = _problem(N, D)
+    exact_j = jax.jit(lambda k, f0, data: _build("gauss", data, N, D)[0](k, f0))
+    floor_j = jax.jit(lambda k, f0, data: _minimal_race(data[0].reshape(-1, block_size), data[1], N)(k, f0))
+    log_f0 = jnp.zeros(D, jnp.float32)
+    keys = jax.random.split(jax.random.key(1), 1000)
+    data = (y, mus)
+    timing = compare(exact_j, floor_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
+    evals = np.mean([int(floor_j(keys[500 + i], log_f0, data)[1]) for i in range(COUNT_DRAWS)])
+    return dict(
+        factor="gauss, minimal race (floor)", mode="single", B=block_size, N=N, D=D, draws=1,
+        eval_ratio=N * D / evals, data_ratio=float("nan"),
+        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
+        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
+        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+    )
+
+
 #: Default block size used by the block rows (the measured choice, see docs/discrete.md).
 BLOCK = 64
 
@@ -258,6 +366,9 @@ def run(*, quick: bool) -> list[dict]:
     for kind, n, D, B in plan:
         rows.append(_single_rows(kind, n, D, repeats, block_size=B))
         print({k: v for k, v in rows[-1].items() if not isinstance(v, list)}, flush=True)
+    # The floor of the execution model: the minimal race on the first row's problem (not the engine).
+    rows.append(_floor_row(N, 10, repeats, BLOCK))
+    print({k: v for k, v in rows[-1].items() if not isinstance(v, list)}, flush=True)
     for row in _vmap_rows("gauss", N, 10, 64 if quick else 256, repeats, modes=("batch",), block_size=BLOCK):
         rows.append(row)
         print({k: v for k, v in row.items() if not isinstance(v, list)}, flush=True)
