@@ -435,6 +435,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         names = list(dict.fromkeys(names))
         rep.text(f"Datasets restricted by JAXSUB_COMPRESSED_HMC_DATASETS={only}.")
     trials = 1 if quick else TRIALS
+    if os.environ.get("JAXSUB_COMPRESSED_HMC_TRIALS"):  # fewer trials for a full-size run that must fit a time slot
+        trials = int(os.environ["JAXSUB_COMPRESSED_HMC_TRIALS"])
+        rep.text(f"Trials per setting set to {trials} by JAXSUB_COMPRESSED_HMC_TRIALS.")
     results, skipped = {}, {}
     key = jax.random.key(20211128)
     with progress(total=6 * len(names) * trials, desc="compressed_hmc") as bar:
