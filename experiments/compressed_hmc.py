@@ -15,8 +15,9 @@ from the 9 numeric columns), and covtype itself when its file exists. Full mode 
 more real tables in the paper's range: ggplot2/diamonds and AER/CPSSW8 (linear regression of
 log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mortgages (binary
 logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
-``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each, for
-runs that must fit a time budget (the report says so).
+``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
+``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
+budget (the report says so).
 """
 from __future__ import annotations
 
