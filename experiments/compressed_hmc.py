@@ -15,8 +15,9 @@ from the 9 numeric columns), and covtype itself when its file exists. Full mode 
 more real tables in the paper's range: ggplot2/diamonds and AER/CPSSW8 (linear regression of
 log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mortgages (binary
 logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
-``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each, for
-runs that must fit a time budget (the report says so).
+``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
+``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
+budget (the report says so).
 """
 from __future__ import annotations
 
@@ -435,6 +436,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         names = list(dict.fromkeys(names))
         rep.text(f"Datasets restricted by JAXSUB_COMPRESSED_HMC_DATASETS={only}.")
     trials = 1 if quick else TRIALS
+    if os.environ.get("JAXSUB_COMPRESSED_HMC_TRIALS"):  # fewer trials for a full-size run that must fit a time slot
+        trials = int(os.environ["JAXSUB_COMPRESSED_HMC_TRIALS"])
+        rep.text(f"Trials per setting set to {trials} by JAXSUB_COMPRESSED_HMC_TRIALS.")
     results, skipped = {}, {}
     key = jax.random.key(20211128)
     with progress(total=6 * len(names) * trials, desc="compressed_hmc") as bar:

@@ -818,6 +818,8 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
     q = z32.shape[1]
     za32 = np.empty((cap, q), np.float32)
     zan32 = np.empty(cap, np.float32)
+    a32 = np.empty((cap, x.shape[1]), np.float32)  # float32 copies of the anchors and their squared norms
+    an32 = np.empty(cap, np.float32)
     zn32 = np.einsum("ij,ij->i", z32, z32)
     scale2 = float(xn32[rows].max()) if rows.size else 0.0
     slack = 1e-5 * (1.0 + scale2)  # far above the float32 round-off of the squared distances
@@ -826,15 +828,20 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
     # bounds on the members' distances to their anchors (_join_block's member_bounds)
     bounds = (np.zeros(x.shape[0]), np.zeros(base + cap))
 
-    def refresh(ids):  # float32 copies of the search coordinates of the anchors that moved or opened
-        nonlocal za32, zan32
+    def refresh(ids):  # float32 copies of the anchors and search coordinates that moved or opened
+        nonlocal za32, zan32, a32, an32
         if clusters.size - base > za32.shape[0]:
             grow = max(2 * za32.shape[0], clusters.size - base)
             za32 = np.resize(za32, (grow, q))
             zan32 = np.resize(zan32, grow)
+            a32 = np.resize(a32, (grow, x.shape[1]))
+            an32 = np.resize(an32, grow)
         a = clusters.zanchor[ids].astype(np.float32)
         za32[ids - base] = a
         zan32[ids - base] = np.einsum("ij,ij->i", a, a)
+        a = clusters.anchor[ids].astype(np.float32)
+        a32[ids - base] = a
+        an32[ids - base] = np.einsum("ij,ij->i", a, a)
 
     for s in range(0, rows.size, _CHUNK):
         chunk = rows[s : s + _CHUNK]
@@ -847,20 +854,23 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             lb *= -2.0
             lb += zan32[:k]
             m = min(_BLOCK_CANDIDATES, k)
-            cand = np.empty((b, m), np.int64)
-            ar = np.arange(b)
-            lbmin = None
-            for t in range(m):
-                cand[:, t] = j = np.argmin(lb, axis=1)
-                if lbmin is None:
-                    lbmin = zn32[chunk] + lb[ar, j]
-                if t + 1 < m:
-                    lb[ar, j] = np.inf
-            live = np.flatnonzero(lbmin <= reach2)  # rows with some anchor possibly within 2 delta
+            # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,
+            # in no order (one selection pass; the candidates are ordered by their true distance below)
+            live = np.flatnonzero(zn32[chunk] + lb.min(axis=1) <= reach2)
+            if m < k:
+                cand = np.zeros((b, m), np.int64)
+                cand[live] = np.argpartition(lb[live], m - 1, axis=1)[:, :m]
+            else:
+                cand = np.broadcast_to(np.arange(k), (b, k))
             if live.size:
                 cl = cand[live]
-                diff = x32[chunk[live]][:, None, :] - clusters.anchor[base + cl].astype(np.float32)
-                d2 = np.einsum("ijk,ijk->ij", diff, diff)
+                # ||x||^2 - 2 x . a + ||a||^2 in float32 (round-off ~1e-7 of the squared norms, far
+                # under the slack): one gather of the float32 anchors, no d-wide difference
+                xl = x32[chunk[live]]
+                d2 = np.einsum("ik,ijk->ij", xl, a32[cl])
+                d2 *= -2.0
+                d2 += an32[cl]
+                d2 += xn32[chunk[live]][:, None]
                 # a row at distance t from the mean of n members ends at t n / (n + 1) from the
                 # joined mean: a cluster further than delta (n + 1) / n cannot take it alone
                 n = clusters.counts[base + cl].astype(np.float64)
