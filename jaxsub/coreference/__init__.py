@@ -7,12 +7,15 @@
   kernel (:func:`build_kernel`, :func:`init`, ``sampler.as_top_level_api`` exposed as :func:`gibbs`), the
   annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
   adapter into :func:`jaxsub.discrete.racing`;
+* :mod:`~jaxsub.coreference.sufficient` -- exact Gibbs with per-cluster sums for the decomposable
+  :func:`packed_similarity` factor (``sufficient.build_kernel``): ``O(P)`` per candidate cluster instead of
+  ``|C|`` factor evaluations, the recommended sampler whenever the factor decomposes;
 * :mod:`~jaxsub.coreference.scoring` -- :func:`b_cubed` and :func:`pairwise_f1`.
 
 See ``docs/coreference.md``.
 """
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
-from jaxsub.coreference import sampler
+from jaxsub.coreference import sampler, sufficient
 from jaxsub.coreference.sampler import (
     CorefState,
     FitTrace,
@@ -60,4 +63,5 @@ __all__ = [
     "pairwise_f1",
     "race_conditional",
     "similarity_factor",
+    "sufficient",
 ]
