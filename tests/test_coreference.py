@@ -488,3 +488,30 @@ def test_sufficient_statistics_sweep_equal_in_law_to_exact_posterior():
     tol = tv_tolerance(probs, 4000)
     assert tv_distance(np.bincount(codes(chains(1.0)), minlength=probs.size) / 4000, probs) < tol
     assert tv_distance(np.bincount(codes(chains(1.5)), minlength=probs.size) / 4000, probs) > tol
+
+
+def test_crf_similarity_templates_values_and_missing_fields():
+    """Thresholded templates by hand: name cos = 1 (≥ high: +w), cos = 0 (< t: -w), missing (0); venue ±w;
+    year |Δ| ≤ s (+w), s < |Δ| ≤ 3 s (0), > 3 s (-w), NaN (0); bias added once."""
+    kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
+    cols = {"name": ["ann lee", "ann lee", "zzz", None], "venue": ["a", "a", "b", None],
+            "year": [2000.0, 2003.0, 2009.0, np.nan]}
+    sim = co.crf_similarity(kinds, {"name": 2.0, "venue": 0.5, "year": 1.5}, thresholds={"name": 0.4},
+                            high={"name": 0.9}, scales={"year": 2.0}, bias=0.25)
+    x = sim.pack(co.encode_mentions(cols, kinds, hash_dim=64))
+    f = np.asarray(jax.vmap(jax.vmap(sim.factor, (None, 0)), (0, None))(x, x))  # eager
+    cos02 = float(np.dot(np.asarray(x["dense"][0, :64]), np.asarray(x["dense"][2, :64])))
+    assert cos02 < 0.4
+    assert f[0, 0] == pytest.approx(0.25 + 2.0 + 0.5 + 1.5)  # same name, venue, |Δyear| = 0 ≤ 2
+    assert f[0, 1] == pytest.approx(0.25 + 2.0 + 0.5 + 0.0)  # 2 < |Δyear| = 3 ≤ 6: 0
+    assert f[0, 2] == pytest.approx(0.25 - 2.0 - 0.5 - 1.5)  # cos < t, venues differ, |Δyear| = 9 > 6
+    assert np.allclose(f[3, :3], 0.25) and np.allclose(f[:3, 3], 0.25)  # every field missing: bias only
+    # between the thresholds (t ≤ cos < high) the name template is 0
+    mid = co.crf_similarity({"name": "string"}, thresholds={"name": 0.0}, high={"name": 0.999})
+    xm = mid.pack(co.encode_mentions({"name": ["ann lee", "ann leigh"]}, {"name": "string"}, hash_dim=64))
+    assert float(mid.factor(jax.tree.map(lambda a: a[0], xm), jax.tree.map(lambda a: a[1], xm))) == 0.0
+    with pytest.raises(ValueError, match="high"):
+        co.crf_similarity(kinds, thresholds={"name": 0.5}, high={"name": 0.4})
+    # no per-cluster sufficient statistic: the sum over a cluster is not bias |C| + u_i . (sum of rows)
+    d = np.asarray(x["dense"])
+    assert not np.isclose(f[0, 1] + f[0, 2], 0.5 + d[0] @ (d[1] + d[2]))

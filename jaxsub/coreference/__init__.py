@@ -2,7 +2,8 @@
 
 * :mod:`~jaxsub.coreference.model` -- the model pieces: :func:`make_blocks` (blocking),
   :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``),
-  :func:`packed_similarity` (the same factor on rows packed once: a few fused array ops per pair batch);
+  :func:`packed_similarity` (the same factor on rows packed once: a few fused array ops per pair batch),
+  :func:`crf_similarity` (thresholded compatibility templates on the same rows: no sufficient statistic);
 * :mod:`~jaxsub.coreference.sampler` -- the Gibbs sweep (racing or ``exact=True``) as a BlackJAX-style
   kernel (:func:`build_kernel`, :func:`init`, ``sampler.as_top_level_api`` exposed as :func:`gibbs`), the
   annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
@@ -31,6 +32,7 @@ from jaxsub.coreference.sampler import (
 from jaxsub.coreference.model import (
     Blocks,
     PackedSimilarity,
+    crf_similarity,
     encode_mentions,
     make_blocks,
     packed_similarity,
@@ -53,6 +55,7 @@ __all__ = [
     "build_kernel",
     "class_lanes",
     "conditional_update",
+    "crf_similarity",
     "encode_mentions",
     "fit",
     "gibbs",
