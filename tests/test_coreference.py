@@ -397,3 +397,121 @@ def test_default_similarity_factor_and_encoding():
 
     np.testing.assert_allclose(np.asarray(all_pairs(sim.factor, packed)), np.asarray(all_pairs(ref_f, enc)),
                                rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- sufficient statistics
+SUFF_KINDS = {"name": "string", "venue": "categorical", "year": "numeric"}
+SUFF_SETTINGS = dict(weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.5}, scales={"year": 2.0},
+                     bias=-0.3)
+
+
+def _suff_problem():
+    """7 mentions, missing fields of every kind, two blocks (5 + 2: ragged), the pairwise matrix F."""
+    from jaxsub.coreference import sufficient as su
+
+    cols = {"name": ["ann lee", "ann li", None, "bob ray", "bob rae", "ann lee", "x"],
+            "venue": ["a", "b", "a", None, "b", "a", "c"], "year": [1.0, 2.0, np.nan, 5.0, 4.0, 1.5, 3.0]}
+    sim = co.packed_similarity(SUFF_KINDS, **SUFF_SETTINGS)
+    x = sim.pack(co.encode_mentions(cols, SUFF_KINDS, hash_dim=8))
+    blocks = co.make_blocks([0, 1, 0, 0, 1, 0, 0])
+    f = np.asarray(jax.vmap(jax.vmap(sim.factor, (None, 0)), (0, None))(x, x))  # eager, [7, 7]
+    return su, x, blocks, f, su.build_kernel(blocks, SUFF_KINDS, **SUFF_SETTINGS, candidate_chunk=2, member_chunk=3)
+
+
+def _pairwise_log_conditional(blocks, labels, f, i, beta):
+    """NumPy reference: β Σ_{j ∈ C} f(x_i, x_j) per non-empty cluster id of i's block, 0 for its first empty id."""
+    p = blocks.position[i]
+    lo, hi = blocks.start[p], blocks.start[p] + blocks.size[p]
+    out = np.full(labels.size, -np.inf)
+    others = np.arange(labels.size) != i
+    sizes = np.bincount(labels[others], minlength=labels.size)
+    for c in range(lo, hi):
+        if sizes[c]:
+            out[c] = beta * f[i, others & (labels == c)].sum()
+    out[lo + np.flatnonzero(sizes[lo:hi] == 0)[0]] = 0.0
+    return out
+
+
+def test_sufficient_statistics_conditional_equals_pairwise_and_sweep_counts():
+    su, x, blocks, f, k = _suff_problem()
+    labels = blocks.start[blocks.position] + np.array([0, 0, 0, 1, 1, 0, 1])  # ... written per block
+    state = su.init(jnp.asarray(labels, jnp.int32), blocks)
+    for i in range(7):
+        np.testing.assert_allclose(np.asarray(k.log_conditional(state, x, i, 1.7)),
+                                   _pairwise_log_conditional(blocks, labels, f, i, 1.7), rtol=1e-5, atol=1e-5)
+    # one jitted sweep: valid labels, candidates and member terms counted (NumPy replay of the draws' counts)
+    new, info = jax.jit(k.step)(jax.random.key(0), state, x, 1.0)
+    new = np.asarray(new.labels)
+    p = blocks.position
+    assert np.all((new >= blocks.start[p]) & (new < blocks.start[p] + blocks.size[p]))
+    assert int(info.num_member_terms) == 5 * 4 + 2 * 1 and int(info.num_nan) == 0
+    assert 7 <= int(info.num_candidates) <= 5 * 5 + 2 * 2
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    for rest in _partitions(items[1:]):
+        for k in range(len(rest)):
+            yield rest[:k] + [[items[0]] + rest[k]] + rest[k + 1:]
+        yield [[items[0]]] + rest
+
+
+@pytest.mark.slow
+def test_sufficient_statistics_sweep_equal_in_law_to_exact_posterior():
+    """4,000 independent chains x 30 sweeps (β = 1) of the sufficient-statistics sweep: the final partitions'
+    distribution within the MC tolerance (TV) of the exact posterior over all 52 x 2 partitions, enumerated;
+    negative control: the sweep run at β = 1.5 is rejected against the β = 1 posterior."""
+    su, x, blocks, f, k = _suff_problem()
+    groups = [[i for i in range(7) if blocks.start[blocks.position[i]] == s] for s in np.unique(blocks.start)]
+    states, logp = {}, []
+    for pa in _partitions(groups[0]):
+        for pb in _partitions(groups[1]):
+            parts = pa + pb
+            key = tuple(sorted(tuple(sorted(c)) for c in parts))
+            states[key] = len(states)
+            logp.append(sum(f[i, j] for c in parts for a, i in enumerate(c) for j in c[a + 1:]))
+    probs = np.exp(np.asarray(logp) - max(logp))
+    probs /= probs.sum()
+
+    def chains(beta):
+        def chain(key):
+            return jax.lax.fori_loop(0, 30, lambda t, s: k.step(jax.random.fold_in(key, t), s, x, beta)[0],
+                                     su.init(None, blocks)).labels
+        return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(3), 4000)))
+
+    def codes(labels):
+        return np.array([states[tuple(sorted(tuple(np.flatnonzero(lab == c)) for c in np.unique(lab)))]
+                         for lab in labels])
+
+    tol = tv_tolerance(probs, 4000)
+    assert tv_distance(np.bincount(codes(chains(1.0)), minlength=probs.size) / 4000, probs) < tol
+    assert tv_distance(np.bincount(codes(chains(1.5)), minlength=probs.size) / 4000, probs) > tol
+
+
+def test_crf_similarity_templates_values_and_missing_fields():
+    """Thresholded templates by hand: name cos = 1 (≥ high: +w), cos = 0 (< t: -w), missing (0); venue ±w;
+    year |Δ| ≤ s (+w), s < |Δ| ≤ 3 s (0), > 3 s (-w), NaN (0); bias added once."""
+    kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
+    cols = {"name": ["ann lee", "ann lee", "zzz", None], "venue": ["a", "a", "b", None],
+            "year": [2000.0, 2003.0, 2009.0, np.nan]}
+    sim = co.crf_similarity(kinds, {"name": 2.0, "venue": 0.5, "year": 1.5}, thresholds={"name": 0.4},
+                            high={"name": 0.9}, scales={"year": 2.0}, bias=0.25)
+    x = sim.pack(co.encode_mentions(cols, kinds, hash_dim=64))
+    f = np.asarray(jax.vmap(jax.vmap(sim.factor, (None, 0)), (0, None))(x, x))  # eager
+    cos02 = float(np.dot(np.asarray(x["dense"][0, :64]), np.asarray(x["dense"][2, :64])))
+    assert cos02 < 0.4
+    assert f[0, 0] == pytest.approx(0.25 + 2.0 + 0.5 + 1.5)  # same name, venue, |Δyear| = 0 ≤ 2
+    assert f[0, 1] == pytest.approx(0.25 + 2.0 + 0.5 + 0.0)  # 2 < |Δyear| = 3 ≤ 6: 0
+    assert f[0, 2] == pytest.approx(0.25 - 2.0 - 0.5 - 1.5)  # cos < t, venues differ, |Δyear| = 9 > 6
+    assert np.allclose(f[3, :3], 0.25) and np.allclose(f[:3, 3], 0.25)  # every field missing: bias only
+    # between the thresholds (t ≤ cos < high) the name template is 0
+    mid = co.crf_similarity({"name": "string"}, thresholds={"name": 0.0}, high={"name": 0.999})
+    xm = mid.pack(co.encode_mentions({"name": ["ann lee", "ann leigh"]}, {"name": "string"}, hash_dim=64))
+    assert float(mid.factor(jax.tree.map(lambda a: a[0], xm), jax.tree.map(lambda a: a[1], xm))) == 0.0
+    with pytest.raises(ValueError, match="high"):
+        co.crf_similarity(kinds, thresholds={"name": 0.5}, high={"name": 0.4})
+    # no per-cluster sufficient statistic: the sum over a cluster is not bias |C| + u_i . (sum of rows)
+    d = np.asarray(x["dense"])
+    assert not np.isclose(f[0, 1] + f[0, 2], 0.5 + d[0] @ (d[1] + d[2]))

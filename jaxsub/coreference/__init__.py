@@ -2,17 +2,21 @@
 
 * :mod:`~jaxsub.coreference.model` -- the model pieces: :func:`make_blocks` (blocking),
   :func:`encode_mentions` and :func:`similarity_factor` (a default ``pairwise_log_factor``),
-  :func:`packed_similarity` (the same factor on rows packed once: a few fused array ops per pair batch);
+  :func:`packed_similarity` (the same factor on rows packed once: a few fused array ops per pair batch),
+  :func:`crf_similarity` (thresholded compatibility templates on the same rows: no sufficient statistic);
 * :mod:`~jaxsub.coreference.sampler` -- the Gibbs sweep (racing or ``exact=True``) as a BlackJAX-style
   kernel (:func:`build_kernel`, :func:`init`, ``sampler.as_top_level_api`` exposed as :func:`gibbs`), the
   annealing driver :func:`fit` (temperatures as data), and :func:`race_conditional`, the one
   adapter into :func:`jaxsub.discrete.racing`;
+* :mod:`~jaxsub.coreference.sufficient` -- exact Gibbs with per-cluster sums for the decomposable
+  :func:`packed_similarity` factor (``sufficient.build_kernel``): ``O(P)`` per candidate cluster instead of
+  ``|C|`` factor evaluations, the recommended sampler whenever the factor decomposes;
 * :mod:`~jaxsub.coreference.scoring` -- :func:`b_cubed` and :func:`pairwise_f1`.
 
 See ``docs/coreference.md``.
 """
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
-from jaxsub.coreference import sampler
+from jaxsub.coreference import sampler, sufficient
 from jaxsub.coreference.sampler import (
     CorefState,
     FitTrace,
@@ -28,6 +32,7 @@ from jaxsub.coreference.sampler import (
 from jaxsub.coreference.model import (
     Blocks,
     PackedSimilarity,
+    crf_similarity,
     encode_mentions,
     make_blocks,
     packed_similarity,
@@ -50,6 +55,7 @@ __all__ = [
     "build_kernel",
     "class_lanes",
     "conditional_update",
+    "crf_similarity",
     "encode_mentions",
     "fit",
     "gibbs",
@@ -60,4 +66,5 @@ __all__ = [
     "pairwise_f1",
     "race_conditional",
     "similarity_factor",
+    "sufficient",
 ]

@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxsub.validation import check_choice, check_int
 
-__all__ = ["Blocks", "PackedSimilarity", "encode_mentions", "make_blocks", "packed_similarity", "similarity_factor"]
+__all__ = ["Blocks", "PackedSimilarity", "crf_similarity", "encode_mentions", "make_blocks", "packed_similarity", "similarity_factor"]
 
 FIELD_KINDS = ("string", "tokens", "categorical", "numeric")
 
@@ -297,6 +297,73 @@ def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | N
         if num:
             a, b = xi["numbers"], xj["numbers"]
             s = w_num * (2.0 * jnp.exp(-jnp.abs(a - b) / s_num) - 1.0)
+            total = total + jnp.sum(jnp.where(jnp.isnan(a) | jnp.isnan(b), 0.0, s))
+        return total
+
+    return PackedSimilarity(pack, factor)
+
+
+def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
+                   thresholds: Mapping[str, float] | None = None, high: Mapping[str, float] | None = None,
+                   scales: Mapping[str, float] | None = None, bias: float = 0.0) -> PackedSimilarity:
+    """A CRF-style factor of thresholded compatibility templates (Singh et al. 2012), on packed rows.
+
+    ``f(x_i, x_j) = bias + Σ_k w_k s_k`` with, for field ``k`` (0 if either value is missing):
+
+    * string / tokens, ``c = cos(v_i, v_j)``: ``s = +1`` if ``c ≥ h_k`` (compatible), ``-1`` if
+      ``c < t_k`` (incompatible), ``0`` in between (``t_k`` = ``thresholds`` default 0.5, ``h_k`` = ``high``
+      default ``(1 + t_k) / 2``);
+    * categorical: ``+1`` if equal, ``-1`` otherwise;
+    * numeric, ``δ = |a - b|``: ``+1`` if ``δ ≤ scale_k``, ``-1`` if ``δ > 3 scale_k``, ``0`` in between.
+
+    Unlike :func:`packed_similarity`, the string / token / numeric terms are step functions of the pair,
+    so ``Σ_{j ∈ C} f(x_i, x_j)`` has no per-cluster sufficient statistic: an exact Gibbs update must
+    evaluate every member (the setting where racing can pay). Same packed rows as :func:`packed_similarity`.
+
+    Args:
+        kinds, weights, thresholds, scales, bias: as in :func:`similarity_factor`.
+        high: field -> ``h_k`` (string / tokens fields; must exceed ``t_k``).
+
+    Returns:
+        :class:`PackedSimilarity` ``(pack, factor)``.
+    """
+    items = _similarity_items(kinds, weights, thresholds, scales)
+    high = {} if high is None else dict(high)
+    vec = [it for it in items if it[1] in ("string", "tokens")]
+    cat = [it for it in items if it[1] == "categorical"]
+    num = [it for it in items if it[1] == "numeric"]
+    for name, v in high.items():
+        if name not in dict((it[0], 1) for it in vec):
+            raise ValueError(f"high names a field that is not a string / tokens field: {name!r}")
+    lo = np.float32([t for _, _, _, t, _ in vec])
+    hi = np.float32([high.get(name, (1.0 + t) / 2) for name, _, _, t, _ in vec])
+    if np.any(hi <= lo):
+        raise ValueError(f"high must exceed thresholds for every string / tokens field; got {hi} vs {lo}")
+    w_vec = np.float32([w for _, _, w, _, _ in vec])
+    w_cat = np.asarray([w for _, _, w, _, _ in cat], np.float32)
+    w_num = np.asarray([w for _, _, w, _, _ in num], np.float32)
+    s_num = np.asarray([sc for _, _, _, _, sc in num], np.float32)
+    pack = packed_similarity(kinds, weights, thresholds=thresholds, scales=scales, bias=bias).pack
+    bias = float(bias)
+
+    def factor(xi, xj):
+        total = jnp.asarray(bias, jnp.float32)
+        if vec:
+            di, dj = xi["dense"], xj["dense"]
+            s_ = len(vec)
+            h = (di.shape[-1] - s_) // s_
+            c = jnp.sum((di[:s_ * h] * dj[:s_ * h]).reshape(s_, h), axis=-1)
+            present = (di[s_ * h:] * dj[s_ * h:]) > 0
+            s = jnp.where(c >= hi, w_vec, jnp.where(c < lo, -w_vec, 0.0))
+            total = total + jnp.sum(jnp.where(present, s, 0.0))
+        if cat:
+            a, b = xi["codes"], xj["codes"]
+            s = jnp.where(a == b, w_cat, -w_cat)
+            total = total + jnp.sum(jnp.where((a >= 0) & (b >= 0), s, 0.0))
+        if num:
+            a, b = xi["numbers"], xj["numbers"]
+            d = jnp.abs(a - b)
+            s = jnp.where(d <= s_num, w_num, jnp.where(d > 3.0 * s_num, -w_num, 0.0))
             total = total + jnp.sum(jnp.where(jnp.isnan(a) | jnp.isnan(b), 0.0, s))
         return total
 
