@@ -37,4 +37,19 @@ def _packed_similarity_case():
     return Case(lambda: co.packed_similarity(kinds, scales={"year": 2.0}), None, {}, call=call)
 
 
-CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
+def _crf_similarity_case():
+    co = jaxsub.coreference
+    kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
+    enc = co.encode_mentions({"name": ["j smith", "john smith", "m jones"], "venue": ["a", None, "a"],
+                              "year": [2001.0, 2003.0, float("nan")]}, kinds, hash_dim=8)
+
+    def call(sim, key):
+        del key
+        packed = sim.pack(enc)
+        return jax.vmap(sim.factor, (None, 0))(jax.tree.map(lambda v: v[0], packed), packed)
+
+    return Case(lambda: co.crf_similarity(kinds, scales={"year": 2.0}, bias=1.0), None, {}, call=call)
+
+
+CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case,
+         "coreference.crf_similarity": _crf_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
