@@ -23,7 +23,7 @@ def _gibbs_case():
     return Case(make, jnp.asarray(blocks.position, jnp.int32), {"temperature": 1.0})
 
 
-def _packed_similarity_case():
+def _similarity_case(constructor, **settings):
     co = jaxsub.coreference
     kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
     enc = co.encode_mentions({"name": ["j smith", "john smith", "m jones"], "venue": ["a", None, "a"],
@@ -34,21 +34,15 @@ def _packed_similarity_case():
         packed = sim.pack(enc)
         return jax.vmap(sim.factor, (None, 0))(jax.tree.map(lambda v: v[0], packed), packed)
 
-    return Case(lambda: co.packed_similarity(kinds, scales={"year": 2.0}), None, {}, call=call)
+    return Case(lambda: constructor(kinds, scales={"year": 2.0}, **settings), None, {}, call=call)
+
+
+def _packed_similarity_case():
+    return _similarity_case(jaxsub.coreference.packed_similarity)
 
 
 def _crf_similarity_case():
-    co = jaxsub.coreference
-    kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
-    enc = co.encode_mentions({"name": ["j smith", "john smith", "m jones"], "venue": ["a", None, "a"],
-                              "year": [2001.0, 2003.0, float("nan")]}, kinds, hash_dim=8)
-
-    def call(sim, key):
-        del key
-        packed = sim.pack(enc)
-        return jax.vmap(sim.factor, (None, 0))(jax.tree.map(lambda v: v[0], packed), packed)
-
-    return Case(lambda: co.crf_similarity(kinds, scales={"year": 2.0}, bias=1.0), None, {}, call=call)
+    return _similarity_case(jaxsub.coreference.crf_similarity, bias=1.0)
 
 
 CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case,
