@@ -234,6 +234,12 @@ class PackedSimilarity(NamedTuple):
     factor: Callable
 
 
+def _categorical_term(a, b, w_cat):
+    """Σ_k ±w_k over categorical fields present in both mentions (+ if the codes agree)."""
+    s = jnp.where(a == b, w_cat, -w_cat)
+    return jnp.sum(jnp.where((a >= 0) & (b >= 0), s, 0.0))
+
+
 def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
                       thresholds: Mapping[str, float] | None = None, scales: Mapping[str, float] | None = None,
                       bias: float = 0.0) -> PackedSimilarity:
@@ -291,9 +297,7 @@ def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | N
         if vec:
             total = total + jnp.dot(di * omega((di.shape[-1] - len(vec)) // len(vec)), dj)
         if cat:
-            a, b = xi["codes"], xj["codes"]
-            s = jnp.where(a == b, w_cat, -w_cat)
-            total = total + jnp.sum(jnp.where((a >= 0) & (b >= 0), s, 0.0))
+            total = total + _categorical_term(xi["codes"], xj["codes"], w_cat)
         if num:
             a, b = xi["numbers"], xj["numbers"]
             s = w_num * (2.0 * jnp.exp(-jnp.abs(a - b) / s_num) - 1.0)
@@ -357,9 +361,7 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
             s = jnp.where(c >= hi, w_vec, jnp.where(c < lo, -w_vec, 0.0))
             total = total + jnp.sum(jnp.where(present, s, 0.0))
         if cat:
-            a, b = xi["codes"], xj["codes"]
-            s = jnp.where(a == b, w_cat, -w_cat)
-            total = total + jnp.sum(jnp.where((a >= 0) & (b >= 0), s, 0.0))
+            total = total + _categorical_term(xi["codes"], xj["codes"], w_cat)
         if num:
             a, b = xi["numbers"], xj["numbers"]
             d = jnp.abs(a - b)
