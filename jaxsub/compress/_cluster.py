@@ -94,6 +94,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxsub.compress import _kernels
 from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
@@ -618,48 +619,8 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     # row (a member) is within 2 delta: rows with none open a cluster without the loop's work
     d2 = sq[:, None] + sq[None, :] - 2.0 * gram
     near = np.tril(d2 <= 4.0 * delta * delta * 1.01 + 1e-12 * (1.0 + sq.max()), k=-1).any(axis=1)
-    xs = np.zeros((m, m))  # xs[i, j] = x_i . S_j (offset coordinates)
-    ss = np.zeros(m)  # ||S_j||^2
-    cnt, rad = np.zeros(m), np.zeros(m)
-    members = np.empty(m, np.int64)
-    lists: list[list[int]] = []
-    k = 0
-    for t in range(m):
-        if k and near[t]:
-            c = cnt[:k]
-            dist2 = sq[t] - 2.0 * xs[t, :k] / c + ss[:k] / (c * c)
-            joined = False
-            for j in np.argsort(dist2)[:_TRIES]:
-                dj = np.sqrt(max(dist2[j], 0.0))
-                if dj > 2.0 * delta:
-                    break
-                n1 = cnt[j] + 1.0
-                # O(1) bound first (members within rad[j] of the centroid, which moves by
-                # dist / (n + 1)); the exact radius over the members only if it fails
-                bound = max(rad[j], dj) + dj / n1
-                ss1 = ss[j] + 2.0 * xs[t, j] + sq[t]
-                if bound <= blim:
-                    rad[j] = bound
-                else:
-                    mem = np.asarray(lists[j] + [t])
-                    r2 = (sq[mem] - 2.0 * (xs[mem, j] + gram[mem, t]) / n1 + ss1 / (n1 * n1)).max()
-                    if r2 > lim2:
-                        continue
-                    rad[j] = np.sqrt(max(r2, 0.0))
-                ss[j] = ss1
-                xs[:, j] += gram[:, t]
-                cnt[j] = n1
-                lists[j].append(t)
-                members[t] = j
-                joined = True
-                break
-            if joined:
-                continue
-        ss[k], cnt[k], rad[k] = sq[t], 1.0, 0.0
-        xs[:, k] = gram[:, t]
-        lists.append([t])
-        members[t] = k
-        k += 1
+    # the one-row-at-a-time loop, compiled (module docstring of _kernels): O(k) scalars per row
+    members, k = _kernels.exact_gram_stream(gram, near, lim2, blim, 2.0 * delta)
     sums, counts = _group_sums(xr_all, members, k)
     ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), sums / counts[:, None])
     labels[rows] = ids[members]
@@ -679,31 +640,18 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     """The greedy passes of :func:`_sequential` (no radius check): each row joins the nearest
     centroid (``mode == _GREEDY``; centroids move) or leader (``mode`` false; leaders stay) within
     ``delta`` among the clusters opened in this call, else it opens a new cluster."""
-    m, d = rows.size, x.shape[1]
     xr_all = x[rows]
-    sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
-    members = np.empty(m, np.int64)
-    moving = bool(mode)
-    d2max = delta * delta
-    k = 0
-    for t in range(m):
-        xr = xr_all[t]
-        if k:
-            diff = cen[:k] - xr
-            dist2 = np.einsum("ij,ij->i", diff, diff)
-            j = int(np.argmin(dist2))
-            if dist2[j] <= d2max:
-                sums[j] += xr
-                cnt[j] += 1.0
-                if moving:
-                    cen[j] = sums[j] / cnt[j]
-                members[t] = j
-                continue
-        sums[k], cnt[k], cen[k] = xr, 1.0, xr
-        members[t] = k
-        k += 1
-    ids = _open_found(clusters, xr_all, members, sums[:k], cnt[:k], cen[:k])
-    clusters.move(ids, cen[:k])
+    members, k = _kernels.greedy_stream(xr_all, delta * delta, bool(mode))
+    sums, counts = _group_sums(xr_all, members, k)
+    cnt = counts.astype(np.float64)
+    if mode:  # centroids at the member means
+        cen = sums / cnt[:, None]
+    else:  # leaders: the first row of each cluster
+        first = np.full(k, rows.size, np.int64)
+        np.minimum.at(first, members, np.arange(rows.size))
+        cen = xr_all[first]
+    ids = _open_found(clusters, xr_all, members, sums, cnt, cen)
+    clusters.move(ids, cen)
     labels[rows] = ids[members]
     return ids
 
@@ -857,13 +805,11 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,
             # in no order (one selection pass; the candidates are ordered by their true distance below)
             live = np.flatnonzero(zn32[chunk] + lb.min(axis=1) <= reach2)
-            if m < k:
-                cand = np.zeros((b, m), np.int64)
-                cand[live] = np.argpartition(lb[live], m - 1, axis=1)[:, :m]
-            else:
-                cand = np.broadcast_to(np.arange(k), (b, k))
             if live.size:
-                cl = cand[live]
+                if m < k:
+                    cl, valid = _screened_candidates(lb[live], reach2 + slack - zn32[chunk[live]], m)
+                else:
+                    cl, valid = np.broadcast_to(np.arange(k), (live.size, k)), None
                 # ||x||^2 - 2 x . a + ||a||^2 in float32 (round-off ~1e-7 of the squared norms, far
                 # under the slack): one gather of the float32 anchors, no d-wide difference
                 xl = x32[chunk[live]]
@@ -875,6 +821,8 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
                 # joined mean: a cluster further than delta (n + 1) / n cannot take it alone
                 n = clusters.counts[base + cl].astype(np.float64)
                 d2[d2 > (reach1 * (n + 1.0) / n) ** 2 + slack] = np.inf
+                if valid is not None:
+                    d2[~valid] = np.inf  # padding of rows with fewer than m anchors in reach
                 order = np.argsort(d2, axis=1, kind="stable")[:, :_BLOCK_TRIES]
                 near = np.take_along_axis(cl, order, axis=1)
                 nd2 = np.take_along_axis(d2, order, axis=1)
@@ -899,6 +847,32 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
+
+
+def _screened_candidates(lb: np.ndarray, thr: np.ndarray, m: int):
+    """The ``m`` anchors of smallest lower bound ``lb [rows, k]`` per row, among those with
+    ``lb <= thr`` (the others cannot be within reach), and a validity mask ``[rows, m]``.
+
+    Rows with at most ``m`` anchors under their threshold take all of them (padded, invalid);
+    only rows with more pay for a selection (``argpartition``). The candidates that can be
+    proposed are those of a plain ``argpartition`` over every anchor (anchors over the threshold
+    are refused by their true distance anyway), at a fraction of its cost: most rows have few
+    anchors in reach.
+    """
+    q = lb <= thr[:, None]
+    cnt = np.count_nonzero(q, axis=1)
+    cand = np.zeros((lb.shape[0], m), np.int64)
+    valid = np.zeros((lb.shape[0], m), bool)
+    few = np.flatnonzero(cnt <= m)
+    r, c = np.nonzero(q[few])
+    rank = np.arange(r.size) - (np.cumsum(cnt[few]) - cnt[few])[r]
+    cand[few[r], rank] = c
+    valid[few[r], rank] = True
+    many = np.flatnonzero(cnt > m)
+    if many.size:
+        cand[many] = np.argpartition(lb[many], m - 1, axis=1)[:, :m]
+        valid[many] = True
+    return cand, valid
 
 
 #: Anchors per row of the blocked stream given their true distance (those of smallest lower bound),
