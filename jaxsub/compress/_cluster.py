@@ -94,7 +94,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxsub.compress import _kernels
 from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
@@ -336,15 +335,30 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
     # randomised range finder with power iterations (Halko et al. 2011), in float32 (any
     # orthonormal basis gives valid lower bounds; the accuracy of the directions only moves
     # how tight they are): the top-k principal directions at O(n d k) instead of a full SVD
-    q = np.linalg.qr(centred @ rng.standard_normal((d, min(d, k + 8))).astype(np.float32))[0]
-    for _ in range(_PCA_POWER_ITERATIONS):
-        q = np.linalg.qr(centred @ (centred.T @ q))[0]
-    _, _, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
+    with _one_blas_thread():  # small factorisations: threads only spin (seconds on shared cores)
+        q = np.linalg.qr(centred @ rng.standard_normal((d, min(d, k + 8))).astype(np.float32))[0]
+        for _ in range(_PCA_POWER_ITERATIONS):
+            q = np.linalg.qr(centred @ (centred.T @ q))[0]
+        _, _, vt = np.linalg.svd(q.T @ centred, full_matrices=False)
     # orthonormal to float32 round-off (~1e-6): the screens' thresholds are widened far past that
     # (no second LAPACK factorisation: on a loaded machine each threaded one costs seconds)
     basis = np.ascontiguousarray(vt[:k].T.astype(np.float64))
     return _Search(mean, np.ascontiguousarray(basis[:, : min(search["dims"], d)]), search["candidates"], search["eps"],
                    basis if wide else None)
+
+
+def _one_blas_thread():
+    """Context limiting BLAS/LAPACK to one thread (``threadpoolctl``, an optional dependency; without
+    it, nothing). For the small factorisations of :func:`_make_search` (``[1024, 72]`` QRs, a
+    ``[72, 784]`` SVD): 0.016 s on one thread, but 3 s when OpenBLAS's threads spin on cores
+    shared with other jobs (docs/compress.md, session 9)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn and most stacks
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 #: Rows of the subsample whose principal directions :func:`_make_search` computes, and its power
@@ -619,8 +633,48 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     # row (a member) is within 2 delta: rows with none open a cluster without the loop's work
     d2 = sq[:, None] + sq[None, :] - 2.0 * gram
     near = np.tril(d2 <= 4.0 * delta * delta * 1.01 + 1e-12 * (1.0 + sq.max()), k=-1).any(axis=1)
-    # the one-row-at-a-time loop, compiled (module docstring of _kernels): O(k) scalars per row
-    members, k = _kernels.exact_gram_stream(gram, near, lim2, blim, 2.0 * delta)
+    xs = np.zeros((m, m))  # xs[i, j] = x_i . S_j (offset coordinates)
+    ss = np.zeros(m)  # ||S_j||^2
+    cnt, rad = np.zeros(m), np.zeros(m)
+    members = np.empty(m, np.int64)
+    lists: list[list[int]] = []
+    k = 0
+    for t in range(m):
+        if k and near[t]:
+            c = cnt[:k]
+            dist2 = sq[t] - 2.0 * xs[t, :k] / c + ss[:k] / (c * c)
+            joined = False
+            for j in np.argsort(dist2)[:_TRIES]:
+                dj = np.sqrt(max(dist2[j], 0.0))
+                if dj > 2.0 * delta:
+                    break
+                n1 = cnt[j] + 1.0
+                # O(1) bound first (members within rad[j] of the centroid, which moves by
+                # dist / (n + 1)); the exact radius over the members only if it fails
+                bound = max(rad[j], dj) + dj / n1
+                ss1 = ss[j] + 2.0 * xs[t, j] + sq[t]
+                if bound <= blim:
+                    rad[j] = bound
+                else:
+                    mem = np.asarray(lists[j] + [t])
+                    r2 = (sq[mem] - 2.0 * (xs[mem, j] + gram[mem, t]) / n1 + ss1 / (n1 * n1)).max()
+                    if r2 > lim2:
+                        continue
+                    rad[j] = np.sqrt(max(r2, 0.0))
+                ss[j] = ss1
+                xs[:, j] += gram[:, t]
+                cnt[j] = n1
+                lists[j].append(t)
+                members[t] = j
+                joined = True
+                break
+            if joined:
+                continue
+        ss[k], cnt[k], rad[k] = sq[t], 1.0, 0.0
+        xs[:, k] = gram[:, t]
+        lists.append([t])
+        members[t] = k
+        k += 1
     sums, counts = _group_sums(xr_all, members, k)
     ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), sums / counts[:, None])
     labels[rows] = ids[members]
@@ -640,18 +694,31 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     """The greedy passes of :func:`_sequential` (no radius check): each row joins the nearest
     centroid (``mode == _GREEDY``; centroids move) or leader (``mode`` false; leaders stay) within
     ``delta`` among the clusters opened in this call, else it opens a new cluster."""
+    m, d = rows.size, x.shape[1]
     xr_all = x[rows]
-    members, k = _kernels.greedy_stream(xr_all, delta * delta, bool(mode))
-    sums, counts = _group_sums(xr_all, members, k)
-    cnt = counts.astype(np.float64)
-    if mode:  # centroids at the member means
-        cen = sums / cnt[:, None]
-    else:  # leaders: the first row of each cluster
-        first = np.full(k, rows.size, np.int64)
-        np.minimum.at(first, members, np.arange(rows.size))
-        cen = xr_all[first]
-    ids = _open_found(clusters, xr_all, members, sums, cnt, cen)
-    clusters.move(ids, cen)
+    sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
+    members = np.empty(m, np.int64)
+    moving = bool(mode)
+    d2max = delta * delta
+    k = 0
+    for t in range(m):
+        xr = xr_all[t]
+        if k:
+            diff = cen[:k] - xr
+            dist2 = np.einsum("ij,ij->i", diff, diff)
+            j = int(np.argmin(dist2))
+            if dist2[j] <= d2max:
+                sums[j] += xr
+                cnt[j] += 1.0
+                if moving:
+                    cen[j] = sums[j] / cnt[j]
+                members[t] = j
+                continue
+        sums[k], cnt[k], cen[k] = xr, 1.0, xr
+        members[t] = k
+        k += 1
+    ids = _open_found(clusters, xr_all, members, sums[:k], cnt[:k], cen[:k])
+    clusters.move(ids, cen[:k])
     labels[rows] = ids[members]
     return ids
 
@@ -1022,7 +1089,10 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
         if srch.wide is not None:  # the search coordinates of the anchors: the wide ones
             clusters = _Clusters(x.shape[1], zw.shape[1], max(1024, x.shape[0] // 64), srch._replace(basis=srch.wide).coords)
         zb = zx if srch.wide is None else zw
-        _blocked_pass(x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels)
+        # one BLAS thread: the chunks' products are small, and OpenBLAS threads spinning on shared
+        # cores cost 3-4x the CPU time of the whole pass (docs/compress.md, session 10)
+        with _one_blas_thread():
+            _blocked_pass(x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels)
     else:
         _leader_pass(x, zx, rows, clusters, delta, exact, labels, srch)
     if iso is not None and iso.size:
