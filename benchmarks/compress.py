@@ -415,7 +415,8 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0.1, samplers=("nuts", "hmc")):
+def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0.1, samplers=("nuts", "hmc"),
+              intercept: bool = False):
     """The gap between part (e)'s posterior error and Table 3's (docs/compress.md, session 10).
 
     Table 3's flights rows (experiments/compressed_hmc.py, all 294,611 training rows, z-scored on the
@@ -428,7 +429,9 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     statistics for each, so the sampler, the statistic and N can be told apart. As in Table 3, the
     compressed chain's draws use a key independent of the exact chain's (the HMC warm-up, on the
     exact posterior, is shared). ``python -m benchmarks.compress [nuts] [hmc]`` (about 15 minutes
-    on 2 loaded cores, most of it the exact chains on 294,611 rows).
+    on 2 loaded cores, most of it the exact chains on 294,611 rows). ``intercept``: Table 3's model
+    exactly (per-class intercepts with the same N(0, 1) prior; without it, part (e)'s model, no
+    intercept): ``python -m benchmarks.compress intercept [nuts] [hmc]``.
     """
     from experiments.compressed_hmc import _prepare
 
@@ -436,8 +439,11 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     n, d = x.shape
     k = int(y.max()) + 1
     logprior, loglik, _ = _model(d, k)
+    if intercept:  # the last row of the (d + 1) x k position is the intercept (a column of ones)
+        loglik = lambda p, datum: jax.nn.log_softmax(datum[0] @ p[:-1] + p[-1])[datum[1]]  # noqa: E731
     t = time.perf_counter()
-    ref_mean, ref_sd, ref_cov = _laplace_softmax(x, y, k)
+    ref_mean, ref_sd, ref_cov = _laplace_softmax(np.column_stack([x, np.ones(n)]) if intercept else x, y, k)
+    d = d + int(intercept)
     print(f"Laplace fit on {n:,} rows: {time.perf_counter() - t:.1f} s", flush=True)
     cl = compress.cluster_supervised(x, y, delta, key=1)
     cast = lambda tree: jax.tree.map(  # noqa: E731
@@ -499,4 +505,5 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
 if __name__ == "__main__":
     import sys
 
-    gap_study(samplers=tuple(sys.argv[1:]) or ("nuts", "hmc"))
+    args = sys.argv[1:]
+    gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)
