@@ -431,7 +431,8 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     exact posterior, is shared). ``python -m benchmarks.compress [nuts] [hmc]`` (about 15 minutes
     on 2 loaded cores, most of it the exact chains on 294,611 rows). ``intercept``: Table 3's model
     exactly (per-class intercepts with the same N(0, 1) prior; without it, part (e)'s model, no
-    intercept): ``python -m benchmarks.compress intercept [nuts] [hmc]``.
+    intercept): ``python -m benchmarks.compress intercept [nuts] [hmc] [hmc-dense]`` (``hmc-dense``:
+    Table 3's HMC with a dense mass matrix adapted on the exact posterior).
     """
     from experiments.compressed_hmc import _prepare
 
@@ -453,15 +454,15 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     key = jax.random.key(13)
     burn = num_draws // 5
 
-    def hmc_program(order2):
-        return lambda key, k2, data_exact, data: _table3_chain(key, k2, data_exact, data, order2)
+    def hmc_program(order2, dense=False):
+        return lambda key, k2, data_exact, data: _table3_chain(key, k2, data_exact, data, order2, dense)
 
-    def _table3_chain(key, k2, data_exact, data, order2):
+    def _table3_chain(key, k2, data_exact, data, order2, dense):
         """Table 3's sampler: window adaptation of HMC (10 steps) on the exact posterior (key
         ``key``), then ``num_draws`` draws on ``data`` from the adapted state (key ``k2``)."""
         k1, _ = jax.random.split(key)
         f_exact = compress.logdensity(logprior, loglik, data_exact)
-        warm = blackjax.window_adaptation(blackjax.hmc, f_exact, num_integration_steps=10)
+        warm = blackjax.window_adaptation(blackjax.hmc, f_exact, is_mass_matrix_diagonal=not dense, num_integration_steps=10)
         (state, params), _ = warm.run(k1, jnp.zeros((d, k)) + 0.01, num_steps=num_warmup)
         fn = compress.logdensity(logprior, loglik, data, second_order=order2)
         hmc = blackjax.hmc(fn, **dict(params, num_integration_steps=10))
@@ -473,7 +474,8 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
         return jax.lax.scan(one, hmc.init(state.position), jax.random.split(k2, num_draws))[1]
 
     draws = {}
-    names = {"nuts": "NUTS, Laplace-preconditioned (part e)", "hmc": "HMC, exact-adapted diag mass (Table 3)"}
+    names = {"nuts": "NUTS, Laplace-preconditioned (part e)", "hmc": "HMC, exact-adapted diag mass (Table 3)",
+             "hmc-dense": "HMC, exact-adapted dense mass"}
     for sampler in (names[name] for name in samplers):
         for label, pseudo, order2 in (("exact", exact, False), (f"compressed 2nd order, c = {cl.c:,}", comp, True)):
             t = time.perf_counter()
@@ -483,7 +485,7 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
                 out = jax.jit(prog)(draw_key, jnp.asarray(ref_mean.reshape(d, k), jnp.float32),
                                     jnp.asarray(np.linalg.cholesky(ref_cov), jnp.float32), pseudo)[0]
             else:
-                out = jax.jit(hmc_program(order2))(key, draw_key, exact, pseudo)
+                out = jax.jit(hmc_program(order2, dense="dense" in sampler))(key, draw_key, exact, pseudo)
             flat = np.asarray(out, np.float64).reshape(num_draws, -1)[burn:]
             draws[(sampler, label)] = flat
             print(f"{sampler} / {label}: {time.perf_counter() - t:.1f} s (compile included)", flush=True)
