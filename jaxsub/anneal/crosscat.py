@@ -78,7 +78,7 @@ from jaxsub.anneal.model import (
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
 from jaxsub.anneal.moves import random_churn_reads
-from jaxsub.anneal.schedules import Schedule
+from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int
@@ -89,6 +89,7 @@ __all__ = [
     "CrossCatGrids",
     "CrossCatModel",
     "CrossCatState",
+    "block_tick",
     "build_sweep",
     "default_crosscat_grids",
     "depends_on",
@@ -421,8 +422,9 @@ def _prior_logw(sizes, alpha, d):
                      jnp.where((slot == first) & ~jnp.all(occ), jnp.log(alpha + k * d), -jnp.inf))
 
 
-def _dm_marginal(model, beta, counts, mask=None):
-    """``sum_c log p(X_c)`` per categorical feature: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` -> ``[..., Fc]``.
+def _dm_cluster_marginals(model, beta, counts, mask=None):
+    """``log p(X_c)`` per categorical feature and cluster: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` ->
+    ``[..., Fc, C]``.
 
     ``mask`` ``[Fc, L]`` marks real levels (default: the model's); padding levels are ignored."""
     mask = _level_mask(model) if mask is None else mask
@@ -430,9 +432,13 @@ def _dm_marginal(model, beta, counts, mask=None):
     B = jnp.sum(jnp.where(mask, beta, 0.0), -1)
     c = counts.astype(beta.dtype)
     n = jnp.sum(c, -1)
-    per = (gammaln(B[..., None]) - gammaln(B[..., None] + n)
-           + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
-    return jnp.sum(per, -1)
+    return (gammaln(B[..., None]) - gammaln(B[..., None] + n)
+            + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
+
+
+def _dm_marginal(model, beta, counts, mask=None):
+    """``sum_c log p(X_c)`` per categorical feature: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` -> ``[..., Fc]``."""
+    return jnp.sum(_dm_cluster_marginals(model, beta, counts, mask), -1)
 
 
 def _nix_marginal(params, stats):
@@ -682,6 +688,119 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     """
     new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow
+
+
+def _handful(state: CrossCatState, r, block):
+    """``[V, N]`` mask of the handful moved with row ``r``: in each occupied view the first ``min(block, n)``
+    members of ``r``'s cluster (size ``n``) in cyclic row order starting at ``r`` (``r`` itself first)."""
+    V, n_rows = state.z.shape
+    k_r = _get_col(state.z, r)
+    cyc = (r + jnp.arange(n_rows, dtype=jnp.int32)) % n_rows
+    member = (state.z[:, cyc] == k_r[:, None]) & (k_r >= 0)[:, None]
+    take = member & (jnp.cumsum(member, axis=1) <= block)
+    return jnp.zeros((V, n_rows), bool).at[:, cyc].set(take), k_r
+
+
+def _handful_stats(model, state, data, hand):
+    """Sufficient statistics of the handful of each feature's view: ``([Fc, L] counts, [Fr, 3] NIX sums)``."""
+    cc, rs = None, None
+    if len(model.cat_idx):
+        ci = jnp.asarray(model.cat_idx)
+        x = data.cat.T  # [Fc, N]
+        w = (hand[state.view_of[ci]] & (x >= 0)).astype(state.cat_counts.dtype)
+        cc = jnp.zeros(state.cat_counts.shape[::2], state.cat_counts.dtype).at[
+            jnp.arange(ci.shape[0])[:, None], jnp.maximum(x, 0)].add(w)
+    if len(model.real_idx):
+        ri = jnp.asarray(model.real_idx)
+        x = data.real.T.astype(state.real_stats.dtype)
+        w = (hand[state.view_of[ri]] & data.real_obs.T).astype(x.dtype)
+        rs = jnp.stack([jnp.sum(w, 1), jnp.sum(w * x, 1), jnp.sum(w * x * x, 1)], -1)
+    return cc, rs
+
+
+def _add_handful(model, state, k_view, cc, rs, sign):
+    """Add ``sign`` times the handful's statistics to every feature's cluster ``k_view[view_of[f]]``."""
+    cat_counts, real_stats = state.cat_counts, state.real_stats
+    if cc is not None:
+        ci = jnp.asarray(model.cat_idx)
+        k = jnp.maximum(k_view[state.view_of[ci]], 0)
+        cat_counts = cat_counts.at[jnp.arange(ci.shape[0]), k].add(sign * cc)
+    if rs is not None:
+        ri = jnp.asarray(model.real_idx)
+        k = jnp.maximum(k_view[state.view_of[ri]], 0)
+        real_stats = real_stats.at[jnp.arange(ri.shape[0]), k].add(sign * rs)
+    return state._replace(cat_counts=cat_counts, real_stats=real_stats)
+
+
+def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: CrossCatData):
+    """One full-data block Gibbs tick of the paper's *Anneal Stepsize* strategy, in every view at once.
+
+    ``u``: ``[2 + V]`` uniforms (the row pick, unused, one cluster draw per view); ``block`` (traced int)
+    the handful size. A uniform row ``r`` is picked; in each occupied view ``v`` its handful ``S_v`` is
+    the first ``b_v = min(block, n_{v,k})`` members of ``r``'s cluster ``k`` in cyclic row order from
+    ``r``; ``S_v`` leaves its cluster and joins one cluster jointly, drawn from::
+
+        existing c:  Gamma(n_c + b_v - d_v) / Gamma(n_c - d_v)       * p(x_{S_v} | X_{vc})
+        new:         (alpha_v + K_v d_v) Gamma(b_v - d_v) / Gamma(1 - d_v) * p(x_{S_v})
+
+    (the PY prior of seating ``b_v`` rows together, times their joint collapsed predictive in the view's
+    features; ``p(x_S | X) = exp(log Z(X + S) - log Z(X))`` from the conjugate marginals). With
+    ``block = 1`` this is exactly the single-row full-data Gibbs tick (posterior invariant). With
+    ``block > 1`` the handful depends on the state, so the move is the paper's heuristic (in the
+    continuum limit, moving ``1 / beta`` rows at once takes the steps subsample annealing takes at
+    inverse temperature ``beta``), not a reversible kernel: :func:`~jaxsub.anneal.anneal_stepsize`
+    shrinks the blocks to 1 and its final single-row passes are what reach the posterior. Needs every row
+    assigned (otherwise the state is returned unchanged, ``cursor`` advanced); O(V N + F N) work.
+    Returns ``(state, overflow)``: a view with no empty slot for a new cluster halts the chain before any change.
+    """
+    V, n_rows = state.z.shape
+    C = state.sizes.shape[1]
+    h = state.hypers
+    dt = h.row_alpha.dtype
+    active = ~state.halted & (state.num_assigned == n_rows)
+    r = jnp.clip(jnp.floor(u[0] * n_rows).astype(jnp.int32), 0, n_rows - 1)
+    hand, k_r = _handful(state, r, block)
+    occ_v = k_r >= 0
+    bsz = jnp.sum(hand, 1).astype(state.sizes.dtype)
+    cc, rs = _handful_stats(model, state, data, hand)
+    st = _add_handful(model, state, k_r, cc, rs, -1)
+    sizes = state.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(jnp.where(occ_v, -bsz, 0))
+    overflow = active & jnp.any(occ_v & ~jnp.any(sizes == 0, axis=1))
+    go = active & ~overflow
+    # joint predictive of each view's handful in every slot: log Z(stats_c + S) - log Z(stats_c), per feature
+    lik = jnp.zeros((V, C), dt)
+    if cc is not None:
+        ci = jnp.asarray(model.cat_idx)
+        base = _dm_cluster_marginals(model, h.cat_prior, st.cat_counts)
+        plus = _dm_cluster_marginals(model, h.cat_prior, st.cat_counts + cc[:, None, :])
+        lik = lik + jax.ops.segment_sum(plus - base, st.view_of[ci], V)
+    if rs is not None:
+        ri = jnp.asarray(model.real_idx)
+
+        def nix_per_cluster(params, stats):  # [C]
+            return jax.vmap(lambda s_: mx.nix_log_marginal(params, s_[None, 0], s_[None, 1:]))(stats)
+
+        base = jax.vmap(nix_per_cluster)(h.nix, st.real_stats)
+        plus = jax.vmap(nix_per_cluster)(h.nix, st.real_stats + rs[:, None, :])
+        lik = lik + jax.ops.segment_sum(plus - base, st.view_of[ri], V)
+    occ = sizes > 0
+    b = bsz.astype(dt)[:, None]
+    d = h.row_d[:, None]
+    first = jnp.argmax(~occ, axis=1)[:, None]
+    k_occ = jnp.sum(occ, 1).astype(dt)[:, None]
+    nc = jnp.where(occ, sizes.astype(dt), 1.0)
+    prior = jnp.where(occ, gammaln(nc + b - d) - gammaln(nc - d),
+                      jnp.where(jnp.arange(C)[None, :] == first,
+                                jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d), -jnp.inf))
+    k_new = jax.vmap(_sample)(u[2:], prior + lik)
+    k_new = jnp.where(occ_v, k_new, -1)
+    st = _add_handful(model, st, k_new, cc, rs, 1)
+    sizes = sizes.at[jnp.arange(V), jnp.maximum(k_new, 0)].add(jnp.where(occ_v, bsz, 0))
+    moved = st._replace(sizes=sizes, z=jnp.where(hand, k_new[:, None], state.z))
+    new = jax.tree.map(lambda a, b_: jnp.where(go, a, b_), moved, state)
+    new = new._replace(cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
+                       since_hyper=state.since_hyper + go.astype(jnp.int32), halted=state.halted | overflow)
+    return new, overflow
 
 
 # --------------------------------------------------------------------------- feature moves
@@ -1105,10 +1224,13 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random"):
+                policy: str = "random", blocked: bool = False):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
+    ``blocked``: the windows hold ``code + 8 * block`` (int32; a schedule with ``blocks``, e.g.
+    :func:`~jaxsub.anneal.anneal_stepsize`): a GIBBS tick with ``block > 1`` is a :func:`block_tick`
+    (every tick then also computes the block move: use it only for such schedules).
 
     After a tick that completes a cycle through the current subsample a chain runs the feature moves
     of :func:`feature_sweep` (once the subsample holds ``feature_min_rows`` rows) and then the hyper
@@ -1124,9 +1246,16 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         cur = state.cursor
         raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
         past = (cur - base >= span) | (raw < 0)
-        code = jnp.where(past, 0, raw)
+        block = jnp.where(past, 1, raw >> 3) if blocked else 1
+        code = jnp.where(past, 0, raw & 7)
         beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
         new, writes, _, cache = _row_plan(u, state, code, beta, model=model, data=data, cache=cache, policy=policy)
+        if blocked:
+            use = (block > 1) & (code == GIBBS)
+            new_b, _ = block_tick(u, state, block, model=model, data=data)
+            sel = lambda a, b: jax.tree.map(lambda x, y: jnp.where(use, x, y), a, b)  # noqa: E731
+            new, writes = sel(new_b, new), sel(_noop_row_writes(new_b), writes)
+            cache = sel(_score_cache(new_b), cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
         cycle = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
@@ -1342,14 +1471,15 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy):
+              feature_moves, feature_min_rows, policy, blocked=False):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
-                       feature_min_rows=feature_min_rows, policy=policy)(states, keys, windows, data)
+                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
-                                                 "hyper_min_rows", "feature_moves", "feature_min_rows", "policy"))
+                                                 "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
+                                                 "blocked"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1407,8 +1537,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         raise ValueError(f"num_chains={num_chains} must be a multiple of threads={threads}")
     if not isinstance(schedule, Schedule) or schedule.initial_size != 0:
         raise ValueError("schedule must be a jaxsub.anneal.Schedule starting empty (initial_size 0)")
-    if schedule.blocks is not None and np.any(schedule.blocks != 1):
-        raise ValueError("schedule has blocks > 1 (block Gibbs): CrossCat moves one row per tick")
+    blocked = schedule.blocks is not None and bool(np.any(schedule.blocks != 1))
+    if blocked and schedule.policy != "random":
+        raise ValueError("a schedule with blocks > 1 (block Gibbs) needs the 'random' row policy")
     enc = encode_table(model, data, dtype)
     n = enc.cat.shape[0]
     if schedule.num_rows != n:
@@ -1439,6 +1570,10 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
                   hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows,
                   policy=schedule.policy)
     codes = np.asarray(schedule.codes)
+    if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
+        static["blocked"] = True
+        codes = codes.astype(np.int32) + 8 * np.asarray(schedule.blocks, np.int32)
+    wdt = np.int32 if blocked else np.int8
     cache = SweepCache() if cache is None else cache
     compile_seconds = 0.0
 
@@ -1460,7 +1595,7 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     key_parts = [keys[sl] for sl in parts]
     def run_groups(states):
         groups = [take(states, sl) for sl in parts]
-        wins = [jnp.asarray(schedule_windows(codes, np.asarray(g.cursor), span)) for g in groups]
+        wins = [jnp.asarray(schedule_windows(codes, np.asarray(g.cursor), span, wdt)) for g in groups]
         exe = executable(groups[0], wins[0])
         t0 = time.perf_counter()
         if threads == 1:
@@ -1473,7 +1608,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
                                     zip(groups, key_parts, wins)))
         return (out[0] if threads == 1 else join(out)), time.perf_counter() - t0
 
-    executable(take(states, parts[0]), jnp.asarray(schedule_windows(codes, np.asarray(states.cursor[parts[0]]), span)))
+    executable(take(states, parts[0]), jnp.asarray(schedule_windows(codes, np.asarray(states.cursor[parts[0]]), span,
+                                                                    wdt)))
     rows, elapsed = [], 0.0
     bar = None
     if progress_bar:
