@@ -15,6 +15,8 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   (target >= 1e5/s on the full table; also per process CPU-second, for readings on a loaded machine) and per row (flat in N); ``crosscat_feature_sweep``: one
   feature sweep (Algorithm 8 + new-view MH for every column, all their prior partitions drawn in one
   loop over the rows) vs one row sweep (N ticks), at the same N.
+* ``crosscat_tick``: kernels in the compiled one-chain row tick (the scan's ``while`` body) and microseconds per
+  tick, flights 1,000-row subset, 3 views, capacity 64 (the cost that decides the small-budget held-out points).
 * ``pylace_rows`` (if the optional peer is installed): pylace's default update on the same 1e4 flights rows,
   one state, ~5 s: view-row assignments/s beside jaxsub's.
 * ``heldout per test row`` (if pylace is installed): ``experiments/crosscat_anneal`` on its flights subset
@@ -175,10 +177,68 @@ def run(*, quick: bool = False) -> list[dict]:
                  "prior_gibbs_s": timing["baseline_s"], "anneal_s": timing["candidate_s"],
                  "speedup": timing["speedup"]})
     rows += _crosscat(quick)
+    rows += _tick_cost()
     rows += _pylace_rows(quick)
     rows += _heldout_vs_pylace(quick)
     rows += _targets(rows)
     return rows
+
+
+def _while_body_kernels(hlo_text: str) -> dict:
+    """Op counts of the largest ``while`` body in compiled HLO text (the scan's tick): ``{op: count}``, without
+    parameters, tuples, constants and bitcasts (each remaining op is one kernel per iteration on CPU)."""
+    import re
+
+    comps, cur = {}, None
+    for line in hlo_text.splitlines():
+        m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if m:
+            cur = comps.setdefault(m.group(1), [])
+            continue
+        if line.startswith("}"):
+            cur = None
+        elif cur is not None:
+            cur.append(line.strip())
+    bodies = [m.group(1) for lines in comps.values() for ln in lines if " while(" in ln
+              for m in [re.search(r"body=%?([\w.\-]+)", ln)] if m]
+    best = {}
+    for b in bodies:
+        ops = {}
+        for ln in comps.get(b, []):
+            m = re.search(r"= (?:\S+|\([^)]*\)) ([\w\-]+)\(", ln)
+            if m and m.group(1) not in ("parameter", "get-tuple-element", "tuple", "constant", "bitcast"):
+                ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+        if sum(ops.values()) > sum(best.values()):
+            best = ops
+    return best
+
+
+def _tick_cost(ticks: int = 20_000):
+    """Kernels and microseconds of one one-chain CrossCat row tick (the unit of every small-budget run): flights
+    1,000-row subset, 11 columns in 3 views, capacity 64, full-data GIBBS ticks, no feature or hyper moves."""
+    from jaxsub.anneal import crosscat as cc
+    from jaxsub.datasets import load_crosscat_flights
+
+    ds = load_crosscat_flights()
+    feats = tuple(an.NormalInverseChiSquared() if k == "real" else
+                  (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k))) for k in ds.extras["kinds"])
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
+    n, views, capacity = 1000, 3, 64
+    x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
+    enc = cc.encode_table(model, x)
+    z = np.full((len(feats) + 1, n), -1, np.int32)
+    z[:views] = np.random.default_rng(1).integers(0, 20, (views, n))
+    st = jax.vmap(lambda _: cc.init(model, enc, capacity, view_of=jnp.asarray(np.arange(len(feats)) % views),
+                                    z=jnp.asarray(z)))(jnp.arange(1))
+    win = jnp.full((1, ticks), an.GIBBS, jnp.int8)
+    keys = jax.random.split(jax.random.key(0), 1)
+    exe = jax.jit(cc.build_sweep(model, span=ticks, feature_moves=False)).lower(st, keys, win, enc).compile()
+    ops = _while_body_kernels(exe.as_text())
+    first, times = _timed(lambda i: exe(st, keys, win, enc))
+    return [{"case": "crosscat_tick", "N": n, "chains": 1, "views": views, "capacity": capacity,
+             "kernels_per_tick": sum(ops.values()), "fusions_per_tick": ops.get("fusion", 0),
+             "us_per_tick": 1e6 * float(np.median(times)) / ticks,
+             "us_per_tick_range": [1e6 * min(times) / ticks, 1e6 * max(times) / ticks]}]
 
 
 def _heldout_vs_pylace(quick):

@@ -146,6 +146,82 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     assert np.mean(draws != before) > 0.1  # the move actually moved
 
 
+def _handful_np(z_v, r, block):
+    """Rows moved with ``r`` in one view: the first ``block`` members of its cluster in cyclic order from ``r``."""
+    n = z_v.size
+    cyc = [(r + i) % n for i in range(n)]
+    return [i for i in cyc if z_v[i] == z_v[r]][:block]
+
+
+def test_block_tick_moves_the_handful_jointly_from_its_exact_conditional():
+    """Anneal Stepsize's block move (PY, 3 features x 4 rows): for fixed states, picked rows and blocks 1, 2, 4,
+    the handful of every occupied view (the first ``block`` members of the picked row's cluster in cyclic order)
+    moves together, the other rows stay, the statistics equal a rebuild, and the joint destination across views
+    follows the exact conditional ``p(dest) ∝ p(views, row partitions with the handful at dest, X)`` (reference
+    log joint by enumeration; chi-square). Block 1 is the single-row Gibbs conditional."""
+    model = _model("pitman_yor")
+    parts, states, probs = _enumerate(model)
+    n = DATA.shape[0]
+    rng = np.random.default_rng(3)
+    cases = []  # (state index, picked row, block)
+    for i in rng.choice(len(states), size=4, p=probs):
+        for r, b in ((int(rng.integers(n)), 1), (int(rng.integers(n)), 2), (int(rng.integers(n)), 4)):
+            cases.append((int(i), r, b))
+    enc, st = _batch_states(model, parts, states, [c[0] for c in cases])
+    num = 3000
+    us = jax.random.uniform(jax.random.key(4), (len(cases), num, 2 + st.z.shape[1]))
+    us = us.at[:, :, 0].set(((np.asarray([c[1] for c in cases]) + 0.5) / n)[:, None])
+    step = jax.jit(jax.vmap(jax.vmap(lambda u, s, b: cc.block_tick(u, s, b, model=model, data=enc)[0],
+                                     in_axes=(0, None, None))))
+    out = step(us, st, jnp.asarray([c[2] for c in cases], jnp.int32))
+    assert not np.any(np.asarray(out.halted))
+    z_out = np.asarray(out.z)
+    for c, (i, r, b) in enumerate(cases):
+        vp, rows = states[i]
+        K = max(vp) + 1
+        zs = [np.asarray(parts[rows[v]]) for v in range(K)]
+        hands = [_handful_np(zs[v], r, b) for v in range(K)]
+        dests, logw = [], []  # per view: destinations (existing labels of the rest, then "new") and log weights
+        for v in range(K):
+            rest = [j for j in range(n) if j not in hands[v]]
+            labels = sorted({int(zs[v][j]) for j in rest})
+            dv, lv = [], []
+            for dst in labels + [max(zs[v]) + 1]:
+                zc = zs[v].copy()
+                zc[hands[v]] = dst
+                cand = [zs[w] if w != v else np.asarray(exact.canonical_labels(zc)) for w in range(K)]
+                dv.append(dst)
+                lv.append(_ref_log_joint(model, vp, cand))
+            dests.append((labels, rest))
+            lv = np.asarray(lv)
+            logw.append(np.exp(lv - lv.max()) / np.exp(lv - lv.max()).sum())
+        exp_p = logw[0]
+        for v in range(1, K):
+            exp_p = np.outer(exp_p, logw[v]).ravel()
+        draws = np.zeros(num, np.int64)
+        for v in range(K):
+            labels, rest = dests[v]
+            zo = z_out[c, :, v]  # [num, N]: view slot v holds view v of the state (as built)
+            h0 = hands[v][0]
+            # the handful shares one label and the rest keep their partition
+            assert np.all(zo[:, hands[v]] == zo[:, [h0]])
+            if rest:
+                assert all(exact.canonical_labels(row[rest]) == exact.canonical_labels(zs[v][rest]) for row in zo[:8])
+            # destination index: the rest row's original label whose new slot the handful joined, else "new"
+            idx = np.full(num, len(labels))
+            for li, lab in enumerate(labels):
+                j = next(j for j in rest if zs[v][j] == lab)
+                idx = np.where(zo[:, h0] == zo[:, j], li, idx)
+            draws = draws * (len(labels) + 1) + idx
+        assert_discrete_matches(draws, exp_p)
+    # statistics and sizes equal a rebuild from the labels (a few draws)
+    sub = jax.tree.map(lambda a: a[:, 0], out)
+    ref = jax.vmap(lambda a, b: cc.init(model, enc, 4, view_of=a, z=b))(sub.view_of, sub.z)
+    np.testing.assert_array_equal(np.asarray(ref.sizes), np.asarray(sub.sizes))
+    np.testing.assert_array_equal(np.asarray(ref.cat_counts), np.asarray(sub.cat_counts))
+    np.testing.assert_allclose(np.asarray(ref.real_stats), np.asarray(sub.real_stats), atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["crp", "pitman_yor"])
 def test_log_joint_matches_reference_with_missing_cells_dropped(kind):
     model = _model(kind)
@@ -304,6 +380,9 @@ def test_bad_tables_and_settings_raise():
         cc.init(model, cc.encode_table(model, np.zeros((4, 2))), 4, policy="fifo")
     with pytest.raises(ValueError, match="initial_views"):
         cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.linear_anneal(4, 8), initial_views="random")
+    with pytest.raises(ValueError, match="blocks > 1"):  # block Gibbs (Anneal Stepsize) needs the random policy
+        cc.fit(jax.random.key(0), np.zeros((4, 2)), model,
+               an.Schedule(np.full(4, an.ADD, np.int8), 4, policy="fifo", blocks=np.array([1, 2, 1, 1])))
 
 
 def test_prior_view_partition_draws_the_view_prior():
@@ -407,6 +486,7 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
     for view_of in ([0, 0, 0], [0, 1, 2], [1, 0, 1]):
         s, cache = run(jnp.asarray(view_of, jnp.int32))
         assert int(s.num_assigned) == DATA.shape[0] and not bool(s.halted)
+        cache = cc._fresh_cache(s, cache)  # the last add's NIX cluster is refreshed lazily (with the next removal)
         ref = cc._score_cache(s)
         chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
         chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
@@ -562,3 +642,19 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
     chex.assert_trees_all_equal(two.state.z, res.state.z)
     chex.assert_trees_all_equal(two.state.order, res.state.order)
+
+
+@pytest.mark.slow
+def test_fit_with_anneal_stepsize_final_passes_reach_the_exact_crosscat_posterior():
+    """``fit`` with the paper's Anneal Stepsize schedule (prior initialisation, full-data block Gibbs ticks with
+    blocks shrinking from 4 rows to 1, then single-row passes; feature moves once per cycle, fixed
+    hyperparameters) on the 3 features x 4 rows table: the final (view partition, row partition of feature 0's
+    view) matches the enumerated exact posterior (chi-square over 4,000 chains)."""
+    model = _model("crp")
+    parts, states, probs = _enumerate(model)
+    n = DATA.shape[0]
+    sched = an.anneal_stepsize(n, 8 * n, final_gibbs=12 * n)
+    assert sched.blocks.max() == n  # blocks > 1 do occur
+    res = cc.fit(jax.random.key(6), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
+    assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
+    assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))

@@ -77,7 +77,8 @@ from jaxsub.anneal.model import (
 )
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
-from jaxsub.anneal.schedules import Schedule
+from jaxsub.anneal.moves import random_churn_reads
+from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int
@@ -88,6 +89,7 @@ __all__ = [
     "CrossCatGrids",
     "CrossCatModel",
     "CrossCatState",
+    "block_tick",
     "build_sweep",
     "default_crosscat_grids",
     "depends_on",
@@ -420,8 +422,9 @@ def _prior_logw(sizes, alpha, d):
                      jnp.where((slot == first) & ~jnp.all(occ), jnp.log(alpha + k * d), -jnp.inf))
 
 
-def _dm_marginal(model, beta, counts, mask=None):
-    """``sum_c log p(X_c)`` per categorical feature: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` -> ``[..., Fc]``.
+def _dm_cluster_marginals(model, beta, counts, mask=None):
+    """``log p(X_c)`` per categorical feature and cluster: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` ->
+    ``[..., Fc, C]``.
 
     ``mask`` ``[Fc, L]`` marks real levels (default: the model's); padding levels are ignored."""
     mask = _level_mask(model) if mask is None else mask
@@ -429,9 +432,13 @@ def _dm_marginal(model, beta, counts, mask=None):
     B = jnp.sum(jnp.where(mask, beta, 0.0), -1)
     c = counts.astype(beta.dtype)
     n = jnp.sum(c, -1)
-    per = (gammaln(B[..., None]) - gammaln(B[..., None] + n)
-           + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
-    return jnp.sum(per, -1)
+    return (gammaln(B[..., None]) - gammaln(B[..., None] + n)
+            + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
+
+
+def _dm_marginal(model, beta, counts, mask=None):
+    """``sum_c log p(X_c)`` per categorical feature: beta ``[..., Fc, L]``, counts ``[..., Fc, C, L]`` -> ``[..., Fc]``."""
+    return jnp.sum(_dm_cluster_marginals(model, beta, counts, mask), -1)
 
 
 def _nix_marginal(params, stats):
@@ -490,27 +497,53 @@ def _update_feature_stats(model, state, data, row, k_view, delta):
 class _ScoreCache(NamedTuple):
     """Per-cluster parts of the row predictive that change only when a row joins or leaves a cluster
     (one chain): ``cat_n`` ``[Fc, C]`` observed cells of each categorical feature per cluster (its
-    Dirichlet-multinomial normaliser ``B + n``), ``real`` ``[Fr, C, 4]`` :func:`_nix_pred_params`.
+    Dirichlet-multinomial normaliser ``B + n``), ``real`` ``[Fr, C, 4]`` :func:`_nix_pred_params`,
+    ``stale`` ``[Fr]`` the one cluster per real feature whose ``real`` entry is out of date (-1: none).
 
-    :func:`build_sweep` carries it beside the state, updates it in every tick at the two clusters a
-    tick touches per feature, and rebuilds it (:func:`_score_cache`) after feature and hyper moves."""
+    :func:`build_sweep` carries it beside the state, updates it in every tick at the clusters the tick
+    touches per feature, and rebuilds it (:func:`_score_cache`) after feature and hyper moves. The NIX
+    parameters of the cluster a row was *added* to are refreshed lazily, together with the next tick's
+    removal (one batched Student-t parameter update per tick instead of two: ~13 fewer kernels);
+    :func:`_fresh_cache` brings them up to date."""
 
     cat_n: jnp.ndarray
     real: jnp.ndarray
+    stale: jnp.ndarray
 
 
 def _score_cache(state: CrossCatState) -> _ScoreCache:
     """The :class:`_ScoreCache` of a state (O(F C L)); leading batch axes allowed."""
     return _ScoreCache(jnp.sum(state.cat_counts, -1),
-                       _nix_pred_params(state.hypers.nix[..., :, None, :], state.real_stats))
+                       _nix_pred_params(state.hypers.nix[..., :, None, :], state.real_stats),
+                       jnp.full(state.real_stats.shape[:-2], -1, jnp.int32))
 
 
-def _cache_after_update(model, state, cache, data, row, k_view, delta):
+def _refresh_real(state, real, idx):
+    """``real`` ``[Fr, C, 4]`` with the NIX parameters of clusters ``idx`` ``[Fr, P]`` (-1: none) recomputed
+    from ``state.real_stats`` (one batched update of ``Fr x P`` clusters)."""
+    fr, C = real.shape[0], real.shape[1]
+    p_new = _nix_pred_params(state.hypers.nix[:, None, :],
+                             state.real_stats[jnp.arange(fr)[:, None], jnp.maximum(idx, 0)])  # [Fr, P, 4]
+    dest = jnp.where(idx >= 0, idx, C)  # -1 -> out of bounds: dropped (equal indices carry equal values)
+    return real.at[jnp.arange(fr)[:, None], dest].set(p_new, mode="drop")
+
+
+def _fresh_cache(state: CrossCatState, cache: _ScoreCache) -> _ScoreCache:
+    """``cache`` with its stale NIX cluster (if any) brought up to date (one chain)."""
+    if cache.real.shape[0] == 0:
+        return cache
+    return _ScoreCache(cache.cat_n, _refresh_real(state, cache.real, cache.stale[:, None]),
+                       jnp.full_like(cache.stale, -1))
+
+
+def _cache_after_update(model, state, cache, data, row, k_view, delta, *, lazy_real=False):
     """The :class:`_ScoreCache` after :func:`_update_feature_stats` (``state`` is the updated state): only the
-    cluster ``k_view[view_of[f]]`` of each feature changes; O(F C) dense work and ``F_r`` NIX updates."""
+    cluster ``k_view[view_of[f]]`` of each feature changes; O(F C) dense work and one batched update of the
+    NIX parameters of ``F_r`` clusters (this change and the stale one). ``lazy_real``: mark the changed NIX
+    clusters stale instead (the next call, or :func:`_fresh_cache`, updates them)."""
     C = state.sizes.shape[1]
     slots = jnp.arange(C)
-    cat_n, real = cache
+    cat_n, real, stale = cache
     if len(model.cat_idx):
         ci = jnp.asarray(model.cat_idx)
         x = data.cat[row]
@@ -519,12 +552,15 @@ def _cache_after_update(model, state, cache, data, row, k_view, delta):
         cat_n = cat_n + jnp.where(slots[None, :] == k[:, None], w[:, None], 0).astype(cat_n.dtype)
     if len(model.real_idx):
         ri = jnp.asarray(model.real_idx)
-        fr = ri.shape[0]
         k = k_view[state.view_of[ri]]
         changed = (delta[state.view_of[ri]] != 0) & data.real_obs[row] & (k >= 0)
-        p_new = _nix_pred_params(state.hypers.nix, state.real_stats[jnp.arange(fr), jnp.maximum(k, 0)])  # [Fr, 4]
-        real = jnp.where(((slots[None, :] == k[:, None]) & changed[:, None])[..., None], p_new[:, None, :], real)
-    return _ScoreCache(cat_n, real)
+        k = jnp.where(changed, k, -1).astype(jnp.int32)
+        if lazy_real:  # at most one stale cluster per feature: the caller refreshed the previous one
+            stale = jnp.where(changed, k, stale)
+        else:
+            real = _refresh_real(state, real, jnp.stack([stale, k], 1))
+            stale = jnp.full_like(stale, -1)
+    return _ScoreCache(cat_n, real, stale)
 
 
 def _cached_view_scores(model, state, cache, cat_row, real_row, real_obs):
@@ -636,19 +672,8 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         head = jnp.where(g_rem, (head + 1) % n_rows, head)
         a = _get(order, (head + m1) % n_rows)
     else:
-        # all reads of order / z (positions as they will be after the removal swap j_r <-> last)
-        last = jnp.maximum(m - 1, 0)
-        o_last = _get(order, last)
-        free = n_rows - m1
-        j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
-        j_a = jnp.minimum(j_a, n_rows - 1)
-        m1c = jnp.minimum(m1, n_rows - 1)
-
-        def after_removal_swap(pos, original):
-            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
-
-        a = after_removal_swap(j_a, _get(order, j_a))
-        o_m1 = after_removal_swap(m1c, _get(order, m1c))
+        # all reads of order (positions as they will be after the removal swap j_r <-> last)
+        a, order_pos, order_val = random_churn_reads(order, u[1], m, m1, j_r, r, g_rem, g_add)
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
@@ -663,16 +688,14 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
     st = _update_feature_stats(model, st, data, a, k, da)
-    cache = _cache_after_update(model, st, cache, data, a, k, da)
+    cache = _cache_after_update(model, st, cache, data, a, k, da, lazy_real=True)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k, 0)].add(da)
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
     z_val = jnp.stack([jnp.where(g_rem, -1, k_r), jnp.where(g_add, k, a_old)]).astype(jnp.int32)
     if policy == "fifo":  # order[j_r] == r: writing it back changes nothing
         writes = _RowWrites(i32(r, a), z_val, i32(j_r, j_r, j_r, j_r), i32(r, r, r, r))
     else:
-        writes = _RowWrites(i32(r, a), z_val, i32(j_r, last, j_a, m1c),
-                            i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                                jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)))
+        writes = _RowWrites(i32(r, a), z_val, order_pos, order_val)
     new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32), head=head,
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
@@ -694,6 +717,119 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     """
     new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow
+
+
+def _handful(state: CrossCatState, r, block):
+    """``[V, N]`` mask of the handful moved with row ``r``: in each occupied view the first ``min(block, n)``
+    members of ``r``'s cluster (size ``n``) in cyclic row order starting at ``r`` (``r`` itself first)."""
+    V, n_rows = state.z.shape
+    k_r = _get_col(state.z, r)
+    cyc = (r + jnp.arange(n_rows, dtype=jnp.int32)) % n_rows
+    member = (state.z[:, cyc] == k_r[:, None]) & (k_r >= 0)[:, None]
+    take = member & (jnp.cumsum(member, axis=1) <= block)
+    return jnp.zeros((V, n_rows), bool).at[:, cyc].set(take), k_r
+
+
+def _handful_stats(model, state, data, hand):
+    """Sufficient statistics of the handful of each feature's view: ``([Fc, L] counts, [Fr, 3] NIX sums)``."""
+    cc, rs = None, None
+    if len(model.cat_idx):
+        ci = jnp.asarray(model.cat_idx)
+        x = data.cat.T  # [Fc, N]
+        w = (hand[state.view_of[ci]] & (x >= 0)).astype(state.cat_counts.dtype)
+        cc = jnp.zeros(state.cat_counts.shape[::2], state.cat_counts.dtype).at[
+            jnp.arange(ci.shape[0])[:, None], jnp.maximum(x, 0)].add(w)
+    if len(model.real_idx):
+        ri = jnp.asarray(model.real_idx)
+        x = data.real.T.astype(state.real_stats.dtype)
+        w = (hand[state.view_of[ri]] & data.real_obs.T).astype(x.dtype)
+        rs = jnp.stack([jnp.sum(w, 1), jnp.sum(w * x, 1), jnp.sum(w * x * x, 1)], -1)
+    return cc, rs
+
+
+def _add_handful(model, state, k_view, cc, rs, sign):
+    """Add ``sign`` times the handful's statistics to every feature's cluster ``k_view[view_of[f]]``."""
+    cat_counts, real_stats = state.cat_counts, state.real_stats
+    if cc is not None:
+        ci = jnp.asarray(model.cat_idx)
+        k = jnp.maximum(k_view[state.view_of[ci]], 0)
+        cat_counts = cat_counts.at[jnp.arange(ci.shape[0]), k].add(sign * cc)
+    if rs is not None:
+        ri = jnp.asarray(model.real_idx)
+        k = jnp.maximum(k_view[state.view_of[ri]], 0)
+        real_stats = real_stats.at[jnp.arange(ri.shape[0]), k].add(sign * rs)
+    return state._replace(cat_counts=cat_counts, real_stats=real_stats)
+
+
+def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: CrossCatData):
+    """One full-data block Gibbs tick of the paper's *Anneal Stepsize* strategy, in every view at once.
+
+    ``u``: ``[2 + V]`` uniforms (the row pick, unused, one cluster draw per view); ``block`` (traced int)
+    the handful size. A uniform row ``r`` is picked; in each occupied view ``v`` its handful ``S_v`` is
+    the first ``b_v = min(block, n_{v,k})`` members of ``r``'s cluster ``k`` in cyclic row order from
+    ``r``; ``S_v`` leaves its cluster and joins one cluster jointly, drawn from::
+
+        existing c:  Gamma(n_c + b_v - d_v) / Gamma(n_c - d_v)       * p(x_{S_v} | X_{vc})
+        new:         (alpha_v + K_v d_v) Gamma(b_v - d_v) / Gamma(1 - d_v) * p(x_{S_v})
+
+    (the PY prior of seating ``b_v`` rows together, times their joint collapsed predictive in the view's
+    features; ``p(x_S | X) = exp(log Z(X + S) - log Z(X))`` from the conjugate marginals). With
+    ``block = 1`` this is exactly the single-row full-data Gibbs tick (posterior invariant). With
+    ``block > 1`` the handful depends on the state, so the move is the paper's heuristic (in the
+    continuum limit, moving ``1 / beta`` rows at once takes the steps subsample annealing takes at
+    inverse temperature ``beta``), not a reversible kernel: :func:`~jaxsub.anneal.anneal_stepsize`
+    shrinks the blocks to 1 and its final single-row passes are what reach the posterior. Needs every row
+    assigned (otherwise the state is returned unchanged, ``cursor`` advanced); O(V N + F N) work.
+    Returns ``(state, overflow)``: a view with no empty slot for a new cluster halts the chain before any change.
+    """
+    V, n_rows = state.z.shape
+    C = state.sizes.shape[1]
+    h = state.hypers
+    dt = h.row_alpha.dtype
+    active = ~state.halted & (state.num_assigned == n_rows)
+    r = jnp.clip(jnp.floor(u[0] * n_rows).astype(jnp.int32), 0, n_rows - 1)
+    hand, k_r = _handful(state, r, block)
+    occ_v = k_r >= 0
+    bsz = jnp.sum(hand, 1).astype(state.sizes.dtype)
+    cc, rs = _handful_stats(model, state, data, hand)
+    st = _add_handful(model, state, k_r, cc, rs, -1)
+    sizes = state.sizes.at[jnp.arange(V), jnp.maximum(k_r, 0)].add(jnp.where(occ_v, -bsz, 0))
+    overflow = active & jnp.any(occ_v & ~jnp.any(sizes == 0, axis=1))
+    go = active & ~overflow
+    # joint predictive of each view's handful in every slot: log Z(stats_c + S) - log Z(stats_c), per feature
+    lik = jnp.zeros((V, C), dt)
+    if cc is not None:
+        ci = jnp.asarray(model.cat_idx)
+        base = _dm_cluster_marginals(model, h.cat_prior, st.cat_counts)
+        plus = _dm_cluster_marginals(model, h.cat_prior, st.cat_counts + cc[:, None, :])
+        lik = lik + jax.ops.segment_sum(plus - base, st.view_of[ci], V)
+    if rs is not None:
+        ri = jnp.asarray(model.real_idx)
+
+        def nix_per_cluster(params, stats):  # [C]
+            return jax.vmap(lambda s_: mx.nix_log_marginal(params, s_[None, 0], s_[None, 1:]))(stats)
+
+        base = jax.vmap(nix_per_cluster)(h.nix, st.real_stats)
+        plus = jax.vmap(nix_per_cluster)(h.nix, st.real_stats + rs[:, None, :])
+        lik = lik + jax.ops.segment_sum(plus - base, st.view_of[ri], V)
+    occ = sizes > 0
+    b = bsz.astype(dt)[:, None]
+    d = h.row_d[:, None]
+    first = jnp.argmax(~occ, axis=1)[:, None]
+    k_occ = jnp.sum(occ, 1).astype(dt)[:, None]
+    nc = jnp.where(occ, sizes.astype(dt), 1.0)
+    prior = jnp.where(occ, gammaln(nc + b - d) - gammaln(nc - d),
+                      jnp.where(jnp.arange(C)[None, :] == first,
+                                jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d), -jnp.inf))
+    k_new = jax.vmap(_sample)(u[2:], prior + lik)
+    k_new = jnp.where(occ_v, k_new, -1)
+    st = _add_handful(model, st, k_new, cc, rs, 1)
+    sizes = sizes.at[jnp.arange(V), jnp.maximum(k_new, 0)].add(jnp.where(occ_v, bsz, 0))
+    moved = st._replace(sizes=sizes, z=jnp.where(hand, k_new[:, None], state.z))
+    new = jax.tree.map(lambda a, b_: jnp.where(go, a, b_), moved, state)
+    new = new._replace(cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
+                       since_hyper=state.since_hyper + go.astype(jnp.int32), halted=state.halted | overflow)
+    return new, overflow
 
 
 # --------------------------------------------------------------------------- feature moves
@@ -1117,10 +1253,13 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random"):
+                policy: str = "random", blocked: bool = False):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
+    ``blocked``: the windows hold ``code + 8 * block`` (int32; a schedule with ``blocks``, e.g.
+    :func:`~jaxsub.anneal.anneal_stepsize`): a GIBBS tick with ``block > 1`` is a :func:`block_tick`
+    (every tick then also computes the block move: use it only for such schedules).
 
     After a tick that completes a cycle through the current subsample a chain runs the feature moves
     of :func:`feature_sweep` (once the subsample holds ``feature_min_rows`` rows) and then the hyper
@@ -1136,9 +1275,16 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         cur = state.cursor
         raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
         past = (cur - base >= span) | (raw < 0)
-        code = jnp.where(past, 0, raw)
+        block = jnp.where(past, 1, raw >> 3) if blocked else 1
+        code = jnp.where(past, 0, raw & 7)
         beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp) if energy_ramp > 0 else 1.0
         new, writes, _, cache = _row_plan(u, state, code, beta, model=model, data=data, cache=cache, policy=policy)
+        if blocked:
+            use = (block > 1) & (code == GIBBS)
+            new_b, _ = block_tick(u, state, block, model=model, data=data)
+            sel = lambda a, b: jax.tree.map(lambda x, y: jnp.where(use, x, y), a, b)  # noqa: E731
+            new, writes = sel(new_b, new), sel(_noop_row_writes(new_b), writes)
+            cache = sel(_score_cache(new_b), cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
         cycle = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
@@ -1354,14 +1500,15 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy):
+              feature_moves, feature_min_rows, policy, blocked=False):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
-                       feature_min_rows=feature_min_rows, policy=policy)(states, keys, windows, data)
+                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
-                                                 "hyper_min_rows", "feature_moves", "feature_min_rows", "policy"))
+                                                 "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
+                                                 "blocked"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1419,8 +1566,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         raise ValueError(f"num_chains={num_chains} must be a multiple of threads={threads}")
     if not isinstance(schedule, Schedule) or schedule.initial_size != 0:
         raise ValueError("schedule must be a jaxsub.anneal.Schedule starting empty (initial_size 0)")
-    if schedule.blocks is not None and np.any(schedule.blocks != 1):
-        raise ValueError("schedule has blocks > 1 (block Gibbs): CrossCat moves one row per tick")
+    blocked = schedule.blocks is not None and bool(np.any(schedule.blocks != 1))
+    if blocked and schedule.policy != "random":
+        raise ValueError("a schedule with blocks > 1 (block Gibbs) needs the 'random' row policy")
     enc = encode_table(model, data, dtype)
     n = enc.cat.shape[0]
     if schedule.num_rows != n:
@@ -1451,6 +1599,10 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
                   hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows,
                   policy=schedule.policy)
     codes = np.asarray(schedule.codes)
+    if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
+        static["blocked"] = True
+        codes = codes.astype(np.int32) + 8 * np.asarray(schedule.blocks, np.int32)
+    wdt = np.int32 if blocked else np.int8
     cache = SweepCache() if cache is None else cache
     compile_seconds = 0.0
 
@@ -1472,7 +1624,7 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     key_parts = [keys[sl] for sl in parts]
     def run_groups(states):
         groups = [take(states, sl) for sl in parts]
-        wins = [jnp.asarray(schedule_windows(codes, np.asarray(g.cursor), span)) for g in groups]
+        wins = [jnp.asarray(schedule_windows(codes, np.asarray(g.cursor), span, wdt)) for g in groups]
         exe = executable(groups[0], wins[0])
         t0 = time.perf_counter()
         if threads == 1:
@@ -1485,7 +1637,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
                                     zip(groups, key_parts, wins)))
         return (out[0] if threads == 1 else join(out)), time.perf_counter() - t0
 
-    executable(take(states, parts[0]), jnp.asarray(schedule_windows(codes, np.asarray(states.cursor[parts[0]]), span)))
+    executable(take(states, parts[0]), jnp.asarray(schedule_windows(codes, np.asarray(states.cursor[parts[0]]), span,
+                                                                    wdt)))
     rows, elapsed = [], 0.0
     bar = None
     if progress_bar:

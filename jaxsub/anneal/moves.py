@@ -184,6 +184,47 @@ def _set(x, i, v):
     return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
 
 
+def random_churn_reads(order, u_add, m, m1, j_r, r, g_rem, g_add):
+    """The ``random`` churn policy's reads of ``order`` and its deferred swap writes.
+
+    The subsample is ``order[:m]``. A removal (when ``g_rem``) swaps the removed row's position
+    ``j_r`` (row ``r``) with the last assigned position ``m - 1``; the added row is a uniform draw
+    among the unassigned positions ``order[m1:]`` (``m1`` = size after the removal), swapped into
+    position ``m1`` (when ``g_add``). All reads happen before any write to ``order``, so XLA updates
+    it in place inside a scan (a read after a write forces an ``O(N)`` copy); the writes are
+    returned as 4 (position, value) pairs applied in order.
+
+    Args:
+        order: ``[N]`` row permutation.
+        u_add: uniform in ``[0, 1)`` choosing the added row.
+        m, m1: subsample size before and after the removal.
+        j_r, r: position and row of the removed row.
+        g_rem, g_add: whether the removal / the addition happens.
+
+    Returns:
+        ``(a, order_pos, order_val)``: the added row (as read once the removal swap is applied)
+        and the ``[4]`` int32 positions and values of the two swaps.
+    """
+    n_rows = order.shape[0]
+    last = jnp.maximum(m - 1, 0)
+    o_last = _get(order, last)
+    free = n_rows - m1
+    j_a = m1 + jnp.clip(jnp.floor(u_add * free.astype(u_add.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
+    j_a = jnp.minimum(j_a, n_rows - 1)
+    m1c = jnp.minimum(m1, n_rows - 1)
+
+    def after_removal_swap(pos, original):
+        return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
+
+    a = after_removal_swap(j_a, _get(order, j_a))
+    o_m1 = after_removal_swap(m1c, _get(order, m1c))
+    i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
+    order_pos = i32(j_r, last, j_a, m1c)
+    order_val = i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
+                    jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1))
+    return a, order_pos, order_val
+
+
 class _Writes(NamedTuple):
     """Pending writes to the ``[N]`` arrays of a tick, applied in order by :func:`_apply_writes`.
 
@@ -261,19 +302,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     m1 = m - g_rem.astype(jnp.int32)
     g_add = go & do_add & (m1 < n_rows)
     if policy == "random":
-        last = jnp.maximum(m - 1, 0)
-        o_last = _get(order, last)
-        free = n_rows - m1
-        j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
-        j_a = jnp.minimum(j_a, n_rows - 1)
-        m1c = jnp.minimum(m1, n_rows - 1)
-
-        def after_removal_swap(pos, original):
-            # value of order[pos] once the removal swap (j_r <-> last) is applied
-            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
-
-        a = after_removal_swap(j_a, _get(order, j_a))
-        o_m1 = after_removal_swap(m1c, _get(order, m1c))
+        a, order_pos, order_val = random_churn_reads(order, u[1], m, m1, j_r, r, g_rem, g_add)
     else:
         head = jnp.where(g_rem, (head + 1) % n_rows, head)
         a = _get(order, (head + m1) % n_rows)
@@ -287,11 +316,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
     assign_pos = i32(r, a)
     assign_val = i32(jnp.where(g_rem, -1, k_old), jnp.where(g_add, k, a_old))
-    if policy == "random":
-        order_pos = i32(j_r, last, j_a, m1c)
-        order_val = i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                        jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1))
-    else:
+    if policy != "random":
         order_pos = order_val = jnp.zeros((0,), jnp.int32)
     writes = _Writes(order_pos, order_val, assign_pos, assign_val)
     new_state = AnnealState(

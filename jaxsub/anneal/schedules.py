@@ -78,9 +78,10 @@ class Schedule:
     blocks
         Optional 1-D integer array (same length as ``codes``, values in ``[1, N]``): the
         number of rows a tick moves together (block Gibbs; ``None`` = 1 everywhere). Only
-        :func:`anneal_stepsize` sets it, and only the two-urn block sampler
-        (:func:`jaxsub.anneal.two_urns.run_schedule`) reads it; the mixture and CrossCat
-        kernels move one row per tick and reject a schedule with blocks.
+        :func:`anneal_stepsize` sets it; the two-urn block sampler
+        (:func:`jaxsub.anneal.two_urns.run_schedule`) and CrossCat's ``fit``
+        (:func:`jaxsub.anneal.crosscat.block_tick`) read it; the mixture kernels move one
+        row per tick and reject a schedule with blocks.
 
     Raises
     ------
@@ -236,7 +237,8 @@ def anneal_stepsize(num_rows: int, num_gibbs: int, *, final_gibbs: int = 0) -> S
     inverse temperature ``beta``. Blocks reach 1 (plain Gibbs) for ``t > T/2``; ``final_gibbs``
     appends single-row Gibbs ticks. As data: ``codes`` plus ``blocks`` (see :class:`Schedule`).
     The paper calls it "only of theoretical interest"; it runs on the two-urn model
-    (:func:`jaxsub.anneal.two_urns.run_schedule`).
+    (:func:`jaxsub.anneal.two_urns.run_schedule`) and in CrossCat's ``fit`` (handfuls of rows
+    sharing the picked row's cluster in each view, :func:`jaxsub.anneal.crosscat.block_tick`).
     """
     n = check_int("num_rows", num_rows, low=1)
     g = check_int("num_gibbs", num_gibbs, low=1)

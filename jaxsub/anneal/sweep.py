@@ -112,11 +112,11 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     return sweep
 
 
-def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int) -> np.ndarray:
-    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side)."""
+def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int, dtype=np.int8) -> np.ndarray:
+    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side), as ``dtype``."""
     cursors = np.asarray(cursors, np.int64)
     idx = cursors[:, None] + np.arange(span)[None, :]
-    return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(np.int8)
+    return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(dtype)
 
 
 
