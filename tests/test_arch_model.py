@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from helpers import Z_CRITICAL
 
@@ -103,24 +104,17 @@ def test_cv_mean_from_stored_sums_equals_the_data_mean(problem):
         np.testing.assert_allclose(one_model, all_models, rtol=1e-6, atol=1e-6)  # one model: everything sliced at k
 
 
-def test_batched_sweep_decisions_match_exact_decisions(problem):
-    """The benchmark's batched 16-chain racing sweep (arch_model_selection.make_batched_sweep: one
-    racing-Gibbs batch for the model indicators, one racing-MH batch for the SGLD proposals, packed
-    shuffled rows) makes each chain's decisions as the exact sweep would with the same noise:
-    every Gibbs draw (argmax of log f0 + Gumbel noise + all N factors) and MH decision is re-made
-    on all N data, and the error rates must be <= delta + MC error (decisions at delta = 0.05).
-    Power: a plumbing error (a chain's model, coefficients or CV mean taken from the wrong model or
-    row) makes races decide on a wrong estimate, far more often than delta. The batched kernels'
-    options are exercised too: blocks of 2 rows (block_size, both kernels) and exact_pass_cost = None
-    (no early exact pass: hard races read blocks at random to the end, Alg. 1 as in the paper; one loop
-    less to compile than the default 0.25). Sizes: N = 400 returns
-    (200 blocks), 16 chains, 8 sweeps; pilot = the fixture's perturbed centres with a Laplace scale
-    of 0.1 (any centre keeps the control variate's mean exact)."""
+@pytest.fixture(scope="module")
+def sweep_run(problem):
+    """The benchmark's batched 16-chain racing sweep run for 8 sweeps on N = 400 synthetic returns
+    (blocks of 2 rows, ``exact_pass_cost=None``): ``(data, pilot, keys, recs)`` with the records of
+    every chain-sweep flattened to 128 decisions. Pilot: the fixture's perturbed centres with a
+    Laplace scale of 0.1 (any centre keeps the control variate's mean exact)."""
     from experiments._arch_model import Pilot, control_variate_means as cv_means
-    from experiments.arch_model_selection import DELTA, _exact_decision_errors, make_batched_sweep
+    from experiments.arch_model_selection import make_batched_sweep
 
     rng = np.random.default_rng(1)
-    n, chains, sweeps = 400, 16, 8
+    n = 400
     r = rng.standard_t(5, n + MAX_LAG).astype(np.float32)
     lagged = np.stack([r[MAX_LAG - i : MAX_LAG - i + n] ** 2 for i in range(1, MAX_LAG + 1)], axis=1)
     data = ArchData(jnp.asarray(r[MAX_LAG:]), jnp.asarray(lagged), "synthetic")
@@ -129,21 +123,209 @@ def test_batched_sweep_decisions_match_exact_decisions(problem):
     chol = jnp.where(mk[:, :, None] * jnp.eye(P) > 0, 0.1, 0.0) + (1 - mk)[:, :, None] * jnp.eye(P)
     pilot = Pilot(mu=mu, chol=chol, log_det_chol=jnp.sum(mk, axis=1) * np.log(0.1), laplace_log_evidence=jnp.zeros(len(ORDERS)),
                   alpha_hat=alpha_hat, cv_coef=coef, cv_mean=cv_means(data, coef), grad_w_at_map=jnp.zeros((len(ORDERS), P)))
-    sweep = make_batched_sweep(data, pilot, chains, block_size=2, exact_pass_cost=None)
+    sweep = make_batched_sweep(data, pilot, SWEEP_CHAINS, block_size=2, exact_pass_cost=None)
+    keys = jax.random.split(jax.random.key(0), SWEEPS)
 
     @jax.jit
-    def run(key):
+    def run(keys):
         def body(state, k):
             return sweep(k, state, jnp.zeros(len(ORDERS)))
 
-        init = (jnp.asarray(rng.integers(0, len(ORDERS), chains), jnp.int32), jnp.zeros((chains, len(ORDERS), P)))
-        return jax.lax.scan(body, init, jax.random.split(key, sweeps))[1]
+        init = (jnp.asarray(rng.integers(0, len(ORDERS), SWEEP_CHAINS), jnp.int32), jnp.zeros((SWEEP_CHAINS, len(ORDERS), P)))
+        return jax.lax.scan(body, init, keys)[1]
 
-    recs = jax.tree.map(lambda a: np.asarray(a).reshape((-1,) + a.shape[2:]), run(jax.random.key(0)))
-    m, gibbs_errors, mh_errors = _exact_decision_errors(data, pilot, recs, chains * sweeps)
+    recs = jax.tree.map(lambda a: np.asarray(a).reshape((-1,) + a.shape[2:]), run(keys))
+    return data, pilot, keys, recs
+
+
+SWEEP_CHAINS, SWEEPS = 16, 8
+#: Smallest |placed margin| (nats) of the hard-decision test: above the float32 resolution of an
+#: all-data sum of the sweep's races (measured at N = 400: full-data float32 decisions disagreed
+#: with float64 in 62% of margins < 1e-5, 22% in [1e-5, 3e-5), 6% in [3e-5, 1e-4), none of 234 above).
+MIN_MARGIN = 1e-4
+
+
+def test_batched_sweep_decisions_match_exact_decisions(sweep_run):
+    """The benchmark's batched 16-chain racing sweep (arch_model_selection.make_batched_sweep: one
+    racing-Gibbs batch for the model indicators, one racing-MH batch for the SGLD proposals, packed
+    shuffled rows) makes each chain's decisions as the exact sweep would with the same noise:
+    every Gibbs draw (argmax of log f0 + Gumbel noise + all N factors) and MH decision is re-made
+    on all N data, and the error rates must be <= delta + MC error (decisions at delta = 0.05).
+    Power: a plumbing error (a chain's model, coefficients or CV mean taken from the wrong model or
+    row) makes races decide on a wrong estimate, far more often than delta. These decisions are
+    mostly easy (0 errors of 128 measured, also at delta = 0.5): the threshold's power is in
+    ``test_hard_decisions_within_delta_with_negative_controls``. The batched kernels'
+    options are exercised too: blocks of 2 rows (block_size, both kernels) and exact_pass_cost = None
+    (no early exact pass: hard races read blocks at random to the end, Alg. 1 as in the paper; one loop
+    less to compile than the default 0.25). Sizes: N = 400 returns (200 blocks), 16 chains, 8 sweeps.
+    The MH ratio the kernel used is checked independently: the SGLD proposal re-made from the
+    sweep's key layout gives the same proposal, and the recorded ratio equals the prior ratio plus
+    the proposal ratio (a kernel that dropped the prior from the ratio fails it: negative control)."""
+    from experiments.arch_model_selection import DELTA, _exact_decision_errors, sweep_parts
+
+    data, pilot, keys, recs = sweep_run
+    n = data.num_data
+    m, gibbs_errors, mh_errors = _exact_decision_errors(data, pilot, recs, SWEEP_CHAINS * SWEEPS)
     allowed = DELTA * m + Z_CRITICAL * np.sqrt(m * DELTA * (1 - DELTA))
     assert gibbs_errors <= allowed and mh_errors <= allowed, (gibbs_errors, mh_errors, allowed)
     assert not recs["has_nan"].any()
     assert len(set(recs["k"].tolist())) > 1 and 0 < recs["accepted"].mean() < 1  # models and decisions vary
     assert recs["gibbs_evals"].mean() < n * len(ORDERS)  # races stopped early
     assert np.all(recs["mh_evals"] % 2 == 0)  # blocks of 2 rows
+
+    # The MH ratio, re-made outside the kernel: the batched kernel's key layout is
+    # key_mh = split(sweep key, 3)[1], chain c: split(key_mh, C)[c], proposal key: split(.)[0].
+    parts = sweep_parts(data, pilot)
+
+    @jax.jit
+    def ratio(sweep_key, w_old, k):
+        chain_keys = jax.random.split(jax.random.split(sweep_key, 3)[1], SWEEP_CHAINS)
+
+        def one(chain_key, w, kk):
+            (w_new, _), log_q = parts.proposal(jax.random.split(chain_key)[0], (w, kk))
+            return w_new, parts.logprior_fn((w_new, kk)) - parts.logprior_fn((w, kk)), log_q
+
+        return jax.vmap(one)(chain_keys, w_old, k)
+
+    w_new, d_prior, log_q = (np.asarray(a).reshape((-1,) + a.shape[2:]) for a in jax.vmap(ratio)(
+        keys, recs["w_old"].reshape(SWEEPS, SWEEP_CHAINS, P), recs["k"].reshape(SWEEPS, SWEEP_CHAINS)))
+    np.testing.assert_allclose(w_new, recs["w_prop"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(recs["log_ratio"], d_prior + log_q, rtol=1e-4, atol=1e-4)
+    # negative control: the ratio without the prior is told apart by this check
+    assert np.max(np.abs(recs["log_ratio"] - log_q)) > 1e-2
+
+
+def test_hard_decisions_within_delta_with_negative_controls(sweep_run):
+    """The sweep's own races (its likelihoods, second-order control variates, prior and SGLD pairs:
+    ``arch_model_selection.sweep_parts``) decide within delta where decisions are hardest, and
+    broken variants are rejected.
+
+    The 128 recorded decisions of ``sweep_run`` are re-raced with the exact answer placed on purpose
+    (the MH and Gibbs analogues of ``test_racing_mh`` / ``test_racing_gibbs``): MH: log u at the exact
+    gap (prior + proposal ratio + all-N log-likelihood sum, float64) minus ``u`` first-stage standard
+    errors of the race's CV-corrected estimate, u uniform in +-0.1 (hardest) and +-3, 4 placements per
+    pair. Gibbs: the runner-up's log f0 moved so that its noisy exact score (log f0 + the engine's
+    Gumbel noise + all-N sum) is ``u`` standard errors of the pair's first-stage estimate from the
+    best's. Races: ``racing`` / ``mh_decision`` with the thresholds as traced coefficients (one
+    compile per kind for every variant), m1 = 50 rows, delta = 0.1 (the sweep runs 0.05; 0.1 gives
+    the test more power per decision), no early exact pass (it only removes error events). Each
+    group's wrong-decision share must be <= delta + 4 MC sd. Negative controls that must fail the
+    same check near the threshold: the threshold without the union split (z_{1-delta} at every stage,
+    for every arm pair), for both races; and for MH the gap with the prior dropped from the ratio.
+    What this cannot detect: errors that only appear when races read the exact pass, at other N or
+    block sizes, or at delta values other than 0.1; plumbing of the sweep itself is the test above."""
+    from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
+
+    import jaxsub
+    from jaxsub.racing_mh import mh_decision, pair_cv
+
+    data, pilot, _, recs = sweep_run
+    n, m1, delta = data.num_data, FIRST_BATCH, 0.1
+    parts = sweep_parts(data, pilot)
+    every = jnp.arange(n)
+
+    def batch_ll(pos, idx):
+        return jax.vmap(lambda row: parts.loglik_fn(pos, row))(parts.rows[idx])
+
+    @jax.jit
+    def exact_terms(w_old, w_new, k, thetas):  # per-datum terms on all N rows, one decision
+        x, xp = (w_old, k), (w_new, k)
+        d = batch_ll(xp, every) - batch_ll(x, every)
+        h = parts.control_variate.value_fn(xp, every) - parts.control_variate.value_fn(x, every)
+        dprior = parts.logprior_fn(xp) - parts.logprior_fn(x)
+        return d, d - h, dprior, parts.all_loglik(every, thetas), parts.all_cv(every, thetas)
+
+    d, resid, dprior, ll_all, cv_all = (np.asarray(a, np.float64) for a in jax.vmap(exact_terms)(
+        jnp.asarray(recs["w_old"]), jnp.asarray(recs["w_prop"]), jnp.asarray(recs["k"]), jnp.asarray(recs["thetas"])))
+    num, near = len(recs["k"]), 1024
+    rng = np.random.default_rng(3)
+
+    def placements(se):
+        """Decisions (with replacement) among those whose margins stay >= MIN_MARGIN nats, and their
+        placements u (first-stage se): near |u| in [0.02, 0.1], wide |u| in [0.02, 3], random sign."""
+        ok = np.flatnonzero(0.02 * se >= MIN_MARGIN)
+        assert len(ok) >= num // 4, len(ok)  # the placements cover many of the sweep's decisions
+        which = rng.choice(ok, 2 * near)
+        size = np.concatenate([rng.uniform(0.02, 0.1, near), rng.uniform(0.02, 3.0, near)])
+        return which, rng.choice([-1.0, 1.0], 2 * near) * size
+
+    def allowed(k):
+        return delta + Z_CRITICAL * np.sqrt(delta * (1 - delta) / k)
+
+    # ---- MH --------------------------------------------------------------------------------
+    total = d.sum(1) + recs["log_ratio"].astype(np.float64)  # exact log acceptance ratio
+    se = n * resid.std(1) / np.sqrt(m1)
+    pair, units = placements(se)
+    log_u = total[pair] - units * se[pair]
+    exact_accept = units > 0
+
+    @jax.jit
+    def mh_race(keys, w_old, w_new, k, gaps, lus, a, b):
+        def one(key, w, wp, kk, gap, lu):
+            x, xp = (w, kk), (wp, kk)
+            accept, evals, *_ = mh_decision(
+                key, gap, lu, lambda idx: jnp.stack([batch_ll(x, idx), batch_ll(xp, idx)], -1), n, delta=delta,
+                first_batch_size=m1, bound="normal", exact=False, pair_control_variate=pair_cv(parts.control_variate, x, xp),
+                coefficients=(a, b), exact_pass_cost=None)
+            return accept, evals
+
+        return jax.vmap(one)(keys, w_old, w_new, k, gaps, lus)
+
+    mh_keys = jax.random.split(jax.random.key(11), 2 * near)
+    args = [jnp.asarray(recs[f][pair]) for f in ("w_old", "w_prop", "k")]
+    gaps = jnp.asarray(recs["log_ratio"][pair], jnp.float32)
+    a2, b2 = (jnp.asarray(v, jnp.float32) for v in jaxsub.discrete.racing_coefficients(delta, 2, n, m1))
+    naive2 = a2 * float(scipy.stats.norm.ppf(1 - delta) / jaxsub.discrete.b_normal(delta, n, m1))
+
+    def mh_errors(gap_values, a):
+        accept, evals = mh_race(mh_keys, *args, gap_values, jnp.asarray(log_u, jnp.float32), a, b2)
+        return np.asarray(accept) != exact_accept, np.asarray(evals)
+
+    errors, evals = mh_errors(gaps, a2)
+    assert errors[:near].mean() <= allowed(near), f"MH near the threshold: {errors[:near].mean():.4f}"
+    assert errors[near:].mean() <= allowed(near), f"MH +-3 se: {errors[near:].mean():.4f}"
+    assert errors[:near].sum() > 0 and np.mean(evals[near:]) < 2 * n  # hard near, early stops far
+    loose = mh_errors(gaps, naive2)[0][:near].mean()
+    no_prior = mh_errors(gaps - jnp.asarray(dprior[pair], jnp.float32), a2)[0][:near].mean()
+    print(f"MH: near {errors[:near].mean():.4f} wide {errors[near:].mean():.4f} loose {loose:.4f} no_prior {no_prior:.4f} allowed {allowed(near):.4f} evals {evals[:near].mean():.1f}/{evals[near:].mean():.1f} se {np.median(se):.3g} dprior {np.median(np.abs(dprior)):.3g}")
+    assert loose > allowed(near), f"MH: the threshold without the union split passed ({loose:.4f})"
+    assert no_prior > allowed(near), f"MH: the ratio without the prior passed ({no_prior:.4f})"
+
+    # ---- Gibbs -----------------------------------------------------------------------------
+    gkeys = jax.vmap(jax.random.wrap_key_data)(jnp.asarray(recs["gibbs_key"]))
+    noise = np.asarray(jax.vmap(lambda kk: jax.random.gumbel(jax.random.split(kk)[1], (len(ORDERS),), jnp.float32))(gkeys), np.float64)
+    log_f0 = recs["log_f0"].astype(np.float64)
+    score = log_f0 + noise + (ll_all - ll_all[:, :, :1]).sum(1)
+    order = np.argsort(-score, axis=1)
+    best, second = order[:, 0], order[:, 1]
+    rows_ = np.arange(num)
+    resid_g = (ll_all - cv_all)
+    se_g = n * np.std(resid_g[rows_, :, second] - resid_g[rows_, :, best], axis=1) / np.sqrt(m1)
+    pair, units = placements(se_g)
+    new_f0 = log_f0[pair].copy()
+    new_f0[np.arange(2 * near), second[pair]] += (score[pair, best[pair]] - score[pair, second[pair]]) + units * se_g[pair]
+    exact_draw = np.where(units > 0, second[pair], best[pair])
+
+    @jax.jit
+    def gibbs_race(keys, thetas, f0s, a, b):
+        def one(key, th, f0):
+            sample = jaxsub.discrete.racing(
+                lambda idx: parts.all_loglik(idx, th), len(ORDERS), n, delta=delta, first_batch_size=m1,
+                bound="normal", variance="pairwise", exact_pass_cost=None,
+                control_variate=(lambda idx: parts.all_cv(idx, th), parts.all_cv_mean(th)))
+            x, info = sample.with_coefficients(key, f0, a, b)
+            return x, info.num_evaluations
+
+        return jax.vmap(one)(keys, thetas, f0s)
+
+    a6, b6 = (jnp.asarray(v, jnp.float32) for v in jaxsub.discrete.racing_coefficients(delta, len(ORDERS), n, m1))
+    naive6 = a6 * float(scipy.stats.norm.ppf(1 - delta) / jaxsub.discrete.b_normal(delta / (len(ORDERS) - 1), n, m1))
+    g_args = (gkeys[pair], jnp.asarray(recs["thetas"][pair]), jnp.asarray(new_f0, jnp.float32))
+    draws, g_evals = (np.asarray(v) for v in gibbs_race(*g_args, a6, b6))
+    g_errors = draws != exact_draw
+    assert g_errors[:near].mean() <= allowed(near), f"Gibbs near the threshold: {g_errors[:near].mean():.4f}"
+    assert g_errors[near:].mean() <= allowed(near), f"Gibbs +-3 se: {g_errors[near:].mean():.4f}"
+    assert g_errors[:near].sum() > 0 and np.mean(g_evals[near:]) < n * len(ORDERS)
+    g_loose = (np.asarray(gibbs_race(*g_args, naive6, b6)[0]) != exact_draw)[:near].mean()
+    print(f"Gibbs: near {g_errors[:near].mean():.4f} wide {g_errors[near:].mean():.4f} loose {g_loose:.4f} evals {g_evals[:near].mean():.1f}/{g_evals[near:].mean():.1f} se {np.median(se_g):.3g}")
+    assert g_loose > allowed(near), f"Gibbs: the threshold without the union split passed ({g_loose:.4f})"
