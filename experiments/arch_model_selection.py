@@ -289,13 +289,15 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         gibbs_keys = jax.random.split(key_k, num_chains)
         positions = (w[chains, k_new], k_new)
         states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
-        mh_states, mh_info = mh_kernel(jax.random.split(key_mh, num_chains), states, logprior_fn, loglik_fn, rows,
+        mh_keys = jax.random.split(key_mh, num_chains)
+        mh_states, mh_info = mh_kernel(mh_keys, states, logprior_fn, loglik_fn, rows,
                                        proposal, cv_mh)
         w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
         # what re-makes every decision exactly offline (same noise; unused outputs cost nothing under jit)
         record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
                       mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
                       has_nan=g_info.has_nan | mh_info.has_nan, gibbs_key=jax.random.key_data(gibbs_keys),
+                      mh_key=jax.random.key_data(mh_keys),
                       log_f0=log_f0s, thetas=thetas, w_old=positions[0], w_prop=mh_info.proposal[0],
                       log_u=mh_info.log_uniform, log_ratio=mh_info.log_prior_proposal_ratio)
         return (k_new, w_new), record
