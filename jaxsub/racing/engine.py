@@ -94,7 +94,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.racing.batching import run_batched
+from jaxsub.racing.batching import first_round, run_batched, run_sequential
 from jaxsub.racing.compaction import level_loops
 from jaxsub.racing.config import (
     DEFAULT_EXACT_PASS_COST,
@@ -108,7 +108,7 @@ from jaxsub.racing.config import (
 )
 from jaxsub.racing.exact_pass import pass_body
 from jaxsub.racing.info import RacingInfo, check_beta
-from jaxsub.racing.stage import finish, init_race, stage_body
+from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
 
 __all__ = [
@@ -210,7 +210,7 @@ def racing(
         each is declared and documented once with its default (``first_batch_size``,
         ``bound``, ``variance``, ``reward_range``, ``control_variate``, ``gumbel_noise``,
         ``exact``, ``max_block_size``, ``log_factor_states_fn``, ``num_compact_states``,
-        ``group_size``, ``exact_pass_cost``, ``skew_guard``, ``block_size``), as keyword
+        ``group_size``, ``exact_pass_cost``, ``skew_guard``, ``block_size``, ``schedule``), as keyword
         arguments or as one ``options=RaceOptions(...)`` record (keyword arguments
         override its fields).
         An unknown name raises ``TypeError``; a bad value ``ValueError``.
@@ -399,6 +399,21 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
     states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None, beta_axis))(
         rng_keys, log_f0s, params, coef_a, coef_b, beta
     )
-    for cond, body in loops:
-        states = run_batched(cond, body, states, ctxs, min(cfg.group_size, B))
+    if has_first_stage(cfg):
+        states = first_stage(cfg, states, ctxs)
+    else:
+        states = first_round(loops[0], states, ctxs)
+    if B <= cfg.group_size:
+        rest = functools.partial(run_sequential, loops, ctxs=ctxs)
+    else:
+        rest = functools.partial(_run_rounds, loops, ctxs=ctxs, group_size=min(cfg.group_size, B))
+    # Most races are decided by their first chunk (a good control variate, far-apart arms):
+    # then the later loops are skipped in one conditional.
+    states = jax.lax.cond(jnp.any(~states.done), rest, lambda st: st, states)
     return jax.vmap(functools.partial(finish, cfg))(states, ctxs)
+
+
+def _run_rounds(loops, states, ctxs, group_size: int):
+    for cond, body in loops:
+        states = run_batched(cond, body, states, ctxs, group_size)
+    return states
