@@ -93,8 +93,14 @@ def run_sequential(loops, states, ctxs):
         i = order[j]
         s = jax.tree.map(lambda a: a[i], st)
         c = jax.tree.map(lambda a: a[i], ctxs)
-        for cond, body in loops:
-            s = jax.lax.while_loop(cond, lambda x, body=body: body(x, c), s)
+        def run(s, loops):
+            for cond, body in loops:
+                s = jax.lax.while_loop(cond, lambda x, body=body: body(x, c), s)
+            return s
+
+        s = run(s, loops[:1])
+        if len(loops) > 1:  # decided in the first loop: skip the later loops' entry checks
+            s = jax.lax.cond(s.done, lambda x: x, lambda x: run(x, loops[1:]), s)
         return jax.tree.map(lambda a, v: a.at[i].set(v), st, s)
 
     return jax.lax.fori_loop(0, jnp.sum(active, dtype=jnp.int32), one, states)

@@ -362,7 +362,11 @@ def loop_specs(cfg: RaceConfig) -> list:
         loops += race_loops(last_stage, chunk_size)
     if switch_stage is not None:
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
-        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, cfg.max_block_size, k))
+        # The pass reads chunks of max_block_size rows, but never more than the population: a
+        # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
+        # 16384 rows made one race cost ~100 exact draws; session 10).
+        pass_chunk = min(cfg.max_block_size, cfg.num_data)
+        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, pass_chunk, k))
     return loops
 
 
