@@ -45,6 +45,8 @@ the same exact baseline.
 """
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -374,4 +376,50 @@ def run(*, quick: bool) -> list[dict]:
         print({k: v for k, v in row.items() if not isinstance(v, list)}, flush=True)
     print()
     print(markdown(rows))
+    return rows
+
+
+def small_population_rows(sizes=(100, 1000, 2000), states=(2, 20), draws: int = 256, repeats: int = 5) -> list[dict]:
+    """What one race costs at small N inside a jitted loop (``lax.map`` over ``draws`` draws, as in a
+    Gibbs sweep), ``schedule="doubling"`` vs ``schedule="fixed"`` vs ``gumbel_max``, Gaussian factors
+    with sd 0.3 per datum and totals 30 nats ("far") or 1 nat ("close") apart end to end.
+
+    Not part of :func:`run` (time budget): ``python -c "from benchmarks.discrete import
+    small_population_rows as f; f()"``. Prints a markdown table; the cost in exact-evaluation units
+    is the race's time divided by the exact sampler's time per reward (``exact / (N D)``)."""
+    rows = []
+    print("| N | D | arms | race doubling / fixed (us per draw) | gumbel_max (us) | race in exact-evaluation units "
+          "doubling / fixed (N D) | rewards read doubling / fixed |")
+    print("|---|---|---|---|---|---|---|")
+    for N in sizes:
+        for D in states:
+            rng = np.random.default_rng(N + D)
+            for kind, gap in (("far", 30.0), ("close", 1.0)):
+                mu = np.linspace(0.0, gap, D) / N
+                table = jnp.asarray(mu[None, :] + rng.normal(size=(N, D)) * 0.3, jnp.float32)
+                fns = {}
+                for name in ("doubling", "fixed", "exact"):
+                    if name == "exact":
+                        s = discrete.gumbel_max(lambda idx, t=table: t[idx], D, N)
+                    else:
+                        s = discrete.racing(lambda idx, t=table: t[idx], D, N, delta=DELTA, schedule=name)
+                    f = jax.jit(lambda ks, s=s, D=D: jax.lax.map(lambda k: s(k, jnp.zeros(D)), ks))
+                    fns[name] = (f, jax.block_until_ready(f(jax.random.split(jax.random.key(0), draws))))
+                times = {k: [] for k in fns}
+                for i in range(repeats):
+                    ks = jax.random.split(jax.random.key(i + 1), draws)
+                    for k, (f, _) in fns.items():
+                        t0 = time.perf_counter()
+                        jax.block_until_ready(f(ks))
+                        times[k].append((time.perf_counter() - t0) / draws)
+                med = {k: float(np.median(v)) for k, v in times.items()}
+                evals = {k: float(np.mean(np.asarray(fns[k][1][1].num_evaluations))) for k in ("doubling", "fixed")}
+                unit = med["exact"] / (N * D)
+                row = dict(N=N, D=D, arms=kind, doubling_us=1e6 * med["doubling"], fixed_us=1e6 * med["fixed"],
+                           exact_us=1e6 * med["exact"], doubling_units=med["doubling"] / unit, fixed_units=med["fixed"] / unit,
+                           doubling_evals=evals["doubling"], fixed_evals=evals["fixed"])
+                rows.append(row)
+                print(f"| {N} | {D} | {kind} | {row['doubling_us']:.1f} / {row['fixed_us']:.1f} | {row['exact_us']:.1f} | "
+                      f"{row['doubling_units']:.0f} / {row['fixed_units']:.0f} ({N * D}) | "
+                      f"{row['doubling_evals']:.0f} / {row['fixed_evals']:.0f} |", flush=True)
     return rows

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -168,18 +169,26 @@ def packed_rows(data, pilot, *, seed: int = 0):
 EXACT_PASS_COST = jaxsub.racing.engine.DEFAULT_EXACT_PASS_COST
 
 
-def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
-                       exact_pass_cost: float | None = EXACT_PASS_COST):
-    """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once (issue 16, item 4).
+class SweepParts(NamedTuple):
+    """The model functions of the batched sweep (:func:`make_batched_sweep`), one home for each.
 
-    ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
-    draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`) and the C SGLD-proposal MH tests
-    through one racing-MH batch (:func:`jaxsub.racing_mh.build_batched_kernel`): each round advances
-    only the unfinished races, so chains do not wait for the slowest one and the fixed cost of a
-    stage is paid once per round. The MH position is ``(w_k, k)``: the chain's model rides along so
-    that one log-likelihood function serves chains in different models. Data: :func:`packed_rows`.
-    ``block_size`` and ``exact_pass_cost`` are the batched kernels' options (see :data:`EXACT_PASS_COST`).
+    Exposed so that a test can re-race the sweep's own decisions (same likelihoods, control
+    variates, prior and proposal) with hard decisions placed on purpose
+    (``tests/test_arch_model.py``). Rows: :func:`packed_rows`.
     """
+
+    rows: jnp.ndarray  # [N, 1 + 30 + 6 NUM_CV] packed, shuffled rows
+    all_loglik: Callable  # (indices [m], thetas [6, P]) -> [m, 6]: every model's l_n at its own theta
+    all_cv: Callable  # (indices [m], thetas [6, P]) -> [m, 6]: every model's Taylor control variate
+    all_cv_mean: Callable  # thetas [6, P] -> [6]: its data means (from stored sums)
+    logprior_fn: Callable  # position (w [P], k) -> log prior of model k at theta = mu_k + chol_k w
+    loglik_fn: Callable  # (position, row) -> l_n of model k
+    control_variate: ControlVariate  # the MH race's control variate over positions (w, k)
+    proposal: Callable  # (key, position) -> (position', log q(x|x') - log q(x'|x)): SGLD in w
+
+
+def sweep_parts(data, pilot, *, cv_order: int = 2) -> SweepParts:
+    """The model functions of :func:`make_batched_sweep` (see :class:`SweepParts`)."""
     n = data.num_data
     mk = masks()
     rows = packed_rows(data, pilot)
@@ -207,10 +216,6 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
     def all_cv_mean(thetas):
         return cv_mean_values(pilot.cv_mean, pilot.alpha_hat, pilot.mu, thetas, order=cv_order)
 
-    gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(
-        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
-        exact_pass_cost=exact_pass_cost)
-
     def model_of(pos):
         w, k = pos
         return pilot.mu[k] + pilot.chol[k] @ w, mk[k]
@@ -235,11 +240,6 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         return cv_mean_values(jax.tree.map(lambda a: a[k], pilot.cv_mean), pilot.alpha_hat[k], pilot.mu[k],
                               pilot.mu[k] + pilot.chol[k] @ w, order=cv_order)
 
-    cv_mh = ControlVariate(cv_value, cv_mean)
-    mh_kernel = jaxsub.racing_mh.build_batched_kernel(
-        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
-        exact_pass_cost=exact_pass_cost)
-
     def proposal(key, pos):
         w, k = pos
         lp = lambda wk: logprior_fn((wk, k))  # noqa: E731
@@ -249,6 +249,33 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         grad = lambda wk, mb: g0 + est(wk, mb) - est(jnp.zeros_like(wk), mb)  # noqa: E731  (see make_sweep)
         w_new, log_q_ratio = jaxsub.sgld_racing_mh.sgld_proposal(grad, rows, n, SGLD_BATCH, SGLD_STEP)(key, w)
         return (w_new, k), log_q_ratio
+
+    return SweepParts(rows, all_loglik, all_cv, all_cv_mean, logprior_fn, loglik_fn, ControlVariate(cv_value, cv_mean), proposal)
+
+
+def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
+                       exact_pass_cost: float | None = EXACT_PASS_COST):
+    """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once (issue 16, item 4).
+
+    ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
+    draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`) and the C SGLD-proposal MH tests
+    through one racing-MH batch (:func:`jaxsub.racing_mh.build_batched_kernel`): each round advances
+    only the unfinished races, so chains do not wait for the slowest one and the fixed cost of a
+    stage is paid once per round. The MH position is ``(w_k, k)``: the chain's model rides along so
+    that one log-likelihood function serves chains in different models. Data: :func:`packed_rows`;
+    model functions: :func:`sweep_parts`.
+    ``block_size`` and ``exact_pass_cost`` are the batched kernels' options (see :data:`EXACT_PASS_COST`).
+    """
+    n = data.num_data
+    parts = sweep_parts(data, pilot, cv_order=cv_order)
+    rows, all_loglik, all_cv, all_cv_mean = parts.rows, parts.all_loglik, parts.all_cv, parts.all_cv_mean
+    logprior_fn, loglik_fn, cv_mh, proposal = parts.logprior_fn, parts.loglik_fn, parts.control_variate, parts.proposal
+    gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(
+        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
+        exact_pass_cost=exact_pass_cost)
+    mh_kernel = jaxsub.racing_mh.build_batched_kernel(
+        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
+        exact_pass_cost=exact_pass_cost)
 
     def sweep(key, carry, log_pi_tilde):
         k, w = carry
@@ -262,13 +289,15 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         gibbs_keys = jax.random.split(key_k, num_chains)
         positions = (w[chains, k_new], k_new)
         states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
-        mh_states, mh_info = mh_kernel(jax.random.split(key_mh, num_chains), states, logprior_fn, loglik_fn, rows,
+        mh_keys = jax.random.split(key_mh, num_chains)
+        mh_states, mh_info = mh_kernel(mh_keys, states, logprior_fn, loglik_fn, rows,
                                        proposal, cv_mh)
         w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
         # what re-makes every decision exactly offline (same noise; unused outputs cost nothing under jit)
         record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
                       mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
                       has_nan=g_info.has_nan | mh_info.has_nan, gibbs_key=jax.random.key_data(gibbs_keys),
+                      mh_key=jax.random.key_data(mh_keys),
                       log_f0=log_f0s, thetas=thetas, w_old=positions[0], w_prop=mh_info.proposal[0],
                       log_u=mh_info.log_uniform, log_ratio=mh_info.log_prior_proposal_ratio)
         return (k_new, w_new), record

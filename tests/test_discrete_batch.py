@@ -144,3 +144,32 @@ def test_batched_bad_inputs():
         sample(keys, jnp.zeros((4, D + 1), jnp.float32), jnp.zeros(4, jnp.float32))
     with pytest.raises(ValueError, match="leading axis"):
         sample(keys, jnp.zeros((4, D), jnp.float32), jnp.zeros(5, jnp.float32))
+
+
+def test_first_stage_equals_the_generic_first_round():
+    """``first_stage`` (the batched path's straight-line first stage) computes what the stage body's
+    first iteration computes, race by race: same alive sets, decisions, counters and stages, moments
+    equal up to float rounding; including a ``-inf`` reward (a zero factor), a ``-inf`` ``log f0``
+    and a race decided at initialisation (one state left), which must keep its state."""
+    import functools
+
+    from jaxsub.racing.batching import first_round
+    from jaxsub.racing.config import build_config, race_options
+    from jaxsub.racing.engine import loop_specs
+    from jaxsub.racing.stage import first_stage, has_first_stage, init_race
+
+    N, D, B = 1000, 5, 24
+    table = jnp.asarray(reward_table([0.1, 0.35, 0.3, 0.15, 0.1], N, 2e-2, seed=4), jnp.float32).at[7, 2].set(-jnp.inf)
+    fn = lambda idx: table[idx]  # noqa: E731
+    cfg, a, b = build_config(fn, D, N, delta=0.05, options=race_options(None, {}, "racing"), with_params=False)
+    assert has_first_stage(cfg)
+    lf0 = jnp.zeros((B, D)).at[3, 1].set(-jnp.inf).at[5, 1:].set(-jnp.inf)  # draw 5: one state left
+    states, ctxs = jax.vmap(functools.partial(init_race, cfg), in_axes=(0, 0, None, None, None))(
+        jax.random.split(jax.random.key(4), B), lf0, None, a, b)
+    generic = _as_np(jax.jit(lambda s, c: first_round(loop_specs(cfg)[0], s, c))(states, ctxs))
+    fast = _as_np(jax.jit(lambda s, c: first_stage(cfg, s, c))(states, ctxs))
+    assert generic.done[5] and fast.count[5] == 0  # decided at initialisation: left alone
+    for name in ("count", "alive", "done", "has_nan", "num_evaluations", "stage", "exact_pass"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(generic, name), err_msg=name)
+    for name in ("mean_d", "m2", "m3"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(generic, name), rtol=1e-4, atol=1e-6, err_msg=name)

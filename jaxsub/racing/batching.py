@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["run_batched"]
+__all__ = ["first_round", "run_batched", "run_sequential"]
 
 
 def run_batched(cond, body, states, ctxs, group_size: int):
@@ -57,3 +57,50 @@ def run_batched(cond, body, states, ctxs, group_size: int):
         return states
 
     return jax.lax.while_loop(lambda st: jnp.any(cond_b(st)), round_, states)
+
+
+def _select(flags, new, old):
+    """Per draw, ``new`` where ``flags`` else ``old`` (pytrees with leading axis B)."""
+    return jax.tree.map(lambda n, o: jnp.where(flags.reshape(flags.shape + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
+def first_round(loop, states, ctxs):
+    """The first iteration of ``loop = (cond, body)`` for every draw at once, as straight-line code.
+
+    Every race starts with the same first chunk (``T = 0``), so the first round needs no
+    compaction: one ``vmap``-ed stage body over all B draws (no ``while``, no argsort, no
+    gather / scatter of race state); draws with ``cond`` false (decided at initialisation)
+    keep their state. Each draw gets exactly what the first iteration of its own loop
+    computes.
+    """
+    cond, body = loop
+    return _select(jax.vmap(cond)(states), jax.vmap(body)(states, ctxs), states)
+
+
+def run_sequential(loops, states, ctxs):
+    """Finish every unfinished draw one at a time, each through all of ``loops`` (the single-draw path).
+
+    For a batch no larger than one group (e.g. 16 MH chains after a first round that decided
+    most of them) rounds would never fill a group: a draw still running is gathered once,
+    runs its remaining stages in the single-draw loops (``while cond: body``, in order) and
+    is scattered back once, instead of a gather / scatter and an argsort per chunk. Each draw
+    gets the result of the single-draw loops, as with :func:`run_batched`.
+    """
+    active = ~states.done
+    order = jnp.argsort(~active, stable=True).astype(jnp.int32)  # unfinished draws first
+
+    def one(j, st):
+        i = order[j]
+        s = jax.tree.map(lambda a: a[i], st)
+        c = jax.tree.map(lambda a: a[i], ctxs)
+        def run(s, loops):
+            for cond, body in loops:
+                s = jax.lax.while_loop(cond, lambda x, body=body: body(x, c), s)
+            return s
+
+        s = run(s, loops[:1])
+        if len(loops) > 1:  # decided in the first loop: skip the later loops' entry checks
+            s = jax.lax.cond(s.done, lambda x: x, lambda x: run(x, loops[1:]), s)
+        return jax.tree.map(lambda a, v: a.at[i].set(v), st, s)
+
+    return jax.lax.fori_loop(0, jnp.sum(active, dtype=jnp.int32), one, states)

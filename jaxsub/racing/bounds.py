@@ -26,7 +26,7 @@ from jaxsub.racing.info import check_sizes
 from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = [
-    "KAPPA_EBS", "b_normal", "doubling_schedule", "ebs_rho", "first_crossing_probabilities", "normal_crossing_probability",
+    "KAPPA_EBS", "SCHEDULES", "b_normal", "doubling_schedule", "ebs_rho", "fixed_schedule", "race_schedule", "first_crossing_probabilities", "normal_crossing_probability",
     "racing_coefficients", "stage_sd",
 ]
 
@@ -57,6 +57,29 @@ def doubling_schedule(num_data: int, first_batch_size: int) -> tuple[int, ...]:
     while sizes[-1] < n:
         sizes.append(min(2 * sizes[-1], n))
     return tuple(sizes)
+
+
+#: Stage schedules of a race: Alg. 1's doubling schedule, or one test then the exact stage.
+SCHEDULES = ("doubling", "fixed")
+
+
+def fixed_schedule(num_data: int, first_batch_size: int) -> tuple[int, ...]:
+    """``(m1, N)``: one tested stage of ``m1`` data, then the exact stage (``(N,)`` when ``m1 = N``).
+
+    The small-population schedule (``schedule="fixed"``): a race makes a single elimination
+    test after ``m1`` data and finishes the surviving arms on all ``N`` (the exact pass when it
+    is cheaper), so it compiles two stage loops instead of one per chunk size of the doubling
+    schedule, and its threshold is a single-stage quantile (no random walk over stages).
+    """
+    n = check_int("num_data", num_data, low=1)
+    m1 = check_int("first_batch_size", first_batch_size, low=1, high=n)
+    return (m1, n) if m1 < n else (n,)
+
+
+def race_schedule(num_data: int, first_batch_size: int, schedule: str = "doubling") -> tuple[int, ...]:
+    """The cumulative stage sizes ``T_1 < ... < T_t* = N`` of ``schedule`` (one of :data:`SCHEDULES`)."""
+    schedule = check_choice("schedule", schedule, SCHEDULES)
+    return (doubling_schedule if schedule == "doubling" else fixed_schedule)(num_data, first_batch_size)
 
 
 def stage_sd(num_data: int, sizes) -> np.ndarray:
@@ -221,7 +244,8 @@ def ebs_rho(t: int, n: int) -> float:
 
 
 def racing_coefficients(
-    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal", variance: str = "pairwise"
+    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal",
+    variance: str = "pairwise", schedule: str = "doubling",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
 
@@ -230,6 +254,8 @@ def racing_coefficients(
       ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
 
     where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
+    ``schedule="fixed"`` (:func:`fixed_schedule`): one tested stage at ``T_1 = m1``, so
+    ``B_Normal`` is the single-stage quantile ``Phi^-1(1 - delta')`` and EBS's ``delta'' = delta'``.
     Returns float64 arrays of length ``t* - 1``.
     """
     delta = check_real("delta", delta, low=0.0, high=1.0)
@@ -237,13 +263,14 @@ def racing_coefficients(
     bound = check_choice("bound", bound, ("normal", "ebs"))
     variance = check_choice("variance", variance, ("pairwise", "marginal"))
     D, N = num_states, num_data
-    sizes = doubling_schedule(N, first_batch_size)
+    sizes = race_schedule(N, first_batch_size, schedule)
     num_stages = len(sizes)
     arm_delta = delta / (D - 1 if variance == "pairwise" else D)
     if num_stages == 1:
         return np.zeros(0), np.zeros(0)
     if bound == "normal":
-        bn = b_normal(arm_delta, N, first_batch_size)
+        # Fixed schedule: one test, P(z_1 > B) = delta' (what b_normal returns for t* = 2).
+        bn = float(-special.ndtri(arm_delta)) if schedule == "fixed" else b_normal(arm_delta, N, first_batch_size)
         return stage_sd(N, sizes[:-1]) * bn, np.zeros(num_stages - 1)
     log_term = math.log(5.0 * (num_stages - 1) / arm_delta)  # log(5 / (delta' / (t* - 1)))
     a = np.array([math.sqrt(2.0 * ebs_rho(t, N) * log_term / t) for t in sizes[:-1]])

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from jaxsub.racing.bounds import doubling_schedule, racing_coefficients, stage_sd
+from jaxsub.racing.bounds import SCHEDULES, race_schedule, racing_coefficients, stage_sd
 from jaxsub.racing.compaction import COLUMN_COMPACT_MIN_D, compaction_levels
 from jaxsub.racing.control_variates import ControlVariate, as_control_variate
 from jaxsub.racing.exact_pass import switch_stage_of
@@ -156,6 +156,18 @@ class RaceOptions(NamedTuple):
         (the result stays exact; heterogeneous blocks only cost samples).
         ``bound="ebs"`` needs ``N`` divisible by B (the block range is B C).
         B = 1 (default) is the per-row race, unchanged.
+    schedule
+        ``"doubling"`` (default; Alg. 1's ``T_t = m1 2^(t-1)``) or ``"fixed"``: one elimination
+        test after ``m1`` data, then the surviving arms on all N data (in one contiguous exact
+        pass when ``exact_pass_cost`` allows and ``D > 2``; otherwise the rest of the random
+        order). For small populations (N up to a few thousand) and inside jitted sweeps: two
+        stage loops are compiled instead of one per chunk size, and no further tests are paid
+        for. Guarantee: the single test uses the one-stage quantile
+        ``B = Phi^-1(1 - delta / (D - 1))`` (pairwise; ``delta / D`` marginal), so by the union
+        bound over the ``D - 1`` pairs with the best arm the best arm is eliminated with
+        probability at most ``delta`` when the ``m1``-sample mean differences are Normal (the
+        skewness guard applies as for the doubling schedule), and Prop. 1 gives TV <= delta.
+        Racing-EBS with ``"fixed"`` needs no normality (``delta'' = delta'``).
     """
 
     first_batch_size: int = 50
@@ -172,6 +184,7 @@ class RaceOptions(NamedTuple):
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST
     skew_guard: float | None = DEFAULT_SKEW_GUARD
     block_size: int = 1
+    schedule: str = "doubling"
 
 
 def race_options(options: RaceOptions | None, overrides: dict, caller: str) -> RaceOptions:
@@ -359,14 +372,15 @@ def build_config(
         levels = compaction_levels(num_states, 4)
 
     D, N = num_states, num_data
-    sizes = doubling_schedule(N, first_batch_size)
+    schedule = check_choice("schedule", o.schedule, SCHEDULES)
+    sizes = race_schedule(N, first_batch_size, schedule)
     num_stages = len(sizes)
     can_eliminate = not exact and num_stages > 1
     switch_stage = None
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
         switch_stage = switch_stage_of(sizes, N, D, exact_pass_cost, can_eliminate)
-    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance)
+    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance, schedule=schedule)
     if skew_guard is not None:
         skew_guard = check_real("skew_guard", skew_guard, low=0.0)
     use_skew = skew_guard is not None and bound == "normal"

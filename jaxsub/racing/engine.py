@@ -94,7 +94,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxsub.racing.batching import run_batched
+from jaxsub.racing.batching import first_round, run_batched, run_sequential
 from jaxsub.racing.compaction import level_loops
 from jaxsub.racing.config import (
     DEFAULT_EXACT_PASS_COST,
@@ -108,7 +108,7 @@ from jaxsub.racing.config import (
 )
 from jaxsub.racing.exact_pass import pass_body
 from jaxsub.racing.info import RacingInfo, check_beta
-from jaxsub.racing.stage import finish, init_race, stage_body
+from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
 
 __all__ = [
@@ -210,7 +210,7 @@ def racing(
         each is declared and documented once with its default (``first_batch_size``,
         ``bound``, ``variance``, ``reward_range``, ``control_variate``, ``gumbel_noise``,
         ``exact``, ``max_block_size``, ``log_factor_states_fn``, ``num_compact_states``,
-        ``group_size``, ``exact_pass_cost``, ``skew_guard``, ``block_size``), as keyword
+        ``group_size``, ``exact_pass_cost``, ``skew_guard``, ``block_size``, ``schedule``), as keyword
         arguments or as one ``options=RaceOptions(...)`` record (keyword arguments
         override its fields).
         An unknown name raises ``TypeError``; a bad value ``ValueError``.
@@ -362,7 +362,11 @@ def loop_specs(cfg: RaceConfig) -> list:
         loops += race_loops(last_stage, chunk_size)
     if switch_stage is not None:
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
-        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, cfg.max_block_size, k))
+        # The pass reads chunks of max_block_size rows, but never more than the population: a
+        # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
+        # 16384 rows made one race cost ~100 exact draws; session 10).
+        pass_chunk = min(cfg.max_block_size, cfg.num_data)
+        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, pass_chunk, k))
     return loops
 
 
@@ -399,6 +403,21 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
     states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None, beta_axis))(
         rng_keys, log_f0s, params, coef_a, coef_b, beta
     )
-    for cond, body in loops:
-        states = run_batched(cond, body, states, ctxs, min(cfg.group_size, B))
+    if has_first_stage(cfg):
+        states = first_stage(cfg, states, ctxs)
+    else:
+        states = first_round(loops[0], states, ctxs)
+    if B <= cfg.group_size:
+        rest = functools.partial(run_sequential, loops, ctxs=ctxs)
+    else:
+        rest = functools.partial(_run_rounds, loops, ctxs=ctxs, group_size=min(cfg.group_size, B))
+    # Most races are decided by their first chunk (a good control variate, far-apart arms):
+    # then the later loops are skipped in one conditional.
+    states = jax.lax.cond(jnp.any(~states.done), rest, lambda st: st, states)
     return jax.vmap(functools.partial(finish, cfg))(states, ctxs)
+
+
+def _run_rounds(loops, states, ctxs, group_size: int):
+    for cond, body in loops:
+        states = run_batched(cond, body, states, ctxs, group_size)
+    return states

@@ -12,11 +12,22 @@ import jax.numpy as jnp
 
 from jaxsub.types import Array
 
-__all__ = ["TRANSPOSED_SUM_MAX_K", "exact_sums", "kahan_add", "relative_block_sum"]
+__all__ = ["SUB_BLOCK", "TRANSPOSED_SUM_MAX_K", "exact_sums", "kahan_add", "relative_block_sum"]
 
 
 #: Largest number of columns summed on the transpose by ``_relative_block_sum`` (measured).
 TRANSPOSED_SUM_MAX_K = 32
+
+#: Rows per step of :func:`exact_sums`' inner accumulation loop: the recommended ``sub_block`` of
+#: :func:`jaxsub.racing.gumbel_max` under ``jax.vmap`` over many draws (measured, docs/racing_kernels.md
+#: session 10): a block whose size is a multiple of it, and larger, is read ``SUB_BLOCK`` rows at a
+#: time into a ``[D, SUB_BLOCK]`` running sum (one elementwise kernel per step), so that the
+#: factors of a block are never materialised. Under ``jax.vmap`` over B draws a whole block's
+#: factors would be a ``[B, D, block]`` array written to memory and read back by the reduction
+#: (XLA:CPU's reduction kernel does not fuse its producer): per draw 1.7-3.3x slower than one draw
+#: at B = 32-256, N = 2^20. The running sum brings the per-draw cost of a batch below one draw's
+#: (one draw alone pays ~1 ms more at D = 10 for the inner loop's steps, hence opt-in).
+SUB_BLOCK = 1024
 
 
 def relative_block_sum(r: Array, valid: Array, relative: bool = True) -> Array:
@@ -57,7 +68,8 @@ def kahan_add(total: Array, comp: Array, y: Array) -> tuple[Array, Array]:
     return t, jnp.where(jnp.isfinite(t), (t - total) - y, jnp.zeros((), t.dtype))
 
 
-def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, dtype, *, relative: bool = True):
+def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, dtype, *, relative: bool = True,
+               sub_block: int | None = None):
     """``sum_n (log f_n(i) - ref_n)`` for every i, and flags for -inf / NaN columns.
 
     ``ref_n`` is the row's first entry when it is finite (else 0; ``relative=False``: 0), so
@@ -65,7 +77,11 @@ def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, d
     per-datum constant leaves every difference between states unchanged and
     removes the common level of the factors, so the sums stay on the scale of
     the differences (float32 keeps its precision); block sums are added with
-    Kahan compensation. A ``-inf`` factor is not tested element by element: it
+    Kahan compensation. ``sub_block`` (e.g. :data:`SUB_BLOCK`, :func:`jaxsub.racing.gumbel_max`'s
+    option for batched draws): a block larger than, and a multiple of, ``sub_block`` rows is read ``sub_block`` rows at
+    a time into a running sum, so that ``jax.vmap`` over draws does not materialise a block of
+    factors per draw (same sums up to float rounding: the order of the additions changes).
+    ``None`` (default; the kernels' exact decisions): one fused pass per block. A ``-inf`` factor is not tested element by element: it
     makes its column's sum ``-inf`` (a zero factor, probability 0), and NaN or
     ``+inf`` make it NaN / ``+inf`` (flagged). This keeps the pass to one fused
     subtract-and-sum per block, within ~1.5x of an unblocked ``jnp.sum`` over
@@ -78,16 +94,36 @@ def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, d
     """
     D, N = num_states, num_data
     num_blocks = -(-N // block_size)
+    zero = jnp.zeros((), dtype)
+
+    def factors(pos):
+        r = jnp.asarray(log_factor_fn(jnp.minimum(pos, N - 1)))
+        if r.shape != (pos.shape[0], D):
+            raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={pos.shape[0]}")
+        return r.astype(dtype)
+
+    if sub_block is not None and block_size > sub_block and block_size % sub_block == 0:
+        S = sub_block
+
+        # Running sum over sub-blocks (see SUB_BLOCK): acc[i, j] adds rows j, j + S, j + 2S, ...
+        # of the block, relative to each row's first entry; one reduction per block.
+        def block_sum(b):
+            def step(j, acc):
+                pos = b * block_size + j * S + jnp.arange(S, dtype=jnp.int32)
+                rt = factors(pos).T  # [D, S]: the long axis minor
+                ref = jnp.where(jnp.isfinite(rt[:1]), rt[:1], zero) if relative else zero
+                return acc + jnp.where((pos < N)[None, :], rt - ref, zero)
+
+            acc = jax.lax.fori_loop(0, block_size // S, step, jnp.zeros((D, S), dtype))
+            return jnp.sum(acc, axis=1)
+    else:
+        def block_sum(b):
+            pos = b * block_size + jnp.arange(block_size, dtype=jnp.int32)
+            return relative_block_sum(factors(pos), (pos < N)[:, None], relative)
 
     def body(carry, b):
         total, comp = carry
-        pos = b * block_size + jnp.arange(block_size, dtype=jnp.int32)
-        valid = (pos < N)[:, None]
-        r = jnp.asarray(log_factor_fn(jnp.minimum(pos, N - 1)))
-        if r.shape != (block_size, D):
-            raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={block_size}")
-        r = r.astype(dtype)
-        return kahan_add(total, comp, relative_block_sum(r, valid, relative)), None
+        return kahan_add(total, comp, block_sum(b)), None
 
     zeros = jnp.zeros((D,), dtype)
     (total, _), _ = jax.lax.scan(body, (zeros, zeros), jnp.arange(num_blocks, dtype=jnp.int32))

@@ -26,7 +26,7 @@ from jaxsub.racing.info import RacingInfo
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
-__all__ = ["RaceCtx", "RaceState", "finish", "init_race", "rewards", "rewards_states", "stage_body"]
+__all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "rewards", "rewards_states", "stage_body"]
 
 
 class RaceState(NamedTuple):
@@ -253,6 +253,78 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
         stage=s.stage + (at_end & ~done).astype(jnp.int32),
         exact_pass=exact_pass,
     )
+
+
+def has_first_stage(cfg) -> bool:
+    """Whether :func:`first_stage` applies: elimination on, more than one stage, and no exact
+    pass taken at the end of the first stage (otherwise the generic stage body runs)."""
+    return cfg.can_eliminate and cfg.num_stages > 1 and (cfg.switch_stage is None or cfg.switch_stage > 1)
+
+
+def first_stage(cfg, states: RaceState, ctxs: RaceCtx) -> RaceState:
+    """The first stage of B races at once, as straight-line code (states and ctxs with leading axis B).
+
+    Every race starts at ``T = 0`` and reads the same number ``m_1`` of data, so the first
+    stage needs no loop: indices ``pi_b(0..m_1-1)`` of each race's permutation, the ``[B, m_1, D]``
+    rewards (the model's functions, ``vmap``-ed over the races), the moments and Alg. 1's
+    elimination, all as batched array code. It computes what :func:`stage_body` computes at
+    ``T = 0`` (the running-sum merge then reduces to the chunk's own moments: ``mean = shift + a``,
+    ``M2 = dz^T dz - m a a^T``, ``M3 = S3 - 3 a S2 + 2 m a^3``), with the sums over the chunk
+    written as element-wise products reduced along the data axis (one fused kernel each) instead
+    of per-race matrix products, so results agree with the stage body up to float rounding.
+    Races with ``done`` set (decided at initialisation) keep their state. Requires
+    :func:`has_first_stage`.
+    """
+    D, N = cfg.num_states, cfg.num_data
+    pairwise, use_skew = cfg.pairwise, cfg.use_skew
+    m = int(cfg.stage_ends[0])
+    dtype = states.mean_d.dtype
+    pos = jnp.arange(m, dtype=jnp.int32)
+    indices = jax.vmap(lambda rk: permutation_indices(rk, pos, N))(ctxs.round_keys)  # [B, m]
+    r = jax.vmap(lambda idx, c: rewards(cfg, idx, c, dtype))(indices, ctxs)  # [B, m, D]
+    rt = jnp.swapaxes(r, 1, 2)  # [B, D, m]: the data axis minor
+    alive0 = states.alive
+    neg = rt == -jnp.inf
+    dead = jnp.any(neg, axis=2) & alive0
+    num_eval = states.num_evaluations + m * jnp.sum(alive0, axis=1, dtype=jnp.int32)
+    alive_c = alive0 & ~dead
+    rz = jnp.where(alive_c[:, :, None] & ~neg, rt, jnp.zeros((), dtype))
+    if pairwise:
+        n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype), axis=1), 1)
+        rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive[:, None, None]
+    shift = rz[:, :, 0]
+    dz = rz - shift[:, :, None]
+    nb = jnp.asarray(m, dtype)
+    a = jnp.sum(dz, axis=2) / nb
+    mean_d = shift + a
+    if pairwise:
+        if D <= 16:  # products reduced along the data axis: one fused kernel for small D
+            cross = jnp.sum(dz[:, :, None, :] * dz[:, None, :, :], axis=3)
+        else:
+            cross = jnp.einsum("bim,bjm->bij", dz, dz)
+        m2 = cross - nb * a[:, :, None] * a[:, None, :]
+        m2_diag = jnp.diagonal(m2, axis1=1, axis2=2)
+    else:
+        m2 = jnp.sum(dz * dz, axis=2) - nb * a * a
+        m2_diag = m2
+    m3 = states.m3
+    if use_skew:
+        s2 = jnp.sum(dz * dz, axis=2)
+        s3 = jnp.sum(dz * dz * dz, axis=2)
+        m3 = s3 - 3 * a * s2 + 2 * nb * a**3
+    count = jnp.full_like(states.count, m)
+    bad = jnp.any(alive_c & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)), axis=1)
+    kept = jax.vmap(lambda mu, mm, al, cc, c, m3_: eliminate(cfg, mu, mm, al, jnp.zeros((), jnp.int32), cc, c, m3_))(
+        mean_d, m2, alive_c, count, ctxs, m3
+    )
+    alive = jnp.where(bad[:, None], alive_c, kept)
+    done = states.done | bad | (jnp.sum(alive, axis=1, dtype=jnp.int32) <= 1)
+    new = states._replace(
+        count=count, mean_d=mean_d, m2=m2, m3=m3, alive=alive, done=done, has_nan=states.has_nan | bad,
+        num_evaluations=num_eval, stage=states.stage + (~done).astype(jnp.int32),
+    )
+    run = ~states.done
+    return jax.tree.map(lambda n, o: jnp.where(run.reshape(run.shape + (1,) * (n.ndim - 1)), n, o), new, states)
 
 
 def finish(cfg, state: RaceState, c: RaceCtx) -> tuple[Array, RacingInfo]:
