@@ -76,6 +76,7 @@ from jaxsub.anneal.model import (
     PitmanYor,
 )
 from jaxsub.anneal import driver as _driver
+from jaxsub.anneal.moves import churn_order_writes, churn_reads, churn_remove_position
 from jaxsub.anneal.driver import SweepCache
 from jaxsub.anneal.schedules import Schedule
 from jaxsub.anneal.sweep import schedule_windows
@@ -614,10 +615,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     occ_v = nf > 0
     active = ~state.halted & (code != 0)
     order = state.order
-    if policy == "fifo":
-        j_r = state.head
-    else:
-        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+    j_r = churn_remove_position(u[0], m, state.head, policy)
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
@@ -631,24 +629,8 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     g_rem = active & do_rem & (m > 0)
     m1 = m - g_rem.astype(jnp.int32)
     g_add = active & do_add & (m1 < n_rows)
-    head = state.head
-    if policy == "fifo":  # the window slides: no order writes
-        head = jnp.where(g_rem, (head + 1) % n_rows, head)
-        a = _get(order, (head + m1) % n_rows)
-    else:
-        # all reads of order / z (positions as they will be after the removal swap j_r <-> last)
-        last = jnp.maximum(m - 1, 0)
-        o_last = _get(order, last)
-        free = n_rows - m1
-        j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
-        j_a = jnp.minimum(j_a, n_rows - 1)
-        m1c = jnp.minimum(m1, n_rows - 1)
-
-        def after_removal_swap(pos, original):
-            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
-
-        a = after_removal_swap(j_a, _get(order, j_a))
-        o_m1 = after_removal_swap(m1c, _get(order, m1c))
+    c = churn_reads(order, u[1], m, m1, j_r, r, g_rem, state.head, policy)
+    a, head = c.a, c.head
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
@@ -670,9 +652,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     if policy == "fifo":  # order[j_r] == r: writing it back changes nothing
         writes = _RowWrites(i32(r, a), z_val, i32(j_r, j_r, j_r, j_r), i32(r, r, r, r))
     else:
-        writes = _RowWrites(i32(r, a), z_val, i32(j_r, last, j_a, m1c),
-                            i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                                jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)))
+        writes = _RowWrites(i32(r, a), z_val, *churn_order_writes(c, j_r, r, g_rem, g_add))
     new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32), head=head,
                       cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
                       since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)

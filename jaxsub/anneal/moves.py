@@ -184,6 +184,69 @@ def _set(x, i, v):
     return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
 
 
+class ChurnReads(NamedTuple):
+    """The ``order`` reads of one churn tick (:func:`churn_reads`), all taken before any write.
+
+    ``a``: the row to add; ``head``: the window's new head (``"fifo"``); ``last``, ``o_last``,
+    ``j_a``, ``m1c``, ``o_m1``: positions and values the ``"random"`` policy's swaps need
+    (zeros under ``"fifo"``).
+    """
+
+    a: jnp.ndarray
+    head: jnp.ndarray
+    last: jnp.ndarray
+    o_last: jnp.ndarray
+    j_a: jnp.ndarray
+    m1c: jnp.ndarray
+    o_m1: jnp.ndarray
+
+
+def churn_remove_position(u0, m, head, policy: str):
+    """Position in ``order`` of the row a tick removes: uniform among the ``m`` assigned (``"random"``) or the head."""
+    if policy == "fifo":
+        return head
+    return jnp.clip(jnp.floor(u0 * m.astype(u0.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+
+
+def churn_reads(order, u1, m, m1, j_r, r, g_rem, head, policy: str) -> ChurnReads:
+    """Every ``order`` read of a tick's add step, as the array will be after the removal (shared by the
+    mixture and CrossCat ticks).
+
+    ``"random"``: the removal swaps positions ``j_r`` and ``m - 1`` (assigned rows stay in
+    ``order[:m1]``); the added row is uniform among ``order[m1:]``. ``"fifo"``: the window slides by one
+    when a row was removed; the added row is the one after the window. ``m1``: rows assigned after the
+    removal; ``r``: the removed row; ``g_rem``: whether the removal happened.
+    """
+    n_rows = order.shape[0]
+    zero = jnp.zeros((), jnp.int32)
+    if policy == "fifo":
+        head = jnp.where(g_rem, (head + 1) % n_rows, head)
+        return ChurnReads(_get(order, (head + m1) % n_rows), head, zero, zero, zero, zero, zero)
+    last = jnp.maximum(m - 1, 0)
+    o_last = _get(order, last)
+    free = n_rows - m1
+    j_a = m1 + jnp.clip(jnp.floor(u1 * free.astype(u1.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
+    j_a = jnp.minimum(j_a, n_rows - 1)
+    m1c = jnp.minimum(m1, n_rows - 1)
+
+    def after_removal_swap(pos, original):
+        # value of order[pos] once the removal swap (j_r <-> last) is applied
+        return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
+
+    a = after_removal_swap(j_a, _get(order, j_a))
+    o_m1 = after_removal_swap(m1c, _get(order, m1c))
+    return ChurnReads(a, head, last, o_last, j_a, m1c, o_m1)
+
+
+def churn_order_writes(c: ChurnReads, j_r, r, g_rem, g_add):
+    """The ``"random"`` policy's four ``order`` writes ``(positions, values)``: the removal swap
+    ``j_r <-> last`` and the addition swap ``j_a <-> m1`` (an inactive move writes back what it read)."""
+    i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
+    return (i32(j_r, c.last, c.j_a, c.m1c),
+            i32(jnp.where(g_rem, c.o_last, r), jnp.where(g_rem, r, c.o_last),
+                jnp.where(g_add, c.o_m1, c.a), jnp.where(g_add, c.a, c.o_m1)))
+
+
 class _Writes(NamedTuple):
     """Pending writes to the ``[N]`` arrays of a tick, applied in order by :func:`_apply_writes`.
 
@@ -240,10 +303,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     prior_only = (code & 4) > 0
     m = state.num_assigned
     order = state.order
-    if policy == "random":
-        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
-    else:
-        j_r = state.head
+    j_r = churn_remove_position(u[0], m, state.head, policy)
     r = _get(order, j_r)
     k_old = _get(mix.assignments, r)
     singleton = (k_old >= 0) & (mix.sizes[jnp.maximum(k_old, 0)] == 1)
@@ -257,26 +317,10 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     g_rem = go & do_remove & (m > 0)
     # All reads of the [N] arrays (order, assignments) happen before any write to them, so
     # XLA updates them in place inside a scan (a read after a write forces an O(N) copy).
-    head = state.head
     m1 = m - g_rem.astype(jnp.int32)
     g_add = go & do_add & (m1 < n_rows)
-    if policy == "random":
-        last = jnp.maximum(m - 1, 0)
-        o_last = _get(order, last)
-        free = n_rows - m1
-        j_a = m1 + jnp.clip(jnp.floor(u[1] * free.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
-        j_a = jnp.minimum(j_a, n_rows - 1)
-        m1c = jnp.minimum(m1, n_rows - 1)
-
-        def after_removal_swap(pos, original):
-            # value of order[pos] once the removal swap (j_r <-> last) is applied
-            return jnp.where(g_rem & (pos == last), r, jnp.where(g_rem & (pos == j_r), o_last, original))
-
-        a = after_removal_swap(j_a, _get(order, j_a))
-        o_m1 = after_removal_swap(m1c, _get(order, m1c))
-    else:
-        head = jnp.where(g_rem, (head + 1) % n_rows, head)
-        a = _get(order, (head + m1) % n_rows)
+    c = churn_reads(order, u[1], m, m1, j_r, r, g_rem, state.head, policy)
+    a, head = c.a, c.head
     a_old = jnp.where(g_rem & (a == r), -1, _get(mix.assignments, a))
     k_rem = jnp.maximum(k_old, 0)
     mix = mx.update_stats(mix, data, r, k_rem, -(g_rem & (k_old >= 0)).astype(jnp.int32))
@@ -288,9 +332,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     assign_pos = i32(r, a)
     assign_val = i32(jnp.where(g_rem, -1, k_old), jnp.where(g_add, k, a_old))
     if policy == "random":
-        order_pos = i32(j_r, last, j_a, m1c)
-        order_val = i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                        jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1))
+        order_pos, order_val = churn_order_writes(c, j_r, r, g_rem, g_add)
     else:
         order_pos = order_val = jnp.zeros((0,), jnp.int32)
     writes = _Writes(order_pos, order_val, assign_pos, assign_val)
