@@ -494,17 +494,14 @@ def _update_feature_stats(model, state, data, row, k_view, delta):
         x = data.cat[row]
         k = k_view[state.view_of[ci]]
         w = delta[state.view_of[ci]] * ((x >= 0) & (k >= 0)).astype(jnp.int32)
-        fc, C, L = cc.shape
-        flat = (jnp.arange(fc) * C + jnp.maximum(k, 0)) * L + jnp.maximum(x, 0)  # one index array, one scatter
-        cc = cc.reshape(-1).at[flat].add(w).reshape(cc.shape)
+        cc = cc.at[jnp.arange(ci.shape[0]), jnp.maximum(k, 0), jnp.maximum(x, 0)].add(w)
     if len(model.real_idx):
         ri = jnp.asarray(model.real_idx)
         x, ob = data.real[row], data.real_obs[row]
         k = k_view[state.view_of[ri]]
         w = (delta[state.view_of[ri]] * (ob & (k >= 0)).astype(jnp.int32)).astype(rs.dtype)
         upd = jnp.stack([w, w * x, w * x * x], -1)
-        hit = jnp.arange(rs.shape[1])[None, :] == k[:, None]  # [Fr, C] dense (Fr C 3 adds fuse into one kernel)
-        rs = rs + jnp.where(hit[..., None], upd[:, None, :], 0.0)
+        rs = rs.at[jnp.arange(ri.shape[0]), jnp.maximum(k, 0)].add(upd)
     return state._replace(cat_counts=cc, real_stats=rs)
 
 
