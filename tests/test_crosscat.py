@@ -410,13 +410,8 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
         ref = cc._score_cache(s)
         chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
         chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
-    # the cached Student-t predictive (no lgamma: recurrence + asymptotic series) equals the NIX marginal
-    # ratio p(X + x) / p(X) (Murphy 2007, eq. 171, with lgamma), and its lgamma difference equals scipy's
-    from scipy.special import gammaln
+    # the cached Student-t predictive parameters give the NIX marginal ratio p(X + x) / p(X) (Murphy 2007, eq. 171)
     from jaxsub.anneal import mixture as mx
-    xs = np.concatenate([np.linspace(0.02, 6.0, 60), np.logspace(0.8, 7, 40)])
-    np.testing.assert_allclose(np.asarray(cc._lgamma_half_diff(jnp.asarray(xs, jnp.float32))),
-                               gammaln(xs + 0.5) - gammaln(xs), rtol=0, atol=2e-5)
     nix = jnp.asarray([0.3, 0.7, 1.5, 2.0])
     for vals in ([], [1.2], [0.1, -2.0, 3.5, 0.4]):
         v = np.asarray(vals, np.float32)
