@@ -490,6 +490,17 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
         ref = cc._score_cache(s)
         chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
         chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
+    # the cached Student-t predictive parameters give the NIX marginal ratio p(X + x) / p(X) (Murphy 2007, eq. 171)
+    from jaxsub.anneal import mixture as mx
+    nix = jnp.asarray([0.3, 0.7, 1.5, 2.0])
+    for vals in ([], [1.2], [0.1, -2.0, 3.5, 0.4]):
+        v = np.asarray(vals, np.float32)
+        stats = jnp.asarray([len(v), v.sum(), (v * v).sum()], jnp.float32)
+        lm = lambda w: mx.nix_log_marginal(nix, jnp.asarray([len(w)]), jnp.asarray([[w.sum(), (w * w).sum()]]))  # noqa: E731
+        for x in (-1.0, 0.5, 4.0):
+            got = cc._t_logpdf(cc._nix_pred_params(nix, stats)[None, None], jnp.asarray([x]), jnp.asarray([True]))
+            want = lm(np.append(v, np.float32(x))) - lm(v)
+            np.testing.assert_allclose(float(got[0, 0]), float(want), rtol=0, atol=2e-4)
 
 
 def test_hyper_grid_gibbs_matches_exact_conditionals():
