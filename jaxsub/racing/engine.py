@@ -56,6 +56,10 @@ Implementation notes
   many draws, in rounds that advance only the unfinished draws (compacted to
   the front, in ``vmap``-ed groups of a static size), so a batch costs the
   sum of its draws' work, not B times the slowest.
+  A batch of at most ``group_size`` draws (e.g. 16 MH chains) instead runs the first
+  stage of every race as straight-line batched code (:func:`~jaxsub.racing.stage.first_stage`)
+  and finishes its few undecided races one at a time
+  (:func:`~jaxsub.racing.batching.run_sequential`); each draw's result is the same.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
   With ``log_factor_states_fn``, further loops per chunk size evaluate only the
