@@ -56,6 +56,10 @@ Implementation notes
   many draws, in rounds that advance only the unfinished draws (compacted to
   the front, in ``vmap``-ed groups of a static size), so a batch costs the
   sum of its draws' work, not B times the slowest.
+  A batch of at most ``group_size`` draws (e.g. 16 MH chains) instead runs the first
+  stage of every race as straight-line batched code (:func:`~jaxsub.racing.stage.first_stage`)
+  and finishes its few undecided races one at a time
+  (:func:`~jaxsub.racing.batching.run_sequential`); each draw's result is the same.
   Eliminated arms are masked (``log_factor_fn`` still returns all ``D``
   columns; ``info.num_evaluations`` counts only surviving arms, as in the paper).
   With ``log_factor_states_fn``, further loops per chunk size evaluate only the
@@ -403,16 +407,19 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
     states, ctxs = jax.vmap(init, in_axes=(0, 0, 0, None, None, beta_axis))(
         rng_keys, log_f0s, params, coef_a, coef_b, beta
     )
+    if B > cfg.group_size:
+        # Many draws: rounds over the unfinished ones (session 10 measured no gain from the
+        # straight-line first stage at B = 256, N = 1e6 -- 0.96x, a longer compile -- since
+        # those races run many stages; see docs/discrete.md "Session 10").
+        return jax.vmap(functools.partial(finish, cfg))(_run_rounds(loops, states, ctxs, cfg.group_size), ctxs)
+    # At most one group (e.g. 16 MH chains): the first stage of every race as straight-line
+    # code, then the few undecided races one at a time; most races are decided by their first
+    # chunk (a good control variate, far-apart arms), and then the rest is skipped in one conditional.
     if has_first_stage(cfg):
         states = first_stage(cfg, states, ctxs)
     else:
         states = first_round(loops[0], states, ctxs)
-    if B <= cfg.group_size:
-        rest = functools.partial(run_sequential, loops, ctxs=ctxs)
-    else:
-        rest = functools.partial(_run_rounds, loops, ctxs=ctxs, group_size=min(cfg.group_size, B))
-    # Most races are decided by their first chunk (a good control variate, far-apart arms):
-    # then the later loops are skipped in one conditional.
+    rest = functools.partial(run_sequential, loops, ctxs=ctxs)
     states = jax.lax.cond(jnp.any(~states.done), rest, lambda st: st, states)
     return jax.vmap(functools.partial(finish, cfg))(states, ctxs)
 
