@@ -696,6 +696,8 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     ``delta`` among the clusters opened in this call, else it opens a new cluster."""
     m, d = rows.size, x.shape[1]
     xr_all = x[rows]
+    if mode == _GREEDY and _BLOCK_GREEDY and m > _BASE_ROWS:
+        return _block_greedy(xr_all, rows, clusters, delta, labels)
     sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
     members = np.empty(m, np.int64)
     moving = bool(mode)
@@ -723,6 +725,55 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     return ids
 
 
+_BLOCK_GREEDY = True
+
+#: Most vectorised rounds of :func:`_greedy_leaders` before the rest of the set is decided row by row.
+_LEADER_ROUNDS = 24
+
+
+def _greedy_leaders(near: np.ndarray) -> np.ndarray:
+    """Leaders of the greedy leader pass over a set, in order: row ``t`` leads iff no earlier leader
+    ``s < t`` has ``near[t, s]`` (``near`` boolean ``[m, m]``, only its strict lower triangle read).
+
+    The sequential rule computed in vectorised rounds: a row is decided a follower once an
+    earlier neighbour is a leader, and a leader once every earlier neighbour is decided a follower;
+    each round decides at least the first undecided row. After ``_LEADER_ROUNDS`` rounds (long
+    chains, e.g. a sorted 1-D stream) the undecided rows are decided one at a time, in order.
+    """
+    m = near.shape[0]
+    nb = np.tril(near, k=-1).astype(np.float32)
+    state = np.zeros(m, np.int8)  # 0 undecided, 1 leader, 2 follower
+    for _ in range(_LEADER_ROUNDS):
+        und = state == 0
+        if not und.any():
+            return state == 1
+        state[und & ((nb @ und.astype(np.float32)) == 0)] = 1  # no earlier undecided/leader neighbour
+        und = state == 0
+        state[und & ((nb @ (state == 1).astype(np.float32)) > 0)] = 2
+    for t in np.flatnonzero(state == 0):  # rare: long dependency chains
+        state[t] = 2 if (nb[t] * (state == 1)).any() else 1
+    return state == 1
+
+
+def _block_greedy(xr_all, rows, clusters: _Clusters, delta, labels) -> np.ndarray:
+    """The greedy pass of leader + trim over a set, vectorised: greedy leaders in stream order (a row
+    leads iff no earlier leader is within ``delta``, :func:`_greedy_leaders` on the set's pairwise
+    distances), every other row joins its nearest leader, and clusters open at their member means.
+    No radius check: :func:`_trim` and the exact join-back that follow make every radius ``<= delta``."""
+    m = rows.size
+    sq = np.einsum("ij,ij->i", xr_all, xr_all)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (xr_all @ xr_all.T)
+    lead = _greedy_leaders(d2 <= delta * delta)
+    li = np.flatnonzero(lead)
+    members = np.argmin(d2[:, li], axis=1)
+    members[li] = np.arange(li.size)
+    sums, counts = _group_sums(xr_all, members, li.size)
+    cen = sums / counts[:, None]
+    ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), cen)
+    labels[rows] = ids[members]
+    return ids
+
+
 def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Search, out: list) -> np.ndarray:
     """Open a singleton cluster for every row of ``rows`` with no other row of ``rows`` within ``2 delta``.
 
@@ -734,7 +785,8 @@ def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Sea
     from scipy.spatial import cKDTree
 
     z = zx[rows]
-    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=_WORKERS)
+    workers = -1 if rows.size >= _PARALLEL_QUERY_ROWS else _WORKERS
+    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
     isolated = np.isinf(np.asarray(dist)[:, 1])
     if isolated.any():
         iso = rows[isolated]
