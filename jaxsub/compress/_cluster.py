@@ -785,8 +785,7 @@ def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Sea
     from scipy.spatial import cKDTree
 
     z = zx[rows]
-    workers = -1 if rows.size >= _PARALLEL_QUERY_ROWS else _WORKERS
-    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
+    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=_WORKERS)
     isolated = np.isinf(np.asarray(dist)[:, 1])
     if isolated.any():
         iso = rows[isolated]
@@ -958,7 +957,10 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
                         refresh(np.unique(cid[acc]))
         left = chunk[~joined]
         if left.size:
-            new = _sequential(x, left, clusters, delta, True, labels)
+            if _BLOCK_LEADERS and left.size > _BASE_ROWS:
+                new = _block_leaders(x, x32, left, clusters, delta, labels)
+            else:
+                new = _sequential(x, left, clusters, delta, True, labels)
             refresh(new)
             if bounds[1].size < clusters.size:
                 bounds = (bounds[0], np.concatenate([bounds[1], np.zeros(max(clusters.size, 2 * bounds[1].size) - bounds[1].size)]))
@@ -966,6 +968,50 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
+
+
+_BLOCK_LEADERS = True
+_LEADER_COVER = 1.0
+
+
+def _block_leaders(x, x32, rows, clusters: _Clusters, delta, labels) -> np.ndarray:
+    """Leftover rows of a chunk, vectorised: greedy leaders (no earlier leader within
+    ``_LEADER_COVER delta``) open singleton clusters, every other row is proposed to its nearest
+    leaders within ``2 delta`` under the exact join (:func:`_join_block`), and the rows refused by
+    all of them are treated the same way again (``_sequential`` for small sets)."""
+    out = []
+    while rows.size:
+        if rows.size <= _BASE_ROWS:
+            out.append(_sequential(x, rows, clusters, delta, True, labels))
+            break
+        xl = x32[rows]
+        sq = np.einsum("ij,ij->i", xl, xl)
+        d2 = sq[:, None] + sq[None, :] - 2.0 * (xl @ xl.T)
+        slack = 1e-5 * (1.0 + float(sq.max()))
+        lead = _greedy_leaders(d2 <= (_LEADER_COVER * delta) ** 2 - slack)
+        li = np.flatnonzero(lead)
+        ids = clusters.open(x[rows[li]], np.ones(li.size, np.int64), np.zeros(li.size))
+        labels[rows[li]] = ids
+        out.append(ids)
+        fi = np.flatnonzero(~lead)
+        if not fi.size:
+            break
+        dl = d2[np.ix_(fi, li)]
+        tries = min(_TRIES, li.size)
+        near = np.argpartition(dl, tries - 1, axis=1)[:, :tries] if tries < li.size else np.broadcast_to(np.arange(li.size), (fi.size, li.size))
+        nd = np.take_along_axis(dl, near, axis=1)
+        o = np.argsort(nd, axis=1, kind="stable")
+        near, nd = np.take_along_axis(near, o, axis=1), np.take_along_axis(nd, o, axis=1)
+        joined = np.zeros(fi.size, bool)
+        for t in range(tries):
+            todo = ~joined & (nd[:, t] <= 4.0 * delta * delta + slack)
+            if not todo.any():
+                break
+            pool = rows[labels[rows] >= 0]
+            sel = np.flatnonzero(todo)
+            joined[sel] = _join_block(x, rows[fi[sel]], ids[near[sel, t]], clusters, delta, True, labels, pool)
+        rows = rows[fi[~joined]]
+    return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
 def _screened_candidates(lb: np.ndarray, thr: np.ndarray, m: int):
