@@ -696,8 +696,6 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     ``delta`` among the clusters opened in this call, else it opens a new cluster."""
     m, d = rows.size, x.shape[1]
     xr_all = x[rows]
-    if mode == _GREEDY and _BLOCK_GREEDY and m > _BASE_ROWS:
-        return _block_greedy(xr_all, rows, clusters, delta, labels)
     sums, cnt, cen = np.empty((m, d)), np.zeros(m), np.empty((m, d))
     members = np.empty(m, np.int64)
     moving = bool(mode)
@@ -721,55 +719,6 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
         k += 1
     ids = _open_found(clusters, xr_all, members, sums[:k], cnt[:k], cen[:k])
     clusters.move(ids, cen[:k])
-    labels[rows] = ids[members]
-    return ids
-
-
-_BLOCK_GREEDY = True
-
-#: Most vectorised rounds of :func:`_greedy_leaders` before the rest of the set is decided row by row.
-_LEADER_ROUNDS = 24
-
-
-def _greedy_leaders(near: np.ndarray) -> np.ndarray:
-    """Leaders of the greedy leader pass over a set, in order: row ``t`` leads iff no earlier leader
-    ``s < t`` has ``near[t, s]`` (``near`` boolean ``[m, m]``, only its strict lower triangle read).
-
-    The sequential rule computed in vectorised rounds: a row is decided a follower once an
-    earlier neighbour is a leader, and a leader once every earlier neighbour is decided a follower;
-    each round decides at least the first undecided row. After ``_LEADER_ROUNDS`` rounds (long
-    chains, e.g. a sorted 1-D stream) the undecided rows are decided one at a time, in order.
-    """
-    m = near.shape[0]
-    nb = np.tril(near, k=-1).astype(np.float32)
-    state = np.zeros(m, np.int8)  # 0 undecided, 1 leader, 2 follower
-    for _ in range(_LEADER_ROUNDS):
-        und = state == 0
-        if not und.any():
-            return state == 1
-        state[und & ((nb @ und.astype(np.float32)) == 0)] = 1  # no earlier undecided/leader neighbour
-        und = state == 0
-        state[und & ((nb @ (state == 1).astype(np.float32)) > 0)] = 2
-    for t in np.flatnonzero(state == 0):  # rare: long dependency chains
-        state[t] = 2 if (nb[t] * (state == 1)).any() else 1
-    return state == 1
-
-
-def _block_greedy(xr_all, rows, clusters: _Clusters, delta, labels) -> np.ndarray:
-    """The greedy pass of leader + trim over a set, vectorised: greedy leaders in stream order (a row
-    leads iff no earlier leader is within ``delta``, :func:`_greedy_leaders` on the set's pairwise
-    distances), every other row joins its nearest leader, and clusters open at their member means.
-    No radius check: :func:`_trim` and the exact join-back that follow make every radius ``<= delta``."""
-    m = rows.size
-    sq = np.einsum("ij,ij->i", xr_all, xr_all)
-    d2 = sq[:, None] + sq[None, :] - 2.0 * (xr_all @ xr_all.T)
-    lead = _greedy_leaders(d2 <= delta * delta)
-    li = np.flatnonzero(lead)
-    members = np.argmin(d2[:, li], axis=1)
-    members[li] = np.arange(li.size)
-    sums, counts = _group_sums(xr_all, members, li.size)
-    cen = sums / counts[:, None]
-    ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), cen)
     labels[rows] = ids[members]
     return ids
 
@@ -957,10 +906,7 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
                         refresh(np.unique(cid[acc]))
         left = chunk[~joined]
         if left.size:
-            if _BLOCK_LEADERS and left.size > _BASE_ROWS:
-                new = _block_leaders(x, x32, left, clusters, delta, labels)
-            else:
-                new = _sequential(x, left, clusters, delta, True, labels)
+            new = _sequential(x, left, clusters, delta, True, labels)
             refresh(new)
             if bounds[1].size < clusters.size:
                 bounds = (bounds[0], np.concatenate([bounds[1], np.zeros(max(clusters.size, 2 * bounds[1].size) - bounds[1].size)]))
@@ -968,50 +914,6 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
-
-
-_BLOCK_LEADERS = True
-_LEADER_COVER = 1.0
-
-
-def _block_leaders(x, x32, rows, clusters: _Clusters, delta, labels) -> np.ndarray:
-    """Leftover rows of a chunk, vectorised: greedy leaders (no earlier leader within
-    ``_LEADER_COVER delta``) open singleton clusters, every other row is proposed to its nearest
-    leaders within ``2 delta`` under the exact join (:func:`_join_block`), and the rows refused by
-    all of them are treated the same way again (``_sequential`` for small sets)."""
-    out = []
-    while rows.size:
-        if rows.size <= _BASE_ROWS:
-            out.append(_sequential(x, rows, clusters, delta, True, labels))
-            break
-        xl = x32[rows]
-        sq = np.einsum("ij,ij->i", xl, xl)
-        d2 = sq[:, None] + sq[None, :] - 2.0 * (xl @ xl.T)
-        slack = 1e-5 * (1.0 + float(sq.max()))
-        lead = _greedy_leaders(d2 <= (_LEADER_COVER * delta) ** 2 - slack)
-        li = np.flatnonzero(lead)
-        ids = clusters.open(x[rows[li]], np.ones(li.size, np.int64), np.zeros(li.size))
-        labels[rows[li]] = ids
-        out.append(ids)
-        fi = np.flatnonzero(~lead)
-        if not fi.size:
-            break
-        dl = d2[np.ix_(fi, li)]
-        tries = min(_TRIES, li.size)
-        near = np.argpartition(dl, tries - 1, axis=1)[:, :tries] if tries < li.size else np.broadcast_to(np.arange(li.size), (fi.size, li.size))
-        nd = np.take_along_axis(dl, near, axis=1)
-        o = np.argsort(nd, axis=1, kind="stable")
-        near, nd = np.take_along_axis(near, o, axis=1), np.take_along_axis(nd, o, axis=1)
-        joined = np.zeros(fi.size, bool)
-        for t in range(tries):
-            todo = ~joined & (nd[:, t] <= 4.0 * delta * delta + slack)
-            if not todo.any():
-                break
-            pool = rows[labels[rows] >= 0]
-            sel = np.flatnonzero(todo)
-            joined[sel] = _join_block(x, rows[fi[sel]], ids[near[sel, t]], clusters, delta, True, labels, pool)
-        rows = rows[fi[~joined]]
-    return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
 def _screened_candidates(lb: np.ndarray, thr: np.ndarray, m: int):
