@@ -111,7 +111,7 @@ def _laplace(logprior, loglik, unravel, flat0, data):
 #: Trials per setting in full mode (the paper averages 5); quick mode runs one.
 TRIALS = 5
 
-#: Trials after the first reuse its exact reference (window adaptation, exact-HMC draws, VI): the
+#: Trials after the first reuse its exact reference (window adaptation, exact-chain draws, VI): the
 #: exact posterior does not depend on a trial's row order, and on the >= 2.5e5-row tables the
 #: exact chain and VI are most of the run (flights: about 25 of 27 minutes per trial at load 11),
 #: so the trials vary what the table compares (clustering order, compressed chains' keys) at a
@@ -313,7 +313,7 @@ def _cap_rows(prepared):
 
 def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     """One trial on one dataset: rows of the table, curves, sizes; ``shared`` (the ``shared`` entry
-    of trial 0's result) reuses trial 0's exact reference: warm-up, exact-HMC draws and VI."""
+    of trial 0's result) reuses trial 0's exact reference: warm-up, exact-chain draws and VI."""
     x, y, xt, yt, kind, radii, note = _cap_rows(_prepare(name, quick))
     n, d = x.shape
     if trial:  # trials differ in the stream order of the training rows and in every random key
@@ -606,7 +606,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                           "accept", "gradients / draw"])
         if res["trials"] > 1:
             rep.text(f"Mean ± sd over {res['trials']} trials (stream order of the training rows and all keys differ)"
-                     + ("; the exact-HMC and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)." if SHARED_EXACT else "."))
+                     + ("; the exact-chain and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)." if SHARED_EXACT else "."))
         rep.text(
             f"Posterior error in posterior-sd units against the exact-{res['sampler']} draws: max over parameters of "
             "|mean - exact mean| / exact sd, and the range of sd / exact sd (compress.posterior_error). Monte Carlo "
