@@ -21,9 +21,10 @@ log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mort
 logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
 ``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
 ``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
-budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER=nuts|hmc`` forces the sampler (default:
-NUTS with the Laplace preconditioning in full mode for models of at most ``LAPLACE_MAX_PARAMS``
-parameters; HMC in quick mode, whose NUTS compiles would cost ~60 % more CPU time).
+budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
+full-mode default: NUTS with the Laplace preconditioning for models of at most
+``LAPLACE_MAX_PARAMS`` parameters, HMC above), ``nuts`` (NUTS for every model) or ``hmc`` (the
+quick-mode default: NUTS's compiles would cost ~60 % more CPU time there).
 """
 from __future__ import annotations
 
