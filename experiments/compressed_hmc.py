@@ -24,7 +24,7 @@ logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the 
 budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
 full-mode default: NUTS with the Laplace preconditioning for models of at most
 ``LAPLACE_MAX_PARAMS`` parameters, HMC above), ``nuts`` (NUTS for every model) or ``hmc`` (the
-quick-mode default: NUTS's compiles would cost ~60 % more CPU time there).
+quick-mode default: NUTS's compiles would cost ~30 % more CPU time there).
 """
 from __future__ import annotations
 
@@ -360,7 +360,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     num_params = flat0.size
     # the sampler (module docstring): NUTS preconditioned by the Laplace fit of the exact posterior
     # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
-    # quick mode keeps HMC (NUTS's compiles would make it ~60 % slower in CPU time)
+    # quick mode keeps HMC (NUTS's compiles would make it ~30 % slower in CPU time)
     choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "hmc" if quick else "auto")
     use_nuts = choice == "nuts" or (choice == "auto" and num_params <= LAPLACE_MAX_PARAMS)
     if shared is None:
