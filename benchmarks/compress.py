@@ -513,6 +513,8 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     ``python -m benchmarks.compress ab mnist 0.2,0.3 _BLOCK_LEADERS False,True``."""
     import jaxsub.compress._cluster as impl
 
+    if not hasattr(impl, flag):  # e.g. a prototype's flag on a commit without the prototype
+        raise ValueError(f"jaxsub.compress._cluster has no setting {flag!r}")
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
     print(f"load {_load():.1f}")
     for delta in radii:
