@@ -504,8 +504,68 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     print(f"\nload average (1 min) at the end: {_load():.1f}")
 
 
+def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
+    """A/B of a module setting of ``jaxsub.compress._cluster`` in one process (docs/compress.md,
+    session 11): ``flag`` set to each of ``values`` in turn (one warm-up call each, then ``rounds``
+    alternating rounds of ``cluster(x, delta)``); prints c, CPU and wall medians and the median
+    [range] of the per-round CPU ratios of the last value to the first. The session-11 prototypes'
+    flags live in commit 090ca31; run with ``OPENBLAS_NUM_THREADS=1`` as the docs did:
+    ``python -m benchmarks.compress ab mnist 0.2,0.3 _BLOCK_LEADERS False,True``."""
+    import jaxsub.compress._cluster as impl
+
+    if not hasattr(impl, flag):  # e.g. a prototype's flag on a commit without the prototype
+        raise ValueError(f"jaxsub.compress._cluster has no setting {flag!r}")
+    x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
+    print(f"load {_load():.1f}")
+    for delta in radii:
+        res = {v: [] for v in values}
+        for v in values:
+            setattr(impl, flag, v)
+            compress.cluster(x, delta)
+        for _ in range(rounds):
+            for v in values:
+                setattr(impl, flag, v)
+                t, w = time.process_time(), time.perf_counter()
+                cl = compress.cluster(x, delta)
+                res[v].append((time.process_time() - t, time.perf_counter() - w, cl.c))
+                assert cl.radii.max() <= delta
+        base = np.array([r[0] for r in res[values[0]]])
+        for v in values:
+            cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
+            ratio = cpu / base
+            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} CPU s median {np.median(cpu):.3f} "
+                  f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
+                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]", flush=True)
+    print(f"load {_load():.1f}")
+
+
+def components(radii=(0.1, 0.2, 0.3)):
+    """Connected components of the graph "within 2 delta" of the benchmark's MNIST rows (rows in
+    different components never share a cluster; docs/compress.md, session 11)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    x = _mnist(False)[0].astype(np.float32)
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)
+    for delta in radii:
+        adj = d2 <= 4.0 * delta * delta
+        np.fill_diagonal(adj, False)
+        num, lab = connected_components(csr_matrix(adj), directed=False)
+        sizes = np.bincount(lab)
+        print(f"delta={delta}: {num:,} components, largest {sizes.max():,} rows, singleton rows "
+              f"{int((sizes == 1).sum()):,}, pairs within 2 delta {int(adj.sum()) // 2:,}")
+
+
 if __name__ == "__main__":
     import sys
 
     args = sys.argv[1:]
-    gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)
+    if args and args[0] == "ab":  # python -m benchmarks.compress ab NAME RADII FLAG V1,V2[,...]
+        import ast
+
+        ab_flag(args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")])
+    elif args and args[0] == "components":
+        components()
+    else:
+        gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)

