@@ -1280,8 +1280,10 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
     The rows do not move during the sweep, so every PY-prior partition the moves need (``num_aux``
     auxiliary views and one MH proposal per feature) is independent of the state: all ``F (num_aux + 1)``
-    are drawn first, in one loop over the subsample (:func:`_draw_partitions`; ``trip`` its length, see
-    there), from the model's row ``(alpha, d)``. Unoccupied view slots take the model's row
+    are drawn first, from the model's row ``(alpha, d)``: for a CRP row prior (``d = 0``) without a loop over
+    the rows (:func:`_draw_crp_partitions`), else in one loop over the subsample (:func:`_draw_partitions`;
+    ``trip`` its length, see there). Categorical features run in contiguous runs of similar level counts
+    (:func:`_level_runs`), each over its own number of levels. Unoccupied view slots take the model's row
     ``(alpha, d)`` first (they hold no rows; a newborn view's hyperprior is that point mass), so the
     auxiliary views are exact Algorithm-8 draws, and the MH acceptance corrects for a refresh
     proposal drawn under other hyperparameters than its view's.
