@@ -911,11 +911,12 @@ def _draw_crp_partitions(key, order, num_assigned, alpha, capacity):
     n = order.shape[0]
     num = alpha.shape[0]
     dt = alpha.dtype
-    u = jax.random.uniform(key, (2, num, n), dt)
+    k_new, k_par = jax.random.split(key)
+    u = jax.random.uniform(k_new, (num, n), dt)
     i = jnp.arange(n, dtype=jnp.int32)
-    fi = i.astype(dt)
-    new = (u[0] * (fi + alpha[:, None]) < alpha[:, None]) | (i == 0)
-    parent = jnp.minimum(jnp.floor(u[1] * fi).astype(jnp.int32), jnp.maximum(i - 1, 0))
+    new = (u * (i.astype(dt) + alpha[:, None]) < alpha[:, None]) | (i == 0)
+    # integer draw: floor(u * i) from a float32 uniform is visibly non-uniform for i ~ 1e5 (2^23 grid points)
+    parent = jax.random.randint(k_par, (num, n), 0, jnp.maximum(i, 1))
     ptr = jnp.where(new, i, parent)
 
     def double(c):
