@@ -401,6 +401,44 @@ def test_prior_view_partition_draws_the_view_prior():
         assert_discrete_matches([index[tuple(x)] for x in np.asarray(d)], probs / probs.sum())
 
 
+def test_parallel_crp_partition_draw_matches_the_eppf_and_the_capacity_flag():
+    """The feature sweep's loop-free CRP draw (``_draw_crp_partitions``: new-table coins, "join the table of a uniform
+    earlier row" pointers resolved by pointer doubling): the partition of the 4 assigned rows of a 6-row table (a
+    shuffled ``order``, 2 rows unassigned) follows the CRP EPPF (chi-square over the 15 partitions, 3 x 4,000 draws);
+    labels are in order of first appearance along ``order``, unassigned rows -1, ``sizes`` the label counts;
+    capacity 2: ``ok`` is exactly "at most 2 tables". Negative control: the sequential rule's "uniform *table*"
+    (not row) for joiners gives a different law, rejected by the same check."""
+    alpha, n, m = 1.3, 6, 4
+    order = jnp.asarray([3, 0, 5, 1, 4, 2], jnp.int32)
+    parts = list(exact.enumerate_partitions(m))
+    index = {tuple(p): i for i, p in enumerate(parts)}
+    probs = np.exp([exact.log_eppf(np.bincount(p), alpha, 0.0) for p in parts])
+    probs /= probs.sum()
+    draw = jax.jit(lambda k, cap: cc._draw_crp_partitions(k, order, jnp.asarray(m, jnp.int32), jnp.full((3,), alpha,
+                                                                                                       jnp.float32), cap),
+                   static_argnums=1)
+    z, sizes, ok = jax.vmap(lambda k: draw(k, 8))(jax.random.split(jax.random.key(3), 4000))
+    z, sizes, ok = np.asarray(z), np.asarray(sizes), np.asarray(ok)
+    assert ok.all()
+    lab = z[:, :, np.asarray(order)]  # [draws, P, N] in window order
+    assert (lab[:, :, m:] == -1).all() and (lab[:, :, :m] >= 0).all()
+    np.testing.assert_array_equal(sizes[..., :m], np.stack([(lab[..., :m] == c).sum(-1) for c in range(m)], -1))
+    assert_discrete_matches([index[tuple(x)] for x in lab[:, :, :m].reshape(-1, m)], probs)
+    _, _, ok2 = jax.vmap(lambda k: draw(k, 2))(jax.random.split(jax.random.key(3), 4000))
+    np.testing.assert_array_equal(np.asarray(ok2), lab[:, :, :m].max(-1) <= 1)  # same keys: same draws
+    # negative control: joiners pick a uniform table instead of a uniform earlier row
+    rng = np.random.default_rng(0)
+    wrong = []
+    for _ in range(4000):
+        x = [0]
+        for i in range(1, m):
+            k = max(x) + 1
+            x.append(k if rng.random() * (i + alpha) < alpha else int(rng.integers(k)))
+        wrong.append(index[tuple(x)])
+    with pytest.raises(AssertionError):
+        assert_discrete_matches(wrong, probs)
+
+
 @pytest.mark.parametrize("feature_moves", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature_moves):
     """jit == vmap; the sweep traces once, equals tick-by-tick ``row_tick`` (same uniforms) and, inside its
