@@ -183,3 +183,39 @@ def test_fixed_schedule_single_test_rate_and_negative_control(rng_key):
     assert not within(rate(discrete.b_normal(delta, N, m1) / norm.isf(delta) * coef_a))
     with pytest.raises(ValueError, match="schedule"):
         discrete.racing(fn, 2, N, delta=delta, schedule="halving")
+
+
+def test_skew_guard_waived_beyond_the_cantelli_gap():
+    """Session 11: the skewness guard (no elimination while the stage mean's skewness g_T
+    exceeds ``skew_guard``) is waived only for gaps beyond ``k / B`` thresholds, where
+    Cantelli's inequality bounds the error at the stage's share of delta for any reward
+    distribution: k = sqrt(t* (D - 1) / delta - 1). Checked on the elimination rule itself,
+    at 0.9x and 1.1x the waiver, with and without skewness; and the waiver's formula."""
+    from jaxsub.racing.config import build_config, race_options
+    from jaxsub.racing.elimination import SKEW_WAIVER, eliminate, skew_factor
+    from jaxsub.racing.stage import RaceCtx
+
+    N, D, delta, m1 = 20_000, 2, 0.05, 50
+    opts = race_options(None, dict(first_batch_size=m1), "racing")
+    cfg, a, b = build_config(lambda idx: jnp.zeros((idx.shape[0], D)), D, N, delta=delta, options=opts, with_params=False)
+    k = np.sqrt(cfg.num_stages * (D - 1) / delta - 1)
+    assert cfg.skew_waiver == pytest.approx(k / cfg.b_threshold, rel=1e-6) and 1 < cfg.skew_waiver < SKEW_WAIVER
+    f32 = jnp.float32
+    ctx = RaceCtx(None, jnp.zeros(D, f32), None, None, jnp.asarray(a, f32), jnp.asarray(b, f32), None)
+    T, s = 50.0, 1e-3  # T data; sd of the per-datum difference
+    m2 = jnp.asarray([[1.0, -1.0], [-1.0, 1.0]], f32) * (T * s * s / 4)  # centred rewards +-d/2
+    count, alive, stage = jnp.int32(T), jnp.ones(D, bool), jnp.int32(0)
+
+    def kept(gap_in_thresholds, skewness, waived_reference):
+        m3 = jnp.asarray([1.0, -1.0], f32) * (skewness * T * (s / 2) ** 3)
+        factor, allowed = skew_factor(cfg, jnp.diagonal(m2), m3, jnp.int32(0), jnp.asarray(T, f32))
+        threshold = float(ctx.coef_a[0] * factor[1] * s)
+        gap = gap_in_thresholds * threshold * (cfg.skew_waiver if waived_reference else 1.0)
+        mean_d = jnp.asarray([gap / 2, -gap / 2], f32)
+        return bool(allowed[1]), bool(eliminate(cfg, mean_d, m2, alive, stage, count, ctx, m3)[1])
+
+    # Skewness 10 at T = 50: g_T = 1.41 > 0.5, the Normal rule is not trusted ...
+    assert kept(0.9, 10.0, True) == (False, True)  # ... below the Cantelli gap the arm stays
+    assert kept(1.1, 10.0, True) == (False, False)  # ... beyond it the arm is eliminated
+    assert kept(1.1, 0.0, False) == (True, False)  # no skewness: the (Normal) threshold decides
+    assert kept(0.9, 0.0, False) == (True, True)

@@ -16,6 +16,7 @@ import numpy as np
 from jaxsub.racing.bounds import SCHEDULES, race_schedule, racing_coefficients, stage_sd
 from jaxsub.racing.compaction import COLUMN_COMPACT_MIN_D, compaction_levels
 from jaxsub.racing.control_variates import ControlVariate, as_control_variate
+from jaxsub.racing.elimination import SKEW_WAIVER, cantelli_waiver
 from jaxsub.racing.exact_pass import switch_stage_of
 from jaxsub.racing.info import check_reward_range, check_sizes
 from jaxsub.racing.populations import blocked, scale_range
@@ -240,8 +241,10 @@ class RaceConfig(NamedTuple):
         Compaction levels ``K_1 > K_2 > ...`` (empty: no compaction).
     switch_stage
         Stage at which a running race takes the exact pass, or None.
-    use_skew, skew_guard, b_threshold
-        The skewness guard (Racing-Normal), its level and the first stage's ``B_Normal``.
+    use_skew, skew_guard, b_threshold, skew_waiver
+        The skewness guard (Racing-Normal), its level, the first stage's ``B_Normal`` and the
+        gap (in thresholds) beyond which the guard is waived
+        (:func:`~jaxsub.racing.elimination.cantelli_waiver`).
     group_size, with_params
         Draws advanced together by the batched path; whether the model takes per-draw ``params``.
     model
@@ -263,6 +266,7 @@ class RaceConfig(NamedTuple):
     use_skew: bool
     skew_guard: float | None
     b_threshold: float
+    skew_waiver: float
     group_size: int
     with_params: bool
     model: RaceModel
@@ -385,6 +389,7 @@ def build_config(
         skew_guard = check_real("skew_guard", skew_guard, low=0.0)
     use_skew = skew_guard is not None and bound == "normal"
     b_threshold = float(coef_a[0] / stage_sd(N, sizes[:1])[0]) if use_skew and len(coef_a) else 0.0
+    skew_waiver = cantelli_waiver(delta, D, num_stages, variance == "pairwise", b_threshold) if use_skew else SKEW_WAIVER
     groups = chunk_groups(sizes, first_batch_size, max_block_size)
     group_size = check_int("group_size", group_size, low=1)
     h_mean_fn = None
@@ -395,7 +400,7 @@ def build_config(
         num_states=D, num_data=N, num_rows=num_rows, block_size=block_size, stage_ends=tuple(int(t) for t in sizes),
         chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=variance == "pairwise",
         gumbel_noise=gumbel_noise, can_eliminate=can_eliminate, levels=tuple(levels), switch_stage=switch_stage,
-        use_skew=use_skew, skew_guard=skew_guard, b_threshold=b_threshold, group_size=group_size,
+        use_skew=use_skew, skew_guard=skew_guard, b_threshold=b_threshold, skew_waiver=skew_waiver, group_size=group_size,
         with_params=bool(with_params), model=model,
     )
     return config, coef_a, coef_b
