@@ -79,8 +79,11 @@ def _exact_conditional(a, labels, i, block_ids, beta):
     return clusters, p / p.sum()
 
 
-@pytest.mark.parametrize("schedule", ["padded", "ragged"])
+@pytest.mark.parametrize("schedule", ["padded", "ragged", "hybrid"])
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
+    """``"hybrid"``: the small arms and the empty cluster summed exactly, only the best of them racing
+    as one column beside the two large arms, with ``max_candidates=4`` < the 10 candidates (the plain
+    padded race would update this mention exactly)."""
     _check_racing_conditional(schedule, widths=(), batch_size=1)
 
 
@@ -96,8 +99,10 @@ def test_racing_conditional_within_delta_two_widths_and_batched(batch_size):
 def _check_racing_conditional(schedule, widths, batch_size):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
-    update = co.conditional_update(blocks, 0, schedule=schedule, batch_size=batch_size,
-                                   **{**RACE, "race_widths": widths})
+    extra = dict(schedule=schedule)
+    if schedule == "hybrid":
+        extra = dict(schedule="padded", hybrid=True, max_candidates=4)
+    update = co.conditional_update(blocks, 0, batch_size=batch_size, **{**RACE, "race_widths": widths, **extra})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
@@ -117,7 +122,7 @@ def _check_racing_conditional(schedule, widths, batch_size):
     # the races subsampled: many stopped before the exact update's K = 119 evaluations
     evals = np.asarray(infos.num_evaluations)
     assert float(np.mean(evals < 119)) > 0.3
-    if schedule == "padded":  # small arms summed exactly: counted, never fewer
+    if schedule in ("padded", "hybrid"):  # small arms summed exactly: counted, never fewer
         assert evals.min() >= SMALL_MEMBERS + RACE["first_batch_size"]
     # negative control: the same draws are far from a wrong conditional (largest cluster halved)
     a_wrong = np.asarray(mentions["a"]).copy()
