@@ -353,6 +353,14 @@ def test_bad_inputs_raise_value_error():
         co.build_kernel(blocks, first_batch_size=1)
     with pytest.raises(ValueError, match="race_cost"):
         co.build_kernel(blocks, race_cost=-1.0)
+    with pytest.raises(ValueError, match="hybrid"):
+        co.build_kernel(blocks, hybrid=True, batch_size=4)
+    with pytest.raises(ValueError, match="hybrid"):
+        co.build_kernel(blocks, hybrid="yes")
+    with pytest.raises(ValueError, match="cv_members"):
+        co.build_kernel(blocks, hybrid=True, cv_members=0)
+    with pytest.raises(ValueError, match="cv_members"):
+        co.build_kernel(blocks, cv_members=4)
     with pytest.raises(ValueError, match="hash_dim"):  # packed bags must share one hash_dim
         co.packed_similarity({"x": "string", "y": "tokens"}).pack({"x": jnp.ones((3, 4)), "y": jnp.ones((3, 5))})
     with pytest.raises(ValueError, match="blocks"):

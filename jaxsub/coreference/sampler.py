@@ -516,7 +516,7 @@ def _move_puts(j, packed, pl, chunk):
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                 control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0,
-                race_widths=(), race_cost: float = 0.0, hybrid: bool = False):
+                race_widths=(), race_cost: float = 0.0, hybrid: bool = False, cv_members: int = 1):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -651,10 +651,13 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
                     cv = None
                     if control_variate:
-                        reps = mem_w[jnp.clip(g_r + ((lc_r == col_a) & (skip == 0)).astype(jnp.int32), 0, W - 1)]
-                        h = factors_at(reps)
+                        # h_y = mean of f over the first ``cv_members`` members of C_y other than i (< m1 <= N_y)
+                        q = jnp.arange(cv_members, dtype=jnp.int32)
+                        off = q[None, :] + ((lc_r[:, None] == col_a) & (q[None, :] >= skip)).astype(jnp.int32)
+                        reps = mem_w[jnp.clip(g_r[:, None] + off, 0, W - 1)]
+                        h = jnp.mean(factors_at(reps.reshape(-1)).reshape(reps.shape), axis=1)
                         h = jnp.where(live_r & jnp.isfinite(h), h, 0.0)
-                        num_cv = num_large
+                        num_cv = num_large * cv_members
                         h_mean = h * n_r.astype(jnp.float32) / N
 
                         def h_fn(idx):
@@ -1187,7 +1190,7 @@ def _flag(name, value):
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
             min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None,
-            race_cost=None, hybrid=False) -> dict:
+            race_cost=None, hybrid=False, cv_members=1) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -1213,7 +1216,11 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
         raise ValueError(f"hybrid must be a Python bool; got {hybrid!r}")
     if hybrid and batch_size > 1:
         raise ValueError(f"hybrid=True needs the sequential sweep (batch_size=1); got batch_size={batch_size}")
-    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, hybrid=bool(hybrid), first_batch_size=first_batch_size, race_widths=race_widths,
+    cv_members = check_int("cv_members", cv_members, low=1, high=first_batch_size)
+    if cv_members > 1 and not hybrid:
+        raise ValueError(f"cv_members > 1 needs hybrid=True; got cv_members={cv_members}")
+    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, hybrid=bool(hybrid),
+                cv_members=cv_members, first_batch_size=first_batch_size, race_widths=race_widths,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
@@ -1263,14 +1270,15 @@ def _class_steps(blocks, config):
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
             chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"],
-            race_widths=config["race_widths"], race_cost=config["race_cost"], hybrid=config["hybrid"])))
+            race_widths=config["race_widths"], race_cost=config["race_cost"], hybrid=config["hybrid"],
+            cv_members=config["cv_members"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
                  schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None,
-                 race_cost: float = None, hybrid: bool = False):
+                 race_cost: float = None, hybrid: bool = False, cv_members: int = 1):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -1323,6 +1331,9 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             whatever the number of candidates (so updates with more than ``max_candidates`` candidates
             race too), the exact part is exact and the race keeps δ. Works with both schedules
             (``"ragged"`` then races the large arms per arm). Sequential sweep only.
+        cv_members: ``q`` in ``[1, m1]`` (``hybrid=True`` only; default 1): the control variate of a raced
+            arm is the mean factor over the first ``q`` members of its segment (``q`` evaluations per
+            arm, counted) instead of one representative's.
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -1344,7 +1355,7 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
                      visit=visit, schedule=schedule,
                      min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
                      race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size,
-                     race_cost=race_cost, hybrid=hybrid)
+                     race_cost=race_cost, hybrid=hybrid, cv_members=cv_members)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
