@@ -583,7 +583,10 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         slots = jnp.clip(s + ar_w, 0, last_slot)
         n_w = jnp.where(ar_w < nact, state.sizes[state.active[slots]], 0) - (ar_w == col_a).astype(jnp.int32)
         g_w = state.seg_start[slots] - s
-        large_w = (n_w >= m1) & (n_w.astype(jnp.float32) * m1 >= min_arm_draws * K.astype(jnp.float32))
+        # λ (the expected members of an arm in the first batch of the *shared* population) concerns the
+        # padded race only; a per-arm (ragged) race draws m1 members of each large arm whatever K.
+        lam = min_arm_draws if schedule == "padded" else 0.0
+        large_w = (n_w >= m1) & (n_w.astype(jnp.float32) * m1 >= lam * K.astype(jnp.float32))
         num_large = jnp.sum(large_w, dtype=jnp.int32)
         n_small_w = jnp.where(large_w, 0, jnp.maximum(n_w, 0))
         cum_small_w = jnp.cumsum(n_small_w)
