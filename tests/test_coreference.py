@@ -96,12 +96,19 @@ def test_racing_conditional_within_delta_two_widths_and_batched(batch_size):
     _check_racing_conditional("padded", widths=(12,), batch_size=batch_size)
 
 
+@pytest.mark.slow
+def test_hybrid_ragged_conditional_within_delta_of_exact_tv():
+    """The hybrid update on the per-arm engine: the large arms (N_y >= m1 = 10: the clusters of 50, 30
+    and 15) race per arm, the rest summed exactly, ``max_candidates=4`` < the 10 candidates."""
+    _check_racing_conditional("hybrid_ragged", widths=(), batch_size=1)
+
+
 def _check_racing_conditional(schedule, widths, batch_size):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
     extra = dict(schedule=schedule)
-    if schedule == "hybrid":
-        extra = dict(schedule="padded", hybrid=True, max_candidates=4)
+    if schedule.startswith("hybrid"):
+        extra = dict(schedule="ragged" if schedule == "hybrid_ragged" else "padded", hybrid=True, max_candidates=4)
     update = co.conditional_update(blocks, 0, batch_size=batch_size, **{**RACE, "race_widths": widths, **extra})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
@@ -124,6 +131,8 @@ def _check_racing_conditional(schedule, widths, batch_size):
     assert float(np.mean(evals < 119)) > 0.3
     if schedule in ("padded", "hybrid"):  # small arms summed exactly: counted, never fewer
         assert evals.min() >= SMALL_MEMBERS + RACE["first_batch_size"]
+    if schedule == "hybrid_ragged":  # clusters below m1 = 10 summed exactly, m1 of each of the 3 large arms
+        assert evals.min() >= SMALL_MEMBERS - 15 + 3 * RACE["first_batch_size"]
     # negative control: the same draws are far from a wrong conditional (largest cluster halved)
     a_wrong = np.asarray(mentions["a"]).copy()
     a_wrong[first[1]:first[1] + 25] = 0.0
