@@ -582,42 +582,43 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         m1 = first_batch_size
         slots = jnp.clip(s + ar_w, 0, last_slot)
         n_w = jnp.where(ar_w < nact, state.sizes[state.active[slots]], 0) - (ar_w == col_a).astype(jnp.int32)
-        g_w = state.seg_start[slots] - s
         # λ (the expected members of an arm in the first batch of the *shared* population) concerns the
         # padded race only; a per-arm (ragged) race draws m1 members of each large arm whatever K.
         lam = min_arm_draws if schedule == "padded" else 0.0
         large_w = (n_w >= m1) & (n_w.astype(jnp.float32) * m1 >= lam * K.astype(jnp.float32))
         num_large = jnp.sum(large_w, dtype=jnp.int32)
         n_small_w = jnp.where(large_w, 0, jnp.maximum(n_w, 0))
-        cum_small_w = jnp.cumsum(n_small_w)
-        k_small = cum_small_w[-1]
+        k_small = jnp.sum(n_small_w, dtype=jnp.int32)
         k_large = K - k_small
-        noise_w = jax.random.gumbel(k_noise, (W,))
-        ar_l = jnp.arange(DH, dtype=jnp.int32)
-        lc = jnp.zeros((DH,), jnp.int32).at[jnp.where(large_w, jnp.cumsum(large_w) - 1, DH)].set(ar_w, mode="drop")
-        live_l = ar_l < num_large
-        n_l = jnp.where(live_l, n_w[lc], 0)
-        g_l = g_w[lc]
-        cum_l = jnp.cumsum(n_l)
-
-        def small_member(k):
-            c = jnp.minimum(jnp.searchsorted(cum_small_w, k, side="right", method="scan_unrolled").astype(jnp.int32), W - 1)
-            off = k - (cum_small_w[c] - n_small_w[c])
-            off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
-            return mem_w[jnp.clip(g_w[c] + off, 0, W - 1)], c
 
         def make_race(R):
             """The hybrid race at static width ``R`` (``num_large + 1 <= R``)."""
-            ar_r = ar_l[:R]
-            lc_r, n_r, g_r, cum_r, live_r = lc[:R], n_l[:R], g_l[:R], cum_l[:R], live_l[:R]
-
-            def large_member(k):
-                c = jnp.minimum(jnp.sum(cum_r[None, :] <= k[:, None], axis=1, dtype=jnp.int32), R - 1)
-                off = k - (cum_r[c] - n_r[c])
-                off = off + ((lc_r[c] == col_a) & (off >= skip)).astype(jnp.int32)
-                return mem_w[jnp.clip(g_r[c] + off, 0, W - 1)], c
 
             def race_branch(_):
+                # everything below is computed only when the update races (inside the switch branch):
+                # the exact updates of the class pay only the masks above
+                g_w = state.seg_start[slots] - s
+                cum_small_w = jnp.cumsum(n_small_w)
+                noise_w = jax.random.gumbel(k_noise, (W,))
+                ar_r = jnp.arange(R, dtype=jnp.int32)
+                lc_r = jnp.zeros((R,), jnp.int32).at[jnp.where(large_w, jnp.cumsum(large_w) - 1, R)].set(ar_w, mode="drop")
+                live_r = ar_r < num_large
+                n_r = jnp.where(live_r, n_w[lc_r], 0)
+                g_r = g_w[lc_r]
+                cum_r = jnp.cumsum(n_r)
+
+                def small_member(k):
+                    c = jnp.minimum(jnp.searchsorted(cum_small_w, k, side="right", method="scan_unrolled").astype(jnp.int32), W - 1)
+                    off = k - (cum_small_w[c] - n_small_w[c])
+                    off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
+                    return mem_w[jnp.clip(g_w[c] + off, 0, W - 1)], c
+
+                def large_member(k):
+                    c = jnp.minimum(jnp.sum(cum_r[None, :] <= k[:, None], axis=1, dtype=jnp.int32), R - 1)
+                    off = k - (cum_r[c] - n_r[c])
+                    off = off + ((lc_r[c] == col_a) & (off >= skip)).astype(jnp.int32)
+                    return mem_w[jnp.clip(g_r[c] + off, 0, W - 1)], c
+
                 small_sums, bad_small = chunk_sums(factors_at, k_small, small_member, W, min(C, 64))
                 exact_logits = jnp.where((ar_w < ncols) & ~large_w, small_sums, -jnp.inf) + noise_w
                 best_col = jnp.argmax(exact_logits).astype(jnp.int32)
