@@ -22,6 +22,10 @@ over the D candidates (non-empty clusters of the block, plus one empty cluster w
   ``h_y = β f(x_i, r_y)`` per large candidate (``r_y`` one member of ``C_y``; one extra
   evaluation each, counted) makes a member's reward ``β (f - f(x_i, r_y))``, whose spread is
   small when clusters are tight.
+* **Hybrid** (``hybrid=True``): the small arms and the empty cluster of *all* the candidates are
+  summed exactly and only the best of them (with its Gumbel noise) enters the race, as one exact
+  column beside the large arms: the race is ``#large + 1`` columns wide whatever the number of
+  candidates, and the decision is still the Gumbel-max one whenever the race is right.
 
 **Cost of one update.** The state (:class:`CorefState`) keeps, per block, the list of non-empty
 clusters (``active``, swap-free: removal shifts the later entries, a new cluster is appended) and
