@@ -21,8 +21,9 @@ full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine
 (``schedule="padded"``, the default), alternating in one run, for blocks up to ``RAGGED_MAX_BLOCK``.
 ``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints issue 12's wall-clock target rows: one exact
 vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`), Sub with the
-default cost model and with ``race_cost=0`` (racing wherever the rules allow), and the race's fixed cost
-in evaluations calibrated from the latter (the cost model's ``race_cost``).
+default cost model, with ``race_cost=0`` (racing wherever the rules allow) and with ``race_cost=0`` and the
+hybrid update (``hybrid=True``, race widths 4 and K / m1 + 1: small arms summed exactly, only the large arms
+raced; session 11), and the race's fixed cost in evaluations calibrated from each racing row.
 """
 from __future__ import annotations
 
@@ -164,7 +165,8 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
     f1 = co.b_cubed(np.asarray(state.labels), data["truth"]).f1
     info_e = exact(jax.random.key(1), state, jnp.float32(2.0))[1]
     rows = []
-    for label, kw in (("default", {}), ("0", {"race_cost": 0.0})):
+    for label, kw in (("default", {}), ("0", {"race_cost": 0.0}),
+                      ("0, hybrid", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,)})):
         sub, compile_sub = compiled(**kw)
         info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
         load0 = _load()

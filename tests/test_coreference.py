@@ -79,8 +79,11 @@ def _exact_conditional(a, labels, i, block_ids, beta):
     return clusters, p / p.sum()
 
 
-@pytest.mark.parametrize("schedule", ["padded", "ragged"])
+@pytest.mark.parametrize("schedule", ["padded", "ragged", "hybrid"])
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
+    """``"hybrid"``: the small arms and the empty cluster summed exactly, only the best of them racing
+    as one column beside the two large arms, with ``max_candidates=4`` < the 10 candidates (the plain
+    padded race would update this mention exactly)."""
     _check_racing_conditional(schedule, widths=(), batch_size=1)
 
 
@@ -93,11 +96,20 @@ def test_racing_conditional_within_delta_two_widths_and_batched(batch_size):
     _check_racing_conditional("padded", widths=(12,), batch_size=batch_size)
 
 
+@pytest.mark.slow
+def test_hybrid_ragged_conditional_within_delta_of_exact_tv():
+    """The hybrid update on the per-arm engine: the large arms (N_y >= m1 = 10: the clusters of 50, 30
+    and 15) race per arm, the rest summed exactly, ``max_candidates=4`` < the 10 candidates."""
+    _check_racing_conditional("hybrid_ragged", widths=(), batch_size=1)
+
+
 def _check_racing_conditional(schedule, widths, batch_size):
     blocks, state, mentions, first = _ragged_problem()
     beta, delta, n_draws = 2.0, RACE["delta"], 3000
-    update = co.conditional_update(blocks, 0, schedule=schedule, batch_size=batch_size,
-                                   **{**RACE, "race_widths": widths})
+    extra = dict(schedule=schedule)
+    if schedule.startswith("hybrid"):
+        extra = dict(schedule="ragged" if schedule == "hybrid_ragged" else "padded", hybrid=True, max_candidates=4)
+    update = co.conditional_update(blocks, 0, batch_size=batch_size, **{**RACE, "race_widths": widths, **extra})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
@@ -117,8 +129,10 @@ def _check_racing_conditional(schedule, widths, batch_size):
     # the races subsampled: many stopped before the exact update's K = 119 evaluations
     evals = np.asarray(infos.num_evaluations)
     assert float(np.mean(evals < 119)) > 0.3
-    if schedule == "padded":  # small arms summed exactly: counted, never fewer
+    if schedule in ("padded", "hybrid"):  # small arms summed exactly: counted, never fewer
         assert evals.min() >= SMALL_MEMBERS + RACE["first_batch_size"]
+    if schedule == "hybrid_ragged":  # clusters below m1 = 10 summed exactly, m1 of each of the 3 large arms
+        assert evals.min() >= SMALL_MEMBERS - 15 + 3 * RACE["first_batch_size"]
     # negative control: the same draws are far from a wrong conditional (largest cluster halved)
     a_wrong = np.asarray(mentions["a"]).copy()
     a_wrong[first[1]:first[1] + 25] = 0.0
@@ -348,6 +362,14 @@ def test_bad_inputs_raise_value_error():
         co.build_kernel(blocks, first_batch_size=1)
     with pytest.raises(ValueError, match="race_cost"):
         co.build_kernel(blocks, race_cost=-1.0)
+    with pytest.raises(ValueError, match="hybrid"):
+        co.build_kernel(blocks, hybrid=True, batch_size=4)
+    with pytest.raises(ValueError, match="hybrid"):
+        co.build_kernel(blocks, hybrid="yes")
+    with pytest.raises(ValueError, match="cv_members"):
+        co.build_kernel(blocks, hybrid=True, cv_members=0)
+    with pytest.raises(ValueError, match="cv_members"):
+        co.build_kernel(blocks, cv_members=4)
     with pytest.raises(ValueError, match="hash_dim"):  # packed bags must share one hash_dim
         co.packed_similarity({"x": "string", "y": "tokens"}).pack({"x": jnp.ones((3, 4)), "y": jnp.ones((3, 5))})
     with pytest.raises(ValueError, match="blocks"):

@@ -22,6 +22,10 @@ over the D candidates (non-empty clusters of the block, plus one empty cluster w
   ``h_y = β f(x_i, r_y)`` per large candidate (``r_y`` one member of ``C_y``; one extra
   evaluation each, counted) makes a member's reward ``β (f - f(x_i, r_y))``, whose spread is
   small when clusters are tight.
+* **Hybrid** (``hybrid=True``): the small arms and the empty cluster of *all* the candidates are
+  summed exactly and only the best of them (with its Gumbel noise) enters the race, as one exact
+  column beside the large arms: the race is ``#large + 1`` columns wide whatever the number of
+  candidates, and the decision is still the Gumbel-max one whenever the race is right.
 
 **Cost of one update.** The state (:class:`CorefState`) keeps, per block, the list of non-empty
 clusters (``active``, swap-free: removal shifts the later entries, a new cluster is appended) and
@@ -516,7 +520,7 @@ def _move_puts(j, packed, pl, chunk):
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                 control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0,
-                race_widths=(), race_cost: float = 0.0):
+                race_widths=(), race_cost: float = 0.0, hybrid: bool = False, cv_members: int = 1):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -540,6 +544,10 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
     widths = sorted({min(w, D) for w in race_widths} | {D})
     # chunk of the move's loops: a race's move (at most D + 1 non-empty clusters) is one iteration each
     MOVE_CHUNK = min(W, D + 1 if race else 64)
+    # Hybrid update (``hybrid=True``): the race holds the large arms only (at most K / m1 of them) plus
+    # one column for the best exactly summed candidate, whatever the number of candidates.
+    DH = max(2, min(D, n_cap // first_batch_size + 1))
+    widths_h = sorted({max(2, min(w, DH)) for w in race_widths} | {DH})
 
     def chunk_sums(factors_at, count, member_col, num_cols, C=C):
         """Σ β f(x_i, x_j) per column over ``count`` members; ``member_col(k) -> (mentions, columns)``."""
@@ -558,6 +566,148 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         init_c = (jnp.zeros((), jnp.int32), jnp.zeros((num_cols,), jnp.float32), jnp.zeros((), bool))
         _, sums, bad = jax.lax.while_loop(lambda c: c[0] < nchunks, body, init_c)
         return sums, bad
+
+    def hybrid_update(v):
+        """Sum the small arms exactly, race the large ones (one column holds the best exact candidate).
+
+        Over all the block's candidate columns (``W``): an arm is *large* when ``N_y >= m1`` and
+        ``m1 N_y >= λ K``; every other candidate (small clusters and the empty one) is summed exactly
+        and perturbed by its Gumbel noise, and only the best of them enters the race, as one column with
+        no uncertainty. ``argmax`` over {best exact, large arms} is the Gumbel-max decision over all
+        candidates, so the exact part is exact and the race (over the large arms only, width
+        ``#large + 1``) keeps its δ. The noise is the exact update's (``gumbel(k_noise, (W,))``).
+        """
+        state, s, K, a, nact, ncols, col_a, skip, mem_w = (v[k] for k in (
+            "state", "s", "K", "a", "nact", "ncols", "col_a", "skip", "mem_w"))
+        factors_at, column_id, block_members, exact_branch = (v[k] for k in (
+            "factors_at", "column_id", "block_members", "exact_branch"))
+        exact, check, k_noise, k_race = v["exact"], v["check"], v["k_noise"], v["k_race"]
+        last_slot = state.labels.shape[0] - 1
+        m1 = first_batch_size
+        slots = jnp.clip(s + ar_w, 0, last_slot)
+        n_w = jnp.where(ar_w < nact, state.sizes[state.active[slots]], 0) - (ar_w == col_a).astype(jnp.int32)
+        # λ (the expected members of an arm in the first batch of the *shared* population) concerns the
+        # padded race only; a per-arm (ragged) race draws m1 members of each large arm whatever K.
+        lam = min_arm_draws if schedule == "padded" else 0.0
+        large_w = (n_w >= m1) & (n_w.astype(jnp.float32) * m1 >= lam * K.astype(jnp.float32))
+        num_large = jnp.sum(large_w, dtype=jnp.int32)
+        n_small_w = jnp.where(large_w, 0, jnp.maximum(n_w, 0))
+        k_small = jnp.sum(n_small_w, dtype=jnp.int32)
+        k_large = K - k_small
+
+        def make_race(R):
+            """The hybrid race at static width ``R`` (``num_large + 1 <= R``)."""
+
+            def race_branch(_):
+                # everything below is computed only when the update races (inside the switch branch):
+                # the exact updates of the class pay only the masks above
+                g_w = state.seg_start[slots] - s
+                cum_small_w = jnp.cumsum(n_small_w)
+                noise_w = jax.random.gumbel(k_noise, (W,))
+                ar_r = jnp.arange(R, dtype=jnp.int32)
+                lc_r = jnp.zeros((R,), jnp.int32).at[jnp.where(large_w, jnp.cumsum(large_w) - 1, R)].set(ar_w, mode="drop")
+                live_r = ar_r < num_large
+                n_r = jnp.where(live_r, n_w[lc_r], 0)
+                g_r = g_w[lc_r]
+                cum_r = jnp.cumsum(n_r)
+
+                def small_member(k):
+                    c = jnp.minimum(jnp.searchsorted(cum_small_w, k, side="right", method="scan_unrolled").astype(jnp.int32), W - 1)
+                    off = k - (cum_small_w[c] - n_small_w[c])
+                    off = off + ((c == col_a) & (off >= skip)).astype(jnp.int32)
+                    return mem_w[jnp.clip(g_w[c] + off, 0, W - 1)], c
+
+                def large_member(k):
+                    c = jnp.minimum(jnp.sum(cum_r[None, :] <= k[:, None], axis=1, dtype=jnp.int32), R - 1)
+                    off = k - (cum_r[c] - n_r[c])
+                    off = off + ((lc_r[c] == col_a) & (off >= skip)).astype(jnp.int32)
+                    return mem_w[jnp.clip(g_r[c] + off, 0, W - 1)], c
+
+                small_sums, bad_small = chunk_sums(factors_at, k_small, small_member, W, min(C, 64))
+                exact_logits = jnp.where((ar_w < ncols) & ~large_w, small_sums, -jnp.inf) + noise_w
+                best_col = jnp.argmax(exact_logits).astype(jnp.int32)
+                best_val = exact_logits[best_col]
+                # columns: the large arms (compacted), then the best exact candidate, then nothing
+                log_f0 = jnp.where(live_r, noise_w[lc_r], jnp.where(ar_r == num_large, best_val, -jnp.inf))
+                num_cv = jnp.zeros((), jnp.int32)
+                if schedule == "ragged":
+                    def ragged_fn(idx):  # idx [m, R]: the idx-th member of each large arm
+                        off = idx.astype(jnp.int32)
+                        off = off + ((lc_r[None, :] == col_a) & (off >= skip)).astype(jnp.int32)
+                        js = mem_w[jnp.clip(g_r[None, :] + off, 0, W - 1)]
+                        return factors_at(js.reshape(-1)).reshape(js.shape)
+
+                    x, rinfo = race_conditional(k_race, log_f0, ragged_fn, schedule="ragged", num_states=R,
+                                                num_data=n_cap, delta=delta, first_batch_size=m1,
+                                                population_sizes=n_r)
+                    used = rinfo.num_evaluations + k_small
+                else:
+                    N = n_cap
+                    KL = jnp.maximum(k_large, 1)
+                    q_n, r_n = N // KL, N % KL
+
+                    def values(idx):
+                        k = idx.astype(jnp.int32) % KL
+                        c_k = (q_n + (k < r_n).astype(jnp.int32)).astype(jnp.float32)
+                        js, cols = large_member(k)
+                        return js, cols, c_k
+
+                    def log_factor_fn(idx):
+                        js, cols, c_k = values(idx)
+                        f = factors_at(js) / c_k
+                        return jnp.where(cols[:, None] == ar_r[None, :], f[:, None], 0.0)
+
+                    cv = None
+                    if control_variate:
+                        # h_y = mean of f over the first ``cv_members`` members of C_y other than i (< m1 <= N_y)
+                        q = jnp.arange(cv_members, dtype=jnp.int32)
+                        off = q[None, :] + ((lc_r[:, None] == col_a) & (q[None, :] >= skip)).astype(jnp.int32)
+                        reps = mem_w[jnp.clip(g_r[:, None] + off, 0, W - 1)]
+                        h = jnp.mean(factors_at(reps.reshape(-1)).reshape(reps.shape), axis=1)
+                        h = jnp.where(live_r & jnp.isfinite(h), h, 0.0)
+                        num_cv = num_large * cv_members
+                        h_mean = h * n_r.astype(jnp.float32) / N
+
+                        def h_fn(idx):
+                            _, cols, c_k = values(idx)
+                            return jnp.where(cols[:, None] == ar_r[None, :], (h[cols] / c_k)[:, None], 0.0)
+
+                        cv = (h_fn, h_mean)
+                    x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=R,
+                                                num_data=N, delta=delta, first_batch_size=m1, control_variate=cv)
+                    used = rinfo.num_data_used + k_small
+                bad = rinfo.has_nan | bad_small
+                x_col = jnp.where(x < num_large, lc_r[jnp.minimum(x, R - 1)], best_col)
+                new = jnp.where(bad, a, column_id(x_col))
+
+                def do_check(_):
+                    sums, bad_x = chunk_sums(factors_at, K, block_members(), W)
+                    x_exact = jnp.argmax(jnp.where(ar_w < ncols, sums, -jnp.inf) + noise_w)
+                    ok = ~bad & ~bad_x
+                    return (ok & (x_exact != x_col)).astype(jnp.int32), ok.astype(jnp.int32)
+
+                def no_check(_):
+                    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+                if isinstance(check, bool):
+                    errors, checked = (do_check if check else no_check)(None)
+                else:
+                    errors, checked = jax.lax.cond(check, do_check, no_check, None)
+                info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
+                                 jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                return new, info
+
+            return race_branch
+
+        use_race = (k_large >= 2 * m1) & (num_large >= 1)
+        if not isinstance(exact, bool):
+            use_race = use_race & ~exact
+        width = jnp.sum(num_large + 1 > jnp.asarray(widths_h[:-1], jnp.int32), dtype=jnp.int32)
+        if race_cost > 0:
+            use_race = use_race & _race_pays(K, k_small, num_large, race_costs(race_cost, widths_h), width,
+                                             first_batch_size)
+        branches = [exact_branch] + [make_race(w) for w in widths_h]
+        return jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)
 
     def step(pairwise_log_factor, mentions, beta, exact, check, carry, p):
         packed, key = carry
@@ -612,6 +762,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
         if not race or (isinstance(exact, bool) and exact):
             new, info = exact_branch(None)
+        elif hybrid:
+            new, info = hybrid_update(locals())
         else:
             ar_d = jnp.arange(D, dtype=jnp.int32)
             N = n_cap
@@ -1046,7 +1198,7 @@ def _flag(name, value):
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
             min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None,
-            race_cost=None) -> dict:
+            race_cost=None, hybrid=False, cv_members=1) -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -1068,7 +1220,15 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
     if batch_size > 1 and schedule != "padded":
         raise ValueError(f"batch_size > 1 (batched rounds) needs schedule='padded'; got batch_size={batch_size}, "
                          f"schedule={schedule!r}")
-    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, first_batch_size=first_batch_size, race_widths=race_widths,
+    if not isinstance(hybrid, (bool, np.bool_)):
+        raise ValueError(f"hybrid must be a Python bool; got {hybrid!r}")
+    if hybrid and batch_size > 1:
+        raise ValueError(f"hybrid=True needs the sequential sweep (batch_size=1); got batch_size={batch_size}")
+    cv_members = check_int("cv_members", cv_members, low=1, high=first_batch_size)
+    if cv_members > 1 and not hybrid:
+        raise ValueError(f"cv_members > 1 needs hybrid=True; got cv_members={cv_members}")
+    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, hybrid=bool(hybrid),
+                cv_members=cv_members, first_batch_size=first_batch_size, race_widths=race_widths,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
                 control_variate=bool(control_variate), chunk_size=check_int("chunk_size", chunk_size, low=1),
@@ -1118,14 +1278,15 @@ def _class_steps(blocks, config):
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
             chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"],
-            race_widths=config["race_widths"], race_cost=config["race_cost"])))
+            race_widths=config["race_widths"], race_cost=config["race_cost"], hybrid=config["hybrid"],
+            cv_members=config["cv_members"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
                  schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None,
-                 race_cost: float = None):
+                 race_cost: float = None, hybrid: bool = False, cv_members: int = 1):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -1170,6 +1331,17 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             ``K - (k_small + raced arms + 2 m1)``, are at least the race's fixed cost ``F (a + D) / (a + 16)``
             at its width D (:func:`race_costs`; ``F`` in factor evaluations of an exact update, calibrated
             once per factor and machine, docs/coreference.md). ``0`` races wherever the rules above allow.
+        hybrid: ``False`` (default): the race's columns are all the candidates (at most ``max_candidates``;
+            small arms enter it exactly). ``True`` (session 11): every small arm (``N_y < m1`` or
+            ``m1 N_y < λ K``) and the empty cluster are summed exactly over **all** the block's
+            candidates, and only the best of them (Gumbel-perturbed, the exact update's noise) enters the
+            race as one column beside the large arms: the race width is ``#large + 1 <= K / m1 + 1``
+            whatever the number of candidates (so updates with more than ``max_candidates`` candidates
+            race too), the exact part is exact and the race keeps δ. Works with both schedules
+            (``"ragged"`` then races the large arms per arm). Sequential sweep only.
+        cv_members: ``q`` in ``[1, m1]`` (``hybrid=True`` only; default 1): the control variate of a raced
+            arm is the mean factor over the first ``q`` members of its segment (``q`` evaluations per
+            arm, counted) instead of one representative's.
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -1191,7 +1363,7 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
                      visit=visit, schedule=schedule,
                      min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
                      race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size,
-                     race_cost=race_cost)
+                     race_cost=race_cost, hybrid=hybrid, cv_members=cv_members)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
