@@ -40,7 +40,7 @@ import numpy as np
 import optax
 
 from experiments._common import Report, progress, savefig
-from jaxsub import compress, datasets
+from jaxsub import compress, datasets, racing_mh
 
 TITLE = "Compressed posteriors by clustering: Song (2021) Table 3 (MNIST, cadata, flights stand-in for covtype)"
 
@@ -69,45 +69,19 @@ PRIOR_SD = 1.0
 #: earlier HMC did not mix on the flights and mortgages models (docs/compress.md, session 10).
 LAPLACE_MAX_PARAMS = 500
 
-#: Newton steps of the Laplace fit (damped by step halving; float32 gradient and Hessian).
-LAPLACE_STEPS = 25
+#: L-BFGS steps of the Laplace fit (``jaxsub.racing_mh.laplace_fit``, the library's one MAP/Laplace
+#: helper). 400 reach the damped-Newton mode used before within 0.001 posterior sd on flights (294,611 rows;
+#: 100 stop 6 sd short), cadata and mortgages (session 11 check, /tmp/lapcmp.py).
+LAPLACE_STEPS = 400
 
 
-def _laplace(logprior, loglik, unravel, flat0, data):
-    """Mode and covariance (float64 NumPy) of the exact posterior: damped Newton on the flat
-    parameters with the float32 gradient and Hessian of the log-density (jax.hessian), the data
-    passed as an argument. The fit only preconditions and starts the chains (the reference stays
-    the exact chain), so float32 accuracy is plenty."""
+def _laplace(logprior, loglik, init, data):
+    """Mode (flat, float64) and Cholesky factor of the covariance of the exact posterior's Laplace
+    fit. The fit only preconditions and starts the chains (the reference stays the exact chain)."""
+    fit = racing_mh.laplace_fit(logprior, loglik, data, init, num_steps=LAPLACE_STEPS)
+    mode = np.asarray(jax.flatten_util.ravel_pytree(fit.position)[0], np.float64)
+    return mode, np.asarray(fit.cov_cholesky, np.float64)
 
-    def neg(v, data):
-        return -compress.logdensity(logprior, loglik, data)(unravel(v))
-
-    vg = jax.jit(jax.value_and_grad(neg))
-    hess = jax.jit(jax.hessian(neg))
-    v = np.asarray(flat0, np.float64)
-    f, g = vg(jnp.asarray(v, jnp.float32), data)
-    for _ in range(LAPLACE_STEPS):
-        h = np.asarray(hess(jnp.asarray(v, jnp.float32), data), np.float64)
-        h = 0.5 * (h + h.T)
-        step = np.linalg.solve(h, np.asarray(g, np.float64))
-        t = 1.0
-        for _ in range(20):  # halve the step until the negative log-density does not increase
-            f_new, g_new = vg(jnp.asarray(v - t * step, jnp.float32), data)
-            if float(f_new) <= float(f) + 1e-6 * abs(float(f)):
-                break
-            t *= 0.5
-        v = v - t * step
-        f, g = f_new, g_new
-        if t * np.abs(step).max() < 1e-5:
-            break
-    h = np.asarray(hess(jnp.asarray(v, jnp.float32), data), np.float64)
-    cov = np.linalg.inv(0.5 * (h + h.T))
-    cov = 0.5 * (cov + cov.T)
-    w = np.linalg.eigvalsh(cov)
-    if w.min() <= 1e-12 * w.max():  # float32 round-off made it indefinite: floor the spectrum
-        val, vec = np.linalg.eigh(cov)
-        cov = (vec * np.maximum(val, 1e-12 * val.max())) @ vec.T
-    return v, cov
 
 #: Trials per setting in full mode (the paper averages 5); quick mode runs one.
 TRIALS = 5
@@ -205,23 +179,10 @@ def _linear(num_features, noise_sd, y_scale):
 
 
 def _ess_min(flat):
-    """Smallest effective sample size over the columns of one chain's draws ``[S, P]`` (NumPy:
-    Geyer's initial monotone sequence estimator on FFT autocorrelations; blackjax's eager version
-    compiles for every new shape, seconds per call)."""
-    s = flat.shape[0]
-    xc = flat - flat.mean(axis=0)
-    n = 1 << int(np.ceil(np.log2(2 * s)))
-    f = np.fft.rfft(xc, n=n, axis=0)
-    acov = np.fft.irfft(f * np.conj(f), n=n, axis=0)[:s]
-    var = acov[0]
-    live = var > 0
-    rho = acov[:, live] / var[live]
-    m = s // 2
-    pairs = rho[0 : 2 * m : 2] + rho[1 : 2 * m : 2]  # Gamma_k = rho_2k + rho_2k+1
-    keep = np.cumprod(pairs > 0, axis=0).astype(bool)  # up to the first non-positive pair
-    pairs = np.minimum.accumulate(np.where(keep, pairs, np.inf), axis=0)  # monotone
-    tau = -1.0 + 2.0 * np.sum(np.where(keep, pairs, 0.0), axis=0)
-    return float(np.min(s / np.maximum(tau, 1.0 / np.log10(s)))) if live.any() else float("nan")
+    """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
+    (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses)."""
+    ess = np.asarray(blackjax.diagnostics.effective_sample_size(jnp.asarray(flat, jnp.float32)[None]), np.float64)
+    return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
 
 def _flat(samples):
@@ -365,9 +326,8 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     use_nuts = choice == "nuts" or (choice == "auto" and num_params <= LAPLACE_MAX_PARAMS)
     if shared is None:
         t0 = time.perf_counter()
-        if use_nuts:  # Laplace fit: mode and covariance of the exact posterior (Newton, float32 Hessian)
-            lap_mean, lap_cov = _laplace(logprior, loglik, unravel, flat0, data)
-            chol = np.linalg.cholesky(lap_cov)
+        if use_nuts:  # Laplace fit of the exact posterior (L-BFGS mode, Hessian)
+            lap_mean, chol = _laplace(logprior, loglik, init, data)
         else:
             lap_mean, chol = np.asarray(flat0, np.float64), None
         laplace_s = time.perf_counter() - t0
