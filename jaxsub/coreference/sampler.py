@@ -567,6 +567,26 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
         _, sums, bad = jax.lax.while_loop(lambda c: c[0] < nchunks, body, init_c)
         return sums, bad
 
+    def checked_info(check, bad, used, x_col, num_cols, ncols, noise, factors_at, K, block_members):
+        """``SweepInfo`` of a raced update; with ``check`` (static or traced) the exact Gumbel-max
+        decision under the same noise (all ``K`` members summed) is compared with ``x_col``."""
+
+        def do_check(_):
+            sums, bad_x = chunk_sums(factors_at, K, block_members(), num_cols)
+            x_exact = jnp.argmax(jnp.where(jnp.arange(num_cols) < ncols, sums, -jnp.inf) + noise)
+            ok = ~bad & ~bad_x
+            return (ok & (x_exact != x_col)).astype(jnp.int32), ok.astype(jnp.int32)
+
+        def no_check(_):
+            return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+        if isinstance(check, bool):
+            errors, checked = (do_check if check else no_check)(None)
+        else:
+            errors, checked = jax.lax.cond(check, do_check, no_check, None)
+        return SweepInfo(used.astype(jnp.int32), jnp.ones((), jnp.int32), jnp.zeros((), jnp.int32),
+                         bad.astype(jnp.int32), errors, checked)
+
     def hybrid_update(v):
         """Sum the small arms exactly, race the large ones (one column holds the best exact candidate).
 
@@ -680,21 +700,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                 x_col = jnp.where(x < num_large, lc_r[jnp.minimum(x, R - 1)], best_col)
                 new = jnp.where(bad, a, column_id(x_col))
 
-                def do_check(_):
-                    sums, bad_x = chunk_sums(factors_at, K, block_members(), W)
-                    x_exact = jnp.argmax(jnp.where(ar_w < ncols, sums, -jnp.inf) + noise_w)
-                    ok = ~bad & ~bad_x
-                    return (ok & (x_exact != x_col)).astype(jnp.int32), ok.astype(jnp.int32)
-
-                def no_check(_):
-                    return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
-
-                if isinstance(check, bool):
-                    errors, checked = (do_check if check else no_check)(None)
-                else:
-                    errors, checked = jax.lax.cond(check, do_check, no_check, None)
-                info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
-                                 jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                info = checked_info(check, bad, used + num_cv, x_col, W, ncols, noise_w, factors_at, K, block_members)
                 return new, info
 
             return race_branch
@@ -863,21 +869,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     bad = rinfo.has_nan | bad_small
                     new = jnp.where(bad, a, column_id(x))
 
-                    def do_check(_):
-                        sums, bad_x = chunk_sums(factors_at, K, block_members(), D)
-                        x_exact = jnp.argmax(jnp.where(ar_d < ncols, sums, -jnp.inf) + noise)
-                        ok = ~bad & ~bad_x
-                        return (ok & (x_exact != x)).astype(jnp.int32), ok.astype(jnp.int32)
-
-                    def no_check(_):
-                        return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
-
-                    if isinstance(check, bool):
-                        errors, checked = (do_check if check else no_check)(None)
-                    else:
-                        errors, checked = jax.lax.cond(check, do_check, no_check, None)
-                    info = SweepInfo((used + num_cv).astype(jnp.int32), jnp.ones((), jnp.int32),
-                                     jnp.zeros((), jnp.int32), bad.astype(jnp.int32), errors, checked)
+                    info = checked_info(check, bad, used + num_cv, x, D, ncols, noise, factors_at, K, block_members)
                     return new, info
 
                 return race_branch
