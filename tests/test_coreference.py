@@ -79,11 +79,12 @@ def _exact_conditional(a, labels, i, block_ids, beta):
     return clusters, p / p.sum()
 
 
-@pytest.mark.parametrize("schedule", ["padded", "ragged", "hybrid"])
+@pytest.mark.parametrize("schedule", ["padded", "ragged", "hybrid", "hybrid_fixed"])
 def test_racing_conditional_within_delta_of_exact_tv(schedule):
     """``"hybrid"``: the small arms and the empty cluster summed exactly, only the best of them racing
     as one column beside the two large arms, with ``max_candidates=4`` < the 10 candidates (the plain
-    padded race would update this mention exactly)."""
+    padded race would update this mention exactly). ``"hybrid_fixed"``: the same with the engine's
+    single-test schedule (``race_schedule="fixed"``: one test after m1 = 10 draws, then all N = 128)."""
     _check_racing_conditional(schedule, widths=(), batch_size=1)
 
 
@@ -109,6 +110,8 @@ def _check_racing_conditional(schedule, widths, batch_size):
     extra = dict(schedule=schedule)
     if schedule.startswith("hybrid"):
         extra = dict(schedule="ragged" if schedule == "hybrid_ragged" else "padded", hybrid=True, max_candidates=4)
+        if schedule == "hybrid_fixed":
+            extra["race_schedule"] = "fixed"
     update = co.conditional_update(blocks, 0, batch_size=batch_size, **{**RACE, "race_widths": widths, **extra})
     draw = jax.jit(jax.vmap(lambda k: update(k, state, _factor, mentions, beta, check_decisions=True)))
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
@@ -129,7 +132,7 @@ def _check_racing_conditional(schedule, widths, batch_size):
     # the races subsampled: many stopped before the exact update's K = 119 evaluations
     evals = np.asarray(infos.num_evaluations)
     assert float(np.mean(evals < 119)) > 0.3
-    if schedule in ("padded", "hybrid"):  # small arms summed exactly: counted, never fewer
+    if schedule in ("padded", "hybrid", "hybrid_fixed"):  # small arms summed exactly: counted, never fewer
         assert evals.min() >= SMALL_MEMBERS + RACE["first_batch_size"]
     if schedule == "hybrid_ragged":  # clusters below m1 = 10 summed exactly, m1 of each of the 3 large arms
         assert evals.min() >= SMALL_MEMBERS - 15 + 3 * RACE["first_batch_size"]
@@ -370,6 +373,10 @@ def test_bad_inputs_raise_value_error():
         co.build_kernel(blocks, hybrid=True, cv_members=0)
     with pytest.raises(ValueError, match="cv_members"):
         co.build_kernel(blocks, cv_members=4)
+    with pytest.raises(ValueError, match="race_schedule"):
+        co.build_kernel(blocks, race_schedule="halving")
+    with pytest.raises(ValueError, match="race_schedule"):
+        co.build_kernel(blocks, race_schedule="fixed", schedule="ragged")
     with pytest.raises(ValueError, match="hash_dim"):  # packed bags must share one hash_dim
         co.packed_similarity({"x": "string", "y": "tokens"}).pack({"x": jnp.ones((3, 4)), "y": jnp.ones((3, 5))})
     with pytest.raises(ValueError, match="blocks"):

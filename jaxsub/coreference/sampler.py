@@ -210,6 +210,10 @@ DEFAULT_RACE_WIDTHS = (16,)
 #: compile 2-3x longer (docs/coreference.md §5).
 DEFAULT_BATCH_SIZE = 1
 
+#: The padded race's stage schedules (``race_schedule`` of :func:`build_kernel`): the engine's doubling
+#: schedule (Alg. 1, default) or its single-test ``"fixed"`` schedule (docs/coreference.md, session 12).
+RACE_SCHEDULES = ("doubling", "fixed")
+
 #: Default ``race_cost`` F of :func:`build_kernel` (factor evaluations; see :func:`race_costs`), calibrated
 #: once on CPU with :func:`~jaxsub.coreference.packed_similarity` on author mentions (the largest block of
 #: M = 20,000, 128 updates: a race's CPU time beyond its own evaluations = 1,000-1,350 evaluations of
@@ -312,7 +316,8 @@ def mention_classes(blocks: Blocks, small_cap: int = 64):
 
 # --------------------------------------------------------------------------- the adapter
 def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_states: int, num_data: int, delta: float,
-                     first_batch_size: int, log_factor_states_fn=None, control_variate=None, population_sizes=None):
+                     first_batch_size: int, log_factor_states_fn=None, control_variate=None, population_sizes=None,
+                     race_schedule: str = "doubling"):
     """The one call into the racing engine of :mod:`jaxsub.discrete`.
 
     Draws ``argmax_y log_f0[y] + S_y`` by Racing-Normal; ``log_f0`` already carries the Gumbel noise
@@ -329,6 +334,9 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
     * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
       over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
       ``num_data`` = the static bound on every population.
+    * ``race_schedule`` (padded only): the engine's stage schedule, ``"doubling"`` (Alg. 1) or
+      ``"fixed"`` (one elimination test after ``first_batch_size`` draws with the one-stage quantile,
+      then the surviving arms on the rest of the ``num_data`` indices; no doubling loops).
 
     Returns:
         ``(x, RacingInfo)``.
@@ -342,7 +350,7 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
     sample = racing(
         log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound="normal",
         variance="marginal", control_variate=control_variate, gumbel_noise=False,
-        log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None,
+        log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None, schedule=race_schedule,
         # The padded population (a cluster's few rewards among zeros) is skewed by design, so the
         # engine's default skew guard stops no race early here (every race reads all N); the
         # figures in docs/coreference.md were measured with the paper's rule (guard off), which
@@ -520,7 +528,8 @@ def _move_puts(j, packed, pl, chunk):
 
 def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                 control_variate: bool, chunk_size: int, schedule: str = "padded", min_arm_draws: float = 0.0,
-                race_widths=(), race_cost: float = 0.0, hybrid: bool = False, cv_members: int = 1):
+                race_widths=(), race_cost: float = 0.0, hybrid: bool = False, cv_members: int = 1,
+                race_schedule: str = "doubling"):
     """One Gibbs update of the mention at a sorted position of a class with ``K <= n_cap``.
 
     Returns ``step(pairwise_log_factor, mentions, beta, exact, check, (state, key), p)``; ``exact`` and
@@ -694,7 +703,8 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
 
                         cv = (h_fn, h_mean)
                     x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=R,
-                                                num_data=N, delta=delta, first_batch_size=m1, control_variate=cv)
+                                                num_data=N, delta=delta, first_batch_size=m1, control_variate=cv,
+                                                race_schedule=race_schedule)
                     used = rinfo.num_data_used + k_small
                 bad = rinfo.has_nan | bad_small
                 x_col = jnp.where(x < num_large, lc_r[jnp.minimum(x, R - 1)], best_col)
@@ -864,7 +874,7 @@ def _class_step(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float,
                     else:
                         x, rinfo = race_conditional(k_race, log_f0, log_factor_fn, schedule="padded", num_states=D,
                                                     num_data=N, delta=delta, first_batch_size=first_batch_size,
-                                                    control_variate=cv)
+                                                    control_variate=cv, race_schedule=race_schedule)
                         used = rinfo.num_data_used + k_small
                     bad = rinfo.has_nan | bad_small
                     new = jnp.where(bad, a, column_id(x))
@@ -921,7 +931,7 @@ def class_lanes(blocks: Blocks, positions, batch_size: int) -> np.ndarray:
 
 def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float, first_batch_size: int,
                  control_variate: bool, chunk_size: int, min_arm_draws: float = 0.0, race_widths=(),
-                 race_cost: float = 0.0):
+                 race_cost: float = 0.0, race_schedule: str = "doubling"):
     """One *round*: the updates of ``B`` mentions of ``B`` different blocks of a class, decided together.
 
     Mentions of different blocks have disjoint candidate clusters and factors, so their Gibbs updates
@@ -1115,7 +1125,7 @@ def _class_round(blocks_dev, n_cap: int, *, race: bool, d_cap: int, delta: float
                 sampler = racing_batch(
                     log_factor_fn, Dw, N, delta=delta, first_batch_size=m1, bound="normal", variance="marginal",
                     control_variate=cv, gumbel_noise=False, exact_pass_cost=None,
-                    skew_guard=None)
+                    skew_guard=None, schedule=race_schedule)
                 mine = use_race & (width == wi)
                 noise = jax.vmap(lambda k, Dw=Dw: jax.random.gumbel(k, (Dw,)))(k_noise)
                 live = jnp.where(ar[None, :] < ncols[:, None], sums[:, :Dw], -jnp.inf) + noise
@@ -1190,7 +1200,7 @@ def _flag(name, value):
 def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_race_size=128,
             control_variate=True, chunk_size=256, visit=None, schedule="padded",
             min_arm_draws=DEFAULT_MIN_ARM_DRAWS, race_widths=DEFAULT_RACE_WIDTHS, batch_size=None,
-            race_cost=None, hybrid=False, cv_members=1) -> dict:
+            race_cost=None, hybrid=False, cv_members=1, race_schedule="doubling") -> dict:
     """Validate the static configuration of a sweep (see :func:`build_kernel`)."""
     if not isinstance(blocks, Blocks):
         raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
@@ -1217,9 +1227,14 @@ def _config(blocks, *, delta=0.05, first_batch_size=50, max_candidates=128, min_
     if hybrid and batch_size > 1:
         raise ValueError(f"hybrid=True needs the sequential sweep (batch_size=1); got batch_size={batch_size}")
     cv_members = check_int("cv_members", cv_members, low=1, high=first_batch_size)
+    race_schedule = check_choice("race_schedule", race_schedule, RACE_SCHEDULES)
+    if race_schedule != "doubling" and schedule != "padded":
+        raise ValueError(f"race_schedule={race_schedule!r} needs schedule='padded' (racing_ragged has per-arm "
+                         f"doubling schedules only); got schedule={schedule!r}")
     if cv_members > 1 and not hybrid:
         raise ValueError(f"cv_members > 1 needs hybrid=True; got cv_members={cv_members}")
-    return dict(visit=visit, schedule=schedule, delta=delta, batch_size=batch_size, hybrid=bool(hybrid),
+    return dict(visit=visit, schedule=schedule, race_schedule=race_schedule, delta=delta, batch_size=batch_size,
+                hybrid=bool(hybrid),
                 cv_members=cv_members, first_batch_size=first_batch_size, race_widths=race_widths,
                 max_candidates=check_int("max_candidates", max_candidates, low=2),
                 min_race_size=check_int("min_race_size", min_race_size, low=max(2 * first_batch_size, 4)),
@@ -1264,21 +1279,23 @@ def _class_steps(blocks, config):
                 blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
                 first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
                 chunk_size=config["chunk_size"], min_arm_draws=config["min_arm_draws"],
-                race_widths=config["race_widths"], race_cost=config["race_cost"])))
+                race_widths=config["race_widths"], race_cost=config["race_cost"],
+                race_schedule=config["race_schedule"])))
             continue
         out.append((n_cap, positions, _class_step(
             blocks_dev, n_cap, race=race, d_cap=min(config["max_candidates"], n_cap + 1), delta=config["delta"],
             first_batch_size=config["first_batch_size"], control_variate=config["control_variate"],
             chunk_size=config["chunk_size"], schedule=config["schedule"], min_arm_draws=config["min_arm_draws"],
             race_widths=config["race_widths"], race_cost=config["race_cost"], hybrid=config["hybrid"],
-            cv_members=config["cv_members"])))
+            cv_members=config["cv_members"], race_schedule=config["race_schedule"])))
     return out
 
 
 def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int = 50, max_candidates: int = 128,
                  min_race_size: int = 128, control_variate: bool = True, chunk_size: int = 256, visit=None,
                  schedule: str = "padded", min_arm_draws: float = None, race_widths=None, batch_size: int = None,
-                 race_cost: float = None, hybrid: bool = False, cv_members: int = 1):
+                 race_cost: float = None, hybrid: bool = False, cv_members: int = 1,
+                 race_schedule: str = "doubling"):
     """Build one Gibbs sweep over all mentions (or over the mentions in ``visit``).
 
     Only the structure is fixed here (the blocks, hence the classes of block sizes and the
@@ -1334,6 +1351,12 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
         cv_members: ``q`` in ``[1, m1]`` (``hybrid=True`` only; default 1): the control variate of a raced
             arm is the mean factor over the first ``q`` members of its segment (``q`` evaluations per
             arm, counted) instead of one representative's.
+        race_schedule: the padded race's stage schedule (static; ``schedule="padded"`` only):
+            ``"doubling"`` (default, Alg. 1: tests after ``m1, 2 m1, 4 m1, ...`` draws) or ``"fixed"``
+            (session 12: the engine's small-population schedule, one elimination test after ``m1`` draws
+            with the one-stage quantile ``Φ⁻¹(1 - δ / D)`` (marginal variances; union bound over the
+            arms), then the surviving arms on all ``N`` indices; compiled without the doubling loops).
+            Both keep the race's δ under the Normal assumption (docs/coreference.md, session 12).
 
     Returns:
         ``kernel(rng_key, state, pairwise_log_factor, mentions, temperature=1.0, exact=False,
@@ -1355,7 +1378,7 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
                      visit=visit, schedule=schedule,
                      min_arm_draws=DEFAULT_MIN_ARM_DRAWS if min_arm_draws is None else min_arm_draws,
                      race_widths=DEFAULT_RACE_WIDTHS if race_widths is None else race_widths, batch_size=batch_size,
-                     race_cost=race_cost, hybrid=hybrid, cv_members=cv_members)
+                     race_cost=race_cost, hybrid=hybrid, cv_members=cv_members, race_schedule=race_schedule)
     steps = [(jnp.asarray(positions), step) for _, positions, step in _class_steps(blocks, config)]
     m = blocks.num_mentions
 
