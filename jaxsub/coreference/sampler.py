@@ -453,7 +453,9 @@ def _move_plan(packed, i, a, b, s, n, chunk, do=True, carry=None):
     count = jnp.where(do, jnp.abs(qb - qa) - 1, 0)
     n_shift = jnp.where(emptied, tail - qa + 1, 0)
     n1 = (count + chunk - 1) // chunk
-    n_total = jnp.maximum(n1 + (n_shift + chunk - 1) // chunk, 1)
+    # a mention that stays (``do`` false: most updates near convergence) writes nothing: no chunk at all
+    # (one masked chunk of ``chunk`` slots cost ~20 µs per update in blocks of 1,024, session 12)
+    n_total = jnp.where(do, jnp.maximum(n1 + (n_shift + chunk - 1) // chunk, 1), 0)
     start_b = jnp.where(fwd, seg_b - 1, seg_b)
     swap = do & (mp != edge)
     b_shifted = emptied & (qb > qa)
