@@ -23,7 +23,8 @@ full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine
 vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`), Sub with the
 default cost model, with ``race_cost=0`` (racing wherever the rules allow) and with ``race_cost=0`` and the
 hybrid update (``hybrid=True``, race widths 4 and K / m1 + 1: small arms summed exactly, only the large arms
-raced; session 11), and the race's fixed cost in evaluations calibrated from each racing row.
+raced; session 11), the same with the engine's single-test schedule (``race_schedule="fixed"``, session 12),
+and the race's fixed cost in evaluations calibrated from each racing row.
 """
 from __future__ import annotations
 
@@ -166,7 +167,9 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
     info_e = exact(jax.random.key(1), state, jnp.float32(2.0))[1]
     rows = []
     for label, kw in (("default", {}), ("0", {"race_cost": 0.0}),
-                      ("0, hybrid", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,)})):
+                      ("0, hybrid", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,)}),
+                      ("0, hybrid, fixed", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,),
+                                            "race_schedule": "fixed"})):
         sub, compile_sub = compiled(**kw)
         info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
         load0 = _load()
