@@ -281,6 +281,7 @@ def test_cost_model_updates_exactly_where_a_race_cannot_pay():
     # the rule at its boundary: mention 0 of block 0 (K = 119, small arms of 39 members, 2 raced arms,
     # m1 = 10) is expected to save 119 - (39 + 2 + 40) = 38 evaluations; at width 16 the cost is F itself
     assert co.sampler.race_costs(38.0, (16, 70)) == (38.0, 38.0 * (38 + 70) / (38 + 16))
+    assert co.sampler.race_costs(38.0, (2, 4)) == (38.0, 38.0)  # narrower races are not cheaper (session 12)
     pays = functools.partial(co.sampler._race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0,
                              first_batch_size=10)
     assert bool(pays(co.sampler.race_costs(38.0, (16,)))) and not bool(pays(co.sampler.race_costs(38.5, (16,))))

@@ -227,14 +227,16 @@ _WIDTH_COST_OFFSET = 38.0
 
 
 def race_costs(race_cost: float, widths) -> tuple:
-    """Fixed cost of a race at each static width, in factor evaluations: ``race_cost (a + D) / (a + 16)``.
+    """Fixed cost of a race at each static width, in factor evaluations: ``race_cost (a + max(D, 16)) / (a + 16)``.
 
     ``race_cost`` is the fixed cost of a race of width 16 beyond its evaluations, in units of one factor
     evaluation inside an exact update (calibrated once per factor and machine: the time of a race minus
     its evaluations, divided by the exact update's time per evaluation); wider races cost more in
-    proportion to the engine's measured ``a + D``.
+    proportion to the engine's measured ``a + D``. Narrower races are *not* cheaper (session 12: the
+    hybrid's width-2–4 races cost 630–660 evaluations beyond their own at M = 20,000, the width-16
+    race 570–600; most of a race's fixed cost is the update around the engine, docs/coreference.md).
     """
-    return tuple(float(race_cost) * (_WIDTH_COST_OFFSET + w) / (_WIDTH_COST_OFFSET + 16) for w in widths)
+    return tuple(float(race_cost) * (_WIDTH_COST_OFFSET + max(w, 16)) / (_WIDTH_COST_OFFSET + 16) for w in widths)
 
 
 def _race_pays(K, k_small, num_large, costs, width, first_batch_size: int):
@@ -1339,8 +1341,8 @@ def build_kernel(blocks: Blocks, *, delta: float = 0.05, first_batch_size: int =
             (docs/coreference.md §5).
         race_cost: ``F >= 0`` (default :data:`DEFAULT_RACE_COST`), the cost model deciding race vs exact per
             update: an update that could race races only when the evaluations it is expected to save,
-            ``K - (k_small + raced arms + 2 m1)``, are at least the race's fixed cost ``F (a + D) / (a + 16)``
-            at its width D (:func:`race_costs`; ``F`` in factor evaluations of an exact update, calibrated
+            ``K - (k_small + raced arms + 4 m1)``, are at least the race's fixed cost
+            ``F (a + max(D, 16)) / (a + 16)`` at its width D (:func:`race_costs`; ``F`` in factor evaluations of an exact update, calibrated
             once per factor and machine, docs/coreference.md). ``0`` races wherever the rules above allow.
         hybrid: ``False`` (default): the race's columns are all the candidates (at most ``max_candidates``;
             small arms enter it exactly). ``True`` (session 11): every small arm (``N_y < m1`` or
