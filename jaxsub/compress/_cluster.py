@@ -90,7 +90,6 @@ nearest neighbor searching in fixed dimensions. J. ACM 45 (1998).
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -348,21 +347,11 @@ def _make_search(x: np.ndarray, method: str, search: dict, rng: np.random.Genera
                    basis if wide else None)
 
 
-#: Per-thread state: the host threads of a sharded :func:`cluster` call run under one BLAS limit
-#: set by the calling thread (threadpoolctl's limits are process-wide; nested limits entered and
-#: left by two threads at once could restore the wrong one).
-_LOCAL = threading.local()
-
-
 def _one_blas_thread():
     """Context limiting BLAS/LAPACK to one thread (``threadpoolctl``, an optional dependency; without
     it, nothing). For the small factorisations of :func:`_make_search` (``[1024, 72]`` QRs, a
     ``[72, 784]`` SVD): 0.016 s on one thread, but 3 s when OpenBLAS's threads spin on cores
     shared with other jobs (docs/compress.md, session 9)."""
-    if getattr(_LOCAL, "blas_limited", False):
-        import contextlib
-
-        return contextlib.nullcontext()
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn and most stacks
@@ -1220,123 +1209,6 @@ def _repair(x: np.ndarray, labels: np.ndarray, delta: float):
         num += movers.size
 
 
-# ----------------------------------------------------------------------------- shards inside one call
-
-#: Host threads inside one :func:`cluster` call (contiguous shards of rows, each clustered on its
-#: own thread, then :func:`_merge_shards`); 1: no sharding. Sets of fewer than ``_SHARD_MIN_ROWS``
-#: rows per shard stay on one thread. ``_MERGE``: run the merge pass. (Session 12 prototype.)
-_SHARDS = 1
-_SHARD_MIN_ROWS = 2048
-_MERGE = True
-#: Candidate clusters per merging cluster, and rounds of the merge pass.
-_MERGE_CANDIDATES = 4
-_MERGE_ROUNDS = 8
-
-
-def _shard_worker(x, delta, method, search, seed, rule):
-    _LOCAL.blas_limited = True
-    try:
-        labels = _stream_labels(x, delta, method, search, np.random.default_rng(seed), rule=rule)
-        return _repair(x, labels, delta)
-    finally:
-        _LOCAL.blas_limited = False
-
-
-def _sharded_labels(x: np.ndarray, delta: float, method: str, search: dict, seed: int, rule: str, shards: int):
-    """Labels of ``x`` clustered as ``shards`` contiguous shards on as many host threads (each
-    shard's clusters have exact radius ``<= delta``, so their union does), then the merge pass."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    bounds = np.linspace(0, x.shape[0], shards + 1).astype(np.int64)
-    parts = [x[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    with _one_blas_thread(), ThreadPoolExecutor(shards) as pool:
-        res = list(pool.map(lambda p: _shard_worker(p, delta, method, search, seed, rule), parts))
-    offsets = np.cumsum([0] + [r[2].size for r in res])
-    labels = np.concatenate([r[0] + o for r, o in zip(res, offsets[:-1])])
-    if not _MERGE:
-        return labels
-    centroids = np.concatenate([r[1] for r in res])
-    counts = np.concatenate([r[2] for r in res]).astype(np.int64)
-    radii = np.concatenate([r[3] for r in res])
-    remap = np.arange(counts.size)
-    srch = _make_search(centroids, method, search, np.random.default_rng(seed))
-    for s in range(1, shards):
-        _merge_shards(x, labels, remap, centroids, counts, radii, int(offsets[s]), int(offsets[s + 1]), delta, srch)
-    return remap[labels]
-
-
-def _merge_shards(x, labels, remap, centroids, counts, radii, first, end, delta, srch: _Search) -> None:
-    """Merge pass (in place): clusters ``first..end-1`` (one shard) join a cluster ``< first`` (the
-    earlier shards, merges included) when the exact radius of the union stays ``<= delta``.
-
-    Candidates: the ``_MERGE_CANDIDATES`` clusters of smallest search-space distance within ``2
-    delta`` (a necessary condition: both centroids lie within ``delta`` of the merged one), nearest
-    true distance first. Rounds: every unmerged cluster proposes to its next candidate; a target
-    takes its nearest proposal; the O(d) bound ``max(r_a + |c_a - m|, r_b + |c_b - m|)`` accepts,
-    else the exact float64 radius of the union over its members decides. ``remap`` maps a cluster
-    id to the id it merged into; ``centroids``, ``counts``, ``radii`` are updated (exact stats)."""
-    from scipy.spatial import cKDTree
-
-    if first == 0 or end == first:
-        return
-    b = np.arange(first, end)
-    k = min(_MERGE_CANDIDATES, first)
-    reach = 2.0 * delta * (1.0 + 1e-9)
-    _, idx = cKDTree(srch.coords(centroids[:first])).query(srch.coords(centroids[b]), k=k, distance_upper_bound=reach)
-    idx = idx.reshape(b.size, k)
-    valid = idx < first
-    cand = np.where(valid, idx, 0)
-    td = np.full(idx.shape, np.inf)
-    vi, vj = np.nonzero(valid)
-    diff = centroids[idx[vi, vj]] - centroids[b[vi]]
-    td[vi, vj] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    order = np.argsort(td, axis=1, kind="stable")
-    td = np.take_along_axis(td, order, axis=1)
-    cand = np.where(td <= reach, np.take_along_axis(cand, order, axis=1), -1)
-    ptr = np.zeros(b.size, np.int64)
-    alive = cand[:, 0] >= 0
-    limit = delta * (1.0 - 1e-9)
-    for _ in range(_MERGE_ROUNDS):
-        bi = np.flatnonzero(alive)
-        if bi.size == 0:
-            break
-        pa = cand[bi, ptr[bi]]
-        d_ab = centroids[pa] - centroids[b[bi]]
-        dd = np.sqrt(np.einsum("ij,ij->i", d_ab, d_ab))
-        o = np.lexsort((dd, pa))
-        win = o[np.r_[True, pa[o][1:] != pa[o][:-1]]]  # each target takes its nearest proposal
-        bi, pa, dd = bi[win], pa[win], dd[win]
-        ptr[bi] += 1
-        bj = b[bi]
-        na, nb = counts[pa].astype(np.float64), counts[bj].astype(np.float64)
-        tot = na + nb
-        m = (na[:, None] * centroids[pa] + nb[:, None] * centroids[bj]) / tot[:, None]
-        rad = np.maximum(radii[pa] + dd * nb / tot, radii[bj] + dd * na / tot)
-        ok = rad <= limit
-        check = np.flatnonzero(~ok & (dd <= reach))
-        if check.size:
-            pair = np.full(counts.size, -1, np.int64)
-            pair[pa[check]] = np.arange(check.size)
-            pair[bj[check]] = np.arange(check.size)
-            cur = remap[labels]
-            rows = np.flatnonzero(pair[cur] >= 0)
-            pj = pair[cur[rows]]
-            dv = x[rows] - m[check][pj]
-            exact = np.zeros(check.size)
-            np.maximum.at(exact, pj, np.sqrt(np.einsum("ij,ij->i", dv, dv)))
-            ok[check] = exact <= limit
-            rad[check] = exact
-        acc = np.flatnonzero(ok)
-        remap[bj[acc]] = pa[acc]
-        centroids[pa[acc]] = m[acc]
-        counts[pa[acc]] += counts[bj[acc]]
-        radii[pa[acc]] = rad[acc]
-        alive[bi[acc]] = False
-        done = ptr >= k
-        alive[done] = False
-        alive[~done] &= cand[np.flatnonzero(~done), ptr[~done]] >= 0
-
-
 # ----------------------------------------------------------------------------- public API
 
 
@@ -1437,11 +1309,7 @@ def cluster(
     scale = _max_norm(arr) if standardize else 1.0
     if scale != 1.0:
         arr = arr / scale
-    seed = _seed_from_key(key)
-    if _SHARDS > 1 and arr.shape[0] >= _SHARDS * _SHARD_MIN_ROWS:
-        labels = _sharded_labels(arr, delta, method, search, seed, rule, _SHARDS)
-    else:
-        labels = _stream_labels(arr, delta, method, search, np.random.default_rng(seed), rule=rule)
+    labels = _stream_labels(arr, delta, method, search, np.random.default_rng(_seed_from_key(key)), rule=rule)
     return _finish(arr, labels, delta, None, scale, standardize, method)
 
 
