@@ -69,6 +69,19 @@ PRIOR_SD = 1.0
 #: earlier HMC did not mix on the flights and mortgages models (docs/compress.md, session 10).
 LAPLACE_MAX_PARAMS = 500
 
+#: Quick mode (session 12): HMC in the Laplace-whitened coordinates for models of at most this many
+#: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on which
+#: this fixed rule is accepted 13 % of the time, docs/compress.md session 12), with **no warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step
+#: size is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on
+#: N(0, I_d) grows like d eps^4), the mass matrix is the identity and the trajectory length is
+#: ``QUICK_TRAJECTORY`` (``ceil(QUICK_TRAJECTORY / eps)`` leapfrog steps; on N(0, I) a draw's
+#: lag-1 correlation is about cos(1.5) = 0.07). Quick mode no longer depends on a 40-step window
+#: adaptation landing on a usable step size (session 11: min ESS 3-6 of 80 draws), and costs no
+#: more than it did (fewer gradients per draw than the 10-step HMC and than NUTS, no warm-up compile).
+QUICK_LAPLACE_MAX_PARAMS = LAPLACE_MAX_PARAMS
+QUICK_STEP_SCALE = 1.0
+QUICK_TRAJECTORY = 1.5
+
 #: L-BFGS steps of the Laplace fit (``jaxsub.racing_mh.laplace_fit``, the library's one MAP/Laplace
 #: helper). 400 reach the damped-Newton mode used before within 0.001 posterior sd on flights (294,611 rows;
 #: 100 stop 6 sd short), cadata and mortgages (session 11 check, /tmp/lapcmp.py).
@@ -322,11 +335,13 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # the sampler (module docstring): NUTS preconditioned by the Laplace fit of the exact posterior
     # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
     # quick mode keeps HMC (NUTS's compiles would make it ~30 % slower in CPU time)
-    choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "hmc" if quick else "auto")
-    use_nuts = choice == "nuts" or (choice == "auto" and num_params <= LAPLACE_MAX_PARAMS)
+    choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "auto")
+    whiten = choice == "nuts" or (choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS))
+    use_nuts = choice == "nuts" or (whiten and not quick)
+    fixed_step = whiten and not use_nuts  # quick mode: whitened HMC, no warm-up (QUICK_LAPLACE_MAX_PARAMS)
     if shared is None:
         t0 = time.perf_counter()
-        if use_nuts:  # Laplace fit of the exact posterior (L-BFGS mode, Hessian)
+        if whiten:  # Laplace fit of the exact posterior (L-BFGS mode, Hessian)
             lap_mean, chol = _laplace(logprior, loglik, init, data)
         else:
             lap_mean, chol = np.asarray(flat0, np.float64), None
@@ -354,10 +369,15 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             warm = blackjax.window_adaptation(blackjax.hmc, fn, num_integration_steps=10)
         return warm.run(k, position, num_steps=num_warmup)[0]
 
-    if shared is None:
+    if shared is None and fixed_step:  # whitened coordinates: step size from the dimension, identity mass
+        eps = QUICK_STEP_SCALE * num_params**-0.25
+        params = dict(step_size=eps, inverse_mass_matrix=jnp.ones(num_params),
+                      num_integration_steps=int(np.ceil(QUICK_TRAJECTORY / eps)))
+        state, warmup_s = blackjax.hmc(target(data), **params).init(jnp.zeros(num_params)), 0.0
+    elif shared is None:
         t0 = time.perf_counter()
         # start: z = 0 (the Laplace mode) for NUTS, the model's init for HMC
-        z0 = jnp.zeros(num_params) if use_nuts else jnp.asarray(flat0)
+        z0 = jnp.zeros(num_params) if whiten else jnp.asarray(flat0)
         state, params = jax.block_until_ready(_compile(warm_run, k_warm, z0, data)(k_warm, z0, data))
         if not use_nuts:
             params = dict(params, num_integration_steps=10)
@@ -446,10 +466,10 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # quick mode: the radii share one compiled chain per order: pseudo-data padded with weight-0 rows
     # (the log-density is unchanged) to the largest c, which makes the smaller clusterings' sampling
     # time that of the largest. First order: padded to N instead when the largest c is over N / 2 or
-    # the exact chain is cheap (N x parameters <= 2e5, cadata), so the exact chain's compiled program
+    # the exact chain is cheap (N x parameters <= 4e5: cadata, quick flights), so the exact chain's compiled program
     # serves. Full mode: no padding.
     pad2 = max(cl.c for cl, _ in clusterings) if quick else None
-    pad1 = n if quick and (2 * pad2 >= n or n * exact_flat.shape[1] <= 200_000) else pad2
+    pad1 = n if quick and (2 * pad2 >= n or n * exact_flat.shape[1] <= 400_000) else pad2
     for i, (delta, (cl, cl_s)) in enumerate(zip(radii, clusterings)):
         orders = (False, True) if cl.covariances is not None else (False,)  # 2nd order needs d <= 64
         for order in orders:
@@ -491,7 +511,8 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
                      test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), grads_per_draw=float("nan"),
                      ess_min=float("nan"), **sd_error(_flat(vi_draws), ess=False)))
     bar.update(1)
-    return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s,
+    return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s, fixed_step=fixed_step,
+                leapfrog=int(params.get("num_integration_steps", 0)),
                 step_size=float(params["step_size"]), diagonal_kl=diag_kl, num_params=exact_flat.shape[1],
                 sampler=sampler, laplace_s=laplace_s,
                 num_samples=num_samples, num_vi=num_vi,
@@ -541,10 +562,14 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.heading(name)
         rep.text(
             f"{res['note']}. Parameters: {res['num_params']}. "
-            + (f"NUTS in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
-               if res["sampler"] == "NUTS" else "HMC: 10 leapfrog steps, ")
-            + f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
-            f"({res['warmup_s']:.1f} s, not counted below); {res['num_samples']} draws (first 20% dropped), "
+            + (f"{res['sampler']} in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
+               if res["sampler"] == "NUTS" or res.get("fixed_step") else "HMC: 10 leapfrog steps, ")
+            + (f"no warm-up: step size {res['step_size']:.3g} = {QUICK_STEP_SCALE:g} d^-1/4, {res['leapfrog']} leapfrog steps "
+               f"(trajectory {QUICK_TRAJECTORY:g}) and identity mass matrix "
+               "(the whitened exact posterior is close to N(0, I)); " if res.get("fixed_step") else
+               f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
+               f"({res['warmup_s']:.1f} s, not counted below); ")
+            + f"{res['num_samples']} draws (first 20% dropped), "
             f"{res['num_vi']} VI steps. approxKL = KL(exact || method) of moment-matched "
             f"{'diagonal ' if res['diagonal_kl'] else ''}Gaussians"
             f"{' (diagonal: fewer draws than 2x parameters)' if res['diagonal_kl'] else ''}."
