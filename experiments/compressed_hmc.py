@@ -3,9 +3,10 @@
 For each dataset: standardise, cluster at three radii (jaxsub.compress.cluster,
 Algorithm 1), run BlackJAX NUTS preconditioned by the Laplace fit of the exact posterior
 (coordinates theta = mode + chol z; step size and diagonal mass matrix in z tuned once by window
-adaptation on the exact posterior and shared by all runs; MNIST, whose 7,850-parameter Hessian
-is not affordable, and quick mode: HMC with 10 leapfrog steps, tuned the same way) on the exact and on each
-compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
+adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/compress.md,
+session 12, for why not NUTS there): HMC with 10 leapfrog steps, tuned the same way; quick mode: HMC
+in the same whitened coordinates with no warm-up, its step size set by the dimension (QUICK_STEP_SCALE),
+quick MNIST as MNIST) on the exact and on each compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
 the paper: N, c, delta, rho, approxKL (moment-matched Gaussians, Lemma 1, against the exact
 chain's draws), test error (or MSE), time = clustering + sampling; plus the posterior error in
 posterior-sd units and each chain's smallest effective sample size. (Until session 11 every
@@ -22,9 +23,10 @@ logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the 
 ``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
 ``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
 budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
-full-mode default: NUTS with the Laplace preconditioning for models of at most
-``LAPLACE_MAX_PARAMS`` parameters, HMC above), ``nuts`` (NUTS for every model) or ``hmc`` (the
-quick-mode default: NUTS's compiles would cost ~30 % more CPU time there).
+default: for models of at most ``LAPLACE_MAX_PARAMS`` parameters NUTS with the Laplace
+preconditioning in full mode and the whitened fixed-step HMC in quick mode, HMC above), ``nuts``
+(NUTS with window adaptation for every model) or ``hmc`` (the adapted HMC without whitening for
+every model: session 11's quick mode).
 """
 from __future__ import annotations
 
@@ -193,8 +195,9 @@ def _linear(num_features, noise_sd, y_scale):
 
 def _ess_min(flat):
     """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
-    (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses)."""
-    ess = np.asarray(blackjax.diagnostics.effective_sample_size(jnp.asarray(flat, jnp.float32)[None]), np.float64)
+    (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses), jitted: eagerly it
+    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/compress.md, session 12)."""
+    ess = np.asarray(jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64)
     return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
 
@@ -334,7 +337,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     num_params = flat0.size
     # the sampler (module docstring): NUTS preconditioned by the Laplace fit of the exact posterior
     # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
-    # quick mode keeps HMC (NUTS's compiles would make it ~30 % slower in CPU time)
+    # quick mode: HMC in the whitened coordinates with a fixed step (QUICK_LAPLACE_MAX_PARAMS), no warm-up
     choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "auto")
     whiten = choice == "nuts" or (choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS))
     use_nuts = choice == "nuts" or (whiten and not quick)
@@ -647,7 +650,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "logdensity(..., second_order=True) on compress.pseudodata(cl, second_order=True) passed as arguments. In quick mode the "
         "sd-unit errors are dominated by Monte Carlo error (80 autocorrelated draws, max over all parameters). VI time: meanfield_vi steps (5 Monte Carlo samples each, Adam 1e-2), compiled step. "
         "Per-gradient speed ratios: benchmarks/compress.py."
-        + (" QUICK MODE: sizes reduced as stated per dataset; 40 warm-up + 100 HMC draws, 100 VI steps; the three radii "
+        + (" QUICK MODE: sizes reduced as stated per dataset; 100 HMC draws (after 40 warm-up steps for MNIST; whitened, no warm-up for the others), 100 VI steps; the three radii "
           "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c, first order to N "
           "where that c is over N / 2 or the exact chain is cheap), so their sampling "
           "times are those of the smallest radius: read speed from benchmarks/compress.py or full mode." if quick else "")
