@@ -630,9 +630,7 @@ def laplace_fit(
         return (optax.apply_updates(x, updates), st), None
 
     (flat, _), _ = jax.lax.scan(body, (flat0, opt.init(flat0)), None, length=num_steps)
-    # one compiled program: the eager Hessian compiles ~100 kernels one by one (60 % of the fit's
-    # time on a 9-parameter model, docs/compress.md session 12)
-    hess = jax.jit(jax.hessian(negative_log_posterior))(flat)
+    hess = jax.hessian(negative_log_posterior)(flat)
     chol = jnp.linalg.cholesky(jnp.linalg.inv(hess))
     if not bool(jnp.all(jnp.isfinite(chol))):
         raise ValueError("laplace_fit: the Hessian at the optimum is not negative definite (no mode found)")
