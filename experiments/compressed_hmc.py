@@ -72,14 +72,15 @@ PRIOR_SD = 1.0
 LAPLACE_MAX_PARAMS = 500
 
 #: Quick mode (session 12): HMC in the Laplace-whitened coordinates for models of at most this many
-#: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on which
-#: this fixed rule is accepted 13 % of the time, docs/compress.md session 12), with **no warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step
-#: size is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on
-#: N(0, I_d) grows like d eps^4), the mass matrix is the identity and the trajectory length is
+#: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on
+#: which this fixed rule is accepted 13 % of the time, docs/compress.md session 12), with **no
+#: warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step size
+#: is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on N(0, I_d)
+#: grows like d eps^4), the mass matrix is the identity and the trajectory length is
 #: ``QUICK_TRAJECTORY`` (``ceil(QUICK_TRAJECTORY / eps)`` leapfrog steps; on N(0, I) a draw's
 #: lag-1 correlation is about cos(1.5) = 0.07). Quick mode no longer depends on a 40-step window
-#: adaptation landing on a usable step size (session 11: min ESS 3-6 of 80 draws), and costs no
-#: more than it did (fewer gradients per draw than the 10-step HMC and than NUTS, no warm-up compile).
+#: adaptation landing on a usable step size (session 11: exact chains' min ESS 3-5 of 80 draws; now
+#: 54-56 on cadata and flights); 3-4 leapfrog steps per draw instead of 10, no warm-up compile.
 QUICK_LAPLACE_MAX_PARAMS = LAPLACE_MAX_PARAMS
 QUICK_STEP_SCALE = 1.0
 QUICK_TRAJECTORY = 1.5
