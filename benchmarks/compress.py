@@ -269,7 +269,9 @@ def _load():
         return float("nan")
 
 
-def run(*, quick: bool) -> list[dict]:
+def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
+    """Every part; ``clustering_only``: part (c) alone (docs/compress.md, session 12:
+    ``python -c "from benchmarks.compress import run; run(quick=False, clustering_only=True)"``)."""
     rows = []
     repeats = 3  # full mode is sized to finish in <= 3 minutes on 2 idle cores
     # ---- (c) compression and throughput
@@ -299,6 +301,9 @@ def run(*, quick: bool) -> list[dict]:
                              rows_per_s=x.shape[0] / med, cpu_s_median=float(np.median(cpu)),
                              rows_per_cpu_s=x.shape[0] / float(np.median(cpu)), load=_load()))
             print(rows[-1], flush=True)
+    if clustering_only:
+        print(markdown(rows))
+        return rows
     # ---- (a) gradient speed-up and (b) end to end, flights (first 100,000 shuffled rows)
     x, y = _flights(True)
     n, d = x.shape

@@ -3,9 +3,10 @@
 For each dataset: standardise, cluster at three radii (jaxsub.compress.cluster,
 Algorithm 1), run BlackJAX NUTS preconditioned by the Laplace fit of the exact posterior
 (coordinates theta = mode + chol z; step size and diagonal mass matrix in z tuned once by window
-adaptation on the exact posterior and shared by all runs; MNIST, whose 7,850-parameter Hessian
-is not affordable, and quick mode: HMC with 10 leapfrog steps, tuned the same way) on the exact and on each
-compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
+adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/compress.md,
+session 12, for why not NUTS there): HMC with 10 leapfrog steps, tuned the same way; quick mode: HMC
+in the same whitened coordinates with no warm-up, its step size set by the dimension (QUICK_STEP_SCALE),
+quick MNIST as MNIST) on the exact and on each compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
 the paper: N, c, delta, rho, approxKL (moment-matched Gaussians, Lemma 1, against the exact
 chain's draws), test error (or MSE), time = clustering + sampling; plus the posterior error in
 posterior-sd units and each chain's smallest effective sample size. (Until session 11 every
@@ -21,10 +22,12 @@ log price / log earnings, joint (x, y) clustering as cadata) and causaldata/mort
 logistic: home ownership). ``JAXSUB_COMPRESSED_HMC_DATASETS=a,b`` restricts the datasets and
 ``JAXSUB_COMPRESSED_HMC_MAX_ROWS=n`` keeps the first ``n`` (random) training rows of each and
 ``JAXSUB_COMPRESSED_HMC_TRIALS=t`` runs ``t`` trials instead of 5, for runs that must fit a time
-budget (the report says so). ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
-full-mode default: NUTS with the Laplace preconditioning for models of at most
-``LAPLACE_MAX_PARAMS`` parameters, HMC above), ``nuts`` (NUTS for every model) or ``hmc`` (the
-quick-mode default: NUTS's compiles would cost ~30 % more CPU time there).
+budget (the report says so); ``JAXSUB_COMPRESSED_HMC_SEED=s`` changes every random key. ``JAXSUB_COMPRESSED_HMC_SAMPLER`` picks the sampler: ``auto`` (the
+default: for models of at most ``LAPLACE_MAX_PARAMS`` parameters NUTS with the Laplace
+preconditioning in full mode and the whitened fixed-step HMC in quick mode, HMC above), ``nuts``
+(NUTS in the whitened coordinates for every model: window adaptation in full mode, the fixed step
+and no warm-up in quick mode) or ``hmc`` (the adapted HMC without whitening for
+every model: session 11's quick mode).
 """
 from __future__ import annotations
 
@@ -68,6 +71,20 @@ PRIOR_SD = 1.0
 #: 7,850), where the Hessian is not affordable, HMC with 10 leapfrog steps as before. Table 3's
 #: earlier HMC did not mix on the flights and mortgages models (docs/compress.md, session 10).
 LAPLACE_MAX_PARAMS = 500
+
+#: Quick mode (session 12): HMC in the Laplace-whitened coordinates for models of at most this many
+#: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on
+#: which this fixed rule is accepted 13 % of the time, docs/compress.md session 12), with **no
+#: warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step size
+#: is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on N(0, I_d)
+#: grows like d eps^4), the mass matrix is the identity and the trajectory length is
+#: ``QUICK_TRAJECTORY`` (``ceil(QUICK_TRAJECTORY / eps)`` leapfrog steps; on N(0, I) a draw's
+#: lag-1 correlation is about cos(1.5) = 0.07). Quick mode no longer depends on a 40-step window
+#: adaptation landing on a usable step size (session 11: exact chains' min ESS 3-5 of 80 draws; now
+#: 54-56 on cadata and flights); 3-4 leapfrog steps per draw instead of 10, no warm-up compile.
+QUICK_LAPLACE_MAX_PARAMS = LAPLACE_MAX_PARAMS
+QUICK_STEP_SCALE = 1.0
+QUICK_TRAJECTORY = 1.5
 
 #: L-BFGS steps of the Laplace fit (``jaxsub.racing_mh.laplace_fit``, the library's one MAP/Laplace
 #: helper). 400 reach the damped-Newton mode used before within 0.001 posterior sd on flights (294,611 rows;
@@ -180,8 +197,9 @@ def _linear(num_features, noise_sd, y_scale):
 
 def _ess_min(flat):
     """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
-    (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses)."""
-    ess = np.asarray(blackjax.diagnostics.effective_sample_size(jnp.asarray(flat, jnp.float32)[None]), np.float64)
+    (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses), jitted: eagerly it
+    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/compress.md, session 12)."""
+    ess = np.asarray(jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64)
     return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
 
@@ -321,12 +339,16 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     num_params = flat0.size
     # the sampler (module docstring): NUTS preconditioned by the Laplace fit of the exact posterior
     # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
-    # quick mode keeps HMC (NUTS's compiles would make it ~30 % slower in CPU time)
-    choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "hmc" if quick else "auto")
-    use_nuts = choice == "nuts" or (choice == "auto" and num_params <= LAPLACE_MAX_PARAMS)
+    # quick mode: HMC in the whitened coordinates with a fixed step (QUICK_LAPLACE_MAX_PARAMS), no warm-up
+    choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "auto")
+    whiten = choice == "nuts" or (choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS))
+    use_nuts = choice == "nuts" or (whiten and not quick)
+    # quick mode: no warm-up in the whitened coordinates (QUICK_LAPLACE_MAX_PARAMS), also for the
+    # ``nuts`` override (its 40-step window adaptation left a chain that never moved on cadata, session 12)
+    fixed_step = quick and whiten
     if shared is None:
         t0 = time.perf_counter()
-        if use_nuts:  # Laplace fit of the exact posterior (L-BFGS mode, Hessian)
+        if whiten:  # Laplace fit of the exact posterior (L-BFGS mode, Hessian)
             lap_mean, chol = _laplace(logprior, loglik, init, data)
         else:
             lap_mean, chol = np.asarray(flat0, np.float64), None
@@ -354,10 +376,16 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             warm = blackjax.window_adaptation(blackjax.hmc, fn, num_integration_steps=10)
         return warm.run(k, position, num_steps=num_warmup)[0]
 
-    if shared is None:
+    if shared is None and fixed_step:  # whitened coordinates: step size from the dimension, identity mass
+        eps = QUICK_STEP_SCALE * num_params**-0.25
+        params = dict(step_size=eps, inverse_mass_matrix=jnp.ones(num_params))
+        if not use_nuts:  # HMC: a fixed trajectory length (NUTS picks its own)
+            params["num_integration_steps"] = int(np.ceil(QUICK_TRAJECTORY / eps))
+        state, warmup_s = kernel(target(data), params).init(jnp.zeros(num_params)), 0.0
+    elif shared is None:
         t0 = time.perf_counter()
         # start: z = 0 (the Laplace mode) for NUTS, the model's init for HMC
-        z0 = jnp.zeros(num_params) if use_nuts else jnp.asarray(flat0)
+        z0 = jnp.zeros(num_params) if whiten else jnp.asarray(flat0)
         state, params = jax.block_until_ready(_compile(warm_run, k_warm, z0, data)(k_warm, z0, data))
         if not use_nuts:
             params = dict(params, num_integration_steps=10)
@@ -446,10 +474,10 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # quick mode: the radii share one compiled chain per order: pseudo-data padded with weight-0 rows
     # (the log-density is unchanged) to the largest c, which makes the smaller clusterings' sampling
     # time that of the largest. First order: padded to N instead when the largest c is over N / 2 or
-    # the exact chain is cheap (N x parameters <= 2e5, cadata), so the exact chain's compiled program
+    # the exact chain is cheap (N x parameters <= 4e5: cadata, quick flights), so the exact chain's compiled program
     # serves. Full mode: no padding.
     pad2 = max(cl.c for cl, _ in clusterings) if quick else None
-    pad1 = n if quick and (2 * pad2 >= n or n * exact_flat.shape[1] <= 200_000) else pad2
+    pad1 = n if quick and (2 * pad2 >= n or n * exact_flat.shape[1] <= 400_000) else pad2
     for i, (delta, (cl, cl_s)) in enumerate(zip(radii, clusterings)):
         orders = (False, True) if cl.covariances is not None else (False,)  # 2nd order needs d <= 64
         for order in orders:
@@ -491,7 +519,8 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
                      test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), grads_per_draw=float("nan"),
                      ess_min=float("nan"), **sd_error(_flat(vi_draws), ess=False)))
     bar.update(1)
-    return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s,
+    return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s, fixed_step=fixed_step,
+                leapfrog=int(params.get("num_integration_steps", 0)),
                 step_size=float(params["step_size"]), diagonal_kl=diag_kl, num_params=exact_flat.shape[1],
                 sampler=sampler, laplace_s=laplace_s,
                 num_samples=num_samples, num_vi=num_vi,
@@ -520,6 +549,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.text(f"Trials per setting set to {trials} by JAXSUB_COMPRESSED_HMC_TRIALS.")
     results, skipped = {}, {}
     key = jax.random.key(20211128)
+    if os.environ.get("JAXSUB_COMPRESSED_HMC_SEED"):  # another seed (docs/compress.md, session 12: robustness of quick mode)
+        key = jax.random.fold_in(key, int(os.environ["JAXSUB_COMPRESSED_HMC_SEED"]))
+        rep.text(f"Seed changed by JAXSUB_COMPRESSED_HMC_SEED={os.environ['JAXSUB_COMPRESSED_HMC_SEED']}.")
     with progress(total=6 * len(names) * trials, desc="compressed_hmc") as bar:
         for i, name in enumerate(names):
             try:
@@ -541,10 +573,15 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.heading(name)
         rep.text(
             f"{res['note']}. Parameters: {res['num_params']}. "
-            + (f"NUTS in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
-               if res["sampler"] == "NUTS" else "HMC: 10 leapfrog steps, ")
-            + f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
-            f"({res['warmup_s']:.1f} s, not counted below); {res['num_samples']} draws (first 20% dropped), "
+            + (f"{res['sampler']} in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
+               if res["sampler"] == "NUTS" or res.get("fixed_step") else "HMC: 10 leapfrog steps, ")
+            + (f"no warm-up: step size {res['step_size']:.3g} = {QUICK_STEP_SCALE:g} d^-1/4, "
+               + (f"{res['leapfrog']} leapfrog steps (trajectory {QUICK_TRAJECTORY:g}) " if res["sampler"] == "HMC" else "")
+               + "and identity mass matrix "
+               "(the whitened exact posterior is close to N(0, I)); " if res.get("fixed_step") else
+               f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
+               f"({res['warmup_s']:.1f} s, not counted below); ")
+            + f"{res['num_samples']} draws (first 20% dropped), "
             f"{res['num_vi']} VI steps. approxKL = KL(exact || method) of moment-matched "
             f"{'diagonal ' if res['diagonal_kl'] else ''}Gaussians"
             f"{' (diagonal: fewer draws than 2x parameters)' if res['diagonal_kl'] else ''}."
@@ -622,7 +659,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "logdensity(..., second_order=True) on compress.pseudodata(cl, second_order=True) passed as arguments. In quick mode the "
         "sd-unit errors are dominated by Monte Carlo error (80 autocorrelated draws, max over all parameters). VI time: meanfield_vi steps (5 Monte Carlo samples each, Adam 1e-2), compiled step. "
         "Per-gradient speed ratios: benchmarks/compress.py."
-        + (" QUICK MODE: sizes reduced as stated per dataset; 40 warm-up + 100 HMC draws, 100 VI steps; the three radii "
+        + (" QUICK MODE: sizes reduced as stated per dataset; 100 HMC draws (after 40 warm-up steps for MNIST; whitened, no warm-up for the others), 100 VI steps; the three radii "
           "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c, first order to N "
           "where that c is over N / 2 or the exact chain is cheap), so their sampling "
           "times are those of the smallest radius: read speed from benchmarks/compress.py or full mode." if quick else "")
