@@ -17,7 +17,7 @@ random-walk proposal (2.38/sqrt(d) x the Laplace covariance's Cholesky factor):
   The batched kernel draws each step's randomness (proposal normals, ``u``, the
   race's permutation keys) with one ``jax.random.bits`` call per chain
   (``fused_random_bits=True``, its default since session 12: one threefry loop
-  instead of five in the compiled step).
+  instead of six in the compiled step).
 * **NumPyro HMCECS** (optional peer, Dang et al. 2019): NUTS with the Laplace
   covariance as mass matrix, Taylor proxy at the MAP, subsample 1,000, one chain;
   timed by its own second ``MCMC.run`` (compiled), not by ``compare``.

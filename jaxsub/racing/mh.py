@@ -334,7 +334,7 @@ def build_kernel(
         With a :class:`GaussianRandomWalk` proposal and a float32 position, draw the
         step's proposal normals, ``u`` and the race's permutation keys from one
         ``jax.random.bits`` call (:func:`fused_draws`: one threefry loop per step
-        instead of five). Same law, other draws. Default ``False``: the key layout
+        instead of six). Same law, other draws. Default ``False``: the key layout
         of ``blackjax.additive_step_random_walk`` (draws equal to it as ``delta -> 0``).
         Other proposals and dtypes take the default layout.
 
