@@ -143,3 +143,51 @@ def test_beta_infinity_gives_the_map_state():
     # the race at beta = inf identifies the argmax with error <= delta
     x, _ = _draws(discrete.racing_ragged(fn, 4, N_MAX, delta=0.05), args, 1024)
     assert np.mean(x != np.argmax(GAPS)) <= 0.05 + 4 * np.sqrt(0.05 * 0.95 / 1024)
+
+
+def test_ragged_fixed_schedule_single_test_rate_and_negative_controls():
+    """Session 12: ``racing_ragged(..., schedule="fixed")``: one elimination test per arm after
+    ``min(m1, N_i)`` of its data, at ``z = Phi^-1(1 - delta / D)`` (Bonferroni with one tested stage),
+    then the survivors read their whole populations; two stage loops.
+
+    Two arms with equal sums, so every elimination is an error: arm 0 has N_0 = 2048 standardised
+    Normal factors, arm 1 a single zero factor (exhausted at once: exact, no band). Arm 0's estimate
+    after m1 = 512 is eliminated, or eliminates arm 1, when |N_0 mean_512| > U_0: probability
+    2 (delta / 2) = delta under the Normal approximation (m1 = 512), checked within Z_CRITICAL binomial
+    standard errors (0.022 at 3000 draws, delta = 0.1). Negative controls, which the same check must
+    reject: delta not split over the arms (the same compiled sampler at 2 delta: z = Phi^-1(1 - delta),
+    rate ~0.2), and the doubling schedule (k_0 = 2 tested stages: z = Phi^-1(1 - delta / 4), rate ~0.05,
+    a Bonferroni correction where none is needed). The exact stage reads all of arm 0's factors."""
+    from helpers import Z_CRITICAL
+
+    n0, m1, delta, num = 2048, 512, 0.1, 3000
+    z = np.random.default_rng(6).standard_normal(n0)
+    table = jnp.asarray(np.stack([(z - z.mean()) / z.std(), np.zeros(n0)], axis=1), jnp.float32)
+    fn = lambda idx: jnp.take_along_axis(table, idx, axis=0)  # noqa: E731
+    sizes = jnp.asarray([n0, 1], jnp.int32)
+    keys = jax.random.split(jax.random.key(3), num)
+
+    def rate(schedule, d):
+        @jax.jit
+        def run(ks, dd):
+            sample = discrete.racing_ragged(fn, 2, n0, delta=dd, first_batch_size=m1, gumbel_noise=False, schedule=schedule)
+            return jax.vmap(lambda k: sample(k, jnp.zeros(2, jnp.float32), sizes))(ks)
+
+        _, info = run(keys, jnp.float32(d))
+        info = jax.tree.map(np.asarray, info)
+        assert not info.has_nan.any()
+        stopped = (info.num_alive == 1) & (info.num_stages == 1)
+        if schedule == "fixed":  # the races not stopped at the test read every factor of both arms
+            assert np.all(info.num_evaluations[~stopped] == n0 + 1)
+            assert np.all(info.num_evaluations[stopped] == m1 + 1)
+        return float(np.mean(stopped))
+
+    def within(r):
+        return abs(r - delta) <= Z_CRITICAL * np.sqrt(delta * (1 - delta) / num)
+
+    r = rate("fixed", delta)
+    assert within(r), r
+    assert not within(rate("fixed", 2 * delta))
+    assert not within(rate("doubling", delta))
+    with pytest.raises(ValueError, match="schedule"):
+        discrete.racing_ragged(fn, 2, n0, delta=delta, schedule="halving")

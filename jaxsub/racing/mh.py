@@ -47,12 +47,14 @@ import jax.numpy as jnp
 import numpy as np
 from blackjax.base import SamplingAlgorithm
 from blackjax.mcmc.random_walk import normal as normal_random_step
+from blackjax.util import linear_map
 
 from jaxsub.racing.control_variates import ControlVariate, check_center_size, check_control_variate_matches
 from jaxsub.racing.control_variates import parameter_taylor_control_variate as taylor_control_variate
 from jaxsub.racing.data import batch_loglikelihood, data_fingerprint, gather, num_data_of
 from jaxsub.racing.engine import DEFAULT_EXACT_PASS_COST, racing, racing_batch
 from jaxsub.racing.exact import exact_sums
+from jaxsub.subsample import NUM_ROUNDS
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
 
@@ -65,6 +67,8 @@ __all__ = [
     "build_kernel",
     "check_control_variate_matches",
     "data_fingerprint",
+    "GaussianRandomWalk",
+    "fused_draws",
     "gaussian_random_walk",
     "info_summary",
     "init",
@@ -302,6 +306,7 @@ def build_kernel(
     bound: str = "normal",
     exact: bool = False,
     block_size: int = 1,
+    fused_random_bits: bool = False,
 ) -> Callable:
     """Build the racing MH kernel (BlackJAX contract: structure here, model and hyperparameters at call time).
 
@@ -325,6 +330,13 @@ def build_kernel(
         contiguous reads, one permutation index per block. ``first_batch_size``
         then counts blocks. The guarantee is unchanged (a finite population of
         ``ceil(N / B)`` blocks); shuffle sorted data once. ``B = 1``: rows.
+    fused_random_bits
+        With a :class:`GaussianRandomWalk` proposal and a float32 position, draw the
+        step's proposal normals, ``u`` and the race's permutation keys from one
+        ``jax.random.bits`` call (:func:`fused_draws`: one threefry loop per step
+        instead of six). Same law, other draws. Default ``False``: the key layout
+        of ``blackjax.additive_step_random_walk`` (draws equal to it as ``delta -> 0``).
+        Other proposals and dtypes take the default layout.
 
     Returns
     -------
@@ -340,6 +352,7 @@ def build_kernel(
     """
     delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, exact)
     block_size = check_block_size(block_size, num_data, first_batch_size)
+    fused_random_bits = _check_bool("fused_random_bits", fused_random_bits)
 
     def kernel(
         rng_key: PRNGKey,
@@ -364,13 +377,20 @@ def build_kernel(
         # Same key layout as blackjax's RMH (split into proposal / accept keys, u
         # drawn from the accept key) so that with delta -> 0 the chain is
         # step-for-step identical to blackjax.additive_step_random_walk.
-        key_proposal, key_accept = jax.random.split(rng_key)
-        key_race = jax.random.fold_in(key_accept, 1)
         position = state.position
-        proposed, log_q_ratio = proposal(key_proposal, position)
-        logprior_new = jnp.asarray(logprior_fn(proposed))
-        dtype = jnp.result_type(logprior_new)
-        log_u = jnp.log(jax.random.uniform(key_accept, dtype=dtype))
+        if fused_random_bits and can_fuse(proposal, position):
+            normals, log_u, key_race = fused_draws(rng_key, _flat_size(position), jnp.float32)
+            proposed, log_q_ratio = proposal.from_normals(position, normals)
+            logprior_new = jnp.asarray(logprior_fn(proposed))
+            dtype = jnp.result_type(logprior_new)
+            log_u = log_u.astype(dtype)
+        else:
+            key_proposal, key_accept = jax.random.split(rng_key)
+            key_race = jax.random.fold_in(key_accept, 1)
+            proposed, log_q_ratio = proposal(key_proposal, position)
+            logprior_new = jnp.asarray(logprior_fn(proposed))
+            dtype = jnp.result_type(logprior_new)
+            log_u = jnp.log(jax.random.uniform(key_accept, dtype=dtype))
         log_f0_gap = (logprior_new - state.logprior + jnp.asarray(log_q_ratio, dtype)).astype(dtype)
 
         def pair_loglik(indices):
@@ -414,23 +434,90 @@ def build_kernel(
     return kernel
 
 
-def gaussian_random_walk(step_size) -> Callable:
+class GaussianRandomWalk(NamedTuple):
+    """The default proposal ``x' = x + step_size * N(0, I)`` (symmetric, log q ratio 0).
+
+    Called as ``proposal(rng_key, position) -> (proposed, 0.0)``, it uses
+    :func:`blackjax.mcmc.random_walk.normal`, so draws equal those of
+    ``blackjax.additive_step_random_walk(logdensity_fn, normal(step_size))``.
+    ``step_size`` is a scalar, a vector of per-coordinate scales or a matrix
+    (the Cholesky-like linear map blackjax applies to the noise); it may be traced.
+    :meth:`from_normals` makes the same move from given standard normals, which
+    lets a kernel draw the noise together with its other randomness
+    (``fused_random_bits``).
+    """
+
+    step_size: Array
+
+    def __call__(self, rng_key, position):
+        move = normal_random_step(jnp.asarray(self.step_size))(rng_key, position)
+        proposed = jax.tree.map(jnp.add, position, move)
+        leaf = jax.tree.leaves(position)[0]
+        return proposed, jnp.zeros((), jnp.result_type(leaf))
+
+    def from_normals(self, position, normals):
+        """``(position + step_size * normals, 0.0)`` with ``normals`` the flattened ``[d]`` standard normals."""
+        flat, unravel = jax.flatten_util.ravel_pytree(position)
+        move = unravel(linear_map(jnp.asarray(self.step_size), normals.astype(flat.dtype)))
+        proposed = jax.tree.map(jnp.add, position, move)
+        return proposed, jnp.zeros((), flat.dtype)
+
+
+def gaussian_random_walk(step_size) -> GaussianRandomWalk:
     """The default proposal: ``x' = x + step_size * N(0, I)`` (symmetric, log q ratio 0).
 
     Uses :func:`blackjax.mcmc.random_walk.normal`, so draws equal those of
     ``blackjax.additive_step_random_walk(logdensity_fn, normal(step_size))``.
     ``step_size`` is a scalar, a vector of per-coordinate scales or a matrix
-    (the Cholesky-like linear map blackjax applies to the noise).
+    (the Cholesky-like linear map blackjax applies to the noise). Returns a
+    :class:`GaussianRandomWalk` (callable ``(rng_key, position) -> (proposed, log_q_ratio)``).
     """
-    random_step = normal_random_step(jnp.asarray(step_size))
+    return GaussianRandomWalk(step_size)
 
-    def proposal(rng_key, position):
-        move = random_step(rng_key, position)
-        proposed = jax.tree.map(jnp.add, position, move)
-        leaf = jax.tree.leaves(position)[0]
-        return proposed, jnp.zeros((), jnp.result_type(leaf))
 
-    return proposal
+#: Float types whose uniforms :func:`fused_draws` makes from one 32-bit word each (as ``jax.random.uniform``).
+_FUSED_FLOATS = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+def can_fuse(proposal, position) -> bool:
+    """Whether :func:`fused_draws` serves this step: the proposal is a :class:`GaussianRandomWalk`
+    and the position is float32 (or narrower), so one 32-bit word per uniform keeps
+    ``jax.random``'s resolution."""
+    leaves = jax.tree.leaves(position)
+    return isinstance(proposal, GaussianRandomWalk) and all(
+        any(jnp.result_type(leaf) == t for t in _FUSED_FLOATS) for leaf in leaves)
+
+
+def _uniform_from_bits(bits, dtype, minval, maxval):
+    """``jax.random.uniform``'s map from uint32 words to ``[minval, maxval)`` (float32 mantissa)."""
+    floats = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
+    floats = floats * (maxval - minval) + minval
+    return jnp.maximum(jnp.asarray(minval, jnp.float32), floats).astype(dtype)
+
+
+def fused_draws(rng_key, num_normals: int, dtype):
+    """A step's randomness from ONE ``jax.random.bits`` call (one threefry loop per step).
+
+    Returns ``(normals [num_normals], log_u, round_keys [NUM_ROUNDS])``: standard normals
+    (``sqrt(2) erfinv(U(-1, 1))``, as ``jax.random.normal``), ``log u`` with ``u ~ U[0, 1)`` (as
+    ``jax.random.uniform``) and the uint32 round keys of the race's permutation
+    (:func:`jaxsub.subsample.permutation_round_keys`' output), each from its own words.
+    """
+    bits = jax.random.bits(rng_key, (num_normals + 1 + NUM_ROUNDS,), jnp.uint32)
+    lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
+    normals = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(_uniform_from_bits(bits[:num_normals], jnp.float32, lo, 1.0))
+    log_u = jnp.log(_uniform_from_bits(bits[num_normals], jnp.float32, 0.0, 1.0)).astype(dtype)
+    return normals.astype(dtype), log_u, bits[num_normals + 1:]
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+    return value
+
+
+def _flat_size(position) -> int:
+    return sum(int(np.prod(jnp.shape(leaf))) for leaf in jax.tree.leaves(position))
 
 
 def _check_step_size(step_size):
@@ -680,6 +767,7 @@ def build_batched_kernel(
     block_size: int = 1,
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
     max_block_size: int | None = None,
+    fused_random_bits: bool = True,
 ) -> Callable:
     """Racing MH for many chains at once, work proportional to the unfinished races (item 4).
 
@@ -687,7 +775,9 @@ def build_batched_kernel(
     slowest chain's race is done. This kernel makes the C proposals, then decides
     all C tests with :func:`jaxsub.discrete.racing_batch`, whose rounds advance only
     the unfinished races. Chain ``c`` gets the same decision as the single-chain
-    kernel with key ``rng_keys[c]``.
+    kernel built with the same ``fused_random_bits`` and called with key ``rng_keys[c]``.
+    ``fused_random_bits`` (default ``True`` here since session 12): :func:`build_kernel`'s
+    option, one threefry loop per step for a :class:`GaussianRandomWalk` on float32 positions.
 
     Returns
     -------
@@ -712,6 +802,7 @@ def build_batched_kernel(
     exact_pass_cost = check_exact_pass_cost(exact_pass_cost)
     if max_block_size is not None:
         max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
+    fused_random_bits = _check_bool("fused_random_bits", fused_random_bits)
 
     def kernel(rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None):
         control_variate = _check_control_variate(control_variate)
@@ -720,6 +811,13 @@ def build_batched_kernel(
             raise ValueError(f"data has {num_data_of(data)} rows but the kernel was built for num_data={num_data}")
 
         def propose(rng_key, state):
+            if fused_random_bits and can_fuse(proposal, state.position):
+                normals, log_u, race_key = fused_draws(rng_key, _flat_size(state.position), jnp.float32)
+                proposed, log_q_ratio = proposal.from_normals(state.position, normals)
+                logprior_new = jnp.asarray(logprior_fn(proposed))
+                dtype = jnp.result_type(logprior_new)
+                gap = (logprior_new - state.logprior + jnp.asarray(log_q_ratio, dtype)).astype(dtype)
+                return proposed, logprior_new, log_u.astype(dtype), gap, race_key
             key_proposal, key_accept = jax.random.split(rng_key)
             proposed, log_q_ratio = proposal(key_proposal, state.position)
             logprior_new = jnp.asarray(logprior_fn(proposed))

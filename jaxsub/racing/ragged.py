@@ -53,11 +53,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtri
 
-from jaxsub.racing.bounds import doubling_schedule
+from jaxsub.racing.bounds import SCHEDULES, race_schedule
 from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
-from jaxsub.validation import check_hyperparameter, check_int
+from jaxsub.validation import check_choice, check_hyperparameter, check_int
 
 __all__ = ["racing_ragged"]
 
@@ -91,6 +91,7 @@ def racing_ragged(
     gumbel_noise: bool = True,
     exact: bool = False,
     max_block_size: int = 16384,
+    schedule: str = "doubling",
 ) -> Callable:
     """Racing sampler for arms with populations of different sizes ``N_i`` (per-arm schedules).
 
@@ -120,6 +121,14 @@ def racing_ragged(
         measured 25x faster than permuted reads on the ragged test problem).
     max_block_size
         Largest chunk of positions read per loop iteration (memory ``chunk x D``).
+    schedule
+        ``"doubling"`` (default: each arm's ``T_{i,t} = min(m1 2^(t-1), N_i)``) or ``"fixed"``
+        (session 12; as :func:`jaxsub.discrete.racing`'s): one elimination test after
+        ``min(m1, N_i)`` data of each arm, then the surviving arms read their whole
+        populations. Two stage loops to compile instead of one per chunk size, and one
+        test per arm, so ``z_i = Phi^{-1}(1 - delta / D)`` (the Bonferroni rule above with
+        ``k_i = 1``): the same guarantee under the same normal approximation of the
+        ``m1``-sample means. For small populations and inside jitted sweeps.
 
     Returns
     -------
@@ -143,7 +152,8 @@ def racing_ragged(
         raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     check_hyperparameter("delta", delta, low=0.0, high=1.0)
     gumbel_noise, exact = bool(gumbel_noise), bool(exact)
-    sizes = np.asarray(doubling_schedule(n_max, first_batch_size), np.int32)
+    schedule = check_choice("schedule", schedule, SCHEDULES)
+    sizes = np.asarray(race_schedule(n_max, first_batch_size, schedule), np.int32)
     plan = _chunk_plan(sizes.tolist(), first_batch_size, max_block_size)
     num_stages = len(sizes)
 

@@ -23,7 +23,7 @@ import numpy as np
 from jaxsub.racing.compaction import alive_first
 from jaxsub.racing.elimination import eliminate, estimates
 from jaxsub.racing.info import RacingInfo
-from jaxsub.subsample import permutation_indices, permutation_round_keys
+from jaxsub.subsample import NUM_ROUNDS, permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
 __all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "rewards", "rewards_states", "stage_body"]
@@ -57,6 +57,14 @@ class RaceCtx(NamedTuple):
     params: object  # per-draw parameters of log_factor_fn (racing_batch), or None
 
 
+def is_round_keys(rng_key) -> bool:
+    """Whether ``rng_key`` is an array of the permutation's ``NUM_ROUNDS`` uint32 round keys
+    (:func:`jaxsub.subsample.permutation_round_keys`) rather than a PRNG key (a raw legacy key is
+    ``uint32[2]``, a typed key has a key dtype)."""
+    arr = jnp.asarray(rng_key) if not isinstance(rng_key, jax.Array) else rng_key
+    return jnp.issubdtype(arr.dtype, jnp.uint32) and jnp.shape(arr) == (NUM_ROUNDS,)
+
+
 def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[RaceState, RaceCtx]:
     """The state and constants of a race before its first chunk (``beta``: inverse temperature)."""
     D, N, model = cfg.num_states, cfg.num_data, cfg.model
@@ -65,8 +73,16 @@ def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[
     if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
         raise ValueError(f"log_f0 must be a float array of shape ({D},); got {log_f0.shape} {log_f0.dtype}")
     dtype = log_f0.dtype
-    key_perm, key_gumbel = jax.random.split(rng_key)
-    round_keys = permutation_round_keys(key_perm)
+    if is_round_keys(rng_key):
+        # The caller drew the permutation's round keys itself (e.g. racing MH's batched kernel,
+        # which draws a step's randomness with one threefry call): no key split, no Gumbel noise.
+        if gumbel_noise:
+            raise ValueError("rng_key: uint32 permutation round keys are accepted only with gumbel_noise=False")
+        round_keys = jnp.asarray(rng_key, jnp.uint32)
+        key_gumbel = None
+    else:
+        key_perm, key_gumbel = jax.random.split(rng_key)
+        round_keys = permutation_round_keys(key_perm)
     offset = log_f0
     if gumbel_noise:
         noise = jax.random.gumbel(key_gumbel, (D,), dtype)
