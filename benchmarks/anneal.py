@@ -36,7 +36,7 @@ import numpy as np
 
 import jaxsub.anneal as an
 from benchmarks._common import compare
-from jaxsub.anneal.moves import _tick_uniforms
+from jaxsub.anneal.moves import TICK_WORDS, _tick_uniforms
 
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 
@@ -85,9 +85,10 @@ class NumpyGibbs:
         self.total = np.asarray(h.cat_total, np.float32)
         self.alpha = np.float32(model.prior.alpha)
 
-    def step(self, u):
+    def step(self, w):
+        """One GIBBS tick from the tick's ``TICK_WORDS`` uint32 words (exact pick ``floor(W m / 2^64)``)."""
         n, m = self.n, self.n
-        j = min(max(int(np.floor(np.float32(u[0]) * np.float32(m))), 0), m - 1)
+        j = min(((int(w[0]) << 32 | int(w[1])) * m) >> 64, m - 1)
         r = self.order[j]
         self.order[j], self.order[m - 1] = self.order[m - 1], r
         k = self.z[r]
@@ -105,7 +106,8 @@ class NumpyGibbs:
         logits = prior + lik
         p = np.exp(logits - logits.max())
         c = np.cumsum(p)
-        knew = int(np.argmax(c > np.float32(u[2]) * c[-1]))
+        u = np.float32((int(w[4]) >> 9) / 2.0 ** 23)  # jax.random.uniform's float32 from one word
+        knew = int(np.argmax(c > u * c[-1]))
         self.sizes[knew] += 1
         self.counts[knew, row] += 1
         self.z[a] = knew
@@ -140,7 +142,7 @@ def run(*, quick: bool = False) -> list[dict]:
         # NumPy reference: checker (identical decisions for the first np_steps) and baseline
         ref = NumpyGibbs(model, enc, z0, capacity)
         key = jax.random.split(jax.random.key(1), 1)[0]
-        uniforms = np.asarray(jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(key, t), (3,)))(
+        uniforms = np.asarray(jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(key, t), (TICK_WORDS,), jnp.uint32))(
             jnp.arange(np_steps, dtype=jnp.int32)))
         t0 = time.perf_counter()
         for t in range(np_steps):

@@ -550,7 +550,7 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     for c in range(2):
         st = jax.tree.map(lambda x: x[c], states)
         for t in range(span):
-            u = jax.random.uniform(jax.random.fold_in(keys[c], t), (3,))
+            u = jax.random.bits(jax.random.fold_in(keys[c], t), (an.moves.TICK_WORDS,), jnp.uint32)
             st = tick(u, st, jnp.int32(sched.codes[t]))
         chex.assert_trees_all_equal(st, jax.tree.map(lambda x: x[c], out))
     # O(1) per tick: no whole-array copy of the [chains, N] order/assignments inside the scan
@@ -559,3 +559,30 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     assert bodies
     for body in bodies:
         assert not re.search(rf"s32\[2,{n}\]\{{[^}}]*\}} copy\(", body), "per-tick O(N) copy in the sweep loop"
+
+
+def test_uniform_index_is_exact_integer_arithmetic_and_fixes_the_float_floor_bias():
+    """The ticks' and prior draws' integer picks (``moves.uniform_index``): ``floor(W m / 2^64)`` of two uint32
+    words equals Python's exact integer result (random and extreme words, ``m`` up to ``2^31 - 1``), and is
+    uniform where ``floor(u m)`` with a float32 uniform is not: at ``m = 5,592,405 ~ 2^23 / 1.5`` the float floor
+    puts ~1/3 of the picks on even indices (its grid and rounding), the exact pick 1/2 (z-test, 50,000 picks;
+    negative control: the old float floor is rejected by the same test)."""
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**32, (400, 2), dtype=np.uint64).astype(np.uint32)
+    words[:4] = [[0, 0], [0xFFFFFFFF, 0xFFFFFFFF], [0xFFFFFFFF, 0], [0, 0xFFFFFFFF]]
+    ms = np.asarray([1, 2, 3, 6, 875, 300_007, 5_592_405, 2**24 - 3, 2**31 - 1], np.int32)
+    got = np.asarray(jax.jit(jax.vmap(jax.vmap(an.moves.uniform_index, (None, 0)), (0, None)))(
+        jnp.asarray(words), jnp.asarray(ms)))
+    want = np.asarray([[((int(w0) << 32 | int(w1)) * int(m)) >> 64 for m in ms] for w0, w1 in words])
+    np.testing.assert_array_equal(got, want)
+    assert np.all(got < ms[None, :]) and int(an.moves.uniform_index(jnp.asarray(words[1]), 0)) == 0
+    m, n = 5_592_405, 50_000
+    w = jax.random.bits(jax.random.key(7), (n, 2), jnp.uint32)
+    exact_pick = np.asarray(an.moves.uniform_index(w, m))
+    float_pick = np.asarray(jnp.floor(an.moves.bits_to_uniform(w[:, 0]) * jnp.float32(m)).astype(jnp.int32))
+
+    def z_even(x):  # (even picks - n / 2) / sd under a uniform pick (m odd: P(even) = 1/2 + 1/(2m))
+        return (np.sum(x % 2 == 0) - n / 2) / math.sqrt(n / 4)
+
+    assert abs(z_even(exact_pick)) < 4.5
+    assert abs(z_even(float_pick)) > 4.5  # negative control: the old mapping is caught

@@ -125,7 +125,7 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
             return cc.feature_sweep(key, s, model=model, data=enc, trip=trip)[0]
         if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
             def one(t, s):
-                u = jax.random.uniform(jax.random.fold_in(key, t), (2 + s.z.shape[0],))
+                u = cc.tick_words(jax.random.fold_in(key, t), s.z.shape[0])
                 return cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)[0]
 
             return jax.lax.fori_loop(0, 4, one, s)
@@ -169,8 +169,10 @@ def test_block_tick_moves_the_handful_jointly_from_its_exact_conditional():
             cases.append((int(i), r, b))
     enc, st = _batch_states(model, parts, states, [c[0] for c in cases])
     num = 3000
-    us = jax.random.uniform(jax.random.key(4), (len(cases), num, 2 + st.z.shape[1]))
-    us = us.at[:, :, 0].set(((np.asarray([c[1] for c in cases]) + 0.5) / n)[:, None])
+    us = jax.random.bits(jax.random.key(4), (len(cases), num, cc.TICK_WORDS + st.z.shape[1]), jnp.uint32)
+    # words 0-1 pick row r exactly: floor(W n / 2^64) = r for W = (r + 1/2) 2^64 / n (high word; low word 0)
+    hi = np.asarray([((2 * c[1] + 1) << 31) // n for c in cases], np.uint32)
+    us = us.at[:, :, 0].set(jnp.asarray(hi)[:, None]).at[:, :, 1].set(jnp.uint32(0))
     step = jax.jit(jax.vmap(jax.vmap(lambda u, s, b: cc.block_tick(u, s, b, model=model, data=enc)[0],
                                      in_axes=(0, None, None))))
     out = step(us, st, jnp.asarray([c[2] for c in cases], jnp.int32))
@@ -449,7 +451,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
     n, V = data6.shape[0], 4
     tick = jax.jit(lambda u, s, c: cc.row_tick(u, s, c, 1.0, model=model, data=enc)[0])
     st = jax.jit(lambda: cc.init(model, enc, 7))()  # capacity 7 > N, as the sweep's states below (one tick compile)
-    u = jax.random.uniform(jax.random.key(0), (2 + V,))
+    u = cc.tick_words(jax.random.key(0), V)
     a = tick(u, st, an.ADD)
     b = jax.jit(jax.vmap(tick, in_axes=(0, 0, None)))(u[None], jax.tree.map(lambda x: x[None], st), an.ADD)
     chex.assert_trees_all_equal(a, jax.tree.map(lambda x: x[0], b))
@@ -478,7 +480,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
         for c in range(3):
             ref = jax.tree.map(lambda x: x[c], states0)
             for t in range(len(codes)):
-                ref = tick(jax.random.uniform(jax.random.fold_in(keys[c], t), (2 + V,)), ref, jnp.int32(codes[t]))
+                ref = tick(cc.tick_words(jax.random.fold_in(keys[c], t), V), ref, jnp.int32(codes[t]))
             got = jax.tree.map(lambda x: x[c], states)
             chex.assert_trees_all_close(ref.real_stats, got.real_stats, rtol=1e-6, atol=1e-6)  # float sums
             chex.assert_trees_all_equal(ref._replace(real_stats=got.real_stats), got)
@@ -515,7 +517,7 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
 
         def body(t, carry):
             s, cache = carry
-            u = jax.random.uniform(jax.random.fold_in(jax.random.key(5), t), (2 + s.z.shape[0],))
+            u = cc.tick_words(jax.random.fold_in(jax.random.key(5), t), s.z.shape[0])
             s, w, _, cache = cc._row_plan(u, s, codes[t], 1.0, model=model, data=enc, cache=cache)
             return cc._apply_row_writes(s, w), cache
 

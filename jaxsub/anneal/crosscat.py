@@ -77,7 +77,7 @@ from jaxsub.anneal.model import (
 )
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
-from jaxsub.anneal.moves import random_churn_reads
+from jaxsub.anneal.moves import bits_to_uniform, random_churn_reads, uniform_index
 from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
 from jaxsub.types import PRNGKey
@@ -106,6 +106,7 @@ __all__ = [
     "prior_view_partition",
     "resample_hypers",
     "row_tick",
+    "tick_words",
 ]
 
 _LOG_PI = math.log(math.pi)
@@ -659,7 +660,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     if policy == "fifo":
         j_r = state.head
     else:
-        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+        j_r = jnp.clip(uniform_index(u[0:2], m), 0, jnp.maximum(m - 1, 0))
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
@@ -679,7 +680,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         a = _get(order, (head + m1) % n_rows)
     else:
         # all reads of order (positions as they will be after the removal swap j_r <-> last)
-        a, order_pos, order_val = random_churn_reads(order, u[1], m, m1, j_r, r, g_rem, g_add)
+        a, order_pos, order_val = random_churn_reads(order, u[2:4], m, m1, j_r, r, g_rem, g_add)
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
@@ -692,7 +693,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     lik = _cached_view_scores(model, st, cache, data.cat[a], data.real[a], data.real_obs[a])
     lik = jnp.where(prior_only, 0.0, lik * beta)
     logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
-    k = jax.vmap(_sample)(u[2:], logits)
+    k = jax.vmap(_sample)(bits_to_uniform(u[4:], logits.dtype), logits)
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
     sa = g_add.astype(jnp.int32)
@@ -712,18 +713,27 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     return new, writes, overflow, cache
 
 
+TICK_WORDS = 4  # uint32 words of a row tick before its per-view cluster draws (remove pick 2, add pick 2)
+
+
+def tick_words(rng_key: PRNGKey, num_views: int) -> jnp.ndarray:
+    """The ``[TICK_WORDS + num_views]`` uint32 random words one :func:`row_tick` / :func:`block_tick` consumes."""
+    return jax.random.bits(rng_key, (TICK_WORDS + num_views,), jnp.uint32)
+
+
 def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData,
              policy: str = "random"):
     """One schedule tick on one chain, in every view at once (random policy).
 
-    ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
+    ``u``: ``[4 + V]`` uint32 random words (:func:`tick_words`): words 0-1 the remove pick, 2-3 the add pick
+    (exact uniform integers, :func:`~jaxsub.anneal.moves.uniform_index`), then one cluster draw per view. Remove
     (bit 0) takes a uniform assigned row out of every view; add (bit 1) puts a uniform
     unassigned row into every *occupied* view, drawing its cluster in view ``v`` from
     ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
     Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N (inside
     :func:`build_sweep` the label/order writes are deferred so that they happen in place).
     ``policy="fifo"`` (a state from ``init(..., policy="fifo")``): remove the oldest row of the window,
-    add the next row of the cycle (``u[0]``, ``u[1]`` unused).
+    add the next row of the cycle (words 0-3 unused).
     """
     new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow
@@ -774,7 +784,8 @@ def _add_handful(model, state, k_view, cc, rs, sign):
 def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: CrossCatData):
     """One full-data block Gibbs tick of the paper's *Anneal Stepsize* strategy, in every view at once.
 
-    ``u``: ``[2 + V]`` uniforms (the row pick, unused, one cluster draw per view); ``block`` (traced int)
+    ``u``: ``[4 + V]`` uint32 words as for :func:`row_tick` (0-1 the row pick, 2-3 unused, one cluster draw per
+    view); ``block`` (traced int)
     the handful size. A uniform row ``r`` is picked; in each occupied view ``v`` its handful ``S_v`` is
     the first ``b_v = min(block, n_{v,k})`` members of ``r``'s cluster ``k`` in cyclic row order from
     ``r``; ``S_v`` leaves its cluster and joins one cluster jointly, drawn from::
@@ -797,7 +808,7 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     h = state.hypers
     dt = h.row_alpha.dtype
     active = ~state.halted & (state.num_assigned == n_rows)
-    r = jnp.clip(jnp.floor(u[0] * n_rows).astype(jnp.int32), 0, n_rows - 1)
+    r = jnp.clip(uniform_index(u[0:2], n_rows), 0, n_rows - 1)
     hand, k_r = _handful(state, r, block)
     occ_v = k_r >= 0
     bsz = jnp.sum(hand, 1).astype(state.sizes.dtype)
@@ -831,7 +842,7 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     prior = jnp.where(occ, gammaln(nc + b - d) - gammaln(nc - d),
                       jnp.where(jnp.arange(C)[None, :] == first,
                                 jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d), -jnp.inf))
-    k_new = jax.vmap(_sample)(u[2:], prior + lik)
+    k_new = jax.vmap(_sample)(bits_to_uniform(u[4:], dt), prior + lik)
     k_new = jnp.where(occ_v, k_new, -1)
     st = _add_handful(model, st, k_new, cc, rs, 1)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k_new, 0)].add(jnp.where(occ_v, bsz, 0))
@@ -866,17 +877,16 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
     pidx = jnp.arange(num)
     block = min(32, n)  # uniforms drawn per block of rows (one threefry call, not one per row)
 
-    def body(i, u, carry):
+    def body(i, ws, carry):
+        u, w = bits_to_uniform(ws[:, :2], dt), ws[:, 2:]
         lab, joined, sizes, tables, bad = carry
         fi, ft = i.astype(dt), tables.astype(dt)
         new = u[:, 0] * (fi + alpha) < alpha + ft * d
         n_join = i - tables  # earlier rows that joined an existing table
         from_join = u[:, 1] * (fi - ft * d) < n_join.astype(dt)
-        pos = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(n_join, 1).astype(dt)).astype(jnp.int32),
-                          jnp.maximum(n_join - 1, 0))
+        pos = jnp.minimum(uniform_index(w, n_join), jnp.maximum(n_join - 1, 0))  # exact integer draws
         copied = joined[pidx, pos]
-        uniform_table = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(tables, 1).astype(dt)).astype(jnp.int32),
-                                    jnp.maximum(tables - 1, 0))
+        uniform_table = jnp.minimum(uniform_index(w, tables), jnp.maximum(tables - 1, 0))
         k = jnp.where(new, tables, jnp.where(from_join, copied, uniform_table))
         on = i < num_assigned
         full = new & (tables >= capacity)
@@ -888,8 +898,8 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
         return lab, joined, sizes, tables + (g & new).astype(jnp.int32), bad | (on & full)
 
     def chunk(c, carry):
-        us = jax.random.uniform(jax.random.fold_in(key, c), (block, num, 3), dt)
-        return jax.lax.fori_loop(0, block, lambda j, cr: body(c * block + j, us[j], cr), carry)
+        ws = jax.random.bits(jax.random.fold_in(key, c), (block, num, 4), jnp.uint32)
+        return jax.lax.fori_loop(0, block, lambda j, cr: body(c * block + j, ws[j], cr), carry)
 
     init = (jnp.full((num, n + block), -1, jnp.int32), jnp.zeros((num, n), jnp.int32),
             jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), jnp.int32), jnp.zeros((num,), bool))
@@ -911,12 +921,12 @@ def _draw_crp_partitions(key, order, num_assigned, alpha, capacity):
     n = order.shape[0]
     num = alpha.shape[0]
     dt = alpha.dtype
-    k_new, k_par = jax.random.split(key)
-    u = jax.random.uniform(k_new, (num, n), dt)
+    ws = jax.random.bits(key, (num, n, 3), jnp.uint32)
+    u = bits_to_uniform(ws[..., 0], dt)
     i = jnp.arange(n, dtype=jnp.int32)
     new = (u * (i.astype(dt) + alpha[:, None]) < alpha[:, None]) | (i == 0)
-    # integer draw: floor(u * i) from a float32 uniform is visibly non-uniform for i ~ 1e5 (2^23 grid points)
-    parent = jax.random.randint(k_par, (num, n), 0, jnp.maximum(i, 1))
+    # exact integer draw: floor(u * i) from a float32 uniform is visibly non-uniform for i ~ 1e5 (2^23 grid points)
+    parent = jnp.minimum(uniform_index(ws[..., 1:], i), jnp.maximum(i - 1, 0))
     ptr = jnp.where(new, i, parent)
 
     def double(c):
@@ -1382,13 +1392,13 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     def sweep(states, chain_keys, windows, data):
         base = states.cursor
         fkeys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
-        num_u = 2 + states.z.shape[1]
+        num_u = TICK_WORDS + states.z.shape[1]
 
-        def span_uniforms(chain_key, cursor):  # uniforms of ticks cursor .. cursor + span - 1, one batch
+        def span_uniforms(chain_key, cursor):  # random words of ticks cursor .. cursor + span - 1, one batch
             ticks = cursor + jnp.arange(span, dtype=jnp.int32)
-            return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (num_u,)))(ticks)
+            return jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(chain_key, t), (num_u,), jnp.uint32))(ticks)
 
-        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 2 + V]
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 4 + V] uint32
         # One chain (fit(threads=...) runs groups of one): the loop carries the chain without a batch axis, so
         # no batch-index arithmetic is built around each gather, scatter and dynamic-update-slice of a tick
         # (same operations, same draws; 94 -> 78 fusions per tick on the flights subset).
