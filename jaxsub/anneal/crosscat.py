@@ -77,7 +77,7 @@ from jaxsub.anneal.model import (
 )
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
-from jaxsub.anneal.moves import bits_to_uniform, random_churn_reads, uniform_index
+from jaxsub.anneal.moves import _uniform_index_hl, bits_to_uniform, random_churn_reads, uniform_index
 from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
 from jaxsub.types import PRNGKey
@@ -660,7 +660,10 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     if policy == "fifo":
         j_r = state.head
     else:
-        j_r = jnp.clip(uniform_index(u[0:2], m), 0, jnp.maximum(m - 1, 0))
+        # the three exact picks in one vectorised op: remove among m, add among n - m or n - m + 1 free rows
+        picks = _uniform_index_hl(u[jnp.asarray([0, 2, 2])], u[jnp.asarray([1, 3, 3])],
+                                  jnp.stack([m, n_rows - m, n_rows - m + 1]))
+        j_r = jnp.clip(picks[0], 0, jnp.maximum(m - 1, 0))
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
@@ -680,7 +683,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         a = _get(order, (head + m1) % n_rows)
     else:
         # all reads of order (positions as they will be after the removal swap j_r <-> last)
-        a, order_pos, order_val = random_churn_reads(order, u[2:4], m, m1, j_r, r, g_rem, g_add)
+        a, order_pos, order_val = random_churn_reads(order, picks[1:], m, m1, j_r, r, g_rem, g_add)
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)

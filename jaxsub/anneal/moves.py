@@ -169,9 +169,14 @@ def uniform_index(words, m):
     grid points, then a rounded product) is off by up to ``~m / 2^23`` relative: ~4 % at ``m = 3e5``.
     """
     words = jnp.asarray(words, jnp.uint32)
+    return _uniform_index_hl(words[..., 0], words[..., 1], m)
+
+
+def _uniform_index_hl(hi, lo, m):
+    """:func:`uniform_index` with the high and low words as separate arrays."""
     mu = jnp.maximum(jnp.asarray(m, jnp.int32), 0).astype(jnp.uint32)
-    h1, l1 = _mul_u32(words[..., 0], mu)
-    h2, _ = _mul_u32(words[..., 1], mu)
+    h1, l1 = _mul_u32(hi, mu)
+    h2, _ = _mul_u32(lo, mu)
     s = l1 + h2  # wraps mod 2^32: carry into the high word iff it wrapped
     return (h1 + (s < l1).astype(jnp.uint32)).astype(jnp.int32)
 
@@ -229,7 +234,9 @@ def random_churn_reads(order, w_add, m, m1, j_r, r, g_rem, g_add):
 
     Args:
         order: ``[N]`` row permutation.
-        w_add: two uint32 words choosing the added row (exact uniform pick, :func:`uniform_index`).
+        w_add: two uint32 words choosing the added row (exact uniform pick, :func:`uniform_index`), or
+            int32 ``[2]`` such picks already made among ``N - m`` and ``N - m + 1`` free rows (the
+            CrossCat tick computes all its picks in one op); the one for ``N - m1`` is used.
         m, m1: subsample size before and after the removal.
         j_r, r: position and row of the removed row.
         g_rem, g_add: whether the removal / the addition happens.
@@ -242,7 +249,11 @@ def random_churn_reads(order, w_add, m, m1, j_r, r, g_rem, g_add):
     last = jnp.maximum(m - 1, 0)
     o_last = _get(order, last)
     free = n_rows - m1
-    j_a = m1 + jnp.clip(uniform_index(w_add, free), 0, jnp.maximum(free - 1, 0))
+    if w_add.dtype == jnp.uint32:
+        off = uniform_index(w_add, free)
+    else:  # pre-computed picks [2]: for free = n_rows - m and n_rows - m + 1 (no removal / a removal)
+        off = jnp.where(m1 < m, w_add[1], w_add[0])
+    j_a = m1 + jnp.clip(off, 0, jnp.maximum(free - 1, 0))
     j_a = jnp.minimum(j_a, n_rows - 1)
     m1c = jnp.minimum(m1, n_rows - 1)
 
