@@ -543,14 +543,18 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
             np.testing.assert_allclose(float(got[0, 0]), float(want), rtol=0, atol=2e-4)
 
 
-def test_hyper_grid_gibbs_matches_exact_conditionals():
-    """Per-level Dirichlet pseudo-count and the row alpha: draws follow the enumerated grid conditionals."""
+@pytest.mark.parametrize("capacity, labels", [(4, [0, 0, 0, 1, 2, 1]), (12, [0, 0, 0, 10, 5, 10])])
+def test_hyper_grid_gibbs_matches_exact_conditionals(capacity, labels):
+    """Per-level Dirichlet pseudo-count and the row alpha: draws follow the enumerated grid conditionals.
+    Capacity 12 with clusters in slots 0, 5, 10: the Dirichlet loop runs on the 8 largest slots only
+    (``_HYPER_WIDTHS``), which must hold the occupied ones wherever they sit."""
+    assert (capacity > min(cc._HYPER_WIDTHS)) == (capacity == 12)
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(3, 1.0),))
     x = np.array([[0.0], [0.0], [0.0], [2.0], [1.0], [2.0]])
     enc = cc.encode_table(model, x)
     z = np.full((2, 6), -1)
-    z[0] = [0, 0, 0, 1, 2, 1]
-    st = jax.jit(lambda zz: cc.init(model, enc, 4, z=zz))(jnp.asarray(z))
+    z[0] = labels
+    st = jax.jit(lambda zz: cc.init(model, enc, capacity, z=zz))(jnp.asarray(z))
     g = (0.3, 1.0, 3.0)
     grids = cc.CrossCatGrids(row_alpha=(0.5, 2.0, 8.0), dirichlet=g)
     out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(
