@@ -713,3 +713,38 @@ def test_fit_with_anneal_stepsize_final_passes_reach_the_exact_crosscat_posterio
     res = cc.fit(jax.random.key(6), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
     assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
+
+
+def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(monkeypatch):
+    """``resample_hypers`` evaluates the Dirichlet-level and NIX grid conditionals on the largest ``width`` cluster
+    slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..38 of a capacity-40
+    view, 300 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
+    evaluation (``_HYPER_WIDTHS = ()``) from the same keys (negative control: the first 8 slots without the sort
+    lose clusters 17, 29 and 38, and the draws differ)."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
+    rng = np.random.default_rng(0)
+    n = 40
+    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
+    x[::7, 1] = np.nan
+    enc = cc.encode_table(model, x)
+    z = np.full((3, n), -1)
+    z[0] = np.asarray([3, 17, 29, 38])[rng.integers(0, 4, n)]
+    st = jax.jit(lambda zz: cc.init(model, enc, 40, view_of=jnp.zeros(2, jnp.int32), z=zz))(jnp.asarray(z))
+    grids = cc.default_crosscat_grids(model)
+    keys = jax.random.split(jax.random.key(3), 300)
+
+    def draws():
+        out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(keys)
+        return np.asarray(out.cat_prior), np.asarray(out.nix)
+
+    short = draws()
+    monkeypatch.setattr(cc, "_HYPER_WIDTHS", ())
+    full = draws()
+    np.testing.assert_array_equal(short[0], full[0])
+    np.testing.assert_array_equal(short[1], full[1])
+    assert len(np.unique(short[0])) > 3 and len(np.unique(short[1][:, 0, 0])) > 3  # the draws do vary
+    # negative control: truncating to the first 8 slots without sorting drops occupied clusters
+    monkeypatch.setattr(cc, "_HYPER_WIDTHS", (8,))
+    monkeypatch.setattr(cc.jnp, "argsort", lambda a, axis=-1: jnp.broadcast_to(jnp.arange(a.shape[axis]), a.shape))
+    wrong = draws()
+    assert np.mean(wrong[0] != full[0]) > 0.05 and np.mean(wrong[1] != full[1]) > 0.05

@@ -1278,14 +1278,36 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
             occupied = jnp.max(jnp.sum(n_c > 0, 1))
             cp = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [at_width(w) for w in widths], cp)
     nix = h.nix
-    if len(model.real_idx):
-        for p, grid in enumerate((grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)):
-            if grid is None:
-                continue
-            g = jnp.asarray(grid, dt)
-            cand = jnp.broadcast_to(nix[:, None, :], (nix.shape[0], g.shape[0], 4)).at[:, :, p].set(g[None])
-            lp = jax.vmap(lambda c, s: _nix_marginal(c, s))(cand, state.real_stats)  # [Fr, G]
-            nix = nix.at[:, p].set(draw(next(keys), g, lp))
+    nix_grids = (grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)
+    if len(model.real_idx) and any(gr is not None for gr in nix_grids):
+        # as for the Dirichlet levels: only the clusters holding a feature's cells enter (an empty slot's NIX term
+        # is 0), so the grid marginals run on the largest `width` slots of each feature
+        rs = state.real_stats
+        by_size = jnp.argsort(-rs[..., 0], axis=1)  # [Fr, C]
+        rs_s = jnp.take_along_axis(rs, by_size[:, :, None], axis=1)
+        C = rs.shape[1]
+        widths = [w for w in _HYPER_WIDTHS if w < C] + [C]
+        nix_keys = [next(keys) if gr is not None else None for gr in nix_grids]
+
+        def nix_at_width(width):
+            def run(nix):
+                stats = rs_s[:, :width]
+                for p, grid in enumerate(nix_grids):
+                    if grid is None:
+                        continue
+                    g = jnp.asarray(grid, dt)
+                    cand = jnp.broadcast_to(nix[:, None, :], (nix.shape[0], g.shape[0], 4)).at[:, :, p].set(g[None])
+                    lp = jax.vmap(lambda c, s: _nix_marginal(c, s))(cand, stats)  # [Fr, G]
+                    nix = nix.at[:, p].set(draw(nix_keys[p], g, lp))
+                return nix
+
+            return run
+
+        if len(widths) == 1:
+            nix = nix_at_width(C)(nix)
+        else:
+            occupied = jnp.max(jnp.sum(rs[..., 0] > 0, 1))
+            nix = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [nix_at_width(w) for w in widths], nix)
     return state._replace(hypers=CrossCatHypers(va, vd, ra, rd, cp, nix))
 
 
