@@ -717,10 +717,10 @@ def test_fit_with_anneal_stepsize_final_passes_reach_the_exact_crosscat_posterio
 
 def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(monkeypatch):
     """``resample_hypers`` evaluates the Dirichlet-level and NIX grid conditionals on the largest ``width`` cluster
-    slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..38 of a capacity-40
-    view, 300 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
+    slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..19 of a capacity-20
+    view, 100 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
     evaluation (``_HYPER_WIDTHS = ()``) from the same keys (negative control: the first 8 slots without the sort
-    lose clusters 17, 29 and 38, and the draws differ)."""
+    lose clusters 11, 15 and 19, and the draws differ)."""
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
     rng = np.random.default_rng(0)
     n = 40
@@ -728,10 +728,10 @@ def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(
     x[::7, 1] = np.nan
     enc = cc.encode_table(model, x)
     z = np.full((3, n), -1)
-    z[0] = np.asarray([3, 17, 29, 38])[rng.integers(0, 4, n)]
-    st = jax.jit(lambda zz: cc.init(model, enc, 40, view_of=jnp.zeros(2, jnp.int32), z=zz))(jnp.asarray(z))
+    z[0] = np.asarray([3, 11, 15, 19])[rng.integers(0, 4, n)]
+    st = jax.jit(lambda zz: cc.init(model, enc, 20, view_of=jnp.zeros(2, jnp.int32), z=zz))(jnp.asarray(z))
     grids = cc.default_crosscat_grids(model)
-    keys = jax.random.split(jax.random.key(3), 300)
+    keys = jax.random.split(jax.random.key(3), 100)
 
     def draws():
         out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(keys)
