@@ -878,7 +878,7 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
     trip = num_assigned if trip is None else trip
     dt = alpha.dtype
     pidx = jnp.arange(num)
-    block = min(32, n)  # uniforms drawn per block of rows (one threefry call, not one per row)
+    block = min(32, n)  # random words drawn per block of rows (one threefry call, not one per row)
 
     def body(i, ws, carry):
         u, w = bits_to_uniform(ws[:, :2], dt), ws[:, 2:]

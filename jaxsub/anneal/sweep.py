@@ -54,7 +54,7 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     hyperparameter step sits behind a ``lax.cond`` on "any chain finished a
     cycle", so its grid evaluations are paid only when needed. A chain that
     halts (overflow) does nothing for the rest of the span and resumes at its
-    own cursor in the next call. Tick ``t`` of a chain uses the uniforms of
+    own cursor in the next call. Tick ``t`` of a chain uses the random words of
     ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
     scan), so results do not depend on ``span`` or on halts. Nothing here depends
     on the schedule's length, so one compiled sweep serves every schedule.
