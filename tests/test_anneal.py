@@ -478,6 +478,36 @@ def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_p
                                 np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
 
 
+def test_two_urn_block_tick_picks_the_ball_with_exact_integer_arithmetic():
+    """``two_urns.block_tick`` picks its ball with ``moves.uniform_index`` (words 0-1), not a float floor: at the
+    paper's N = 20,000 balls (R = 12,000, B = 8,000; 5,000 red balls on the left, none blue) with the urn word 0
+    (always left), the moved colour / urn tells the ball's region [0, 5000) / [5000, 12000) / [12000, 20000); on
+    random words and on the two words either side of each region boundary (``W_b - 1`` and ``W_b``, ``W_b`` =
+    ``ceil(b 2^64 / N)``) the region is the one of Python's exact ``(W N) >> 64``. Negative control: the old
+    ``floor(u N)`` of word 0 cannot tell ``W_b - 1`` from ``W_b`` and misplaces some of them."""
+    R, B, n, k = 12_000, 8_000, 20_000, 5_000
+    rng = np.random.default_rng(1)
+    words = [tuple(int(x) for x in rng.integers(0, 2**32, 2, dtype=np.uint64)) for _ in range(200)]
+    for b in (k, R):
+        for wb in (-(-(b << 64) // n) - 1, -(-(b << 64) // n)):
+            words.append((wb >> 32, wb & 0xFFFFFFFF))
+    w = np.asarray([[w0, w1, 0] for w0, w1 in words], np.uint32)
+    exact_ball = np.asarray([((w0 << 32 | w1) * n) >> 64 for w0, w1 in words])
+    assert set(exact_ball[-4:]) == {k - 1, k, R - 1, R}
+    want = np.where(exact_ball < k, 0, np.where(exact_ball < R, 1, 2))
+    st = an.two_urns.UrnCounts(jnp.int32(k), jnp.int32(0))
+    out = jax.jit(jax.vmap(lambda u: an.two_urns.block_tick(u, st, 1, num_red=R, num_blue=B, alpha=0.5,
+                                                            p_left=0.5)))(jnp.asarray(w))
+    red, blue = np.asarray(out.red_left), np.asarray(out.blue_left)
+    got = np.where(red == k + 1, 1, np.where(blue == 1, 2, 0))
+    assert np.all((red == k) | (red == k + 1)) and np.all(blue <= 1) and np.all((red == k + 1) + (blue == 1) <= 1)
+    np.testing.assert_array_equal(got, want)
+    old_ball = np.minimum(np.floor(np.asarray(an.moves.bits_to_uniform(jnp.asarray(w[:, 0]))) * np.float32(n)),
+                          n - 1).astype(int)
+    old = np.where(old_ball < k, 0, np.where(old_ball < R, 1, 2))
+    assert np.any(old[-4:] != want[-4:])  # negative control: the float floor misplaces a boundary word
+
+
 def test_fifo_policy_visits_rows_in_order():
     """loom's FIFO churn: the k-th add takes row order[k mod N], the k-th remove the oldest, order[k mod N]."""
     n = 12
