@@ -146,6 +146,51 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     assert np.mean(draws != before) > 0.1  # the move actually moved
 
 
+def test_feature_sweep_on_the_subsample_window_only_leaves_the_exact_posterior_invariant():
+    """``feature_sweep(width=w)`` (the moves on the first ``w`` rows of the subsample window, :func:`cc._compact`):
+    the 4 rows of DATA are the assigned subsample of a 7-row table (rows 0, 2, 3, 5; rows 1, 4, 6 unassigned,
+    with other values and a missing cell), ``w = 5 < N = 7`` (one unassigned row inside the window): starting from
+    exact draws, the (feature partition, row partition of feature 0's view) of the assigned rows is still the
+    enumerated exact posterior (chi-square; CRP), the unassigned rows stay unassigned, the statistics equal a
+    rebuild from the labels, and the move moved. ``w < num_assigned`` is flagged not ok."""
+    model = _model("crp")
+    parts, states, probs = _enumerate(model)
+    num = 20000
+    idx = np.random.default_rng(5).choice(len(states), size=num, p=probs)
+    inside = np.asarray([0, 2, 3, 5])
+    table = np.full((7, 3), np.nan)
+    table[inside] = DATA
+    table[[1, 4, 6]] = [[1, 0, 3.0], [2, np.nan, -2.0], [0, 1, 0.5]]
+    enc = cc.encode_table(model, table)
+    V = DATA.shape[1] + 1
+    vo = np.asarray([states[i][0] for i in idx], np.int32)
+    z = np.full((num, V, 7), -1, np.int32)
+    for c, i in enumerate(idx):
+        for v, r in enumerate(states[i][1]):
+            z[c, v, inside] = parts[r]
+    init_b = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, 4, view_of=a, z=b)))
+    st = init_b(jnp.asarray(vo), jnp.asarray(z))
+    assert np.all(np.asarray(st.order[0, :4]) == inside) and np.all(np.asarray(st.num_assigned) == 4)
+    out, ok = jax.jit(jax.vmap(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc, trip=jnp.int32(4),
+                                                             width=5)))(jax.random.split(jax.random.key(6), num), st)
+    assert np.all(np.asarray(ok)) and not np.any(np.asarray(out.halted))
+    zo = np.asarray(out.z)
+    assert np.all(zo[:, :, [1, 4, 6]] == -1)
+    np.testing.assert_array_equal(np.asarray(out.order), np.asarray(st.order))
+    sub = out._replace(z=out.z[:, :, inside])
+    draws = _observe(parts, sub)
+    assert_discrete_matches(draws, _exact_observable(parts, states, probs))
+    assert np.mean(draws != _observe(parts, st._replace(z=st.z[:, :, inside]))) > 0.1
+    ref = init_b(out.view_of, out.z)  # statistics of every moved state = a rebuild from its labels
+    np.testing.assert_array_equal(np.asarray(out.cat_counts), np.asarray(ref.cat_counts))
+    np.testing.assert_allclose(np.asarray(out.real_stats), np.asarray(ref.real_stats), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out.sizes), np.asarray(ref.sizes))
+    one = jax.tree.map(lambda a: a[0], st)
+    assert not bool(jax.jit(lambda s: cc.feature_sweep(jax.random.key(0), s, model=model, data=enc, width=3)[1])(one))
+    with pytest.raises(ValueError, match="feature_widths"):
+        cc.fit(jax.random.key(0), table, model, an.linear_anneal(7, 14), feature_widths=(4, 2))
+
+
 def _handful_np(z_v, r, block):
     """Rows moved with ``r`` in one view: the first ``block`` members of its cluster in cyclic order from ``r``."""
     n = z_v.size

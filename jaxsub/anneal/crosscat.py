@@ -91,6 +91,7 @@ __all__ = [
     "CrossCatState",
     "block_tick",
     "build_sweep",
+    "width_ladder",
     "default_crosscat_grids",
     "depends_on",
     "diagnose",
@@ -1331,7 +1332,50 @@ def _level_runs(model, penalty: int = 64):
     return tuple(reversed(runs))
 
 
-def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None):
+def _compact(state: CrossCatState, data: CrossCatData, width: int):
+    """The state and data restricted to the first ``width`` rows of the subsample window (``width >=
+    num_assigned``, static): ``(state_c, data_c, rows)`` with ``z`` ``[V, width]``, ``order = arange(width)``,
+    ``head = 0`` and the data rows ``rows``. Every row outside them is unassigned (``z = -1`` in every view), and
+    the sufficient statistics are unchanged: the feature moves on ``state_c`` cost O(width), not O(N)."""
+    n = state.order.shape[0]
+    rows = state.order[(state.head + jnp.arange(width, dtype=jnp.int32)) % n]
+    data_c = CrossCatData(data.cat[rows], data.real[rows], data.real_obs[rows])
+    return state._replace(z=state.z[:, rows], order=jnp.arange(width, dtype=jnp.int32),
+                          head=jnp.zeros_like(state.head)), data_c, rows
+
+
+def _expand(state: CrossCatState, state_c: CrossCatState, rows) -> CrossCatState:
+    """:func:`_compact`'s inverse after moves on ``state_c``: its ``z`` written back at ``rows``."""
+    return state_c._replace(z=state.z.at[:, rows].set(state_c.z), order=state.order, head=state.head)
+
+
+def _check_widths(widths) -> tuple:
+    """``feature_widths`` as a tuple of strictly increasing positive ints, else ``ValueError``."""
+    try:
+        out = tuple(int(w) for w in widths)
+    except TypeError:
+        raise ValueError(f"feature_widths must be a tuple of ints; got {widths!r}") from None
+    if any(w < 1 for w in out) or any(b <= a for a, b in zip(out, out[1:])) or \
+            any(int(w) != w for w in widths):
+        raise ValueError(f"feature_widths must be strictly increasing positive ints; got {widths!r}")
+    return out
+
+
+def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
+    """Widths ``start, start * factor, ...`` below ``num_rows / 2`` for ``feature_widths`` (each one compiles a
+    copy of the feature sweep; the moves on a subsample of ``m`` rows then cost ``O(width)`` with
+    ``width < factor * m``, not ``O(num_rows)``)."""
+    num_rows = check_int("num_rows", num_rows, low=1)
+    start = check_int("start", start, low=1)
+    factor = check_int("factor", factor, low=2)
+    out, w = [], start
+    while 2 * w <= num_rows:
+        out.append(w)
+        w *= factor
+    return tuple(out)
+
+
+def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None, width=None):
     """Algorithm-8 Gibbs then the new-view MH for every feature (``fori_loop`` over categorical, then real
     features), then the hyper step. Returns ``(state, ok)``.
 
@@ -1344,7 +1388,26 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
     ``(alpha, d)`` first (they hold no rows; a newborn view's hyperprior is that point mass), so the
     auxiliary views are exact Algorithm-8 draws, and the MH acceptance corrects for a refresh
     proposal drawn under other hyperparameters than its view's.
+
+    ``width`` (static, optional, ``>= num_assigned``): the moves run on the first ``width`` rows of the
+    subsample window only (:func:`_compact`; every other row is unassigned), so their cost follows the
+    subsample rather than the ``N`` rows of the table; same law (the prior-partition draws take other random
+    words than at full width). ``ok`` is False (and the returned state is not to be used) when ``width <
+    num_assigned``.
     """
+    if width is not None and width < state.order.shape[0]:
+        state_c, data_c, rows = _compact(state, data, width)
+        out, ok = feature_sweep(rng_key, state_c, model=model, data=data_c, num_aux=num_aux, grids=None, trip=trip)
+        state = _expand(state, out, rows)
+        ok = ok & (state_c.num_assigned <= width)  # a narrower window would drop assigned rows: not ok
+        if grids is not None:
+            state = resample_hypers(jax.random.split(rng_key, 4)[2], state, model=model, grids=grids)
+        return state, ok
+    return _feature_sweep(rng_key, state, model=model, data=data, num_aux=num_aux, grids=grids, trip=trip)
+
+
+def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None):
+    """:func:`feature_sweep` on the whole state (no compaction)."""
     k_cat, k_real, k_hyp, k_draw = jax.random.split(rng_key, 4)
     V = state.z.shape[0]
     h = state.hypers
@@ -1397,7 +1460,7 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random", blocked: bool = False):
+                policy: str = "random", blocked: bool = False, feature_widths: tuple = ()):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
@@ -1413,7 +1476,14 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     The scan carries each chain's :class:`_ScoreCache` (per-cluster categorical cell counts and NIX
     Student-t parameters) beside its state: a tick updates it at the clusters it touches, so scoring a
     row costs no sum over levels and no ``lgamma``; it is rebuilt after feature and hyper moves.
+
+    ``feature_widths`` (static increasing ints, default none): the feature moves run on the first ``w`` rows of
+    each chain's subsample window (:func:`feature_sweep` ``width``), ``w`` the smallest of them that holds the
+    largest subsample of the chains that need the moves (a ``lax.switch``, all ``N`` rows past the last), so
+    their cost follows the subsample: each width compiles one more copy of the feature sweep (~8 CPU-s on the
+    11-feature flights table), so use it for long runs (:func:`width_ladder`).
     """
+    widths = _check_widths(feature_widths)
 
     def one(state, cache, u, window, base, data):
         cur = state.cursor
@@ -1477,9 +1547,18 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                     if feature_moves:  # prior-partition loops bounded by the largest subsample (unbatched)
                         def moves(st):
                             trip = jnp.max(jnp.where(need_f, st.num_assigned, 0))
-                            new, ok_f = vm(lambda k, s_, t: feature_sweep(k, s_, model=model, data=data,
-                                                                          num_aux=num_aux, trip=t),
-                                           in_axes=(0, 0, None))(ks, st, trip)
+
+                            def at(w):
+                                return lambda st: vm(lambda k, s_, t: feature_sweep(
+                                    k, s_, model=model, data=data, num_aux=num_aux, trip=t, width=w),
+                                    in_axes=(0, 0, None))(ks, st, trip)
+
+                            ws = [w for w in widths if w < data.cat.shape[0]]
+                            if ws:  # the smallest width holding every chain's subsample (unbatched index)
+                                new, ok_f = jax.lax.switch(jnp.sum(trip > jnp.asarray(ws)).astype(jnp.int32),
+                                                           [at(w) for w in ws] + [at(None)], st)
+                            else:
+                                new, ok_f = at(None)(st)
                             return pick(need_f & ok_f, new, st), ok_f | ~need_f
 
                         st, ok = jax.lax.cond(jnp.any(need_f), moves, lambda st: (st, ok), st)
@@ -1656,15 +1735,16 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy, blocked=False):
+              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=()):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
-                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked)(states, keys, windows, data)
+                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
+                       feature_widths=feature_widths)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
                                                  "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
-                                                 "blocked"))
+                                                 "blocked", "feature_widths"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1672,7 +1752,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         num_checkpoints: int = 5,
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None,
-        initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1) -> CrossCatFit:
+        initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1,
+        feature_widths: tuple = ()) -> CrossCatFit:
     """Run a row schedule for CrossCat on ``num_chains`` vmapped chains: policy ``"random"`` (Anneal,
     Prior+Gibbs, Sequential+Gibbs, energy annealing) or ``"fifo"`` (:func:`~jaxsub.anneal.loom`: the
     subsample is a sliding window of each chain's shuffled cycle of the rows, every row visited in turn).
@@ -1695,7 +1776,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     own host thread, so on a multi-core CPU the groups run in parallel (XLA releases the GIL; one chain's
     tick is a chain of small kernels that one core runs, so vmapped chains share one core). Each chain's
     draws depend only on its key, so the result equals the ``threads=1`` run (up to floating-point
-    differences of the batch size); ``num_chains`` must be a multiple of ``threads``.
+    differences of the batch size); ``num_chains`` must be a multiple of ``threads``. ``feature_widths``: see
+    :func:`build_sweep` (feature moves on the subsample's rows only; e.g. ``width_ladder(N)``; more compilation).
 
     Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
     cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
@@ -1754,6 +1836,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     static = dict(model=model, span=span, energy_ramp=schedule.energy_ramp, grids=grids, num_aux=num_aux,
                   hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows,
                   policy=schedule.policy)
+    feature_widths = _check_widths(feature_widths)
+    if feature_widths:
+        static["feature_widths"] = feature_widths
     codes = np.asarray(schedule.codes)
     if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
         static["blocked"] = True
