@@ -1362,14 +1362,14 @@ def _check_widths(widths) -> tuple:
 
 
 def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
-    """Widths ``start, start * factor, ...`` below ``num_rows / 2`` for ``feature_widths`` (each one compiles a
-    copy of the feature sweep; the moves on a subsample of ``m`` rows then cost ``O(width)`` with
-    ``width < factor * m``, not ``O(num_rows)``)."""
+    """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
+    the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
+    factor * m``, not ``O(num_rows)``)."""
     num_rows = check_int("num_rows", num_rows, low=1)
     start = check_int("start", start, low=1)
     factor = check_int("factor", factor, low=2)
     out, w = [], start
-    while 2 * w <= num_rows:
+    while w < num_rows:
         out.append(w)
         w *= factor
     return tuple(out)
