@@ -16,6 +16,8 @@ costs of a first execution) counted with the compilation. Reported: mean score, 
 the worst sample), and the consistency of the learned feature partitions across samples (mean
 pairwise agreement of the "depends on" matrices; 1 = identical partitions), the views and mean clusters
 per view reached, and pylace's iterations (a full row and column pass of every state each).
+Outside the quick mode jaxsub's feature moves run on the subsample's rows only
+(``cc.fit(feature_widths=cc.width_ladder(n))``: more compilation, reported apart).
 """
 from __future__ import annotations
 

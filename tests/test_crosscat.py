@@ -729,7 +729,8 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     """``fit`` with loom's FIFO schedule then full-data passes (row Gibbs in every view, feature moves once per
     cycle, fixed hyperparameters) on the 3 features x 4 rows table: the final (view partition, row partition of
     feature 0's view) matches the enumerated exact posterior (chi-square over 4,000 chains). The same run with its
-    chains in two host-thread groups (``threads=2``) gives the same states."""
+    chains in two host-thread groups (``threads=2``) gives the same states; with ``feature_widths=(2, 3)`` (feature
+    moves on the window's rows only) the final passes reach the same exact posterior."""
     model = _model("crp")
     parts, states, probs = _enumerate(model)
     n = DATA.shape[0]
@@ -742,6 +743,11 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
     chex.assert_trees_all_equal(two.state.z, res.state.z)
     chex.assert_trees_all_equal(two.state.order, res.state.order)
+    # feature moves on the FIFO window's rows only (widths 2 and 3: windows that wrap around the cycle), same law
+    win = cc.fit(jax.random.key(7), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
+                 feature_widths=(2, 3))
+    assert not np.any(np.asarray(win.state.halted)) and np.all(np.asarray(win.state.num_assigned) == n)
+    assert_discrete_matches(_observe(parts, win.state), _exact_observable(parts, states, probs))
 
 
 @pytest.mark.slow
