@@ -745,7 +745,7 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     chex.assert_trees_all_equal(two.state.order, res.state.order)
     # feature moves on the FIFO window's rows only (widths 2 and 3: windows that wrap around the cycle), same law
     win = cc.fit(jax.random.key(7), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
-                 feature_widths=(2, 3))
+                 feature_widths=(2, 3), feature_min_rows=1)  # moves from 1 row on (default: 4 = all rows here)
     assert not np.any(np.asarray(win.state.halted)) and np.all(np.asarray(win.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, win.state), _exact_observable(parts, states, probs))
 
