@@ -91,7 +91,6 @@ __all__ = [
     "CrossCatState",
     "block_tick",
     "build_sweep",
-    "width_ladder",
     "default_crosscat_grids",
     "depends_on",
     "diagnose",
@@ -108,6 +107,7 @@ __all__ = [
     "resample_hypers",
     "row_tick",
     "tick_words",
+    "width_ladder",
 ]
 
 _LOG_PI = math.log(math.pi)
@@ -1480,8 +1480,8 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     ``feature_widths`` (static increasing ints, default none): the feature moves run on the first ``w`` rows of
     each chain's subsample window (:func:`feature_sweep` ``width``), ``w`` the smallest of them that holds the
     largest subsample of the chains that need the moves (a ``lax.switch``, all ``N`` rows past the last), so
-    their cost follows the subsample: each width compiles one more copy of the feature sweep (~8 CPU-s on the
-    11-feature flights table), so use it for long runs (:func:`width_ladder`).
+    their cost follows the subsample: each width compiles one more copy of the feature sweep (~2.5-4 CPU-s more
+    for ``fit`` on the 11-feature flights table), so it is opt-in (:func:`width_ladder`).
     """
     widths = _check_widths(feature_widths)
 
