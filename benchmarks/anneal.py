@@ -14,7 +14,8 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   4 vmapped chains at all rows (5,000 ticks each; quick: N in {1e4, 1e5}, 4 chains at 1e5): view-row assignments/s
   (target >= 1e5/s on the full table; also per process CPU-second, for readings on a loaded machine) and per row (flat in N); ``crosscat_feature_sweep``: one
   feature sweep (Algorithm 8 + new-view MH for every column, all their prior partitions drawn in one
-  loop over the rows) vs one row sweep (N ticks), at the same N.
+  loop over the rows) vs one row sweep (N ticks), at the same N; ``crosscat_feature_sweep_window``: at N = 1e4 with
+  64 rows assigned, the feature sweep over all N rows vs on the subsample window (``width=64``), CPU ratio.
 * ``crosscat_tick``: kernels in the compiled one-chain row tick (the scan's ``while`` body) and microseconds per
   tick, flights 1,000-row subset, 3 views, capacity 64 (the cost that decides the small-budget held-out points).
 * ``pylace_rows`` (if the optional peer is installed): pylace's default update on the same 1e4 flights rows,
@@ -36,7 +37,7 @@ import numpy as np
 
 import jaxsub.anneal as an
 from benchmarks._common import compare
-from jaxsub.anneal.moves import _tick_uniforms
+from jaxsub.anneal.moves import TICK_WORDS, _tick_uniforms
 
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 
@@ -85,9 +86,10 @@ class NumpyGibbs:
         self.total = np.asarray(h.cat_total, np.float32)
         self.alpha = np.float32(model.prior.alpha)
 
-    def step(self, u):
+    def step(self, w):
+        """One GIBBS tick from the tick's ``TICK_WORDS`` uint32 words (exact pick ``floor(W m / 2^64)``)."""
         n, m = self.n, self.n
-        j = min(max(int(np.floor(np.float32(u[0]) * np.float32(m))), 0), m - 1)
+        j = min(((int(w[0]) << 32 | int(w[1])) * m) >> 64, m - 1)
         r = self.order[j]
         self.order[j], self.order[m - 1] = self.order[m - 1], r
         k = self.z[r]
@@ -105,7 +107,8 @@ class NumpyGibbs:
         logits = prior + lik
         p = np.exp(logits - logits.max())
         c = np.cumsum(p)
-        knew = int(np.argmax(c > np.float32(u[2]) * c[-1]))
+        u = np.float32((int(w[4]) >> 9) / 2.0 ** 23)  # jax.random.uniform's float32 from one word
+        knew = int(np.argmax(c > u * c[-1]))
         self.sizes[knew] += 1
         self.counts[knew, row] += 1
         self.z[a] = knew
@@ -140,7 +143,7 @@ def run(*, quick: bool = False) -> list[dict]:
         # NumPy reference: checker (identical decisions for the first np_steps) and baseline
         ref = NumpyGibbs(model, enc, z0, capacity)
         key = jax.random.split(jax.random.key(1), 1)[0]
-        uniforms = np.asarray(jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(key, t), (3,)))(
+        uniforms = np.asarray(jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(key, t), (TICK_WORDS,), jnp.uint32))(
             jnp.arange(np_steps, dtype=jnp.int32)))
         t0 = time.perf_counter()
         for t in range(np_steps):
@@ -328,6 +331,34 @@ def _targets(rows):
     return out
 
 
+def _window_sweep(model, enc, fs_full, capacity, views, m, repeats=5):
+    """One feature sweep with ``m`` rows assigned: over all ``N`` rows (``fs_full``) vs ``feature_sweep(width=m)``
+    (the subsample window only), alternating in one process; process CPU per call and the per-pair ratio."""
+    from jaxsub.anneal import crosscat as cc
+
+    n, F = enc.cat.shape[0], model.num_features
+    z = np.full((F + 1, n), -1, np.int32)
+    z[:views, :m] = np.random.default_rng(1).integers(0, 5, (views, m))
+    st = cc.init(model, enc, capacity, view_of=jnp.asarray(np.arange(F) % views), z=jnp.asarray(z))
+    fw = jax.jit(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc, width=m)[0])
+    t0 = time.perf_counter()
+    jax.block_until_ready(fw(jax.random.key(0), st))
+    first = time.perf_counter() - t0
+    jax.block_until_ready(fs_full(jax.random.key(0), st))
+    cpu = {"full": [], "window": []}
+    for i in range(repeats):
+        for name, f in ((("full", fs_full), ("window", fw)) if i % 2 == 0 else (("window", fw), ("full", fs_full))):
+            c0 = time.process_time()
+            jax.block_until_ready(f(jax.random.key(1 + i), st))
+            cpu[name].append(time.process_time() - c0)
+    ratio = np.asarray(cpu["window"]) / np.asarray(cpu["full"])
+    return {"case": "crosscat_feature_sweep_window", "N": n, "subsample": m, "width": m,
+            "full_cpu_s": float(np.median(cpu["full"])), "window_cpu_s": float(np.median(cpu["window"])),
+            "window_over_full": float(np.median(ratio)), "window_over_full_range": [float(ratio.min()),
+                                                                                    float(ratio.max())],
+            "first_call_s": first}
+
+
 def _crosscat(quick):
     from jaxsub.anneal import crosscat as cc
     from jaxsub.datasets import load_crosscat_flights
@@ -376,4 +407,6 @@ def _crosscat(quick):
         out.append({"case": "crosscat_feature_sweep", "N": n, "features": F, "feature_sweep_s": f_sec,
                     "feature_sweep_range": [float(min(ft)), float(max(ft))], "first_call_s": f_first,
                     "row_sweep_s": row_sweep, "feature_over_row_sweep": f_sec / row_sweep})
+        if n == 10_000:  # a 64-row subsample: the moves over all N rows vs on the subsample window (width 64)
+            out.append(_window_sweep(model, enc, fs, capacity, views, m=64))
     return out

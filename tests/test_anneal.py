@@ -478,6 +478,36 @@ def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_p
                                 np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
 
 
+def test_two_urn_block_tick_picks_the_ball_with_exact_integer_arithmetic():
+    """``two_urns.block_tick`` picks its ball with ``moves.uniform_index`` (words 0-1), not a float floor: at the
+    paper's N = 20,000 balls (R = 12,000, B = 8,000; 5,000 red balls on the left, none blue) with the urn word 0
+    (always left), the moved colour / urn tells the ball's region [0, 5000) / [5000, 12000) / [12000, 20000); on
+    random words and on the two words either side of each region boundary (``W_b - 1`` and ``W_b``, ``W_b`` =
+    ``ceil(b 2^64 / N)``) the region is the one of Python's exact ``(W N) >> 64``. Negative control: the old
+    ``floor(u N)`` of word 0 cannot tell ``W_b - 1`` from ``W_b`` and misplaces some of them."""
+    R, B, n, k = 12_000, 8_000, 20_000, 5_000
+    rng = np.random.default_rng(1)
+    words = [tuple(int(x) for x in rng.integers(0, 2**32, 2, dtype=np.uint64)) for _ in range(200)]
+    for b in (k, R):
+        for wb in (-(-(b << 64) // n) - 1, -(-(b << 64) // n)):
+            words.append((wb >> 32, wb & 0xFFFFFFFF))
+    w = np.asarray([[w0, w1, 0] for w0, w1 in words], np.uint32)
+    exact_ball = np.asarray([((w0 << 32 | w1) * n) >> 64 for w0, w1 in words])
+    assert set(exact_ball[-4:]) == {k - 1, k, R - 1, R}
+    want = np.where(exact_ball < k, 0, np.where(exact_ball < R, 1, 2))
+    st = an.two_urns.UrnCounts(jnp.int32(k), jnp.int32(0))
+    out = jax.jit(jax.vmap(lambda u: an.two_urns.block_tick(u, st, 1, num_red=R, num_blue=B, alpha=0.5,
+                                                            p_left=0.5)))(jnp.asarray(w))
+    red, blue = np.asarray(out.red_left), np.asarray(out.blue_left)
+    got = np.where(red == k + 1, 1, np.where(blue == 1, 2, 0))
+    assert np.all((red == k) | (red == k + 1)) and np.all(blue <= 1) and np.all((red == k + 1) + (blue == 1) <= 1)
+    np.testing.assert_array_equal(got, want)
+    old_ball = np.minimum(np.floor(np.asarray(an.moves.bits_to_uniform(jnp.asarray(w[:, 0]))) * np.float32(n)),
+                          n - 1).astype(int)
+    old = np.where(old_ball < k, 0, np.where(old_ball < R, 1, 2))
+    assert np.any(old[-4:] != want[-4:])  # negative control: the float floor misplaces a boundary word
+
+
 def test_fifo_policy_visits_rows_in_order():
     """loom's FIFO churn: the k-th add takes row order[k mod N], the k-th remove the oldest, order[k mod N]."""
     n = 12
@@ -550,7 +580,7 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     for c in range(2):
         st = jax.tree.map(lambda x: x[c], states)
         for t in range(span):
-            u = jax.random.uniform(jax.random.fold_in(keys[c], t), (3,))
+            u = jax.random.bits(jax.random.fold_in(keys[c], t), (an.moves.TICK_WORDS,), jnp.uint32)
             st = tick(u, st, jnp.int32(sched.codes[t]))
         chex.assert_trees_all_equal(st, jax.tree.map(lambda x: x[c], out))
     # O(1) per tick: no whole-array copy of the [chains, N] order/assignments inside the scan
@@ -559,3 +589,30 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     assert bodies
     for body in bodies:
         assert not re.search(rf"s32\[2,{n}\]\{{[^}}]*\}} copy\(", body), "per-tick O(N) copy in the sweep loop"
+
+
+def test_uniform_index_is_exact_integer_arithmetic_and_fixes_the_float_floor_bias():
+    """The ticks' and prior draws' integer picks (``moves.uniform_index``): ``floor(W m / 2^64)`` of two uint32
+    words equals Python's exact integer result (random and extreme words, ``m`` up to ``2^31 - 1``), and is
+    uniform where ``floor(u m)`` with a float32 uniform is not: at ``m = 5,592,405 ~ 2^23 / 1.5`` the float floor
+    puts ~1/3 of the picks on even indices (its grid and rounding), the exact pick 1/2 (z-test, 50,000 picks;
+    negative control: the old float floor is rejected by the same test)."""
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**32, (400, 2), dtype=np.uint64).astype(np.uint32)
+    words[:4] = [[0, 0], [0xFFFFFFFF, 0xFFFFFFFF], [0xFFFFFFFF, 0], [0, 0xFFFFFFFF]]
+    ms = np.asarray([1, 2, 3, 6, 875, 300_007, 5_592_405, 2**24 - 3, 2**31 - 1], np.int32)
+    got = np.asarray(jax.jit(jax.vmap(jax.vmap(an.moves.uniform_index, (None, 0)), (0, None)))(
+        jnp.asarray(words), jnp.asarray(ms)))
+    want = np.asarray([[((int(w0) << 32 | int(w1)) * int(m)) >> 64 for m in ms] for w0, w1 in words])
+    np.testing.assert_array_equal(got, want)
+    assert np.all(got < ms[None, :]) and int(an.moves.uniform_index(jnp.asarray(words[1]), 0)) == 0
+    m, n = 5_592_405, 50_000
+    w = jax.random.bits(jax.random.key(7), (n, 2), jnp.uint32)
+    exact_pick = np.asarray(an.moves.uniform_index(w, m))
+    float_pick = np.asarray(jnp.floor(an.moves.bits_to_uniform(w[:, 0]) * jnp.float32(m)).astype(jnp.int32))
+
+    def z_even(x):  # (even picks - n / 2) / sd under a uniform pick (m odd: P(even) = 1/2 + 1/(2m))
+        return (np.sum(x % 2 == 0) - n / 2) / math.sqrt(n / 4)
+
+    assert abs(z_even(exact_pick)) < 4.5
+    assert abs(z_even(float_pick)) > 4.5  # negative control: the old mapping is caught

@@ -125,7 +125,7 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
             return cc.feature_sweep(key, s, model=model, data=enc, trip=trip)[0]
         if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
             def one(t, s):
-                u = jax.random.uniform(jax.random.fold_in(key, t), (2 + s.z.shape[0],))
+                u = cc.tick_words(jax.random.fold_in(key, t), s.z.shape[0])
                 return cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)[0]
 
             return jax.lax.fori_loop(0, 4, one, s)
@@ -144,6 +144,51 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     assert_discrete_matches(draws, _exact_observable(parts, states, probs))
     before = _observe(parts, st)
     assert np.mean(draws != before) > 0.1  # the move actually moved
+
+
+def test_feature_sweep_on_the_subsample_window_only_leaves_the_exact_posterior_invariant():
+    """``feature_sweep(width=w)`` (the moves on the first ``w`` rows of the subsample window, :func:`cc._compact`):
+    the 4 rows of DATA are the assigned subsample of a 7-row table (rows 0, 2, 3, 5; rows 1, 4, 6 unassigned,
+    with other values and a missing cell), ``w = 5 < N = 7`` (one unassigned row inside the window): starting from
+    exact draws, the (feature partition, row partition of feature 0's view) of the assigned rows is still the
+    enumerated exact posterior (chi-square; CRP), the unassigned rows stay unassigned, the statistics equal a
+    rebuild from the labels, and the move moved. ``w < num_assigned`` is flagged not ok."""
+    model = _model("crp")
+    parts, states, probs = _enumerate(model)
+    num = 20000
+    idx = np.random.default_rng(5).choice(len(states), size=num, p=probs)
+    inside = np.asarray([0, 2, 3, 5])
+    table = np.full((7, 3), np.nan)
+    table[inside] = DATA
+    table[[1, 4, 6]] = [[1, 0, 3.0], [2, np.nan, -2.0], [0, 1, 0.5]]
+    enc = cc.encode_table(model, table)
+    V = DATA.shape[1] + 1
+    vo = np.asarray([states[i][0] for i in idx], np.int32)
+    z = np.full((num, V, 7), -1, np.int32)
+    for c, i in enumerate(idx):
+        for v, r in enumerate(states[i][1]):
+            z[c, v, inside] = parts[r]
+    init_b = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, 4, view_of=a, z=b)))
+    st = init_b(jnp.asarray(vo), jnp.asarray(z))
+    assert np.all(np.asarray(st.order[0, :4]) == inside) and np.all(np.asarray(st.num_assigned) == 4)
+    out, ok = jax.jit(jax.vmap(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc, trip=jnp.int32(4),
+                                                             width=5)))(jax.random.split(jax.random.key(6), num), st)
+    assert np.all(np.asarray(ok)) and not np.any(np.asarray(out.halted))
+    zo = np.asarray(out.z)
+    assert np.all(zo[:, :, [1, 4, 6]] == -1)
+    np.testing.assert_array_equal(np.asarray(out.order), np.asarray(st.order))
+    sub = out._replace(z=out.z[:, :, inside])
+    draws = _observe(parts, sub)
+    assert_discrete_matches(draws, _exact_observable(parts, states, probs))
+    assert np.mean(draws != _observe(parts, st._replace(z=st.z[:, :, inside]))) > 0.1
+    ref = init_b(out.view_of, out.z)  # statistics of every moved state = a rebuild from its labels
+    np.testing.assert_array_equal(np.asarray(out.cat_counts), np.asarray(ref.cat_counts))
+    np.testing.assert_allclose(np.asarray(out.real_stats), np.asarray(ref.real_stats), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(out.sizes), np.asarray(ref.sizes))
+    one = jax.tree.map(lambda a: a[0], st)
+    assert not bool(jax.jit(lambda s: cc.feature_sweep(jax.random.key(0), s, model=model, data=enc, width=3)[1])(one))
+    with pytest.raises(ValueError, match="feature_widths"):
+        cc.fit(jax.random.key(0), table, model, an.linear_anneal(7, 14), feature_widths=(4, 2))
 
 
 def _handful_np(z_v, r, block):
@@ -169,8 +214,10 @@ def test_block_tick_moves_the_handful_jointly_from_its_exact_conditional():
             cases.append((int(i), r, b))
     enc, st = _batch_states(model, parts, states, [c[0] for c in cases])
     num = 3000
-    us = jax.random.uniform(jax.random.key(4), (len(cases), num, 2 + st.z.shape[1]))
-    us = us.at[:, :, 0].set(((np.asarray([c[1] for c in cases]) + 0.5) / n)[:, None])
+    us = jax.random.bits(jax.random.key(4), (len(cases), num, cc.TICK_WORDS + st.z.shape[1]), jnp.uint32)
+    # words 0-1 pick row r exactly: floor(W n / 2^64) = r for W = (r + 1/2) 2^64 / n (high word; low word 0)
+    hi = np.asarray([((2 * c[1] + 1) << 31) // n for c in cases], np.uint32)
+    us = us.at[:, :, 0].set(jnp.asarray(hi)[:, None]).at[:, :, 1].set(jnp.uint32(0))
     step = jax.jit(jax.vmap(jax.vmap(lambda u, s, b: cc.block_tick(u, s, b, model=model, data=enc)[0],
                                      in_axes=(0, None, None))))
     out = step(us, st, jnp.asarray([c[2] for c in cases], jnp.int32))
@@ -449,7 +496,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
     n, V = data6.shape[0], 4
     tick = jax.jit(lambda u, s, c: cc.row_tick(u, s, c, 1.0, model=model, data=enc)[0])
     st = jax.jit(lambda: cc.init(model, enc, 7))()  # capacity 7 > N, as the sweep's states below (one tick compile)
-    u = jax.random.uniform(jax.random.key(0), (2 + V,))
+    u = cc.tick_words(jax.random.key(0), V)
     a = tick(u, st, an.ADD)
     b = jax.jit(jax.vmap(tick, in_axes=(0, 0, None)))(u[None], jax.tree.map(lambda x: x[None], st), an.ADD)
     chex.assert_trees_all_equal(a, jax.tree.map(lambda x: x[0], b))
@@ -478,7 +525,7 @@ def test_row_tick_jit_vmap_sweep_equals_ticks_without_copies_and_queries(feature
         for c in range(3):
             ref = jax.tree.map(lambda x: x[c], states0)
             for t in range(len(codes)):
-                ref = tick(jax.random.uniform(jax.random.fold_in(keys[c], t), (2 + V,)), ref, jnp.int32(codes[t]))
+                ref = tick(cc.tick_words(jax.random.fold_in(keys[c], t), V), ref, jnp.int32(codes[t]))
             got = jax.tree.map(lambda x: x[c], states)
             chex.assert_trees_all_close(ref.real_stats, got.real_stats, rtol=1e-6, atol=1e-6)  # float sums
             chex.assert_trees_all_equal(ref._replace(real_stats=got.real_stats), got)
@@ -515,7 +562,7 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
 
         def body(t, carry):
             s, cache = carry
-            u = jax.random.uniform(jax.random.fold_in(jax.random.key(5), t), (2 + s.z.shape[0],))
+            u = cc.tick_words(jax.random.fold_in(jax.random.key(5), t), s.z.shape[0])
             s, w, _, cache = cc._row_plan(u, s, codes[t], 1.0, model=model, data=enc, cache=cache)
             return cc._apply_row_writes(s, w), cache
 
@@ -541,14 +588,18 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
             np.testing.assert_allclose(float(got[0, 0]), float(want), rtol=0, atol=2e-4)
 
 
-def test_hyper_grid_gibbs_matches_exact_conditionals():
-    """Per-level Dirichlet pseudo-count and the row alpha: draws follow the enumerated grid conditionals."""
+@pytest.mark.parametrize("capacity, labels", [(4, [0, 0, 0, 1, 2, 1]), (12, [0, 0, 0, 10, 5, 10])])
+def test_hyper_grid_gibbs_matches_exact_conditionals(capacity, labels):
+    """Per-level Dirichlet pseudo-count and the row alpha: draws follow the enumerated grid conditionals.
+    Capacity 12 with clusters in slots 0, 5, 10: the Dirichlet loop runs on the 8 largest slots only
+    (``_HYPER_WIDTHS``), which must hold the occupied ones wherever they sit."""
+    assert (capacity > min(cc._HYPER_WIDTHS)) == (capacity == 12)
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(3, 1.0),))
     x = np.array([[0.0], [0.0], [0.0], [2.0], [1.0], [2.0]])
     enc = cc.encode_table(model, x)
     z = np.full((2, 6), -1)
-    z[0] = [0, 0, 0, 1, 2, 1]
-    st = jax.jit(lambda zz: cc.init(model, enc, 4, z=zz))(jnp.asarray(z))
+    z[0] = labels
+    st = jax.jit(lambda zz: cc.init(model, enc, capacity, z=zz))(jnp.asarray(z))
     g = (0.3, 1.0, 3.0)
     grids = cc.CrossCatGrids(row_alpha=(0.5, 2.0, 8.0), dirichlet=g)
     out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(
@@ -678,7 +729,8 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     """``fit`` with loom's FIFO schedule then full-data passes (row Gibbs in every view, feature moves once per
     cycle, fixed hyperparameters) on the 3 features x 4 rows table: the final (view partition, row partition of
     feature 0's view) matches the enumerated exact posterior (chi-square over 4,000 chains). The same run with its
-    chains in two host-thread groups (``threads=2``) gives the same states."""
+    chains in two host-thread groups (``threads=2``) gives the same states; with ``feature_widths=(2, 3)`` (feature
+    moves on the window's rows only) the final passes reach the same exact posterior."""
     model = _model("crp")
     parts, states, probs = _enumerate(model)
     n = DATA.shape[0]
@@ -691,6 +743,11 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
     chex.assert_trees_all_equal(two.state.z, res.state.z)
     chex.assert_trees_all_equal(two.state.order, res.state.order)
+    # feature moves on the FIFO window's rows only (widths 2 and 3: windows that wrap around the cycle), same law
+    win = cc.fit(jax.random.key(7), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
+                 feature_widths=(2, 3), feature_min_rows=1)  # moves from 1 row on (default: 4 = all rows here)
+    assert not np.any(np.asarray(win.state.halted)) and np.all(np.asarray(win.state.num_assigned) == n)
+    assert_discrete_matches(_observe(parts, win.state), _exact_observable(parts, states, probs))
 
 
 @pytest.mark.slow
@@ -707,3 +764,38 @@ def test_fit_with_anneal_stepsize_final_passes_reach_the_exact_crosscat_posterio
     res = cc.fit(jax.random.key(6), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
     assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
+
+
+def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(monkeypatch):
+    """``resample_hypers`` evaluates the Dirichlet-level and NIX grid conditionals on the largest ``width`` cluster
+    slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..19 of a capacity-20
+    view, 100 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
+    evaluation (``_HYPER_WIDTHS = ()``) from the same keys (negative control: the first 8 slots without the sort
+    lose clusters 11, 15 and 19, and the draws differ)."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
+    rng = np.random.default_rng(0)
+    n = 40
+    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
+    x[::7, 1] = np.nan
+    enc = cc.encode_table(model, x)
+    z = np.full((3, n), -1)
+    z[0] = np.asarray([3, 11, 15, 19])[rng.integers(0, 4, n)]
+    st = jax.jit(lambda zz: cc.init(model, enc, 20, view_of=jnp.zeros(2, jnp.int32), z=zz))(jnp.asarray(z))
+    grids = cc.default_crosscat_grids(model)
+    keys = jax.random.split(jax.random.key(3), 100)
+
+    def draws():
+        out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(keys)
+        return np.asarray(out.cat_prior), np.asarray(out.nix)
+
+    short = draws()
+    monkeypatch.setattr(cc, "_HYPER_WIDTHS", ())
+    full = draws()
+    np.testing.assert_array_equal(short[0], full[0])
+    np.testing.assert_array_equal(short[1], full[1])
+    assert len(np.unique(short[0])) > 3 and len(np.unique(short[1][:, 0, 0])) > 3  # the draws do vary
+    # negative control: truncating to the first 8 slots without sorting drops occupied clusters
+    monkeypatch.setattr(cc, "_HYPER_WIDTHS", (8,))
+    monkeypatch.setattr(cc.jnp, "argsort", lambda a, axis=-1: jnp.broadcast_to(jnp.arange(a.shape[axis]), a.shape))
+    wrong = draws()
+    assert np.mean(wrong[0] != full[0]) > 0.05 and np.mean(wrong[1] != full[1]) > 0.05

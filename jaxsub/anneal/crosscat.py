@@ -77,7 +77,7 @@ from jaxsub.anneal.model import (
 )
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
-from jaxsub.anneal.moves import random_churn_reads
+from jaxsub.anneal.moves import _uniform_index_hl, bits_to_uniform, random_churn_reads, uniform_index
 from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
 from jaxsub.types import PRNGKey
@@ -106,6 +106,8 @@ __all__ = [
     "prior_view_partition",
     "resample_hypers",
     "row_tick",
+    "tick_words",
+    "width_ladder",
 ]
 
 _LOG_PI = math.log(math.pi)
@@ -659,7 +661,10 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     if policy == "fifo":
         j_r = state.head
     else:
-        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+        # the three exact picks in one vectorised op: remove among m, add among n - m or n - m + 1 free rows
+        picks = _uniform_index_hl(u[jnp.asarray([0, 2, 2])], u[jnp.asarray([1, 3, 3])],
+                                  jnp.stack([m, n_rows - m, n_rows - m + 1]))
+        j_r = jnp.clip(picks[0], 0, jnp.maximum(m - 1, 0))
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
     # overflow is decided before any change (so a halted tick writes nothing; no O(N) revert):
@@ -679,7 +684,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         a = _get(order, (head + m1) % n_rows)
     else:
         # all reads of order (positions as they will be after the removal swap j_r <-> last)
-        a, order_pos, order_val = random_churn_reads(order, u[1], m, m1, j_r, r, g_rem, g_add)
+        a, order_pos, order_val = random_churn_reads(order, picks[1:], m, m1, j_r, r, g_rem, g_add)
     a_old = jnp.where(g_rem & (a == r), -1, _get_col(state.z, a))
     # remove: statistics only
     dr = -(g_rem & (k_r >= 0)).astype(jnp.int32)
@@ -692,7 +697,7 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     lik = _cached_view_scores(model, st, cache, data.cat[a], data.real[a], data.real_obs[a])
     lik = jnp.where(prior_only, 0.0, lik * beta)
     logits = jax.vmap(_prior_logw)(sizes, h.row_alpha, h.row_d) + lik
-    k = jax.vmap(_sample)(u[2:], logits)
+    k = jax.vmap(_sample)(bits_to_uniform(u[4:], logits.dtype), logits)
     k = jnp.where(occ_v, k, -1)
     da = (g_add & (k >= 0)).astype(jnp.int32)
     sa = g_add.astype(jnp.int32)
@@ -712,18 +717,27 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
     return new, writes, overflow, cache
 
 
+TICK_WORDS = 4  # uint32 words of a row tick before its per-view cluster draws (remove pick 2, add pick 2)
+
+
+def tick_words(rng_key: PRNGKey, num_views: int) -> jnp.ndarray:
+    """The ``[TICK_WORDS + num_views]`` uint32 random words one :func:`row_tick` / :func:`block_tick` consumes."""
+    return jax.random.bits(rng_key, (TICK_WORDS + num_views,), jnp.uint32)
+
+
 def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData,
              policy: str = "random"):
     """One schedule tick on one chain, in every view at once (random policy).
 
-    ``u``: ``[2 + V]`` uniforms (remove pick, add pick, one cluster draw per view). Remove
+    ``u``: ``[4 + V]`` uint32 random words (:func:`tick_words`): words 0-1 the remove pick, 2-3 the add pick
+    (exact uniform integers, :func:`~jaxsub.anneal.moves.uniform_index`), then one cluster draw per view. Remove
     (bit 0) takes a uniform assigned row out of every view; add (bit 1) puts a uniform
     unassigned row into every *occupied* view, drawing its cluster in view ``v`` from
     ``(n_vc - d_v) p(x_v | X_vc)^beta`` / ``(alpha_v + K_v d_v) p(x_v)^beta`` (bit 2: prior only).
     Returns ``(state, overflow)``; O(F x C + V x C) work, independent of N (inside
     :func:`build_sweep` the label/order writes are deferred so that they happen in place).
     ``policy="fifo"`` (a state from ``init(..., policy="fifo")``): remove the oldest row of the window,
-    add the next row of the cycle (``u[0]``, ``u[1]`` unused).
+    add the next row of the cycle (words 0-3 unused).
     """
     new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow
@@ -774,7 +788,8 @@ def _add_handful(model, state, k_view, cc, rs, sign):
 def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: CrossCatData):
     """One full-data block Gibbs tick of the paper's *Anneal Stepsize* strategy, in every view at once.
 
-    ``u``: ``[2 + V]`` uniforms (the row pick, unused, one cluster draw per view); ``block`` (traced int)
+    ``u``: ``[4 + V]`` uint32 words as for :func:`row_tick` (0-1 the row pick, 2-3 unused, one cluster draw per
+    view); ``block`` (traced int)
     the handful size. A uniform row ``r`` is picked; in each occupied view ``v`` its handful ``S_v`` is
     the first ``b_v = min(block, n_{v,k})`` members of ``r``'s cluster ``k`` in cyclic row order from
     ``r``; ``S_v`` leaves its cluster and joins one cluster jointly, drawn from::
@@ -797,7 +812,7 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     h = state.hypers
     dt = h.row_alpha.dtype
     active = ~state.halted & (state.num_assigned == n_rows)
-    r = jnp.clip(jnp.floor(u[0] * n_rows).astype(jnp.int32), 0, n_rows - 1)
+    r = jnp.clip(uniform_index(u[0:2], n_rows), 0, n_rows - 1)
     hand, k_r = _handful(state, r, block)
     occ_v = k_r >= 0
     bsz = jnp.sum(hand, 1).astype(state.sizes.dtype)
@@ -831,7 +846,7 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     prior = jnp.where(occ, gammaln(nc + b - d) - gammaln(nc - d),
                       jnp.where(jnp.arange(C)[None, :] == first,
                                 jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d), -jnp.inf))
-    k_new = jax.vmap(_sample)(u[2:], prior + lik)
+    k_new = jax.vmap(_sample)(bits_to_uniform(u[4:], dt), prior + lik)
     k_new = jnp.where(occ_v, k_new, -1)
     st = _add_handful(model, st, k_new, cc, rs, 1)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k_new, 0)].add(jnp.where(occ_v, bsz, 0))
@@ -864,19 +879,18 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
     trip = num_assigned if trip is None else trip
     dt = alpha.dtype
     pidx = jnp.arange(num)
-    block = min(32, n)  # uniforms drawn per block of rows (one threefry call, not one per row)
+    block = min(32, n)  # random words drawn per block of rows (one threefry call, not one per row)
 
-    def body(i, u, carry):
+    def body(i, ws, carry):
+        u, w = bits_to_uniform(ws[:, :2], dt), ws[:, 2:]
         lab, joined, sizes, tables, bad = carry
         fi, ft = i.astype(dt), tables.astype(dt)
         new = u[:, 0] * (fi + alpha) < alpha + ft * d
         n_join = i - tables  # earlier rows that joined an existing table
         from_join = u[:, 1] * (fi - ft * d) < n_join.astype(dt)
-        pos = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(n_join, 1).astype(dt)).astype(jnp.int32),
-                          jnp.maximum(n_join - 1, 0))
+        pos = jnp.minimum(uniform_index(w, n_join), jnp.maximum(n_join - 1, 0))  # exact integer draws
         copied = joined[pidx, pos]
-        uniform_table = jnp.minimum(jnp.floor(u[:, 2] * jnp.maximum(tables, 1).astype(dt)).astype(jnp.int32),
-                                    jnp.maximum(tables - 1, 0))
+        uniform_table = jnp.minimum(uniform_index(w, tables), jnp.maximum(tables - 1, 0))
         k = jnp.where(new, tables, jnp.where(from_join, copied, uniform_table))
         on = i < num_assigned
         full = new & (tables >= capacity)
@@ -888,8 +902,8 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
         return lab, joined, sizes, tables + (g & new).astype(jnp.int32), bad | (on & full)
 
     def chunk(c, carry):
-        us = jax.random.uniform(jax.random.fold_in(key, c), (block, num, 3), dt)
-        return jax.lax.fori_loop(0, block, lambda j, cr: body(c * block + j, us[j], cr), carry)
+        ws = jax.random.bits(jax.random.fold_in(key, c), (block, num, 4), jnp.uint32)
+        return jax.lax.fori_loop(0, block, lambda j, cr: body(c * block + j, ws[j], cr), carry)
 
     init = (jnp.full((num, n + block), -1, jnp.int32), jnp.zeros((num, n), jnp.int32),
             jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), jnp.int32), jnp.zeros((num,), bool))
@@ -911,12 +925,12 @@ def _draw_crp_partitions(key, order, num_assigned, alpha, capacity):
     n = order.shape[0]
     num = alpha.shape[0]
     dt = alpha.dtype
-    k_new, k_par = jax.random.split(key)
-    u = jax.random.uniform(k_new, (num, n), dt)
+    ws = jax.random.bits(key, (num, n, 3), jnp.uint32)
+    u = bits_to_uniform(ws[..., 0], dt)
     i = jnp.arange(n, dtype=jnp.int32)
     new = (u * (i.astype(dt) + alpha[:, None]) < alpha[:, None]) | (i == 0)
-    # integer draw: floor(u * i) from a float32 uniform is visibly non-uniform for i ~ 1e5 (2^23 grid points)
-    parent = jax.random.randint(k_par, (num, n), 0, jnp.maximum(i, 1))
+    # exact integer draw: floor(u * i) from a float32 uniform is visibly non-uniform for i ~ 1e5 (2^23 grid points)
+    parent = jnp.minimum(uniform_index(ws[..., 1:], i), jnp.maximum(i - 1, 0))
     ptr = jnp.where(new, i, parent)
 
     def double(c):
@@ -1185,6 +1199,9 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
     )
 
 
+_HYPER_WIDTHS = (8, 16, 32)  # cluster widths of resample_hypers' Dirichlet loop below the capacity (static config)
+
+
 def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatModel, grids: CrossCatGrids):
     """Grid Gibbs of all hyperparameters given the partitions (cost independent of N)."""
     h = state.hypers
@@ -1226,32 +1243,72 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         pf_j, pl_j = jnp.asarray(pf), jnp.asarray(pl)
         gumbels = jax.random.gumbel(k_dir, (pf.size, g.shape[0]), dt)  # one call for every pair
         lg_g = gammaln(g)
+        # only the clusters holding cells of a feature enter its conditionals (an empty slot's terms are 0): the
+        # slots are sorted by size per feature and the loop runs on the first `width` of them, the smallest of
+        # _HYPER_WIDTHS (or all C) that holds every feature's occupied clusters (same conditionals, and a
+        # fraction of the O(C G) lgammas per pair when few clusters are occupied, e.g. early in an anneal)
+        by_size = jnp.argsort(-n_c, axis=1)  # [Fc, C]
+        counts_s = jnp.take_along_axis(counts, by_size[:, :, None], axis=1)
+        n_s = jnp.take_along_axis(n_c, by_size, axis=1)
+        C = counts.shape[1]
+        widths = [w for w in _HYPER_WIDTHS if w < C] + [C]
 
-        def level(i, cp):
-            # log p(X | beta_fl = g) up to terms free of beta_fl: with B_rest the sum of the feature's other
-            # levels, sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
-            # (the Dirichlet-multinomial marginal of _dm_marginal; O(C G) per pair)
-            f, lvl = pf_j[i], pl_j[i]
-            row = cp[f]  # [L]
-            col = row[lvl]
-            b_rest = jnp.sum(jnp.where(mask[f], row, 0.0)) - col
-            n_f = n_c[f]  # [C]
-            c_l = counts[f, :, lvl]  # [C]
-            bg = b_rest + g  # [G]
-            lp = (jnp.sum(gammaln(bg[:, None]) - gammaln(bg[:, None] + n_f[None, :]), -1)
-                  + jnp.sum(gammaln(g[:, None] + c_l[None, :]) - lg_g[:, None], -1))  # [G]
-            return cp.at[f, lvl].set(g[jnp.argmax(lp + gumbels[i])])  # Gumbel-max draw from the grid conditional
+        def at_width(width):
+            cw, nw = counts_s[:, :width], n_s[:, :width]
 
-        cp = jax.lax.fori_loop(0, pf.size, level, cp)
+            def level(i, cp):
+                # log p(X | beta_fl = g) up to terms free of beta_fl: with B_rest the sum of the feature's other
+                # levels, sum_c [lgamma(B_rest + g) - lgamma(B_rest + g + n_c) + lgamma(g + c_cl) - lgamma(g)]
+                # (the Dirichlet-multinomial marginal of _dm_marginal; O(width G) per pair)
+                f, lvl = pf_j[i], pl_j[i]
+                row = cp[f]  # [L]
+                col = row[lvl]
+                b_rest = jnp.sum(jnp.where(mask[f], row, 0.0)) - col
+                n_f = nw[f]  # [width]
+                c_l = cw[f, :, lvl]  # [width]
+                bg = b_rest + g  # [G]
+                lp = (jnp.sum(gammaln(bg[:, None]) - gammaln(bg[:, None] + n_f[None, :]), -1)
+                      + jnp.sum(gammaln(g[:, None] + c_l[None, :]) - lg_g[:, None], -1))  # [G]
+                return cp.at[f, lvl].set(g[jnp.argmax(lp + gumbels[i])])  # Gumbel-max draw from the grid conditional
+
+            return lambda cp: jax.lax.fori_loop(0, pf.size, level, cp)
+
+        if len(widths) == 1:
+            cp = at_width(C)(cp)
+        else:
+            occupied = jnp.max(jnp.sum(n_c > 0, 1))
+            cp = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [at_width(w) for w in widths], cp)
     nix = h.nix
-    if len(model.real_idx):
-        for p, grid in enumerate((grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)):
-            if grid is None:
-                continue
-            g = jnp.asarray(grid, dt)
-            cand = jnp.broadcast_to(nix[:, None, :], (nix.shape[0], g.shape[0], 4)).at[:, :, p].set(g[None])
-            lp = jax.vmap(lambda c, s: _nix_marginal(c, s))(cand, state.real_stats)  # [Fr, G]
-            nix = nix.at[:, p].set(draw(next(keys), g, lp))
+    nix_grids = (grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)
+    if len(model.real_idx) and any(gr is not None for gr in nix_grids):
+        # as for the Dirichlet levels: only the clusters holding a feature's cells enter (an empty slot's NIX term
+        # is 0), so the grid marginals run on the largest `width` slots of each feature
+        rs = state.real_stats
+        by_size = jnp.argsort(-rs[..., 0], axis=1)  # [Fr, C]
+        rs_s = jnp.take_along_axis(rs, by_size[:, :, None], axis=1)
+        C = rs.shape[1]
+        widths = [w for w in _HYPER_WIDTHS if w < C] + [C]
+        nix_keys = [next(keys) if gr is not None else None for gr in nix_grids]
+
+        def nix_at_width(width):
+            def run(nix):
+                stats = rs_s[:, :width]
+                for p, grid in enumerate(nix_grids):
+                    if grid is None:
+                        continue
+                    g = jnp.asarray(grid, dt)
+                    cand = jnp.broadcast_to(nix[:, None, :], (nix.shape[0], g.shape[0], 4)).at[:, :, p].set(g[None])
+                    lp = jax.vmap(lambda c, s: _nix_marginal(c, s))(cand, stats)  # [Fr, G]
+                    nix = nix.at[:, p].set(draw(nix_keys[p], g, lp))
+                return nix
+
+            return run
+
+        if len(widths) == 1:
+            nix = nix_at_width(C)(nix)
+        else:
+            occupied = jnp.max(jnp.sum(rs[..., 0] > 0, 1))
+            nix = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [nix_at_width(w) for w in widths], nix)
     return state._replace(hypers=CrossCatHypers(va, vd, ra, rd, cp, nix))
 
 
@@ -1275,7 +1332,50 @@ def _level_runs(model, penalty: int = 64):
     return tuple(reversed(runs))
 
 
-def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None):
+def _compact(state: CrossCatState, data: CrossCatData, width: int):
+    """The state and data restricted to the first ``width`` rows of the subsample window (``width >=
+    num_assigned``, static): ``(state_c, data_c, rows)`` with ``z`` ``[V, width]``, ``order = arange(width)``,
+    ``head = 0`` and the data rows ``rows``. Every row outside them is unassigned (``z = -1`` in every view), and
+    the sufficient statistics are unchanged: the feature moves on ``state_c`` cost O(width), not O(N)."""
+    n = state.order.shape[0]
+    rows = state.order[(state.head + jnp.arange(width, dtype=jnp.int32)) % n]
+    data_c = CrossCatData(data.cat[rows], data.real[rows], data.real_obs[rows])
+    return state._replace(z=state.z[:, rows], order=jnp.arange(width, dtype=jnp.int32),
+                          head=jnp.zeros_like(state.head)), data_c, rows
+
+
+def _expand(state: CrossCatState, state_c: CrossCatState, rows) -> CrossCatState:
+    """:func:`_compact`'s inverse after moves on ``state_c``: its ``z`` written back at ``rows``."""
+    return state_c._replace(z=state.z.at[:, rows].set(state_c.z), order=state.order, head=state.head)
+
+
+def _check_widths(widths) -> tuple:
+    """``feature_widths`` as a tuple of strictly increasing positive ints, else ``ValueError``."""
+    try:
+        out = tuple(int(w) for w in widths)
+    except TypeError:
+        raise ValueError(f"feature_widths must be a tuple of ints; got {widths!r}") from None
+    if any(w < 1 for w in out) or any(b <= a for a, b in zip(out, out[1:])) or \
+            any(int(w) != w for w in widths):
+        raise ValueError(f"feature_widths must be strictly increasing positive ints; got {widths!r}")
+    return out
+
+
+def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
+    """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
+    the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
+    factor * m``, not ``O(num_rows)``)."""
+    num_rows = check_int("num_rows", num_rows, low=1)
+    start = check_int("start", start, low=1)
+    factor = check_int("factor", factor, low=2)
+    out, w = [], start
+    while w < num_rows:
+        out.append(w)
+        w *= factor
+    return tuple(out)
+
+
+def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None, width=None):
     """Algorithm-8 Gibbs then the new-view MH for every feature (``fori_loop`` over categorical, then real
     features), then the hyper step. Returns ``(state, ok)``.
 
@@ -1288,7 +1388,26 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
     ``(alpha, d)`` first (they hold no rows; a newborn view's hyperprior is that point mass), so the
     auxiliary views are exact Algorithm-8 draws, and the MH acceptance corrects for a refresh
     proposal drawn under other hyperparameters than its view's.
+
+    ``width`` (static, optional, ``>= num_assigned``): the moves run on the first ``width`` rows of the
+    subsample window only (:func:`_compact`; every other row is unassigned), so their cost follows the
+    subsample rather than the ``N`` rows of the table; same law (the prior-partition draws take other random
+    words than at full width). ``ok`` is False (and the returned state is not to be used) when ``width <
+    num_assigned``.
     """
+    if width is not None and width < state.order.shape[0]:
+        state_c, data_c, rows = _compact(state, data, width)
+        out, ok = feature_sweep(rng_key, state_c, model=model, data=data_c, num_aux=num_aux, grids=None, trip=trip)
+        state = _expand(state, out, rows)
+        ok = ok & (state_c.num_assigned <= width)  # a narrower window would drop assigned rows: not ok
+        if grids is not None:
+            state = resample_hypers(jax.random.split(rng_key, 4)[2], state, model=model, grids=grids)
+        return state, ok
+    return _feature_sweep(rng_key, state, model=model, data=data, num_aux=num_aux, grids=grids, trip=trip)
+
+
+def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=None):
+    """:func:`feature_sweep` on the whole state (no compaction)."""
     k_cat, k_real, k_hyp, k_draw = jax.random.split(rng_key, 4)
     V = state.z.shape[0]
     h = state.hypers
@@ -1341,7 +1460,7 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random", blocked: bool = False):
+                policy: str = "random", blocked: bool = False, feature_widths: tuple = ()):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
@@ -1357,7 +1476,14 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     The scan carries each chain's :class:`_ScoreCache` (per-cluster categorical cell counts and NIX
     Student-t parameters) beside its state: a tick updates it at the clusters it touches, so scoring a
     row costs no sum over levels and no ``lgamma``; it is rebuilt after feature and hyper moves.
+
+    ``feature_widths`` (static increasing ints, default none): the feature moves run on the first ``w`` rows of
+    each chain's subsample window (:func:`feature_sweep` ``width``), ``w`` the smallest of them that holds the
+    largest subsample of the chains that need the moves (a ``lax.switch``, all ``N`` rows past the last), so
+    their cost follows the subsample: each width compiles one more copy of the feature sweep (~2.5-4 CPU-s more
+    for ``fit`` on the 11-feature flights table), so it is opt-in (:func:`width_ladder`).
     """
+    widths = _check_widths(feature_widths)
 
     def one(state, cache, u, window, base, data):
         cur = state.cursor
@@ -1382,13 +1508,13 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     def sweep(states, chain_keys, windows, data):
         base = states.cursor
         fkeys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
-        num_u = 2 + states.z.shape[1]
+        num_u = TICK_WORDS + states.z.shape[1]
 
-        def span_uniforms(chain_key, cursor):  # uniforms of ticks cursor .. cursor + span - 1, one batch
+        def span_uniforms(chain_key, cursor):  # random words of ticks cursor .. cursor + span - 1, one batch
             ticks = cursor + jnp.arange(span, dtype=jnp.int32)
-            return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (num_u,)))(ticks)
+            return jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(chain_key, t), (num_u,), jnp.uint32))(ticks)
 
-        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 2 + V]
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 4 + V] uint32
         # One chain (fit(threads=...) runs groups of one): the loop carries the chain without a batch axis, so
         # no batch-index arithmetic is built around each gather, scatter and dynamic-update-slice of a tick
         # (same operations, same draws; 94 -> 78 fusions per tick on the flights subset).
@@ -1421,9 +1547,18 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                     if feature_moves:  # prior-partition loops bounded by the largest subsample (unbatched)
                         def moves(st):
                             trip = jnp.max(jnp.where(need_f, st.num_assigned, 0))
-                            new, ok_f = vm(lambda k, s_, t: feature_sweep(k, s_, model=model, data=data,
-                                                                          num_aux=num_aux, trip=t),
-                                           in_axes=(0, 0, None))(ks, st, trip)
+
+                            def at(w):
+                                return lambda st: vm(lambda k, s_, t: feature_sweep(
+                                    k, s_, model=model, data=data, num_aux=num_aux, trip=t, width=w),
+                                    in_axes=(0, 0, None))(ks, st, trip)
+
+                            ws = [w for w in widths if w < data.cat.shape[0]]
+                            if ws:  # the smallest width holding every chain's subsample (unbatched index)
+                                new, ok_f = jax.lax.switch(jnp.sum(trip > jnp.asarray(ws)).astype(jnp.int32),
+                                                           [at(w) for w in ws] + [at(None)], st)
+                            else:
+                                new, ok_f = at(None)(st)
                             return pick(need_f & ok_f, new, st), ok_f | ~need_f
 
                         st, ok = jax.lax.cond(jnp.any(need_f), moves, lambda st: (st, ok), st)
@@ -1600,15 +1735,16 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy, blocked=False):
+              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=()):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
-                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked)(states, keys, windows, data)
+                       feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
+                       feature_widths=feature_widths)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
                                                  "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
-                                                 "blocked"))
+                                                 "blocked", "feature_widths"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1616,7 +1752,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         num_checkpoints: int = 5,
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None,
-        initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1) -> CrossCatFit:
+        initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1,
+        feature_widths: tuple = ()) -> CrossCatFit:
     """Run a row schedule for CrossCat on ``num_chains`` vmapped chains: policy ``"random"`` (Anneal,
     Prior+Gibbs, Sequential+Gibbs, energy annealing) or ``"fifo"`` (:func:`~jaxsub.anneal.loom`: the
     subsample is a sliding window of each chain's shuffled cycle of the rows, every row visited in turn).
@@ -1639,7 +1776,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     own host thread, so on a multi-core CPU the groups run in parallel (XLA releases the GIL; one chain's
     tick is a chain of small kernels that one core runs, so vmapped chains share one core). Each chain's
     draws depend only on its key, so the result equals the ``threads=1`` run (up to floating-point
-    differences of the batch size); ``num_chains`` must be a multiple of ``threads``.
+    differences of the batch size); ``num_chains`` must be a multiple of ``threads``. ``feature_widths``: see
+    :func:`build_sweep` (feature moves on the subsample's rows only; e.g. ``width_ladder(N)``; more compilation).
 
     Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
     cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
@@ -1698,6 +1836,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     static = dict(model=model, span=span, energy_ramp=schedule.energy_ramp, grids=grids, num_aux=num_aux,
                   hyper_min_rows=hyper_min_rows, feature_moves=feature_moves, feature_min_rows=feature_min_rows,
                   policy=schedule.policy)
+    feature_widths = _check_widths(feature_widths)
+    if feature_widths:
+        static["feature_widths"] = feature_widths
     codes = np.asarray(schedule.codes)
     if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
         static["blocked"] = True

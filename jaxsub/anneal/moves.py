@@ -151,6 +151,44 @@ def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng
     return AnnealState(mixture, order, num, zero, zero, zero, jnp.zeros((), bool))
 
 
+def _mul_u32(a, b):
+    """Full 64-bit product of uint32 ``a`` and ``b`` as ``(high word, low word)`` (16-bit halves, no x64)."""
+    m16 = jnp.uint32(0xFFFF)
+    a0, a1, b0, b1 = a & m16, a >> 16, b & m16, b >> 16
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> 16) + (p01 & m16) + (p10 & m16)  # < 3 * 2^16
+    return p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16), (mid << 16) | (p00 & m16)
+
+
+def uniform_index(words, m):
+    """A uniform integer in ``[0, m)`` from two uniform uint32 words ``words[..., 0:2]`` (``m >= 1``; ``m <= 0``
+    gives 0): ``floor(W m / 2^64)`` with ``W = words[0] 2^32 + words[1]``, exact integer arithmetic.
+
+    Each value gets ``floor(2^64 / m)`` or one more of the ``2^64`` words: its probability is ``1 / m`` up to a
+    relative ``m / 2^64`` (``< 1e-13`` for ``m < 2^31``). ``floor(u m)`` with a float32 uniform ``u`` (2^23
+    grid points, then a rounded product) is off by up to ``~m / 2^23`` relative: ~4 % at ``m = 3e5``.
+    """
+    words = jnp.asarray(words, jnp.uint32)
+    return _uniform_index_hl(words[..., 0], words[..., 1], m)
+
+
+def _uniform_index_hl(hi, lo, m):
+    """:func:`uniform_index` with the high and low words as separate arrays."""
+    mu = jnp.maximum(jnp.asarray(m, jnp.int32), 0).astype(jnp.uint32)
+    h1, l1 = _mul_u32(hi, mu)
+    h2, _ = _mul_u32(lo, mu)
+    s = l1 + h2  # wraps mod 2^32: carry into the high word iff it wrapped
+    return (h1 + (s < l1).astype(jnp.uint32)).astype(jnp.int32)
+
+
+def bits_to_uniform(words, dtype=jnp.float32):
+    """Uniforms in ``[0, 1)`` from uint32 words, as :func:`jax.random.uniform` builds them (float32: the top 23
+    bits as the mantissa of a number in ``[1, 2)``, minus 1)."""
+    words = jnp.asarray(words, jnp.uint32)
+    f = jax.lax.bitcast_convert_type((words >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+    return f.astype(dtype)
+
+
 def _sample_index(u, logits):
     """Inverse-CDF draw from unnormalised ``logits`` with one uniform ``u`` in [0, 1)."""
     top = jnp.max(logits)
@@ -170,8 +208,8 @@ def tick(rng_key: PRNGKey, state: AnnealState, code, beta, *, model: MixtureMode
     likelihood raised to ``beta`` (bit 2: likelihood ignored, a prior draw).
     Costs O(capacity x num_features), independent of N.
     """
-    u = jax.random.uniform(rng_key, (3,))
-    return _tick_uniforms(u, state, code, beta, model=model, data=data, policy=policy)
+    bits = jax.random.bits(rng_key, (TICK_WORDS,), jnp.uint32)
+    return _tick_uniforms(bits, state, code, beta, model=model, data=data, policy=policy)
 
 
 def _get(x, i):
@@ -184,7 +222,7 @@ def _set(x, i, v):
     return jax.lax.dynamic_update_slice(x, jnp.asarray(v, x.dtype)[None], (jnp.asarray(i, jnp.int32),))
 
 
-def random_churn_reads(order, u_add, m, m1, j_r, r, g_rem, g_add):
+def random_churn_reads(order, w_add, m, m1, j_r, r, g_rem, g_add):
     """The ``random`` churn policy's reads of ``order`` and its deferred swap writes.
 
     The subsample is ``order[:m]``. A removal (when ``g_rem``) swaps the removed row's position
@@ -196,7 +234,9 @@ def random_churn_reads(order, u_add, m, m1, j_r, r, g_rem, g_add):
 
     Args:
         order: ``[N]`` row permutation.
-        u_add: uniform in ``[0, 1)`` choosing the added row.
+        w_add: two uint32 words choosing the added row (exact uniform pick, :func:`uniform_index`), or
+            int32 ``[2]`` such picks already made among ``N - m`` and ``N - m + 1`` free rows (the
+            CrossCat tick computes all its picks in one op); the one for ``N - m1`` is used.
         m, m1: subsample size before and after the removal.
         j_r, r: position and row of the removed row.
         g_rem, g_add: whether the removal / the addition happens.
@@ -209,7 +249,11 @@ def random_churn_reads(order, u_add, m, m1, j_r, r, g_rem, g_add):
     last = jnp.maximum(m - 1, 0)
     o_last = _get(order, last)
     free = n_rows - m1
-    j_a = m1 + jnp.clip(jnp.floor(u_add * free.astype(u_add.dtype)).astype(jnp.int32), 0, jnp.maximum(free - 1, 0))
+    if w_add.dtype == jnp.uint32:
+        off = uniform_index(w_add, free)
+    else:  # pre-computed picks [2]: for free = n_rows - m and n_rows - m + 1 (no removal / a removal)
+        off = jnp.where(m1 < m, w_add[1], w_add[0])
+    j_a = m1 + jnp.clip(off, 0, jnp.maximum(free - 1, 0))
     j_a = jnp.minimum(j_a, n_rows - 1)
     m1c = jnp.minimum(m1, n_rows - 1)
 
@@ -257,8 +301,12 @@ def _noop_writes(state: AnnealState, policy: str) -> _Writes:
                    jnp.zeros((2,), jnp.int32), jnp.full((2,), _get(state.mixture.assignments, z), jnp.int32))
 
 
+TICK_WORDS = 5  # uint32 words per mixture tick: remove pick (2), add pick (2), cluster draw (1)
+
+
 def _tick_uniforms(u, state, code, beta, *, model, data, policy):
-    """:func:`tick` driven by three uniforms ``u`` (remove pick, add pick, cluster draw)."""
+    """:func:`tick` driven by ``TICK_WORDS`` uint32 random words ``u``: words 0-1 the remove pick, 2-3 the add pick
+    (exact uniform integers, :func:`uniform_index`), word 4 the cluster draw's uniform."""
     new, writes, info = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_writes(new, writes), info
 
@@ -282,7 +330,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     m = state.num_assigned
     order = state.order
     if policy == "random":
-        j_r = jnp.clip(jnp.floor(u[0] * m.astype(u.dtype)).astype(jnp.int32), 0, jnp.maximum(m - 1, 0))
+        j_r = jnp.clip(uniform_index(u[0:2], m), 0, jnp.maximum(m - 1, 0))
     else:
         j_r = state.head
     r = _get(order, j_r)
@@ -302,7 +350,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     m1 = m - g_rem.astype(jnp.int32)
     g_add = go & do_add & (m1 < n_rows)
     if policy == "random":
-        a, order_pos, order_val = random_churn_reads(order, u[1], m, m1, j_r, r, g_rem, g_add)
+        a, order_pos, order_val = random_churn_reads(order, u[2:4], m, m1, j_r, r, g_rem, g_add)
     else:
         head = jnp.where(g_rem, (head + 1) % n_rows, head)
         a = _get(order, (head + m1) % n_rows)
@@ -310,7 +358,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
     k_rem = jnp.maximum(k_old, 0)
     mix = mx.update_stats(mix, data, r, k_rem, -(g_rem & (k_old >= 0)).astype(jnp.int32))
     logits = mx.assign_logits(model, mix, data.cat[a], data.real[a], beta, prior_only)
-    k, log_norm = _sample_index(u[2], logits)
+    k, log_norm = _sample_index(bits_to_uniform(u[4], logits.dtype), logits)
     mix = mx.update_stats(mix, data, a, k, g_add.astype(jnp.int32))
     # writes (deferred: see _tick_plan)
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731

@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxsub.anneal.model import EncodedData, HyperGrids, MixtureModel, encode, init_hypers
 from jaxsub.anneal.moves import (
+    TICK_WORDS,
     AnnealState,
     TickInfo,
     _apply_writes,
@@ -53,7 +54,7 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     hyperparameter step sits behind a ``lax.cond`` on "any chain finished a
     cycle", so its grid evaluations are paid only when needed. A chain that
     halts (overflow) does nothing for the rest of the span and resumes at its
-    own cursor in the next call. Tick ``t`` of a chain uses the uniforms of
+    own cursor in the next call. Tick ``t`` of a chain uses the random words of
     ``fold_in(chain_key, t)`` (drawn for the whole span in one batch before the
     scan), so results do not depend on ``span`` or on halts. Nothing here depends
     on the schedule's length, so one compiled sweep serves every schedule.
@@ -83,11 +84,11 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     def span_uniforms(chain_key, cursor):
         # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch
         ticks = cursor + jnp.arange(span, dtype=jnp.int32)
-        return jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(chain_key, t), (3,)))(ticks)
+        return jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(chain_key, t), (TICK_WORDS,), jnp.uint32))(ticks)
 
     def sweep(states, chain_keys, windows, data):
         base = states.cursor
-        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, 3]
+        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, TICK_WORDS] uint32
         hyper_keys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
 
         def body(carry, u):

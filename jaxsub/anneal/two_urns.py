@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import betaln
 
+from jaxsub.anneal.moves import bits_to_uniform, uniform_index
 from jaxsub.anneal.schedules import ADD_PRIOR, GIBBS, Schedule
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int, check_real
@@ -51,13 +52,19 @@ def log_weight(i, j, num_red: int, num_blue: int, alpha, p_left):
             + betaln(alpha + i, alpha + j) + betaln(alpha + num_red - i, alpha + num_blue - j))
 
 
+TICK_WORDS = 3  # uint32 words per block tick: the picked ball (2, exact integer pick), the urn draw (1)
+
+
 def block_tick(u, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha, p_left) -> UrnCounts:
     """One full-data block Gibbs tick moving ``min(block, #same-coloured balls in the picked ball's urn)`` balls.
 
-    ``u``: two uniforms (the picked ball, the urn draw).
+    ``u``: ``TICK_WORDS = 3`` uint32 random words: words 0-1 pick the ball exactly uniformly among the ``R + B``
+    (:func:`~jaxsub.anneal.moves.uniform_index`; a float ``floor(u n)`` is off by up to ``~n / 2^23`` relative),
+    word 2 is the urn draw's uniform (built as :func:`jax.random.uniform` builds it).
     """
     n = num_red + num_blue
-    ball = jnp.minimum(jnp.floor(u[0] * n).astype(jnp.int32), n - 1)
+    u = jnp.asarray(u, jnp.uint32)
+    ball = uniform_index(u[0:2], n)
     red = ball < num_red
     # within the colour, balls [0, count_left) sit in the left urn (exchangeable: any labelling works)
     idx = jnp.where(red, ball, ball - num_red)
@@ -74,7 +81,7 @@ def block_tick(u, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha
     j_r = jnp.where(red, state.blue_left, base)
     diff = (log_weight(i_l, j_l, num_red, num_blue, alpha, p_left)
             - log_weight(i_r, j_r, num_red, num_blue, alpha, p_left))
-    go_left = u[1] < jax.nn.sigmoid(diff)  # P(left) = e^L_l / (e^L_l + e^L_r)
+    go_left = bits_to_uniform(u[2]) < jax.nn.sigmoid(diff)  # P(left) = e^L_l / (e^L_l + e^L_r)
     return UrnCounts(jnp.where(go_left, i_l, i_r).astype(jnp.int32), jnp.where(go_left, j_l, j_r).astype(jnp.int32))
 
 
@@ -106,8 +113,8 @@ def run_schedule(rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: i
                                                p_left=p_left), in_axes=(0, 0, None))
 
     def body(st, xs):
-        t, b = xs  # one batch of uniforms per tick for all chains
-        return step(jax.random.uniform(jax.random.fold_in(k_run, t), (num_chains, 2)), st, b), None
+        t, b = xs  # one batch of random words per tick for all chains
+        return step(jax.random.bits(jax.random.fold_in(k_run, t), (num_chains, TICK_WORDS), jnp.uint32), st, b), None
 
     out, _ = jax.lax.scan(body, init, (jnp.arange(blocks.shape[0], dtype=jnp.int32), blocks))
     return out
