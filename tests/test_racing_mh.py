@@ -94,6 +94,18 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
         assert frac < 50 / 1000 * 1.01
 
 
+def _scan_chains(kernel, key, starts, steps, args, collect):
+    """``len(starts)`` chains of ``steps`` kernel steps (``args[0]`` is the log-prior), each step's ``collect(state, info)``."""
+    def chain(k, x0):
+        def body(st, kk):
+            st, info = kernel(kk, st, *args)
+            return st, collect(st, info)
+
+        return jax.lax.scan(body, jaxsub.racing_mh.init(x0, args[0]), jax.random.split(k, steps))[1]
+
+    return jax.vmap(chain)(jax.random.split(key, starts.shape[0]), starts)
+
+
 def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
     """Pinned power check (issue 16): plain racing MH (no control variate) at delta = 0.05 inflates the
     stationary variance of the Gaussian-mean posterior (documented: false accepts outnumber false
@@ -120,15 +132,8 @@ def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
     @jax.jit
     def run(key, s):
         scaled = cv._replace(fn=lambda x, idx: s * cv.fn(x, idx), mean=lambda x: s * cv.mean(x))
-
-        def chain(k, x0):
-            def body(st, kk):
-                st, info = kernel(kk, st, logprior, loglik, y, proposal, scaled)
-                return st, (st.position, info.num_evaluations)
-
-            return jax.lax.scan(body, jaxsub.racing_mh.init(x0, logprior), jax.random.split(k, steps))[1]
-
-        return jax.vmap(chain)(jax.random.split(key, chains), starts)
+        return _scan_chains(kernel, key, starts, steps, (logprior, loglik, y, proposal, scaled),
+                            lambda st, info: (st.position, info.num_evaluations))
 
     def moments(s):
         positions, evals = run(jax.random.key(3), jnp.float32(s))
@@ -715,14 +720,8 @@ def test_fused_random_bits_draw_laws_and_stationarity():
 
     @jax.jit
     def run(key):
-        def chain(k, x0):
-            def body(st, kk):
-                st, info = kernel(kk, st, logprior, loglik, y, proposal, cv)
-                return st, (st.position, info.is_accepted)
-
-            return jax.lax.scan(body, jaxsub.racing_mh.init(x0, logprior), jax.random.split(k, steps))[1]
-
-        return jax.vmap(chain)(jax.random.split(key, chains), starts)
+        return _scan_chains(kernel, key, starts, steps, (logprior, loglik, y, proposal, cv),
+                            lambda st, info: (st.position, info.is_accepted))
 
     positions, accepted = run(jax.random.key(4))
     zs = (np.asarray(positions)[:, burn:] - post_mean) / np.sqrt(post_var)
