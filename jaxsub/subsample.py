@@ -110,7 +110,7 @@ from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
 __all__ = [
-    "dynamic_permutation_indices", "permutation_indices", "permutation_round_keys", "MAX_DOMAIN"]
+    "bits_to_uniform", "dynamic_permutation_indices", "permutation_indices", "permutation_round_keys", "MAX_DOMAIN"]
 
 #: Rounds of the Feistel network for domains whose smaller radix is >= 64 (N >= ~4096), and the
 #: number of uint32 round keys; smaller domains get more rounds (see module notes). Even, so the
@@ -478,3 +478,12 @@ def dynamic_permutation_indices(rng_key: PRNGKey | Array, positions: Array, num_
         round_keys = permutation_round_keys(rng_key)
     x = jnp.asarray(positions).astype(jnp.uint32)
     return _permute(round_keys, x, _domain_dynamic(num_items)).astype(jnp.int32)
+
+
+def bits_to_uniform(words, dtype=jnp.float32):
+    """Uniforms in ``[0, 1)`` from uint32 words, as :func:`jax.random.uniform` builds them (float32: the top 23
+    bits as the mantissa of a number in ``[1, 2)``, minus 1). The one home of this map (racing MH's fused
+    draws and the annealing ticks use it)."""
+    words = jnp.asarray(words, jnp.uint32)
+    f = jax.lax.bitcast_convert_type((words >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+    return f.astype(dtype)

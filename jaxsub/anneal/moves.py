@@ -42,6 +42,7 @@ from jaxsub.anneal.model import (
     PitmanYor,
     init_hypers,
 )
+from jaxsub.subsample import bits_to_uniform
 from jaxsub.types import PRNGKey
 
 __all__ = ["AnnealState", "TickInfo", "init", "resample_hypers", "tick"]
@@ -179,14 +180,6 @@ def _uniform_index_hl(hi, lo, m):
     h2, _ = _mul_u32(lo, mu)
     s = l1 + h2  # wraps mod 2^32: carry into the high word iff it wrapped
     return (h1 + (s < l1).astype(jnp.uint32)).astype(jnp.int32)
-
-
-def bits_to_uniform(words, dtype=jnp.float32):
-    """Uniforms in ``[0, 1)`` from uint32 words, as :func:`jax.random.uniform` builds them (float32: the top 23
-    bits as the mantissa of a number in ``[1, 2)``, minus 1)."""
-    words = jnp.asarray(words, jnp.uint32)
-    f = jax.lax.bitcast_convert_type((words >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-    return f.astype(dtype)
 
 
 def _sample_index(u, logits):

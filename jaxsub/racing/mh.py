@@ -54,7 +54,7 @@ from jaxsub.racing.control_variates import parameter_taylor_control_variate as t
 from jaxsub.racing.data import batch_loglikelihood, data_fingerprint, gather, num_data_of
 from jaxsub.racing.engine import DEFAULT_EXACT_PASS_COST, racing, racing_batch
 from jaxsub.racing.exact import exact_sums
-from jaxsub.subsample import NUM_ROUNDS
+from jaxsub.subsample import NUM_ROUNDS, bits_to_uniform
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int, check_real
 
@@ -490,8 +490,7 @@ def can_fuse(proposal, position) -> bool:
 
 def _uniform_from_bits(bits, dtype, minval, maxval):
     """``jax.random.uniform``'s map from uint32 words to ``[minval, maxval)`` (float32 mantissa)."""
-    floats = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
-    floats = floats * (maxval - minval) + minval
+    floats = bits_to_uniform(bits) * (maxval - minval) + minval
     return jnp.maximum(jnp.asarray(minval, jnp.float32), floats).astype(dtype)
 
 
