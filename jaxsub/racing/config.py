@@ -218,6 +218,10 @@ class RaceModel(NamedTuple):
     control_variate: ControlVariate | None
     h_mean_fn: Callable | None
     reward_range: object
+    #: With ``block_size > 1``: the user's per-row functions (``log_factor_fn``,
+    #: ``log_factor_states_fn``, control variate), read by the exact pass, which sums rows in
+    #: order and has no use for block sums (None when ``block_size == 1``).
+    row_functions: tuple | None = None
 
 
 class RaceConfig(NamedTuple):
@@ -335,7 +339,9 @@ def build_config(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(o.control_variate)
+    row_functions = None
     if block_size > 1:
+        row_functions = (log_factor_fn, log_factor_states_fn, cv)
         if bound == "ebs":
             if num_rows % block_size:
                 raise ValueError(
@@ -395,7 +401,7 @@ def build_config(
     h_mean_fn = None
     if cv is not None and with_params and callable(cv.mean):
         h_mean_fn = cv.mean  # per-draw mean h_mean(params) -> [D]
-    model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range)
+    model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range, row_functions)
     config = RaceConfig(
         num_states=D, num_data=N, num_rows=num_rows, block_size=block_size, stage_ends=tuple(int(t) for t in sizes),
         chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=variance == "pairwise",
