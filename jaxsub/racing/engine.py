@@ -110,7 +110,7 @@ from jaxsub.racing.config import (
     build_config,
     race_options,
 )
-from jaxsub.racing.exact_pass import pass_body, pass_chunk
+from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
 from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
@@ -370,7 +370,7 @@ def loop_specs(cfg: RaceConfig) -> list:
         # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
         # 16384 rows made one race cost ~100 exact draws; session 10).
         chunk = pass_chunk(cfg)
-        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, chunk, k))
+        loops += level_loops(pass_levels(cfg), in_pass, lambda k: functools.partial(pass_body, cfg, chunk, k))
     return loops
 
 

@@ -14,7 +14,7 @@ from jaxsub.racing.compaction import alive_first
 from jaxsub.racing.exact import kahan_add, relative_block_sum
 from jaxsub.racing.stage import RaceCtx, RaceState, call_model, rewards, rewards_states
 
-__all__ = ["PASS_ROWS", "pass_body", "pass_chunk", "switch_stage_of"]
+__all__ = ["PASS_ROWS", "pass_body", "pass_chunk", "pass_levels", "switch_stage_of"]
 
 #: Rows per chunk of the exact pass with ``block_size > 1`` (the pass reads rows in order through
 #: the user's per-row functions; ``jaxsub.racing.gumbel_max`` reads blocks of 32768 rows).
@@ -22,6 +22,29 @@ PASS_ROWS = 32768
 
 #: Whether the pass reads rows (``block_size > 1``); False: block sums, as before session 13 (A/B only).
 ROW_PASS = True
+
+
+#: Whether the pass has its own finer compaction ladder (:func:`pass_levels`); False: the race's
+#: levels, as before session 13 (A/B only).
+PASS_LADDER = True
+
+
+def pass_levels(cfg) -> tuple:
+    """Compaction levels of the exact pass: the race's levels ``K_1 > ... > K_last`` and the
+    halvings ``ceil(K_1 / 2), ceil(K_1 / 4), ..., 2`` (e.g. D = 100: 25, 13, 7, 4, 2).
+
+    The pass has no co-moments, so its cost per row is the factor evaluations of the ``k``
+    arms it evaluates: a finer ladder evaluates at most about twice the survivors (2 survivors
+    at level 4 evaluated 4 arms). Only with ``log_factor_states_fn`` (without it every column is
+    evaluated anyway). Each level is one more (small) compiled loop."""
+    levels = tuple(cfg.levels)
+    if not levels or not PASS_LADDER or cfg.model.log_factor_states_fn is None:
+        return levels
+    out, k = set(levels), levels[0]
+    while k > 2:
+        k = -(-k // 2)
+        out.add(k)
+    return tuple(sorted(out, reverse=True))
 
 
 def pass_chunk(cfg) -> int:
