@@ -693,3 +693,62 @@ def test_block_size_bad_configuration():
         discrete.racing(_fn, 3, 100, delta=0.1, block_size=7, first_batch_size=5, bound="ebs", reward_range=1.0)
     with pytest.raises(ValueError, match="first_batch_size"):
         discrete.racing(_fn, 3, 100, delta=0.1, block_size=10, first_batch_size=50)
+
+
+def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypatch):
+    """With ``block_size > 1`` the exact pass reads rows in order through the per-row
+    functions (session 13) instead of block sums, and with ``log_factor_states_fn`` evaluates
+    the survivors at its own finer ladder (here levels 4 and 2): the decision of a race that
+    takes the pass is the same exact argmax, so draws and counts equal the old pass's draw for draw, with
+    a short last block (N = 1000, B = 7), compacted arms (``log_factor_states_fn``) and a
+    control variate (whose per-row mean the pass must rescale: a wrong scale shifts each
+    arm's total by a different constant and changes decisions)."""
+    from jaxsub.racing import exact_pass
+
+    probs = [0.1, 0.35, 0.3, 0.15, 0.1]
+    N, D, B = 1000, 5, 7
+    table = jnp.asarray(reward_table(probs, N, 4e-3, seed=2), jnp.float32)
+    weights = jnp.linspace(-0.5, 0.5, D)
+    h_fn = lambda idx: table[idx] * 0.5 + weights[None, :]  # noqa: E731
+    cv = (h_fn, jnp.mean(h_fn(jnp.arange(N)), axis=0))
+    keys = jax.random.split(rng_key, 400)
+
+    def run():
+        out = []
+        for opts in ({}, {"log_factor_states_fn": lambda idx, s: table[idx[:, None], s[None, :]]}, {"control_variate": cv}):
+            sample = discrete.racing(lambda idx: table[idx], D, N, delta=0.05, block_size=B, first_batch_size=20,
+                                     max_block_size=40, exact_pass_cost=0.01, **opts)
+            out.append(jax.tree.map(np.asarray, jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(D))))
+        return out
+
+    rows = run()
+    # The reference: the pass as before session 13 (block sums, the race's compaction levels only).
+    monkeypatch.setattr(exact_pass, "ROW_PASS", False)
+    monkeypatch.setattr(exact_pass, "PASS_LADDER", False)
+    blocks = run()
+    for (x, info), (x0, info0) in zip(rows, blocks):
+        assert 0.1 < info.is_exact.mean() < 1.0  # many races take the pass (the check has power)
+        np.testing.assert_array_equal(x, x0)
+        np.testing.assert_array_equal(info.num_evaluations, info0.num_evaluations)
+        np.testing.assert_array_equal(info.num_data_used, info0.num_data_used)
+
+
+def test_exact_pass_cost_auto_by_number_of_states():
+    """``exact_pass_cost="auto"`` (default): 0.25 below 64 states, 1/16 from 64 (session 13);
+    an explicit value or None is kept, and a bad string is a ValueError naming the option."""
+    from jaxsub.racing.config import RaceOptions, build_config, resolve_exact_pass_cost
+
+    assert resolve_exact_pass_cost("auto", 10) == 0.25 and resolve_exact_pass_cost("auto", 63) == 0.25
+    assert resolve_exact_pass_cost("auto", 64) == 0.0625 and resolve_exact_pass_cost("auto", 100) == 0.0625
+    assert resolve_exact_pass_cost(0.5, 100) == 0.5 and resolve_exact_pass_cost(None, 100) is None
+
+    def switch(D, **kw):
+        fn = lambda idx: jnp.zeros((idx.shape[0], D))  # noqa: E731
+        return build_config(fn, D, 10**6, delta=0.05, options=RaceOptions(block_size=64, **kw), with_params=False)[0].switch_stage
+
+    # 15 625 blocks, stages of 50, 50, 100, ..., 3200, 6400 new blocks: N / 4 -> the 6400 stage
+    # (index 8), N / 16 -> the 1600 stage (index 6).
+    assert switch(10) == switch(10, exact_pass_cost=0.25) == 8
+    assert switch(100) == switch(100, exact_pass_cost=0.0625) == 6 and switch(100, exact_pass_cost=0.25) == 8
+    with pytest.raises(ValueError, match="exact_pass_cost"):
+        discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 3)), 3, 100, delta=0.1, exact_pass_cost="fast")

@@ -27,12 +27,15 @@ __all__ = [
     "DEFAULT_MAX_BLOCK",
     "DEFAULT_SKEW_GUARD",
     "LADDER",
+    "LARGE_D_EXACT_PASS_COST",
+    "LARGE_D_PASS",
     "RaceConfig",
     "RaceModel",
     "RaceOptions",
     "build_config",
     "chunk_groups",
     "race_options",
+    "resolve_exact_pass_cost",
 ]
 
 #: Default cap on the chunk of indices evaluated at once (memory ``16384 x D``
@@ -50,6 +53,23 @@ DEFAULT_MAX_BLOCK = 16384
 #: stage would add >= N / 4 random data. For factors whose evaluation dominates
 #: (the ratio tends to 1) pass a larger value, or None to keep Alg. 1 as it is.
 DEFAULT_EXACT_PASS_COST = 0.25
+
+#: ``exact_pass_cost="auto"`` (the default of :class:`RaceOptions`): ``DEFAULT_EXACT_PASS_COST``
+#: below ``LARGE_D_PASS`` states, ``LARGE_D_EXACT_PASS_COST`` from it. Measured (session 13,
+#: benchmarks/discrete.py, B = 64, A/B in one process): at D = 100 the race before the switch
+#: runs with up to D // 4 = 25 arms per row (7.5 ns per row) while the exact pass over the few
+#: survivors (its own compaction ladder) costs 1-2 ns per row, so switching at m_t >= N / 16
+#: instead of N / 4 made a draw 1.34x (Gaussian, N = 1e6) and 1.59x (logistic, N = 2.5e5)
+#: cheaper against N / 4; at D = 10 it was 0.74x (N / 8: 0.91x), so small D keeps 0.25.
+LARGE_D_PASS = 64
+LARGE_D_EXACT_PASS_COST = 0.0625
+
+
+def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
+    """The ``exact_pass_cost`` a race uses: ``"auto"`` -> 0.25 for D < 64, 1/16 from D = 64."""
+    if isinstance(exact_pass_cost, str) and exact_pass_cost == "auto":
+        return DEFAULT_EXACT_PASS_COST if num_states < LARGE_D_PASS else LARGE_D_EXACT_PASS_COST
+    return exact_pass_cost
 
 #: Default ``skew_guard`` (issue 16, item 7). Racing-Normal assumes each stage mean
 #: is Normal; with skewed rewards (heavy-tailed residuals) a race that stops after
@@ -133,7 +153,9 @@ class RaceOptions(NamedTuple):
         removes error events (the decision among survivors becomes exact), so
         the TV bound of Prop. 1 still holds; ``info.num_evaluations`` counts
         the pass's ``N x (surviving arms)`` rewards on top of the race's. The
-        default 0.25 is the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``).
+        default ``"auto"`` is 0.25, the measured ratio on CPU (see ``DEFAULT_EXACT_PASS_COST``),
+        below 64 states and 1/16 from 64 states, where the race before the switch evaluates many
+        more arms per datum than the pass (``LARGE_D_EXACT_PASS_COST``, measured at D = 100).
         Ignored when ``exact=True``.
     skew_guard
         ``g >= 0`` or None (``bound="normal"`` only). Racing-Normal assumes Normal
@@ -182,7 +204,7 @@ class RaceOptions(NamedTuple):
     log_factor_states_fn: Callable | None = None
     num_compact_states: int | None = None
     group_size: int = 16
-    exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST
+    exact_pass_cost: float | str | None = "auto"
     skew_guard: float | None = DEFAULT_SKEW_GUARD
     block_size: int = 1
     schedule: str = "doubling"
@@ -218,6 +240,10 @@ class RaceModel(NamedTuple):
     control_variate: ControlVariate | None
     h_mean_fn: Callable | None
     reward_range: object
+    #: With ``block_size > 1``: the user's per-row functions (``log_factor_fn``,
+    #: ``log_factor_states_fn``, control variate), read by the exact pass, which sums rows in
+    #: order and has no use for block sums (None when ``block_size == 1``).
+    row_functions: tuple | None = None
 
 
 class RaceConfig(NamedTuple):
@@ -335,7 +361,9 @@ def build_config(
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
     cv = as_control_variate(o.control_variate)
+    row_functions = None
     if block_size > 1:
+        row_functions = (log_factor_fn, log_factor_states_fn, cv)
         if bound == "ebs":
             if num_rows % block_size:
                 raise ValueError(
@@ -381,6 +409,7 @@ def build_config(
     num_stages = len(sizes)
     can_eliminate = not exact and num_stages > 1
     switch_stage = None
+    exact_pass_cost = resolve_exact_pass_cost(exact_pass_cost, D)
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
         switch_stage = switch_stage_of(sizes, N, D, exact_pass_cost, can_eliminate)
@@ -395,7 +424,7 @@ def build_config(
     h_mean_fn = None
     if cv is not None and with_params and callable(cv.mean):
         h_mean_fn = cv.mean  # per-draw mean h_mean(params) -> [D]
-    model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range)
+    model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range, row_functions)
     config = RaceConfig(
         num_states=D, num_data=N, num_rows=num_rows, block_size=block_size, stage_ends=tuple(int(t) for t in sizes),
         chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=variance == "pairwise",

@@ -110,7 +110,7 @@ from jaxsub.racing.config import (
     build_config,
     race_options,
 )
-from jaxsub.racing.exact_pass import pass_body
+from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
 from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
@@ -369,8 +369,8 @@ def loop_specs(cfg: RaceConfig) -> list:
         # The pass reads chunks of max_block_size rows, but never more than the population: a
         # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
         # 16384 rows made one race cost ~100 exact draws; session 10).
-        pass_chunk = min(cfg.max_block_size, cfg.num_data)
-        loops += level_loops(cfg.levels, in_pass, lambda k: functools.partial(pass_body, cfg, pass_chunk, k))
+        chunk = pass_chunk(cfg)
+        loops += level_loops(pass_levels(cfg), in_pass, lambda k: functools.partial(pass_body, cfg, chunk, k))
     return loops
 
 

@@ -26,7 +26,7 @@ from jaxsub.racing.info import RacingInfo
 from jaxsub.subsample import NUM_ROUNDS, permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
-__all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "rewards", "rewards_states", "stage_body"]
+__all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "call_model", "rewards", "rewards_states", "stage_body"]
 
 
 class RaceState(NamedTuple):
@@ -128,7 +128,7 @@ def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[
 
 
 
-def _call(cfg, fn, indices, *args_and_params):
+def call_model(cfg, fn, indices, *args_and_params):
     """``fn(indices, *args, params)`` when the model takes per-draw params, else ``fn(indices, *args)``."""
     *args, params = args_and_params
     return fn(indices, *args, params) if cfg.with_params else fn(indices, *args)
@@ -138,12 +138,12 @@ def rewards(cfg, indices: Array, c: RaceCtx, dtype) -> Array:
     """``[m, D]`` rewards of all arms for the data ``indices`` (after the control variate)."""
     D, model = cfg.num_states, cfg.model
     cv = model.control_variate
-    r = jnp.asarray(_call(cfg, model.log_factor_fn, indices, c.params))
+    r = jnp.asarray(call_model(cfg, model.log_factor_fn, indices, c.params))
     if r.shape != (indices.shape[0], D):
         raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={indices.shape[0]}")
     r = r.astype(dtype)
     if cv is not None:
-        h = jnp.asarray(_call(cfg, cv.fn, indices, c.params)).astype(dtype)
+        h = jnp.asarray(call_model(cfg, cv.fn, indices, c.params)).astype(dtype)
         r = r - h + c.h_mean[None, :]
     return r
 
@@ -154,12 +154,12 @@ def rewards_states(cfg, indices: Array, arms: Array, c: RaceCtx, dtype) -> Array
     cv = model.control_variate
     if model.log_factor_states_fn is None:  # column compaction only
         return rewards(cfg, indices, c, dtype)[:, arms]
-    r = jnp.asarray(_call(cfg, model.log_factor_states_fn, indices, arms, c.params))
+    r = jnp.asarray(call_model(cfg, model.log_factor_states_fn, indices, arms, c.params))
     if r.shape != (indices.shape[0], arms.shape[0]):
         raise ValueError(f"log_factor_states_fn must return shape [m, {arms.shape[0]}]; got {r.shape}")
     r = r.astype(dtype)
     if cv is not None:  # the control variate is evaluated for all D states, then gathered
-        r = r - jnp.asarray(_call(cfg, cv.fn, indices, c.params)).astype(dtype)[:, arms] + c.h_mean[arms][None, :]
+        r = r - jnp.asarray(call_model(cfg, cv.fn, indices, c.params)).astype(dtype)[:, arms] + c.h_mean[arms][None, :]
     return r
 
 
