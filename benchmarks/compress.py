@@ -696,6 +696,7 @@ def floor(repeats: int = 5):
                 stats["pairs"], stats["within"] = pr.size, within
 
             screened()
+            stats.clear()
             call, dense = [], []
             for _ in range(repeats):
                 screened()
@@ -728,6 +729,7 @@ def floor(repeats: int = 5):
                     stats.setdefault(key, []).append(v)
 
             oracle()
+            stats.clear()
             call = []
             for _ in range(repeats):
                 oracle()
