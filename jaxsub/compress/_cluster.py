@@ -591,7 +591,7 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool, m
     return accepted
 
 
-def _sequential(x, rows, clusters: _Clusters, delta, exact, labels, z=None) -> np.ndarray:
+def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarray:
     """Algorithm 1 one row at a time over ``rows`` (a small set): returns the ids of the clusters it opens.
 
     Each row joins the nearest cluster opened in this call whose centroid is within ``delta``
@@ -606,22 +606,9 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels, z=None) -> n
     ``||S_j + x_t||^2 = ||S_j||^2 + 2 XS[t, j] + G_tt``. The float64 cancellation of these
     expressions (about 1e-16 of the squared norms) is far below ``delta^2`` in the unit ball,
     and the final exact check + :func:`_repair` makes the bound exact anyway.
-
-    ``z = (z32, z64)`` (the blocked stream): the search coordinates of every row (lower bounds of
-    the distances) in float32 and float64. Rows of the set with no other row of the set within
-    ``2 delta`` there (one ``[m, m]`` product in the ``q``-dim coordinates, ``q << d``) are
-    singletons that no row of the set joins (a row joins a singleton only from within
-    ``2 delta``) and that join nothing: they are opened directly, with their known search
-    coordinates, and the Gram matrix and the loop run on the other rows only. The decisions
-    are those of the loop over the whole set (the clusters left out are beyond ``2 delta`` of
-    every row, where the loop stops looking), and the clusters are opened in the same order.
     """
     if exact is not True:
         return _sequential_greedy(x, rows, clusters, delta, exact, labels)
-    if z is not None and _PARTNER_SCREEN and rows.size > 1:
-        lone = _lone_rows(z[0], rows, delta)
-        if lone.any():
-            return _sequential_split(x, rows, lone, clusters, delta, labels, z[1])
     m = rows.size
     xr_all = x[rows]
     # offsets from the set's first row: smaller norms, less cancellation in the Gram expressions
@@ -692,51 +679,6 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels, z=None) -> n
     ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), sums / counts[:, None])
     labels[rows] = ids[members]
     return ids
-
-
-#: Screen of the rows of a :func:`_sequential` set with no partner within ``2 delta`` (blocked stream).
-_PARTNER_SCREEN = True
-
-
-def _lone_rows(z32, rows, delta) -> np.ndarray:
-    """Mask of the rows of ``rows`` with no other row of ``rows`` within ``2 delta`` in the float32
-    search coordinates ``z32`` (lower bounds; one augmented product, thresholds as :func:`_isolated`)."""
-    zr = z32[rows]
-    zz = np.einsum("ij,ij->i", zr, zr, dtype=np.float64)
-    one = np.ones(rows.size)
-    left = np.column_stack([-2.0 * zr, zz, one]).astype(np.float32)
-    right = np.column_stack([zr, one, zz]).astype(np.float32)
-    # float32 round-off of the screen, ~1e-7 of the squared norms: widened far past it
-    thr = np.float32(4.0 * delta * delta * (1.0 + 1e-3) + 1e-5 * (1.0 + float(zz.max())))
-    close = (left @ right.T) <= thr
-    np.fill_diagonal(close, False)
-    return ~close.any(axis=1)
-
-
-def _sequential_split(x, rows, lone, clusters: _Clusters, delta, labels, z64) -> np.ndarray:
-    """:func:`_sequential` with the ``lone`` rows (no partner within ``2 delta``) opened as singletons
-    directly (search coordinates ``z64`` of the rows) and the loop run on the others; the clusters
-    get the ids the loop over all ``rows`` gives them (in the order of their first row)."""
-    m = rows.size
-    mates = np.flatnonzero(~lone)
-    base = clusters.size
-    if mates.size:
-        _sequential(x, rows[mates], clusters, delta, True, labels)
-    li = rows[lone]
-    ids = clusters.open(x[li], np.ones(li.size, np.int64), np.zeros(li.size), z64[li])
-    labels[li] = ids
-    num = clusters.size - base
-    first = np.full(num, m, np.int64)
-    np.minimum.at(first, labels[rows] - base, np.arange(m))
-    perm = np.argsort(first, kind="stable")  # perm[i]: the id (- base) the loop's order gives base + i
-    if (perm != np.arange(num)).any():
-        for name in ("anchor", "zanchor", "sums", "counts", "far"):
-            arr = getattr(clusters, name)
-            arr[base : base + num] = arr[base + perm]
-        new_id = np.empty(num, np.int64)
-        new_id[perm] = np.arange(num)
-        labels[rows] = base + new_id[labels[rows] - base]
-    return np.arange(base, base + num)
 
 
 def _open_found(clusters: _Clusters, xr_all, members, sums, cnt, cen) -> np.ndarray:
@@ -860,7 +802,7 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
 _CHUNK = 512
 
 
-def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels, z64=None) -> np.ndarray:
+def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -> np.ndarray:
     """Algorithm 1 over ``rows`` by chunks against all leaders at once; returns the ids of the clusters opened.
 
     For high-dimensional rows (MNIST, d = 784) the k-d-tree search of :func:`_leader_pass` is
@@ -964,7 +906,7 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels, z
                         refresh(np.unique(cid[acc]))
         left = chunk[~joined]
         if left.size:
-            new = _sequential(x, left, clusters, delta, True, labels, z=None if z64 is None else (z32, z64))
+            new = _sequential(x, left, clusters, delta, True, labels)
             refresh(new)
             if bounds[1].size < clusters.size:
                 bounds = (bounds[0], np.concatenate([bounds[1], np.zeros(max(clusters.size, 2 * bounds[1].size) - bounds[1].size)]))
@@ -1150,7 +1092,7 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
         # one BLAS thread: the chunks' products are small, and OpenBLAS threads spinning on shared
         # cores cost 3-4x the CPU time of the whole pass (docs/compress.md, session 10)
         with _one_blas_thread():
-            _blocked_pass(x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels, zb)
+            _blocked_pass(x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels)
     else:
         _leader_pass(x, zx, rows, clusters, delta, exact, labels, srch)
     if iso is not None and iso.size:
