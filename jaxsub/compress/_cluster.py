@@ -732,6 +732,8 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
 #: (:func:`_sequential_greedy_pairs`; docs/compress.md, session 13).
 _GREEDY_PAIRS = True
 _GREEDY_PAIRS_MAX = 4
+_GREEDY_LEFTOVER_PAIRS = True
+_GREEDY_PAIRS_PYTHON = True
 _GREEDY_PAIRS_PROBE = 32
 
 
@@ -766,22 +768,62 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
     later, earlier = pairs.max(axis=1), pairs.min(axis=1)
     order = np.argsort(later * m + earlier)
     later, earlier = later[order], earlier[order]
+    diff = xr_all[later] - xr_all[earlier]
+    pd2 = np.einsum("ij,ij->i", diff, diff)  # a row's distance to a cluster its earlier neighbour still is alone in
     ptr = np.searchsorted(later, np.arange(m + 1))
     members = np.arange(m)
     sums, cen, cnt = xr_all.copy(), xr_all.copy(), np.ones(m)
     d2max = delta * delta
-    for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
-        cand = members[earlier[ptr[t] : ptr[t + 1]]]
-        xr = xr_all[t]
-        diff = cen[cand] - xr
-        dist2 = np.einsum("ij,ij->i", diff, diff)
-        i = int(np.argmin(dist2))
-        if dist2[i] <= d2max:
-            j = int(cand[i])
-            sums[j] += xr
-            cnt[j] += 1.0
-            cen[j] = sums[j] / cnt[j]
-            members[t] = j
+    if _GREEDY_PAIRS_PYTHON:
+        # plain Python over the few candidates of each row (one to a few): NumPy's per-call cost
+        # (~1 us a call, 7 calls a row) dominated the loop. Clusters still alone at their first row
+        # are read off the pair distances; the others' centroids are Python lists of d floats.
+        xl = xr_all.tolist()
+        mem = list(range(m))
+        ear, dl, bounds = earlier.tolist(), pd2.tolist(), ptr.tolist()
+        grown: dict[int, list] = {}  # cluster -> [sum list, count, centroid list]
+        for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
+            xt = xl[t]
+            best, bj = d2max, -1
+            for q in range(bounds[t], bounds[t + 1]):
+                j = mem[ear[q]]
+                g = grown.get(j)
+                if g is None:
+                    if j == ear[q]:
+                        d2 = dl[q]
+                    else:  # the neighbour joined a cluster still alone: distance to its first row
+                        d2 = sum((a - b) * (a - b) for a, b in zip(xl[j], xt))
+                else:
+                    d2 = sum((a - b) * (a - b) for a, b in zip(g[2], xt))
+                if d2 < best or (d2 == best and bj < 0):
+                    best, bj = d2, j
+            if bj >= 0:
+                g = grown.get(bj)
+                if g is None:
+                    g = grown[bj] = [list(xl[bj]), 1, None]
+                g[0] = [a + b for a, b in zip(g[0], xt)]
+                g[1] += 1
+                g[2] = [a / g[1] for a in g[0]]
+                mem[t] = bj
+        members = np.asarray(mem, np.int64)
+        if grown:
+            gid = np.fromiter(grown, np.int64, len(grown))
+            sums[gid] = [grown[j][0] for j in gid.tolist()]
+            cnt[gid] = [grown[j][1] for j in gid.tolist()]
+            cen[gid] = [grown[j][2] for j in gid.tolist()]
+    else:
+        for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
+            cand = members[earlier[ptr[t] : ptr[t + 1]]]
+            xr = xr_all[t]
+            diff = cen[cand] - xr
+            dist2 = np.einsum("ij,ij->i", diff, diff)
+            i = int(np.argmin(dist2))
+            if dist2[i] <= d2max:
+                j = int(cand[i])
+                sums[j] += xr
+                cnt[j] += 1.0
+                cen[j] = sums[j] / cnt[j]
+                members[t] = j
     lead = np.flatnonzero(members == np.arange(m))
     num = np.full(m, -1, np.int64)
     num[lead] = np.arange(lead.size)
@@ -854,6 +896,13 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
                     pool = np.concatenate([rows[:s], block[joined]])  # members so far, this block's included
                     joined[sel] = _join_block(x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool)
             rest = block[~joined]
+        if rest.size > _BASE_ROWS and s > 0 and exact == _GREEDY and _GREEDY_LEFTOVER_PAIRS and _GREEDY_PAIRS:
+            # the greedy pass's leftover rows lie away from every earlier cluster and mostly open
+            # clusters of their own: stream them in one sparse pass instead of recursing
+            new = _sequential_greedy_pairs(x, rest, clusters, delta, labels)
+            if new is not None:
+                local = np.concatenate([local, new])
+                rest = rest[:0]
         if rest.size > _BASE_ROWS and s > 0:
             rest = _open_isolated(x, zx, rest, clusters, delta, labels, search, local_out := [])
             local = np.concatenate([local] + local_out)
