@@ -732,8 +732,6 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
 #: (:func:`_sequential_greedy_pairs`; docs/compress.md, session 13).
 _GREEDY_PAIRS = True
 _GREEDY_PAIRS_MAX = 4
-_GREEDY_LEFTOVER_PAIRS = True
-_GREEDY_PAIRS_PYTHON = True
 _GREEDY_PAIRS_PROBE = 32
 
 
@@ -748,8 +746,12 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
     within ``delta`` of a row with no member within ``2 delta`` (a cluster spread wider than
     ``delta``, possible with no radius check) is missed, as the k-d tree's ``eps`` misses
     neighbours: the pass is a heuristic whose clusters the trim and the exact checks make
-    radius ``<= delta``. Returns None (nothing done) for a dense set, more than
-    ``_GREEDY_PAIRS_MAX`` pairs per row: the caller streams every row instead.
+    radius ``<= delta``. Otherwise the decisions are the plain stream's (nearest centroid within
+    ``delta``, centroids moving to the member mean); the per-row work is plain Python over the
+    row's few candidates. On the benchmark's flights (every radius) and California housing rows
+    ``cluster`` returns the same partition as with the plain stream (docs/compress.md, session 13).
+    Returns None (nothing done) for a dense set, more than ``_GREEDY_PAIRS_MAX`` pairs per row
+    (judged first on the ``_GREEDY_PAIRS_PROBE`` first rows): the caller streams every row instead.
     """
     from scipy.spatial import cKDTree
 
@@ -771,59 +773,42 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
     diff = xr_all[later] - xr_all[earlier]
     pd2 = np.einsum("ij,ij->i", diff, diff)  # a row's distance to a cluster its earlier neighbour still is alone in
     ptr = np.searchsorted(later, np.arange(m + 1))
-    members = np.arange(m)
     sums, cen, cnt = xr_all.copy(), xr_all.copy(), np.ones(m)
     d2max = delta * delta
-    if _GREEDY_PAIRS_PYTHON:
-        # plain Python over the few candidates of each row (one to a few): NumPy's per-call cost
-        # (~1 us a call, 7 calls a row) dominated the loop. Clusters still alone at their first row
-        # are read off the pair distances; the others' centroids are Python lists of d floats.
-        xl = xr_all.tolist()
-        mem = list(range(m))
-        ear, dl, bounds = earlier.tolist(), pd2.tolist(), ptr.tolist()
-        grown: dict[int, list] = {}  # cluster -> [sum list, count, centroid list]
-        for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
-            xt = xl[t]
-            best, bj = d2max, -1
-            for q in range(bounds[t], bounds[t + 1]):
-                j = mem[ear[q]]
-                g = grown.get(j)
-                if g is None:
-                    if j == ear[q]:
-                        d2 = dl[q]
-                    else:  # the neighbour joined a cluster still alone: distance to its first row
-                        d2 = sum((a - b) * (a - b) for a, b in zip(xl[j], xt))
-                else:
-                    d2 = sum((a - b) * (a - b) for a, b in zip(g[2], xt))
-                if d2 < best or (d2 == best and bj < 0):
-                    best, bj = d2, j
-            if bj >= 0:
-                g = grown.get(bj)
-                if g is None:
-                    g = grown[bj] = [list(xl[bj]), 1, None]
-                g[0] = [a + b for a, b in zip(g[0], xt)]
-                g[1] += 1
-                g[2] = [a / g[1] for a in g[0]]
-                mem[t] = bj
-        members = np.asarray(mem, np.int64)
-        if grown:
-            gid = np.fromiter(grown, np.int64, len(grown))
-            sums[gid] = [grown[j][0] for j in gid.tolist()]
-            cnt[gid] = [grown[j][1] for j in gid.tolist()]
-            cen[gid] = [grown[j][2] for j in gid.tolist()]
-    else:
-        for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
-            cand = members[earlier[ptr[t] : ptr[t + 1]]]
-            xr = xr_all[t]
-            diff = cen[cand] - xr
-            dist2 = np.einsum("ij,ij->i", diff, diff)
-            i = int(np.argmin(dist2))
-            if dist2[i] <= d2max:
-                j = int(cand[i])
-                sums[j] += xr
-                cnt[j] += 1.0
-                cen[j] = sums[j] / cnt[j]
-                members[t] = j
+    # plain Python over the few candidates of each row (one to a few): NumPy's per-call cost
+    # (~1 us a call, 7 calls a row) dominated the loop. Clusters still alone at their first row
+    # are read off the pair distances; the others' centroids are Python lists of d floats.
+    xl = xr_all.tolist()
+    mem = list(range(m))
+    ear, dl, bounds = earlier.tolist(), pd2.tolist(), ptr.tolist()
+    gsum: list = [None] * m  # per cluster that has grown: member sum, count, centroid (lists)
+    gcnt = [1] * m
+    gcen: list = [None] * m
+    for t in np.flatnonzero(ptr[1:] > ptr[:-1]).tolist():
+        xt = xl[t]
+        best, bj = d2max, -1
+        lo, hi = bounds[t], bounds[t + 1]
+        for s, d2 in zip(ear[lo:hi], dl[lo:hi]):
+            j = mem[s]
+            c = gcen[j]
+            if c is not None:  # a grown cluster (s joined it, or opened it and was joined)
+                d2 = sum([(a - b) * (a - b) for a, b in zip(c, xt)])
+            if d2 < best or (d2 == best and bj < 0):
+                best, bj = d2, j
+        if bj >= 0:
+            sm = gsum[bj]
+            sm = [a + b for a, b in zip(xl[bj] if sm is None else sm, xt)]
+            gsum[bj] = sm
+            n1 = gcnt[bj] + 1
+            gcnt[bj] = n1
+            gcen[bj] = [a / n1 for a in sm]
+            mem[t] = bj
+    members = np.asarray(mem, np.int64)
+    gid = np.array([j for j in range(m) if gcnt[j] > 1], np.int64)
+    if gid.size:
+        sums[gid] = [gsum[j] for j in gid.tolist()]
+        cnt[gid] = [gcnt[j] for j in gid.tolist()]
+        cen[gid] = [gcen[j] for j in gid.tolist()]
     lead = np.flatnonzero(members == np.arange(m))
     num = np.full(m, -1, np.int64)
     num[lead] = np.arange(lead.size)
@@ -896,13 +881,6 @@ def _leader_pass(x, zx, rows, clusters: _Clusters, delta, exact, labels, search:
                     pool = np.concatenate([rows[:s], block[joined]])  # members so far, this block's included
                     joined[sel] = _join_block(x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool)
             rest = block[~joined]
-        if rest.size > _BASE_ROWS and s > 0 and exact == _GREEDY and _GREEDY_LEFTOVER_PAIRS and _GREEDY_PAIRS:
-            # the greedy pass's leftover rows lie away from every earlier cluster and mostly open
-            # clusters of their own: stream them in one sparse pass instead of recursing
-            new = _sequential_greedy_pairs(x, rest, clusters, delta, labels)
-            if new is not None:
-                local = np.concatenate([local, new])
-                rest = rest[:0]
         if rest.size > _BASE_ROWS and s > 0:
             rest = _open_isolated(x, zx, rest, clusters, delta, labels, search, local_out := [])
             local = np.concatenate([local] + local_out)
