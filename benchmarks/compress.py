@@ -509,11 +509,19 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     print(f"\nload average (1 min) at the end: {_load():.1f}")
 
 
+def _partition(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered by first appearance: equal for two labellings iff they are the same partition."""
+    _, first, inv = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inv.ravel()]
+
+
 def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     """A/B of a module setting of ``jaxsub.compress._cluster`` in one process (docs/compress.md,
     session 11): ``flag`` set to each of ``values`` in turn (one warm-up call each, then ``rounds``
-    alternating rounds of ``cluster(x, delta)``); prints c, CPU and wall medians and the median
-    [range] of the per-round CPU ratios of the last value to the first. The session-11 prototypes'
+    alternating rounds of ``cluster(x, delta)``); prints c, whether the partition equals the first
+    value's, CPU and wall medians and the median [range] of the per-round CPU ratios to the first. The session-11 prototypes'
     flags live in commit 090ca31; run with ``OPENBLAS_NUM_THREADS=1`` as the docs did:
     ``python -m benchmarks.compress ab mnist 0.2,0.3 _BLOCK_LEADERS False,True``."""
     import jaxsub.compress._cluster as impl
@@ -524,9 +532,11 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     print(f"load {_load():.1f}")
     for delta in radii:
         res = {v: [] for v in values}
+        parts = {}
         for v in values:
             setattr(impl, flag, v)
-            compress.cluster(x, delta)
+            parts[v] = _partition(compress.cluster(x, delta).labels)
+        same = {v: bool(np.array_equal(parts[values[0]], parts[v])) for v in values}
         for _ in range(rounds):
             for v in values:
                 setattr(impl, flag, v)
@@ -538,7 +548,8 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
         for v in values:
             cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
             ratio = cpu / base
-            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} CPU s median {np.median(cpu):.3f} "
+            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
+                  f"CPU s median {np.median(cpu):.3f} "
                   f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
                   f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]", flush=True)
     print(f"load {_load():.1f}")
@@ -564,8 +575,8 @@ def components(radii=(0.1, 0.2, 0.3)):
 
 #: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
 PHASES = ("_make_search", "_isolated", "_blocked_pass", "_screened_candidates", "_join_block", "_sequential",
-          "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_open_isolated", "_trim", "_join_back",
-          "_repair", "_covariances", "_stream_labels")
+          "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
+          "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
 
 
 def phases(name: str, radii, repeats: int = 3):
