@@ -501,12 +501,12 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool, m
     starts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
     gid = cid[starts]
     ng = gid.size
-    grp = np.repeat(np.arange(ng), np.diff(np.r_[starts, rows.size]))
     xs = x[rows]
-    da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
-    dist = np.sqrt(np.einsum("ij,ij->i", da, da))
     take = np.ones(rows.size, bool)
     if exact is True:
+        grp = np.repeat(np.arange(ng), np.diff(np.r_[starts, rows.size]))
+        da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
+        dist = np.sqrt(np.einsum("ij,ij->i", da, da))
         limit = delta * (1.0 - _MARGIN)
         lead, far0 = clusters.anchor[gid], clusters.far[gid]
         thr = np.full(ng, np.inf)
