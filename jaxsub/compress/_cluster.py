@@ -49,7 +49,9 @@ centroid of ``n`` rows ends at ``t n / (n + 1)`` from the new one, so no join
 is possible farther away); the rows left over (away
 from every earlier cluster, or refused by the bound) are streamed recursively
 by the same procedure, one row at a time only for sets of at most
-``_BASE_ROWS`` rows and the first block.
+``_BASE_ROWS`` rows and the first block. In the greedy pass of leader + trim, a sparse first
+block is streamed off its list of pairs within ``2 delta`` (:func:`_sequential_greedy_pairs`):
+only rows with an earlier neighbour do per-row work (same partitions on the benchmark's data).
 
 Blocked stream (``rule="blocked"``, the default for ``d > 16`` when more than ``_TRIM_MIN_ROWS``
 rows are left to stream; :func:`_blocked_pass`). Chunks of ``_CHUNK`` rows against *all* clusters
@@ -694,7 +696,7 @@ def _sequential_greedy(x, rows, clusters: _Clusters, delta, mode, labels) -> np.
     """The greedy passes of :func:`_sequential` (no radius check): each row joins the nearest
     centroid (``mode == _GREEDY``; centroids move) or leader (``mode`` false; leaders stay) within
     ``delta`` among the clusters opened in this call, else it opens a new cluster."""
-    if mode == _GREEDY and _GREEDY_PAIRS and rows.size > 1:
+    if mode == _GREEDY and _GREEDY_PAIRS and rows.size > 1 and x.shape[1] <= _AUTO_KDTREE_MAX_DIM:  # k-d-tree pairs
         ids = _sequential_greedy_pairs(x, rows, clusters, delta, labels)
         if ids is not None:
             return ids
