@@ -555,6 +555,44 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     print(f"load {_load():.1f}")
 
 
+def ab_revision(rev: str, name: str, radii, rounds: int = 7):
+    """A/B of ``cluster`` at git revision ``rev`` (its ``jaxsub/compress/_cluster.py`` loaded as a
+    separate module) against the working tree's, in one process (docs/compress.md, session 13):
+    a warm-up call each, then ``rounds`` rounds alternating which goes first; prints c, whether the
+    labels, centroids and radii are identical, CPU and wall medians and the median [range] of the
+    per-round CPU and wall ratios new / old. ``python -m benchmarks.compress abrev a45f3a2 flights
+    0.02,0.05,0.1``."""
+    import subprocess
+    import types
+
+    src = subprocess.run(["git", "show", f"{rev}:jaxsub/compress/_cluster.py"], capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+    old = types.ModuleType(f"_cluster_{rev}")
+    exec(compile(src, f"_cluster_{rev}", "exec"), old.__dict__)
+    arms = {"old": old.cluster, "new": compress.cluster}
+    x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
+    print(f"load {_load():.2f}")
+    for delta in radii:
+        out = {a: f(x, delta) for a, f in arms.items()}
+        same = all(np.array_equal(getattr(out["old"], k), getattr(out["new"], k)) for k in ("labels", "centroids", "radii"))
+        res = {a: [] for a in arms}
+        for r in range(rounds):
+            for a in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                t, w = time.process_time(), time.perf_counter()
+                cl = arms[a](x, delta)
+                res[a].append((time.process_time() - t, time.perf_counter() - w))
+                assert cl.radii.max() <= delta
+        cpu = {a: np.array([v[0] for v in res[a]]) for a in arms}
+        wall = {a: np.array([v[1] for v in res[a]]) for a in arms}
+        rc, rw = cpu["new"] / cpu["old"], wall["new"] / wall["old"]
+        print(f"{name} delta={delta}: c old {out['old'].c:,} new {out['new'].c:,}; labels, centroids, radii identical: "
+              f"{same}; CPU s old {np.median(cpu['old']):.3f} new {np.median(cpu['new']):.3f}, ratio {np.median(rc):.3f} "
+              f"[{rc.min():.3f}, {rc.max():.3f}]; wall s old {np.median(wall['old']):.3f} new {np.median(wall['new']):.3f}, "
+              f"ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]; new {x.shape[0] / np.median(wall['new']):.3g} rows/s "
+              f"wall, {x.shape[0] / np.median(cpu['new']):.3g} per CPU-s", flush=True)
+    print(f"load {_load():.2f}")
+
+
 def components(radii=(0.1, 0.2, 0.3)):
     """Connected components of the graph "within 2 delta" of the benchmark's MNIST rows (rows in
     different components never share a cluster; docs/compress.md, session 11)."""
@@ -763,6 +801,8 @@ if __name__ == "__main__":
         import ast
 
         ab_flag(args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")])
+    elif args and args[0] == "abrev":  # python -m benchmarks.compress abrev REV NAME RADII [ROUNDS]
+        ab_revision(args[1], args[2], [float(v) for v in args[3].split(",")], *(int(v) for v in args[4:5]))
     elif args and args[0] == "components":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]

@@ -563,6 +563,31 @@ def test_greedy_pair_stream_keeps_the_radius_and_the_count(monkeypatch):
     assert cl.c <= plain.c, (cl.c, plain.c)
 
 
+@pytest.mark.parametrize("mode", [_cluster._GREEDY, False])
+def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode, monkeypatch):
+    # the greedy joins (no radius check) sum each cluster's rows by one bincount per column, in
+    # stream order, instead of sorting the rows into segments: the same floats, labels and anchors
+    rng = np.random.default_rng(45)
+    x = rng.standard_normal((3000, 6))
+    rows = rng.permutation(3000)[:2000]
+    cid = rng.integers(0, 150, size=rows.size)
+    out = []
+    for flag in (False, True):
+        monkeypatch.setattr(_cluster, "_GREEDY_BINCOUNT", flag)
+        clusters = _cluster._Clusters(6, 6, 16, lambda v: v)
+        clusters.open(x[:200], np.ones(200, np.int64), np.zeros(200))
+        labels = np.full(3000, -1, np.int64)
+        taken = _cluster._join_block(x, rows, cid, clusters, 0.1, mode, labels, np.arange(0))
+        assert taken.all()
+        out.append((labels, clusters.sums[:200].copy(), clusters.counts[:200].copy(), clusters.anchor[:200].copy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
+    assert out[1][2].sum() == 200 + rows.size  # every proposed row joined
+    if mode:  # centroid mode: the anchors moved to the member means
+        moved = out[1][2] > 1
+        np.testing.assert_allclose(out[1][3][moved], out[1][1][moved] / out[1][2][moved, None], rtol=0, atol=0)
+
+
 def test_greedy_leader_reference_is_a_leader_clustering():
     # negative control for the comparison above: the reference (exact=False) really is the
     # greedy leader pass, every row within delta of its cluster's first row, radii up to 2 delta
