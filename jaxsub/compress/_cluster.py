@@ -1119,7 +1119,8 @@ def _join_back(x, zx, kept, dropped, ids, clusters: _Clusters, delta, labels, se
     lab = labels[kept]
     pos = np.full(clusters.size, -1, np.int64)
     pos[ids] = np.arange(ids.size)
-    sums, counts = _group_sums(x[kept], pos[lab], ids.size)
+    xk = x[kept]
+    sums, counts = _group_sums(xk, pos[lab], ids.size)
     alive = counts > 0
     if not alive.any() or dropped.size == 0:
         return dropped
@@ -1127,7 +1128,7 @@ def _join_back(x, zx, kept, dropped, ids, clusters: _Clusters, delta, labels, se
     live = ids[alive]
     clusters.sums[live], clusters.counts[live] = sums[alive], counts[alive]
     clusters.move(live, mean)
-    diff = x[kept] - clusters.anchor[lab]
+    diff = xk - clusters.anchor[lab]
     far = np.zeros(clusters.size)
     np.maximum.at(far, lab, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
     clusters.far[live] = far[live]
