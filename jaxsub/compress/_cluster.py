@@ -498,9 +498,10 @@ def _join_block(x, rows, cid, clusters: _Clusters, delta, exact, labels, pool, m
     the anchors are then read off these bounds instead of gathered d-wide rows, so only the
     outer shell's members are gathered (the 784-wide gathers dominated on MNIST).
     """
-    if exact is not True and _GREEDY_BINCOUNT:
+    if exact is not True and _GREEDY_BINCOUNT and x.shape[1] <= _AUTO_KDTREE_MAX_DIM:
         # the greedy passes: every proposed row joins. Per-cluster sums by one bincount per column
-        # (the rows added in stream order, as the sorted segments' sums: the same floats), no sort
+        # (the rows added in stream order, as the sorted segments' sums: the same floats), no sort;
+        # wide rows keep the one sparse product (a bincount per column would be d passes)
         num = clusters.size
         cnt = np.bincount(cid, minlength=num)
         gid = np.flatnonzero(cnt)
