@@ -559,7 +559,7 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
     """A/B of ``cluster`` at git revision ``rev`` (its ``jaxsub/compress/_cluster.py`` loaded as a
     separate module) against the working tree's, in one process (docs/compress.md, session 13):
     a warm-up call each, then ``rounds`` rounds alternating which goes first; prints c, whether the
-    labels, centroids and radii are identical, CPU and wall medians and the median [range] of the
+    labels, centroids, radii, counts and covariances are identical, CPU and wall medians and the median [range] of the
     per-round CPU and wall ratios new / old. ``python -m benchmarks.compress abrev a45f3a2 flights
     0.02,0.05,0.1``."""
     import subprocess
@@ -574,7 +574,8 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
     print(f"load {_load():.2f}")
     for delta in radii:
         out = {a: f(x, delta) for a, f in arms.items()}
-        same = all(np.array_equal(getattr(out["old"], k), getattr(out["new"], k)) for k in ("labels", "centroids", "radii"))
+        same = all(np.array_equal(getattr(out["old"], k), getattr(out["new"], k))
+                   for k in ("labels", "centroids", "radii", "counts", "covariances"))
         res = {a: [] for a in arms}
         for r in range(rounds):
             for a in (("old", "new") if r % 2 == 0 else ("new", "old")):
@@ -585,7 +586,8 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
         cpu = {a: np.array([v[0] for v in res[a]]) for a in arms}
         wall = {a: np.array([v[1] for v in res[a]]) for a in arms}
         rc, rw = cpu["new"] / cpu["old"], wall["new"] / wall["old"]
-        print(f"{name} delta={delta}: c old {out['old'].c:,} new {out['new'].c:,}; labels, centroids, radii identical: "
+        print(f"{name} delta={delta}: c old {out['old'].c:,} new {out['new'].c:,}; labels, centroids, radii, counts, "
+              f"covariances identical: "
               f"{same}; CPU s old {np.median(cpu['old']):.3f} new {np.median(cpu['new']):.3f}, ratio {np.median(rc):.3f} "
               f"[{rc.min():.3f}, {rc.max():.3f}]; wall s old {np.median(wall['old']):.3f} new {np.median(wall['new']):.3f}, "
               f"ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]; new {x.shape[0] / np.median(wall['new']):.3g} rows/s "
