@@ -509,11 +509,19 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     print(f"\nload average (1 min) at the end: {_load():.1f}")
 
 
+def _partition(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered by first appearance: equal for two labellings iff they are the same partition."""
+    _, first, inv = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inv.ravel()]
+
+
 def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     """A/B of a module setting of ``jaxsub.compress._cluster`` in one process (docs/compress.md,
     session 11): ``flag`` set to each of ``values`` in turn (one warm-up call each, then ``rounds``
-    alternating rounds of ``cluster(x, delta)``); prints c, CPU and wall medians and the median
-    [range] of the per-round CPU ratios of the last value to the first. The session-11 prototypes'
+    alternating rounds of ``cluster(x, delta)``); prints c, whether the partition equals the first
+    value's, CPU and wall medians and the median [range] of the per-round CPU ratios to the first. The session-11 prototypes'
     flags live in commit 090ca31; run with ``OPENBLAS_NUM_THREADS=1`` as the docs did:
     ``python -m benchmarks.compress ab mnist 0.2,0.3 _BLOCK_LEADERS False,True``."""
     import jaxsub.compress._cluster as impl
@@ -524,9 +532,11 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     print(f"load {_load():.1f}")
     for delta in radii:
         res = {v: [] for v in values}
+        parts = {}
         for v in values:
             setattr(impl, flag, v)
-            compress.cluster(x, delta)
+            parts[v] = _partition(compress.cluster(x, delta).labels)
+        same = {v: bool(np.array_equal(parts[values[0]], parts[v])) for v in values}
         for _ in range(rounds):
             for v in values:
                 setattr(impl, flag, v)
@@ -538,10 +548,51 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
         for v in values:
             cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
             ratio = cpu / base
-            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} CPU s median {np.median(cpu):.3f} "
+            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
+                  f"CPU s median {np.median(cpu):.3f} "
                   f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
                   f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]", flush=True)
     print(f"load {_load():.1f}")
+
+
+def ab_revision(rev: str, name: str, radii, rounds: int = 7):
+    """A/B of ``cluster`` at git revision ``rev`` (its ``jaxsub/compress/_cluster.py`` loaded as a
+    separate module) against the working tree's, in one process (docs/compress.md, session 13):
+    a warm-up call each, then ``rounds`` rounds alternating which goes first; prints c, whether the
+    labels, centroids, radii, counts and covariances are identical, CPU and wall medians and the median [range] of the
+    per-round CPU and wall ratios new / old. ``python -m benchmarks.compress abrev a45f3a2 flights
+    0.02,0.05,0.1``."""
+    import subprocess
+    import types
+
+    src = subprocess.run(["git", "show", f"{rev}:jaxsub/compress/_cluster.py"], capture_output=True, text=True,
+                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+    old = types.ModuleType(f"_cluster_{rev}")
+    exec(compile(src, f"_cluster_{rev}", "exec"), old.__dict__)
+    arms = {"old": old.cluster, "new": compress.cluster}
+    x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
+    print(f"load {_load():.2f}")
+    for delta in radii:
+        out = {a: f(x, delta) for a, f in arms.items()}
+        same = all(np.array_equal(getattr(out["old"], k), getattr(out["new"], k))
+                   for k in ("labels", "centroids", "radii", "counts", "covariances"))
+        res = {a: [] for a in arms}
+        for r in range(rounds):
+            for a in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                t, w = time.process_time(), time.perf_counter()
+                cl = arms[a](x, delta)
+                res[a].append((time.process_time() - t, time.perf_counter() - w))
+                assert cl.radii.max() <= delta
+        cpu = {a: np.array([v[0] for v in res[a]]) for a in arms}
+        wall = {a: np.array([v[1] for v in res[a]]) for a in arms}
+        rc, rw = cpu["new"] / cpu["old"], wall["new"] / wall["old"]
+        print(f"{name} delta={delta}: c old {out['old'].c:,} new {out['new'].c:,}; labels, centroids, radii, counts, "
+              f"covariances identical: "
+              f"{same}; CPU s old {np.median(cpu['old']):.3f} new {np.median(cpu['new']):.3f}, ratio {np.median(rc):.3f} "
+              f"[{rc.min():.3f}, {rc.max():.3f}]; wall s old {np.median(wall['old']):.3f} new {np.median(wall['new']):.3f}, "
+              f"ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]; new {x.shape[0] / np.median(wall['new']):.3g} rows/s "
+              f"wall, {x.shape[0] / np.median(cpu['new']):.3g} per CPU-s", flush=True)
+    print(f"load {_load():.2f}")
 
 
 def components(radii=(0.1, 0.2, 0.3)):
@@ -562,6 +613,188 @@ def components(radii=(0.1, 0.2, 0.3)):
               f"{int((sizes == 1).sum()):,}, pairs within 2 delta {int(adj.sum()) // 2:,}")
 
 
+#: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
+PHASES = ("_make_search", "_isolated", "_blocked_pass", "_screened_candidates", "_join_block", "_sequential",
+          "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
+          "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
+
+
+def phases(name: str, radii, repeats: int = 3):
+    """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md, session 13): inclusive
+    wall-clock timers around the phase functions of ``jaxsub.compress._cluster`` (the outermost call of
+    each, so recursion is not counted twice), one warm-up call, then ``repeats`` calls; the phases of
+    the call of median wall time are printed. ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3``."""
+    import collections
+
+    import jaxsub.compress._cluster as impl
+
+    x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
+    acc, calls, depth = collections.defaultdict(float), collections.Counter(), collections.Counter()
+
+    def wrap(key, f):
+        def timed(*a, **k):
+            if depth[key]:
+                return f(*a, **k)
+            depth[key] += 1
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] += time.perf_counter() - t
+                calls[key] += 1
+                depth[key] -= 1
+        return timed
+
+    saved = {key: getattr(impl, key) for key in PHASES}
+    print(f"load {_load():.2f}")
+    try:
+        for key in PHASES:
+            setattr(impl, key, wrap(key, saved[key]))
+        for delta in radii:
+            compress.cluster(x, delta)
+            runs = []
+            for _ in range(repeats):
+                acc.clear()
+                calls.clear()
+                t, tc = time.perf_counter(), time.process_time()
+                cl = compress.cluster(x, delta)
+                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls)))
+            walls = [r[0] for r in runs]
+            wall, cpu, spent, num = runs[int(np.argsort(walls)[len(walls) // 2])]
+            print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
+                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s")
+            for key in PHASES:
+                if key in spent:
+                    print(f"    {key:22s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / wall:5.1f} %  ({num[key]} calls)")
+    finally:
+        for key, f in saved.items():
+            setattr(impl, key, f)
+    print(f"load {_load():.2f}")
+
+
+def _median_ms(fn, repeats):
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return np.array(out)
+
+
+def floor(repeats: int = 5):
+    """The oracle floor of the screened rules (docs/compress.md, session 13): what a rule that already
+    knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
+    alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
+
+    MNIST (d = 784): the principal directions (:func:`_make_search`), the rows' 64-dim projection and
+    residual norm, one float32 lower-bound screen of every row against every final centroid (one
+    augmented product per 1,024 rows), the exact float64 distance of every pair the screen keeps
+    within delta, and the exact check (``_exact_stats``); also the plain float32 product of rows x
+    centroids (784-dim) for comparison. flights (d = 9): a k-d tree on the final centroids and one
+    k = 1 query of every row within delta (eps = 1, one thread, as the stream's queries), the exact
+    check and the covariances. ``python -m benchmarks.compress floor``."""
+    from scipy.spatial import cKDTree
+    from threadpoolctl import threadpool_limits
+
+    import jaxsub.compress._cluster as impl
+
+    print(f"load {_load():.2f}")
+    x = _mnist(False)[0]
+    n = x.shape[0]
+    x32 = x.astype(np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        for delta in (0.1, 0.2, 0.3):
+            cl = compress.cluster(x, delta)
+            cen, labels = cl.centroids, cl.labels
+            cen32 = cen.astype(np.float32)
+            stats = {}
+
+            def screened():
+                t0 = time.perf_counter()
+                srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
+                                         np.random.default_rng(0), wide=True)
+                t1 = time.perf_counter()
+
+                def coords(v):
+                    vc = (v - srch.mean).astype(np.float32)
+                    p = vc @ srch.wide.astype(np.float32)
+                    r2 = np.einsum("ij,ij->i", vc, vc, dtype=np.float64) - np.einsum("ij,ij->i", p, p, dtype=np.float64)
+                    return np.column_stack([p, np.sqrt(np.maximum(r2, 0.0))])
+
+                zx, zc = coords(x), coords(cen)
+                t2 = time.perf_counter()
+                zx2, zc2 = np.einsum("ij,ij->i", zx, zx), np.einsum("ij,ij->i", zc, zc)
+                left = np.column_stack([-2.0 * zx, zx2, np.ones(n)]).astype(np.float32)
+                right = np.column_stack([zc, np.ones(zc.shape[0]), zc2]).astype(np.float32)
+                thr = np.float32(delta * delta * (1.0 + 1e-3) + 1e-5 * (1.0 + float(zx2.max())))
+                pr, pc = [], []
+                for s in range(0, n, 1024):
+                    r, c = np.nonzero(left[s : s + 1024] @ right.T <= thr)
+                    pr.append(r + s)
+                    pc.append(c)
+                pr, pc = np.concatenate(pr), np.concatenate(pc)
+                t3 = time.perf_counter()
+                within = 0
+                for s in range(0, pr.size, 4096):
+                    diff = x[pr[s : s + 4096]] - cen[pc[s : s + 4096]]
+                    within += int(np.count_nonzero(np.einsum("ij,ij->i", diff, diff) <= delta * delta))
+                t4 = time.perf_counter()
+                impl._exact_stats(x, labels, cen.shape[0])
+                t5 = time.perf_counter()
+                for key, v in (("pca", t1 - t0), ("projection", t2 - t1), ("screen", t3 - t2), ("verify", t4 - t3),
+                               ("check", t5 - t4), ("total", t5 - t0)):
+                    stats.setdefault(key, []).append(v)
+                stats["pairs"], stats["within"] = pr.size, within
+
+            screened()
+            stats.clear()
+            call, dense = [], []
+            for _ in range(repeats):
+                screened()
+                call.append(_median_ms(lambda: compress.cluster(x, delta), 1)[0])
+                dense.append(_median_ms(lambda: x32 @ cen32.T, 1)[0])
+            tot, call, dense = np.array(stats["total"]), np.array(call), np.array(dense)
+            ratio = tot / call
+            parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("pca", "projection", "screen", "verify", "check"))
+            print(f"mnist delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
+                  f"{tot.max() * 1e3:.1f}] ({parts}; {stats['pairs']:,} screened pairs, {stats['within']:,} within delta) "
+                  f"= {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms [{call.min() * 1e3:.1f}, "
+                  f"{call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} [{ratio.min():.2f}, {ratio.max():.2f}]; "
+                  f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms", flush=True)
+        xf = _flights(False)[0]
+        n = xf.shape[0]
+        for delta in (0.02, 0.05, 0.1):
+            cl = compress.cluster(xf, delta)
+            cen, labels = cl.centroids, cl.labels
+            stats = {}
+
+            def oracle():
+                t0 = time.perf_counter()
+                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=1)
+                t1 = time.perf_counter()
+                c2, cnt, _, _ = impl._exact_stats(xf, labels, cen.shape[0])
+                t2 = time.perf_counter()
+                impl._covariances(xf, labels, c2, cnt)
+                t3 = time.perf_counter()
+                for key, v in (("query", t1 - t0), ("check", t2 - t1), ("covariances", t3 - t2), ("total", t3 - t0)):
+                    stats.setdefault(key, []).append(v)
+
+            oracle()
+            stats.clear()
+            call = []
+            for _ in range(repeats):
+                oracle()
+                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1)[0])
+            tot, call = np.array(stats["total"]), np.array(call)
+            ratio = tot / call
+            parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("query", "check", "covariances"))
+            print(f"flights delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
+                  f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
+                  f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
+                  f"[{ratio.min():.2f}, {ratio.max():.2f}]", flush=True)
+    print(f"load {_load():.2f}")
+
+
 if __name__ == "__main__":
     import sys
 
@@ -570,7 +803,13 @@ if __name__ == "__main__":
         import ast
 
         ab_flag(args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")])
+    elif args and args[0] == "abrev":  # python -m benchmarks.compress abrev REV NAME RADII [ROUNDS]
+        ab_revision(args[1], args[2], [float(v) for v in args[3].split(",")], *(int(v) for v in args[4:5]))
     elif args and args[0] == "components":
         components()
+    elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
+        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]))
+    elif args and args[0] == "floor":
+        floor()
     else:
         gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)

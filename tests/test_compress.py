@@ -491,6 +491,103 @@ def test_join_rule_spends_the_radius(name, rule):
         assert blocked.radius > 0.5 * delta
 
 
+def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
+    """Rows far apart, about half with one or two companions within 1.5 delta, shuffled: the kind
+    of set the greedy pass's recursion streams (most rows open a cluster, a few pairs per row)."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(-1, 1, size=(n, d))
+    parts = [base]
+    for k in (1, 2):
+        who = rng.choice(n, size=n // (2 * k), replace=False)
+        step = rng.standard_normal((who.size, d))
+        parts.append(base[who] + rng.uniform(0, 1.5 * delta, (who.size, 1)) * step / np.linalg.norm(step, axis=1, keepdims=True))
+    x = np.vstack(parts)
+    return x[rng.permutation(x.shape[0])]
+
+
+def _greedy_stream(x, delta, pairs, monkeypatch):
+    monkeypatch.setattr(_cluster, "_GREEDY_PAIRS", pairs)
+    clusters = _cluster._Clusters(x.shape[1], x.shape[1], 16, lambda v: v)
+    labels = np.full(x.shape[0], -1, np.int64)
+    ids = _cluster._sequential_greedy(x, np.arange(x.shape[0]), clusters, delta, _cluster._GREEDY, labels)
+    return labels, ids, clusters
+
+
+def test_greedy_pair_stream_decides_as_the_plain_stream(monkeypatch):
+    # the recursion's greedy stream decides only rows with an earlier row within 2 delta, among
+    # those rows' clusters (_sequential_greedy_pairs): on a sparse set it must give the plain
+    # one-row-at-a-time stream's clusters, sums and anchors
+    delta = 0.02
+    x = _sparse_stream(delta=delta)
+    rows = np.arange(x.shape[0])
+    taken = _cluster._sequential_greedy_pairs(
+        x, rows, _cluster._Clusters(5, 5, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64))
+    assert taken is not None  # the pair path runs on this set
+    lab_pairs, ids_pairs, cl_pairs = _greedy_stream(x, delta, True, monkeypatch)
+    lab_plain, ids_plain, cl_plain = _greedy_stream(x, delta, False, monkeypatch)
+    np.testing.assert_array_equal(lab_pairs, lab_plain)
+    np.testing.assert_array_equal(ids_pairs, ids_plain)
+    joined = cl_plain.counts[ids_plain] > 1
+    assert 50 < joined.sum() < ids_plain.size - 400  # both joins and opens happen
+    np.testing.assert_allclose(cl_pairs.anchor[ids_pairs], cl_plain.anchor[ids_plain], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(cl_pairs.sums[ids_pairs], cl_plain.sums[ids_plain], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(cl_pairs.counts[ids_pairs], cl_plain.counts[ids_plain])
+    # negative control: a dense set (every row near many others) is left to the plain stream
+    dense = _blobs(600, 5, 3, 0.005, 7)
+    assert _cluster._sequential_greedy_pairs(
+        dense, np.arange(600), _cluster._Clusters(5, 5, 16, lambda v: v), delta, np.full(600, -1, np.int64)) is None
+
+
+def test_greedy_pair_stream_keeps_the_radius_and_the_count(monkeypatch):
+    # end to end (leader + trim on 6,000 rows: tight blobs and scattered rows, whose recursion
+    # streams sparse first blocks through the pair path): exact radius <= delta, and no more
+    # clusters than with the plain stream
+    rng = np.random.default_rng(43)
+    x = np.vstack([_blobs(3000, 4, 40, 0.01, 44), rng.uniform(-1, 1, size=(3000, 4))])
+    x = x[rng.permutation(x.shape[0])]
+    delta = 0.05
+    calls = []
+    real = _cluster._sequential_greedy_pairs
+
+    def counted(*args):
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_cluster, "_sequential_greedy_pairs", counted)
+    cl = compress.cluster(x, delta, rule="trim")
+    _check_clustering(x, cl, delta)
+    assert sum(calls) >= 2  # the pair path was taken
+    monkeypatch.setattr(_cluster, "_GREEDY_PAIRS", False)
+    plain = compress.cluster(x, delta, rule="trim")
+    assert cl.c <= plain.c, (cl.c, plain.c)
+
+
+@pytest.mark.parametrize("mode", [_cluster._GREEDY, False])
+def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode, monkeypatch):
+    # the greedy joins (no radius check) sum each cluster's rows by one bincount per column, in
+    # stream order, instead of sorting the rows into segments: the same floats, labels and anchors
+    rng = np.random.default_rng(45)
+    x = rng.standard_normal((3000, 6))
+    rows = rng.permutation(3000)[:2000]
+    cid = rng.integers(0, 150, size=rows.size)
+    out = []
+    for flag in (False, True):
+        monkeypatch.setattr(_cluster, "_GREEDY_BINCOUNT", flag)
+        clusters = _cluster._Clusters(6, 6, 16, lambda v: v)
+        clusters.open(x[:200], np.ones(200, np.int64), np.zeros(200))
+        labels = np.full(3000, -1, np.int64)
+        taken = _cluster._join_block(x, rows, cid, clusters, 0.1, mode, labels, np.arange(0))
+        assert taken.all()
+        out.append((labels, clusters.sums[:200].copy(), clusters.counts[:200].copy(), clusters.anchor[:200].copy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a, b)
+    assert out[1][2].sum() == 200 + rows.size  # every proposed row joined
+    if mode:  # centroid mode: the anchors moved to the member means
+        moved = out[1][2] > 1
+        np.testing.assert_allclose(out[1][3][moved], out[1][1][moved] / out[1][2][moved, None], rtol=0, atol=0)
+
+
 def test_greedy_leader_reference_is_a_leader_clustering():
     # negative control for the comparison above: the reference (exact=False) really is the
     # greedy leader pass, every row within delta of its cluster's first row, radii up to 2 delta
