@@ -806,9 +806,11 @@ def _has_cond(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "cond":
             return True
-        for sub in jax.core.jaxprs_in_params(eqn.params):
-            if _has_cond(sub):
-                return True
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns") and _has_cond(sub):
+                    return True
     return False
 
 
