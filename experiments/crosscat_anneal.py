@@ -104,6 +104,11 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     budgets = ((3, 30) if quick else (1, 3, 10, 30)) if budgets is None else tuple(budgets)
     num_chains = (2 if quick or subsets else 4) if num_chains is None else int(num_chains)
     threads = 2 if num_chains % 2 == 0 else 1  # pylace runs its states on parallel threads: the same 2 cores
+    # cluster slots per view (a JAX shape; fit doubles it on overflow and resumes exactly, one compile more): the
+    # row tick costs ~0.1 us per slot; on the subsets' splits 32 holds every run but gss Anneal 10N / 30N and
+    # Sequential+Gibbs 30N, which grow to 64 (flights: 0.75-0.82x the CPU of 64, identical scores; docs/anneal.md,
+    # session 13). Quick (its Prior+Gibbs 30N run needs 64: one compiled sweep) and full tables: 64.
+    capacity = 32 if subsets and not quick else 64
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
@@ -151,9 +156,8 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                 # quick mode, whose CPU is mostly compilation)
                 widths = () if quick else cc.width_ladder(n)
                 fit = lambda: cc.fit(jax.random.key(run_id), train, model, make(n, b * n),  # noqa: E731
-                                     num_chains=num_chains, test_data=test, span=n, capacity=64, cache=cache,
-                                     threads=threads,  # 64: no regrow compile
-                                     feature_widths=widths)
+                                     num_chains=num_chains, test_data=test, span=n, capacity=capacity, cache=cache,
+                                     threads=threads, feature_widths=widths)
                 if run_id == 1:  # warm-up: a first execution pays one-off costs; excluded like compilation
                     t_w = time.perf_counter()
                     fit()

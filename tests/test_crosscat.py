@@ -799,3 +799,55 @@ def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(
     monkeypatch.setattr(cc.jnp, "argsort", lambda a, axis=-1: jnp.broadcast_to(jnp.arange(a.shape[axis]), a.shape))
     wrong = draws()
     assert np.mean(wrong[0] != full[0]) > 0.05 and np.mean(wrong[1] != full[1]) > 0.05
+
+
+def _has_cond(jaxpr) -> bool:
+    """Whether a (closed) jaxpr holds a ``cond`` (a ``lax.switch`` that stayed a branch) at any depth."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            return True
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns") and _has_cond(sub):
+                    return True
+    return False
+
+
+def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws():
+    """Vmapped chains (``build_sweep`` with more than one chain per group) pass ``resample_hypers`` one unbatched
+    ``occupied`` bound (``_occupied_bound`` over the chains): two chains with 4 and 12 occupied clusters (widths
+    8 and 16 alone) draw exactly what each draws alone from the same keys, and the vmapped width choice stays a
+    ``cond`` (negative control: a per-chain, batched bound turns the switch into a select that runs every width's
+    branch for every chain: no ``cond`` left)."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
+    rng = np.random.default_rng(1)
+    n = 60
+    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
+    x[::7, 1] = np.nan
+    enc = cc.encode_table(model, x)
+    zs = np.full((2, 3, n), -1)
+    zs[0, 0] = np.asarray([3, 11, 15, 19])[rng.integers(0, 4, n)]
+    zs[1, 0] = rng.permutation(np.arange(n) % 12)  # 12 clusters: width 16 = the capacity
+    init = jax.jit(jax.vmap(lambda zz: cc.init(model, enc, 16, view_of=jnp.zeros(2, jnp.int32), z=zz)))
+    st = init(jnp.asarray(zs))
+    occ = cc._occupied_bound(model, st)
+    np.testing.assert_array_equal(np.asarray(occ), [12, 12])
+    grids = cc.default_crosscat_grids(model)
+    keys = jax.random.split(jax.random.key(5), 20 * 2).reshape(20, 2)
+
+    def step(ks, s_, o):
+        return cc.resample_hypers(ks, s_, model=model, grids=grids, occupied=o).hypers
+
+    together = jax.jit(jax.vmap(jax.vmap(step, in_axes=(0, 0, None)), in_axes=(0, None, None)))(keys, st, occ)
+    # each chain's own width (occupied=None: the batched switch selects each chain's own branch)
+    alone = jax.jit(jax.vmap(jax.vmap(lambda k, s_: cc.resample_hypers(k, s_, model=model, grids=grids).hypers),
+                             in_axes=(0, None)))(keys, st)
+    np.testing.assert_array_equal(np.asarray(together.cat_prior), np.asarray(alone.cat_prior))
+    np.testing.assert_array_equal(np.asarray(together.nix), np.asarray(alone.nix))
+    assert len(np.unique(np.asarray(together.cat_prior))) > 3  # the draws do vary
+    one = jax.make_jaxpr(jax.vmap(step, in_axes=(0, 0, None)))(keys[0], st, occ)
+    assert _has_cond(one.jaxpr)
+    per_chain = jnp.stack([cc._occupied_bound(model, jax.tree.map(lambda a: a[c], st)) for c in range(2)])
+    batched = jax.make_jaxpr(jax.vmap(step))(keys[0], st, per_chain)
+    assert not _has_cond(batched.jaxpr)

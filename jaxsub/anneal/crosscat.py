@@ -1202,8 +1202,28 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
 _HYPER_WIDTHS = (8, 16, 32)  # cluster widths of resample_hypers' Dirichlet loop below the capacity (static config)
 
 
-def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatModel, grids: CrossCatGrids):
-    """Grid Gibbs of all hyperparameters given the partitions (cost independent of N)."""
+def _occupied_bound(model: CrossCatModel, state: CrossCatState) -> jnp.ndarray:
+    """``[2]`` int32: the most clusters holding cells of any categorical (0) / real (1) feature, over every
+    feature and every leading batch axis (chain) of ``state``: :func:`resample_hypers`' ``occupied``."""
+    out = []
+    for idx, occ in ((model.cat_idx, lambda: jnp.sum(state.cat_counts, -1) > 0),
+                     (model.real_idx, lambda: state.real_stats[..., 0] > 0)):
+        out.append(jnp.max(jnp.sum(occ(), -1)).astype(jnp.int32) if len(idx) else jnp.zeros((), jnp.int32))
+    return jnp.stack(out)
+
+
+def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatModel, grids: CrossCatGrids,
+                    occupied=None):
+    """Grid Gibbs of all hyperparameters given the partitions (cost independent of N).
+
+    The Dirichlet and NIX grid conditionals run on the largest ``width`` cluster slots of each feature, the
+    smallest of ``_HYPER_WIDTHS`` (or the capacity) that holds every feature's occupied clusters (a
+    ``lax.switch``). ``occupied`` (optional ``[2]`` int, :func:`_occupied_bound`): an upper bound on the
+    occupied clusters of any categorical / real feature used to pick that width instead of this state's own
+    count (same conditionals and draws at any width that holds them). Under ``vmap`` pass one bound for all
+    chains (``in_axes=None``): a batched switch index runs *every* width's branch for every chain
+    (measured: 4 vmapped chains' hyper steps cost ~20x one chain's, session 13 in docs/anneal.md).
+    """
     h = state.hypers
     dt = h.row_alpha.dtype
     V = state.z.shape[0]
@@ -1276,8 +1296,8 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         if len(widths) == 1:
             cp = at_width(C)(cp)
         else:
-            occupied = jnp.max(jnp.sum(n_c > 0, 1))
-            cp = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [at_width(w) for w in widths], cp)
+            occ = jnp.max(jnp.sum(n_c > 0, 1)) if occupied is None else jnp.asarray(occupied)[0]
+            cp = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occ), [at_width(w) for w in widths], cp)
     nix = h.nix
     nix_grids = (grids.nix_mu0, grids.nix_kappa0, grids.nix_nu0, grids.nix_sigma2)
     if len(model.real_idx) and any(gr is not None for gr in nix_grids):
@@ -1307,8 +1327,8 @@ def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatMo
         if len(widths) == 1:
             nix = nix_at_width(C)(nix)
         else:
-            occupied = jnp.max(jnp.sum(rs[..., 0] > 0, 1))
-            nix = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occupied), [nix_at_width(w) for w in widths], nix)
+            occ = jnp.max(jnp.sum(rs[..., 0] > 0, 1)) if occupied is None else jnp.asarray(occupied)[1]
+            nix = jax.lax.switch(jnp.sum(jnp.asarray(widths[:-1]) < occ), [nix_at_width(w) for w in widths], nix)
     return state._replace(hypers=CrossCatHypers(va, vd, ra, rd, cp, nix))
 
 
@@ -1565,7 +1585,11 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
                     if grids is not None:
                         def hypers(st):
                             kh = vm(lambda k: jax.random.fold_in(k, 1))(ks)
-                            return pick(need_h & ok, vm(partial(resample_hypers, model=model, grids=grids))(kh, st), st)
+                            # one width for every chain (unbatched switch index: a batched one runs every branch)
+                            occ = _occupied_bound(model, st)
+                            step = vm(lambda k, s_, o: resample_hypers(k, s_, model=model, grids=grids, occupied=o),
+                                      in_axes=(0, 0, None))
+                            return pick(need_h & ok, step(kh, st, occ), st)
 
                         st = jax.lax.cond(jnp.any(need_h & ok), hypers, lambda st: st, st)
                     done = (need_f | need_h) & ok
