@@ -766,18 +766,23 @@ def test_fit_with_anneal_stepsize_final_passes_reach_the_exact_crosscat_posterio
     assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
 
 
+def _hyper_step_table(seed: int, n: int):
+    """A categorical (4 levels) and a real column (every 7th cell missing) under CRP views and rows: the model,
+    its encoded table, the generator (for the caller's labels) and n."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
+    rng = np.random.default_rng(seed)
+    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
+    x[::7, 1] = np.nan
+    return model, cc.encode_table(model, x), rng, n
+
+
 def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(monkeypatch):
     """``resample_hypers`` evaluates the Dirichlet-level and NIX grid conditionals on the largest ``width`` cluster
     slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..19 of a capacity-20
     view, 100 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
     evaluation (``_HYPER_WIDTHS = ()``) from the same keys (negative control: the first 8 slots without the sort
     lose clusters 11, 15 and 19, and the draws differ)."""
-    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
-    rng = np.random.default_rng(0)
-    n = 40
-    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
-    x[::7, 1] = np.nan
-    enc = cc.encode_table(model, x)
+    model, enc, rng, n = _hyper_step_table(seed=0, n=40)
     z = np.full((3, n), -1)
     z[0] = np.asarray([3, 11, 15, 19])[rng.integers(0, 4, n)]
     st = jax.jit(lambda zz: cc.init(model, enc, 20, view_of=jnp.zeros(2, jnp.int32), z=zz))(jnp.asarray(z))
@@ -820,12 +825,7 @@ def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws()
     8 and 16 alone) draw exactly what each draws alone from the same keys, and the vmapped width choice stays a
     ``cond`` (negative control: a per-chain, batched bound turns the switch into a select that runs every width's
     branch for every chain: no ``cond`` left)."""
-    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(4, 1.0), an.NormalInverseChiSquared()))
-    rng = np.random.default_rng(1)
-    n = 60
-    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
-    x[::7, 1] = np.nan
-    enc = cc.encode_table(model, x)
+    model, enc, rng, n = _hyper_step_table(seed=1, n=60)
     zs = np.full((2, 3, n), -1)
     zs[0, 0] = np.asarray([3, 11, 15, 19])[rng.integers(0, 4, n)]
     zs[1, 0] = rng.permutation(np.arange(n) % 12)  # 12 clusters: width 16 = the capacity
