@@ -873,6 +873,19 @@ def test_prefix_sum_is_xla_cpu_cumsum_bit_for_bit():
     assert differs >= 3  # n = 20, 64, 100, 300 have more than one block of 8 and float sums that depend on the order
 
 
+def test_first_true_is_argmax_of_a_boolean_array():
+    """``_first_true`` (the tick's and ``_sample``'s first-``True`` index) equals ``jnp.argmax`` on boolean arrays,
+    along either axis, with rows that are all ``False`` (0) or all ``True``."""
+    rng = np.random.default_rng(1)
+    for p in (0.0, 0.05, 0.5, 1.0):
+        b = rng.random((3, 5, 17)) < p
+        b[0, 0] = False
+        b[0, 1] = True
+        for axis in (-1, 1, 0):
+            np.testing.assert_array_equal(np.asarray(cc._first_true(jnp.asarray(b), axis=axis)),
+                                          np.asarray(jnp.argmax(jnp.asarray(b), axis=axis)))
+
+
 def test_vmapped_row_ticks_draw_what_each_chain_draws_alone():
     """``build_sweep`` over 3 vmapped chains (the batched tick) ends in the states each chain reaches alone (a group
     of one: the unbatched tick) from the same key and windows, bit for bit, at capacity 20 (the blocked running sum
