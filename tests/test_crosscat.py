@@ -851,3 +851,56 @@ def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws()
     per_chain = jnp.stack([cc._occupied_bound(model, jax.tree.map(lambda a: a[c], st)) for c in range(2)])
     batched = jax.make_jaxpr(jax.vmap(step))(keys[0], st, per_chain)
     assert not _has_cond(batched.jaxpr)
+
+
+def test_prefix_sum_is_xla_cpu_cumsum_bit_for_bit():
+    """``_prefix_sum`` (the row tick's O(n) running sum) computes exactly the floats of ``jnp.cumsum`` on XLA:CPU
+    (blocks of 16: running sums inside each block plus the running sum of the block totals), alone and under
+    ``vmap``, for lengths below, at and above the block and its powers; so swapping it in changed no draw.
+    Negative control: the same construction with blocks of 8 differs from ``jnp.cumsum`` (the test sees the order)."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the bit-for-bit claim is about XLA:CPU's cumsum")
+    rng = np.random.default_rng(0)
+    cumsum = jax.jit(lambda x: jnp.cumsum(x, -1))
+    ours = jax.jit(cc._prefix_sum)
+    differs = 0
+    for n in (1, 5, 16, 20, 64, 100, 300):
+        x = jnp.asarray((np.exp(rng.normal(0, 5, (3, 4, n))) * (rng.random((3, 4, n)) > 0.3)).astype(np.float32))
+        want = np.asarray(cumsum(x))
+        np.testing.assert_array_equal(np.asarray(ours(x)), want)
+        np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(cc._prefix_sum))(x)), want)
+        differs += int(np.any(np.asarray(jax.jit(lambda v: cc._prefix_sum(v, block=8))(x)) != want))
+    assert differs >= 3  # n = 20, 64, 100, 300 have more than one block of 8 and float sums that depend on the order
+
+
+def test_first_true_is_argmax_of_a_boolean_array():
+    """``_first_true`` (the tick's and ``_sample``'s first-``True`` index) equals ``jnp.argmax`` on boolean arrays,
+    along either axis, with rows that are all ``False`` (0) or all ``True``."""
+    rng = np.random.default_rng(1)
+    for p in (0.0, 0.05, 0.5, 1.0):
+        b = rng.random((3, 5, 17)) < p
+        b[0, 0] = False
+        b[0, 1] = True
+        for axis in (-1, 1, 0):
+            np.testing.assert_array_equal(np.asarray(cc._first_true(jnp.asarray(b), axis=axis)),
+                                          np.asarray(jnp.argmax(jnp.asarray(b), axis=axis)))
+
+
+def test_vmapped_row_ticks_draw_what_each_chain_draws_alone():
+    """``build_sweep`` over 3 vmapped chains (the batched tick) ends in the states each chain reaches alone (a group
+    of one: the unbatched tick) from the same key and windows, bit for bit, at capacity 20 (the blocked running sum
+    of ``_sample``: more than 16 slots)."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
+    data6 = np.vstack([DATA, [[1, 0, 0.3], [0, 1, np.nan]]])
+    enc = cc.encode_table(model, data6)
+    n, span = data6.shape[0], 12
+    states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 20)))(jnp.arange(3))
+    keys = jax.random.split(jax.random.key(4), 3)
+    codes = an.linear_anneal(n, 3 * n).codes
+    w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states0.cursor), span))
+    sweep = jax.jit(cc.build_sweep(model, span=span, feature_moves=False))
+    together = sweep(states0, keys, w, enc)
+    for c in range(3):
+        alone = sweep(jax.tree.map(lambda a: a[c:c + 1], states0), keys[c:c + 1], w[c:c + 1], enc)
+        chex.assert_trees_all_equal(jax.tree.map(lambda a: a[c], together), jax.tree.map(lambda a: a[0], alone))
+    assert len(np.unique(np.asarray(together.z)[:, 0], axis=0)) > 1  # the chains differ
