@@ -752,3 +752,21 @@ def test_exact_pass_cost_auto_by_number_of_states():
     assert switch(100) == switch(100, exact_pass_cost=0.0625) == 6 and switch(100, exact_pass_cost=0.25) == 8
     with pytest.raises(ValueError, match="exact_pass_cost"):
         discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 3)), 3, 100, delta=0.1, exact_pass_cost="fast")
+
+
+def test_compact_states_default_by_number_of_states():
+    """``num_compact_states`` default (session 14): ``min(4, D - 1)`` below 64 states, 8 from 64
+    (levels 25, 8 at D = 100 instead of 25, 4); an explicit value is kept. Config only: the
+    draws do not depend on the levels (``test_compact_states_path_matches_full_path``)."""
+    from jaxsub.racing.config import LARGE_D_COMPACT_STATES, RaceOptions, build_config
+
+    def levels(D, **kw):
+        fn = lambda idx: jnp.zeros((idx.shape[0], D))  # noqa: E731
+        states_fn = lambda idx, st: jnp.zeros((idx.shape[0], st.shape[0]))  # noqa: E731
+        opts = RaceOptions(log_factor_states_fn=states_fn, **kw)
+        return build_config(fn, D, 10**4, delta=0.05, options=opts, with_params=False)[0].levels
+
+    assert LARGE_D_COMPACT_STATES == 8
+    assert levels(10) == (4,) and levels(63) == (15, 4) and levels(3) == (2,)
+    assert levels(64) == (16, 8) and levels(100) == (25, 8)
+    assert levels(100, num_compact_states=4) == (25, 4)

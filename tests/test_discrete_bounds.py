@@ -219,3 +219,89 @@ def test_skew_guard_waived_beyond_the_cantelli_gap():
     assert kept(1.1, 10.0, True) == (False, False)  # ... beyond it the arm is eliminated
     assert kept(1.1, 0.0, False) == (True, False)  # no skewness: the (Normal) threshold decides
     assert kept(0.9, 0.0, False) == (True, True)
+
+
+def _leader_and_pairwise_states(D=6, N=4000, m1=100, seed=3):
+    """One race's state after each of its first three chunks, with ``variance="pairwise"`` and
+    ``"leader"`` on the same correlated rewards and keys (elimination off: ``exact=True``)."""
+    from jaxsub.racing.config import RaceOptions, build_config
+    from jaxsub.racing.stage import init_race, stage_body
+
+    rng = np.random.default_rng(seed)
+    common = rng.standard_normal((N, 1)) * 3.0
+    table = jnp.asarray(common + rng.standard_normal((N, D)) * np.linspace(0.5, 1.5, D) + np.linspace(0, 0.2, D), jnp.float32)
+    out = {}
+    for variance in ("pairwise", "leader"):
+        cfg, a, b = build_config(
+            lambda idx: table[idx], D, N, delta=0.1,
+            options=RaceOptions(first_batch_size=m1, max_block_size=m1, exact=True, variance=variance, exact_pass_cost=None),
+            with_params=False,
+        )
+        state, ctx = init_race(cfg, jax.random.key(0), jnp.zeros(D, jnp.float32), None, a, b)
+        body = jax.jit(lambda s, c, cfg=cfg: stage_body(cfg, m1, None, s, c))
+        states = []
+        for _ in range(3):
+            state = body(state, ctx)
+            states.append(jax.tree.map(np.asarray, state))
+        out[variance] = (states, np.asarray(ctx.offset_mean))
+    return out
+
+
+def test_leader_variance_bounds_every_pairwise_threshold():
+    """``variance="leader"`` (session 14): per-arm spreads ``s_j`` of the rewards minus the leader's.
+    After every chunk, for every pair, ``(s_i + s_j)^2 >= `` the pair's sample variance (the M2 of
+    ``l_i - l_j`` from the full co-moments on the same data), the mean differences are the pairwise
+    mode's, and after the first chunk (one reference: that chunk's leader) the pair (leader, i)
+    gets exactly its pairwise variance. This is what makes every leader-mode elimination one the
+    pairwise rule also makes, hence the pairwise guarantee."""
+    out = _leader_and_pairwise_states()
+    (pw, off), (ld, _) = out["pairwise"], out["leader"]
+    for t, (p, l) in enumerate(zip(pw, ld)):
+        m2 = p.m2.astype(np.float64)
+        pair = np.diag(m2)[:, None] + np.diag(m2)[None, :] - 2 * m2  # M2 of l_i - l_j
+        s = np.sqrt(np.maximum(l.m2.astype(np.float64), 0))
+        bound = (s[:, None] + s[None, :]) ** 2
+        scale = np.max(pair)
+        assert np.all(bound >= pair - 1e-4 * scale), (t, (bound - pair).min())
+        dp = p.mean_d[:, None] - p.mean_d[None, :]
+        dl = l.mean_d[:, None] - l.mean_d[None, :]
+        np.testing.assert_allclose(dl, dp, atol=1e-4 * np.abs(dp).max())
+        if t == 0:
+            ref = int(np.argmax(p.mean_d + off))
+            assert l.m2[ref] <= 1e-6 * scale  # the reference's referenced rewards are 0
+            np.testing.assert_allclose(bound[ref], pair[ref], rtol=1e-3, atol=1e-4 * scale)
+    # the bound is not the pairwise variance itself on the arms' other pairs (it is an upper bound)
+    assert np.any(bound > 1.5 * pair + 1e-3 * scale)
+
+
+def test_leader_variance_decision_error_and_negative_control(rng_key):
+    """Decision error of ``variance="leader"`` (session 14) with a negative control.
+
+    Five arms with *equal* means (independent standardised rewards; no Gumbel noise, no guard,
+    no exact pass): every elimination removes a best arm, so the share of arms eliminated estimates
+    the probability that a given best arm is eliminated, which Prop. 1 needs <= delta. Measured
+    (3,000 draws, delta = 0.2): pairwise 0.147, leader 0.090 (its thresholds are >= the pairwise
+    ones); the negative control, the same compiled sampler with the coefficients of delta not split
+    over the D - 1 pairs (``racing_coefficients(delta, 2, ...)``), 0.318, must be rejected."""
+    D, N, m1, delta, num = 5, 4096, 256, 0.2, 3000
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((N, D))
+    table = jnp.asarray((z - z.mean(0)) / z.std(0), jnp.float32)
+    sample = discrete.racing(
+        lambda idx: table[idx], D, N, delta=delta, first_batch_size=m1, max_block_size=m1,
+        gumbel_noise=False, skew_guard=None, exact_pass_cost=None, variance="leader",
+    )
+    run = jax.jit(jax.vmap(sample.with_coefficients, in_axes=(0, None, None, None)))
+    keys = jax.random.split(rng_key, num)
+
+    def eliminated_share(num_states_for_coefficients):
+        a, b = discrete.racing_coefficients(delta, num_states_for_coefficients, N, m1, variance="leader")
+        _, info = run(keys, jnp.zeros(D, jnp.float32), jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+        share = (D - np.asarray(info.num_alive)) / D
+        return share.mean(), share.std() / np.sqrt(num)
+
+    rate, se = eliminated_share(D)
+    assert rate <= delta + Z_CRITICAL * se, (rate, se)
+    assert rate > 0.02  # the test eliminates (not a race that never decides)
+    loose, se_loose = eliminated_share(2)  # delta not split over the pairs
+    assert loose > delta + Z_CRITICAL * se_loose, (loose, se_loose)
