@@ -770,3 +770,27 @@ def test_compact_states_default_by_number_of_states():
     assert levels(10) == (4,) and levels(63) == (15, 4) and levels(3) == (2,)
     assert levels(64) == (16, 8) and levels(100) == (25, 8)
     assert levels(100, num_compact_states=4) == (25, 4)
+
+
+def test_variance_auto_by_number_of_states():
+    """``variance="auto"`` (default, session 14): full co-moments (``"pairwise"``) below 256 states,
+    ``"leader"`` (per-arm moments around the leader, same delta / (D - 1) coefficients) from 256; an
+    explicit choice is kept; a bad value is a ValueError naming the option."""
+    from jaxsub.racing.config import RaceOptions, build_config, resolve_variance
+
+    assert RaceOptions().variance == "auto"
+    assert resolve_variance("auto", 255) == "pairwise" and resolve_variance("auto", 256) == "leader"
+    assert resolve_variance("pairwise", 1000) == "pairwise" and resolve_variance("marginal", 1000) == "marginal"
+
+    def cfg(D, **kw):
+        fn = lambda idx: jnp.zeros((idx.shape[0], D))  # noqa: E731
+        return build_config(fn, D, 10**4, delta=0.05, options=RaceOptions(**kw), with_params=False)
+
+    for D, comoments in ((10, True), (255, True), (256, False)):
+        c, a, _ = cfg(D)
+        assert c.pairwise and c.comoments == comoments
+        np.testing.assert_array_equal(a, discrete.racing_coefficients(0.05, D, 10**4, variance="pairwise")[0])
+    c, a_marg, _ = cfg(256, variance="marginal")
+    assert not c.pairwise and not c.comoments and a_marg[0] > a[0]  # delta / D: a larger quantile
+    with pytest.raises(ValueError, match="variance"):
+        discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 3)), 3, 100, delta=0.1, variance="diagonal")
