@@ -332,12 +332,6 @@ def _floor_row(N, D, repeats, block_size):
 #: Default block size used by the block rows (the measured choice, see docs/discrete.md).
 BLOCK = 64
 
-#: Block size of the D = 100 rows (session 14): at D = 100 the race reads ~10% of the rows before
-#: the exact pass; blocks of 128 rows (first stage 50 blocks = 6400 rows) halve the per-block
-#: costs (permutation, co-moments, loop iterations) and measured 1.11-1.13x less CPU per draw than
-#: 64 on the Gaussian row (logistic: equal), A/B in one process (docs/discrete.md "Session 14").
-LARGE_D_BLOCK = 128
-
 #: Untimed draws per single-draw row whose counts give the evaluation and data ratios.
 COUNT_DRAWS = 40
 
@@ -360,7 +354,7 @@ def run(*, quick: bool) -> list[dict]:
     """The issue-16 table in one run (<= 3 minutes on 2 idle cores), one row per target:
     single draws at N = 1e6, D = 10 (Gaussian and precomputed table), D = 100 (Gaussian at
     N = 1e6, logistic at N = 2.5e5), the small-N row (N = 2e4, D = 10) and 256 batched draws
-    (Gaussian, D = 10), with ``block_size=BLOCK`` (``LARGE_D_BLOCK`` for the D = 100 rows). The eval limit column ``ND / evals`` is
+    (Gaussian, D = 10), all with ``block_size=BLOCK``. The eval limit column ``ND / evals`` is
     the speedup racing would reach if every reward cost what it costs the exact sampler; the
     next-to-last column is the share of it reached. Quick mode: N / 10, 64 batched draws."""
     N = 10**5 if quick else 10**6
@@ -370,7 +364,7 @@ def run(*, quick: bool) -> list[dict]:
     # are measured in docs/discrete.md.
     plan = [
         ("gauss", N, 10, BLOCK), ("table", N, 10, BLOCK),
-        ("gauss", N, 100, LARGE_D_BLOCK), ("logistic", N // 10 if quick else N // 4, 100, LARGE_D_BLOCK),
+        ("gauss", N, 100, BLOCK), ("logistic", N // 10 if quick else N // 4, 100, BLOCK),
         ("gauss", 20_000, 10, BLOCK),
     ]
     rows = []

@@ -253,8 +253,7 @@ def racing_coefficients(
     * EBS (eqs. 6-7): ``a_t = sqrt(2 rho_T log(5/delta'') / T_t)``,
       ``b_t = kappa log(5/delta'') / T_t`` with ``delta'' = delta' / (t* - 1)``;
 
-    where ``delta' = delta / (D - 1)`` (pairwise, and ``"leader"``: the pairwise test with a bounded
-    variance; ``"auto"`` is one of the two) or ``delta / D`` (marginal).
+    where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
     ``schedule="fixed"`` (:func:`fixed_schedule`): one tested stage at ``T_1 = m1``, so
     ``B_Normal`` is the single-stage quantile ``Phi^-1(1 - delta')`` and EBS's ``delta'' = delta'``.
     Returns float64 arrays of length ``t* - 1``.
@@ -262,11 +261,11 @@ def racing_coefficients(
     delta = check_real("delta", delta, low=0.0, high=1.0)
     num_states, num_data, first_batch_size = check_sizes(num_states, num_data, first_batch_size)
     bound = check_choice("bound", bound, ("normal", "ebs"))
-    variance = check_choice("variance", variance, ("auto", "pairwise", "marginal", "leader"))
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
     D, N = num_states, num_data
     sizes = race_schedule(N, first_batch_size, schedule)
     num_stages = len(sizes)
-    arm_delta = delta / (D - 1 if variance in ("auto", "pairwise", "leader") else D)
+    arm_delta = delta / (D - 1 if variance == "pairwise" else D)
     if num_stages == 1:
         return np.zeros(0), np.zeros(0)
     if bound == "normal":

@@ -27,19 +27,15 @@ __all__ = [
     "DEFAULT_MAX_BLOCK",
     "DEFAULT_SKEW_GUARD",
     "LADDER",
-    "LARGE_D_COMPACT_STATES",
     "LARGE_D_EXACT_PASS_COST",
-    "LARGE_D_LEADER",
     "LARGE_D_PASS",
     "RaceConfig",
     "RaceModel",
     "RaceOptions",
-    "VARIANCES",
     "build_config",
     "chunk_groups",
     "race_options",
     "resolve_exact_pass_cost",
-    "resolve_variance",
 ]
 
 #: Default cap on the chunk of indices evaluated at once (memory ``16384 x D``
@@ -69,14 +65,6 @@ LARGE_D_PASS = 64
 LARGE_D_EXACT_PASS_COST = 0.0625
 
 
-#: Default ``num_compact_states`` from ``LARGE_D_PASS`` states (session 14): the race's last
-#: compaction level. At D = 100 (benchmarks/discrete.py) 5-8 arms are alive in the last random
-#: stages before the exact pass; with the levels (25, 4) they were evaluated at level 25, with
-#: (25, 8) at 8, the same statistics and draws, 1.09-1.11x less CPU per draw (A/B in one process,
-#: docs/discrete.md "Session 14"). Below 64 states the default stays ``min(4, D - 1)``.
-LARGE_D_COMPACT_STATES = 8
-
-
 def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
     """The ``exact_pass_cost`` a race uses: ``"auto"`` -> 0.25 for D < 64, 1/16 from D = 64."""
     if isinstance(exact_pass_cost, str) and exact_pass_cost == "auto":
@@ -91,23 +79,6 @@ def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
 #: eliminated while ``g_T`` exceeds the guard. See docs/racing_kernels.md for the
 #: measurements that chose it.
 DEFAULT_SKEW_GUARD = 0.5
-
-#: The values of ``variance`` (:class:`RaceOptions`).
-VARIANCES = ("auto", "pairwise", "marginal", "leader")
-
-#: ``variance="auto"`` (the default) is ``"leader"`` from this many states, ``"pairwise"`` below.
-#: Measured (session 14, Gaussian factor of benchmarks/discrete.py, N = 2.5e5, B = 64, A/B in one
-#: process, CPU per draw): D = 1000 35.9 -> 21.1 ms (wall per round 1.87x), D = 300 6.99 -> 6.05 ms
-#: (1.11x); at D = 100 (N = 1e6 and the logistic row) within noise (0.95-1.08x) with ~10% more
-#: evaluations, so below 256 states the full co-moments stay.
-LARGE_D_LEADER = 256
-
-
-def resolve_variance(variance: str, num_states: int) -> str:
-    """The ``variance`` a race uses: ``"auto"`` -> ``"leader"`` from 256 states, else ``"pairwise"``."""
-    if variance == "auto":
-        return "leader" if num_states >= LARGE_D_LEADER else "pairwise"
-    return variance
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
 #: is read in chunks of the largest such size <= m_t (at most 3 chunks of 4 per
@@ -131,16 +102,7 @@ class RaceOptions(NamedTuple):
         ``"normal"`` (Racing-Normal, eq. 9) or ``"ebs"`` (Racing-EBS, eq. 7).
     variance
         ``"pairwise"`` (sigma_{x,i} of the differences, delta/(D-1); O(D^2) per
-        datum), ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum) or ``"leader"``
-        (issue 16 session 14; O(D) per datum): the pairwise test with the pair's variance
-        bounded by ``(s_x + s_i)^2``, ``s_j`` the spread of arm j's rewards minus the current
-        leader's (each datum's rewards are referenced to the leader's reward of the stage
-        that read it). By Cauchy-Schwarz the bound is at least the pairwise sample variance
-        for every pair, so every elimination it makes the pairwise rule also makes on the same
-        state and the pairwise guarantee (delta/(D-1)) holds unchanged; while the leader stays
-        the reference the pair (leader, i) is tested with its exact pairwise variance.
-        ``"auto"`` (default): ``"pairwise"`` below 256 states, ``"leader"`` from 256
-        (``LARGE_D_LEADER``, measured: the D x D co-moments dominate the first stages there).
+        datum) or ``"marginal"`` (sigma_i per arm, delta/D; O(D) per datum).
     reward_range
         C_i, scalar or ``[D]``: a bound on ``max_n l_{i,n} - min_n l_{i,n}``
         (after the control variate). Required by ``bound="ebs"``.
@@ -175,8 +137,7 @@ class RaceOptions(NamedTuple):
         ``k^2`` instead of ``D^2`` work per datum).
     num_compact_states
         K, the smallest number of states passed to ``log_factor_states_fn``
-        (``2 <= K < D``; default ``min(4, D - 1)`` below 64 states, 8 from 64 states:
-        ``LARGE_D_COMPACT_STATES``, measured in session 14; the draws do not depend on it).
+        (``2 <= K < D``; default ``min(4, D - 1)``).
     group_size
         g >= 1, the static number of draws advanced together by the batched path
         (``sample.batched``, ``racing_batch``; memory ``g * max_block_size * D``); the
@@ -234,7 +195,7 @@ class RaceOptions(NamedTuple):
 
     first_batch_size: int = 50
     bound: str = "normal"
-    variance: str = "auto"
+    variance: str = "pairwise"
     reward_range: object = None
     control_variate: object = None
     gumbel_noise: bool = True
@@ -300,10 +261,8 @@ class RaceConfig(NamedTuple):
         ``((chunk_size, last_stage), ...)``: consecutive stages sharing one loop.
     max_block_size
         Largest chunk (also the exact pass's chunk).
-    pairwise, comoments, gumbel_noise, can_eliminate
-        Pairwise tests (``variance`` "pairwise" or "leader": delta/(D-1)); full co-moments (``"pairwise"``;
-        ``"leader"`` keeps per-arm moments of the rewards minus the leader's); Gumbel noise on
-        ``log f0``; elimination on (not ``exact``, ``t* > 1``).
+    pairwise, gumbel_noise, can_eliminate
+        Pairwise variances; Gumbel noise on ``log f0``; elimination on (not ``exact``, ``t* > 1``).
     levels
         Compaction levels ``K_1 > K_2 > ...`` (empty: no compaction).
     switch_stage
@@ -326,7 +285,6 @@ class RaceConfig(NamedTuple):
     chunk_groups: tuple
     max_block_size: int
     pairwise: bool
-    comoments: bool
     gumbel_noise: bool
     can_eliminate: bool
     levels: tuple
@@ -398,7 +356,7 @@ def build_config(
     num_states, num_data, first_batch_size = check_sizes(num_states, num_data, first_batch_size)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     bound = check_choice("bound", bound, ("normal", "ebs"))
-    variance = resolve_variance(check_choice("variance", variance, VARIANCES), num_states)
+    variance = check_choice("variance", variance, ("pairwise", "marginal"))
     reward_range = check_reward_range(reward_range, num_states, required=(bound == "ebs"))
     if bound == "normal" and reward_range is not None:
         reward_range = None  # the normal bound does not use C
@@ -436,10 +394,10 @@ def build_config(
         if not callable(log_factor_states_fn):
             raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
         if num_states > 2:
-            default_k = LARGE_D_COMPACT_STATES if num_states >= LARGE_D_PASS else min(4, num_states - 1)
+            default_k = min(4, num_states - 1)
             k_min = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
             levels = compaction_levels(num_states, k_min)
-    elif variance in ("pairwise", "leader") and num_states >= COLUMN_COMPACT_MIN_D:
+    elif variance == "pairwise" and num_states >= COLUMN_COMPACT_MIN_D:
         # No per-state factor: all D columns are still evaluated, but once at most
         # K_j arms survive only their columns enter the K_j x K_j co-moment update
         # (the D x D one dominates the cost per datum for large D).
@@ -455,15 +413,12 @@ def build_config(
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
         switch_stage = switch_stage_of(sizes, N, D, exact_pass_cost, can_eliminate)
-    pairwise = variance in ("pairwise", "leader")  # delta / (D - 1): a test per pair with the leader
-    coef_a, coef_b = racing_coefficients(
-        delta, D, N, first_batch_size, bound=bound, variance="pairwise" if pairwise else "marginal", schedule=schedule
-    )
+    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance, schedule=schedule)
     if skew_guard is not None:
         skew_guard = check_real("skew_guard", skew_guard, low=0.0)
     use_skew = skew_guard is not None and bound == "normal"
     b_threshold = float(coef_a[0] / stage_sd(N, sizes[:1])[0]) if use_skew and len(coef_a) else 0.0
-    skew_waiver = cantelli_waiver(delta, D, num_stages, pairwise, b_threshold) if use_skew else SKEW_WAIVER
+    skew_waiver = cantelli_waiver(delta, D, num_stages, variance == "pairwise", b_threshold) if use_skew else SKEW_WAIVER
     groups = chunk_groups(sizes, first_batch_size, max_block_size)
     group_size = check_int("group_size", group_size, low=1)
     h_mean_fn = None
@@ -472,8 +427,7 @@ def build_config(
     model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range, row_functions)
     config = RaceConfig(
         num_states=D, num_data=N, num_rows=num_rows, block_size=block_size, stage_ends=tuple(int(t) for t in sizes),
-        chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=pairwise,
-        comoments=variance == "pairwise",
+        chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=variance == "pairwise",
         gumbel_noise=gumbel_noise, can_eliminate=can_eliminate, levels=tuple(levels), switch_stage=switch_stage,
         use_skew=use_skew, skew_guard=skew_guard, b_threshold=b_threshold, skew_waiver=skew_waiver, group_size=group_size,
         with_params=bool(with_params), model=model,

@@ -4,10 +4,6 @@
 
     marginal:  mu_x - mu_i > G(delta/D, T, sigma_x, C_x) + G(delta/D, T, sigma_i, C_i)
     pairwise:  mu_x - mu_i > G(delta/(D-1), T, sigma_{x,i}, C_x + C_i)
-    leader:    mu_x - mu_i > G(delta/(D-1), T, s_x, C_x) + G(delta/(D-1), T, s_i, C_i)
-
-(``leader``, session 14: ``s_j`` the spread of arm j's rewards minus the leader's reward,
-``sigma_{x,i} <= s_x + s_i`` by Cauchy-Schwarz, so a test no looser than the pairwise one)
 
 with ``G(T_t, sigma, C) = a_t sigma + b_t C`` (:func:`jaxsub.racing.racing_coefficients`),
 and for Racing-Normal the skewness guard (issue 16, item 7): the Cornish-Fisher threshold
@@ -67,10 +63,6 @@ def skew_factor(cfg, m2_diag: Array, m3: Array, best: Array, T: Array) -> tuple[
     b_threshold = cfg.b_threshold
     var = jnp.maximum(m2_diag / T, jnp.finfo(m2_diag.dtype).tiny)
     g = jnp.abs(m3 / T) / var**1.5
-    if cfg.pairwise and not cfg.comoments:
-        # variance="leader": the reference arm's referenced rewards are ~0 (a constant has no
-        # skewness; var**1.5 would underflow to 0 and make g NaN, which blocks every elimination).
-        g = jnp.where(m2_diag / T > jnp.finfo(m2_diag.dtype).eps * jnp.max(m2_diag / T), g, 0)
     g = jnp.maximum(g[best], g)
     g_t = g / jnp.sqrt(T)
     factor = 1 + g_t * (b_threshold**2 - 1) / (6 * b_threshold)
@@ -86,16 +78,14 @@ def eliminate(cfg, mean_d: Array, m2: Array, alive: Array, stage: Array, count: 
     T = count.astype(mean_d.dtype)
     a_t = c.coef_a[stage]
     if use_skew:
-        factor, allowed = skew_factor(cfg, jnp.diagonal(m2) if cfg.comoments else m2, m3, best, T)
+        factor, allowed = skew_factor(cfg, jnp.diagonal(m2) if pairwise else m2, m3, best, T)
         a_t = a_t * factor
-    if cfg.comoments:
+    if pairwise:
         var = (m2[best, best] + jnp.diagonal(m2) - 2 * m2[best]) / T
         threshold = a_t * jnp.sqrt(jnp.maximum(var, 0))
         if c.crange is not None:
             threshold = threshold + c.coef_b[stage] * (c.crange[best] + c.crange)
     else:
-        # marginal (delta / D), or variance="leader" (pairwise coefficients, delta / (D - 1)):
-        # sd(l_x - l_i) <= s_x + s_i for the spreads s of the rewards referenced to the leader.
         g = a_t * jnp.sqrt(jnp.maximum(m2 / T, 0))
         if c.crange is not None:
             g = g + c.coef_b[stage] * c.crange

@@ -26,10 +26,7 @@ from jaxsub.racing.info import RacingInfo
 from jaxsub.subsample import NUM_ROUNDS, permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
-__all__ = [
-    "RaceCtx", "RaceState", "call_model", "finish", "first_stage", "has_first_stage", "init_race",
-    "reference_to_leader", "rewards", "rewards_states", "stage_body",
-]
+__all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "call_model", "rewards", "rewards_states", "stage_body"]
 
 
 class RaceState(NamedTuple):
@@ -104,7 +101,7 @@ def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[
         if h_mean.shape != (D,):
             raise ValueError(f"control_variate mean must have shape ({D},); got {h_mean.shape}")
     crange = None if model.reward_range is None else jnp.broadcast_to(jnp.asarray(model.reward_range, dtype), (D,))
-    m2_shape = (D, D) if cfg.comoments else (D,)
+    m2_shape = (D, D) if pairwise else (D,)
     state = RaceState(
         count=jnp.zeros((), jnp.int32),
         mean_d=jnp.zeros((D,), dtype),
@@ -166,22 +163,6 @@ def rewards_states(cfg, indices: Array, arms: Array, c: RaceCtx, dtype) -> Array
     return r
 
 
-def reference_to_leader(rz: Array, keep: Array, alive: Array, mean: Array, offset: Array, count: Array, n_new: Array) -> Array:
-    """``variance="leader"``: each datum's rewards ``[k, m]`` minus the leader's reward (masked
-    entries stay 0).
-
-    The leader is the alive arm with the largest running estimate (``mean + offset``), or at
-    ``T = 0`` the largest estimate over this chunk. Any per-datum reference leaves every
-    difference ``l_i - l_j`` (gaps, pairwise variances) unchanged; the per-arm spreads ``s_j``
-    of the referenced rewards then bound each pair's sample variance by ``(s_i + s_j)^2``
-    (Cauchy-Schwarz), exactly when one of the two is the reference throughout.
-    """
-    chunk_mean = jnp.sum(rz, axis=1) / jnp.maximum(n_new, 1).astype(rz.dtype)
-    score = jnp.where(count > 0, mean, chunk_mean) + offset
-    ref = jnp.argmax(jnp.where(alive, score, -jnp.inf))
-    return jnp.where(keep, rz - rz[ref][None, :], jnp.zeros((), rz.dtype))
-
-
 def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> RaceState:
     """One chunk of ``csize`` indices. ``k`` (a compaction level): only the first
     ``k`` surviving arms (all of them, since the loop runs when ``n_alive <= k``)
@@ -189,7 +170,6 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
     full [D] arrays. ``k = None``: all D columns."""
     D, N, num_stages = cfg.num_states, cfg.num_data, cfg.num_stages
     pairwise, use_skew, can_eliminate, switch_stage = cfg.pairwise, cfg.use_skew, cfg.can_eliminate, cfg.switch_stage
-    comoments = cfg.comoments
     compact = k is not None
     dtype = s.mean_d.dtype
     stop = jnp.asarray(np.asarray(cfg.stage_ends, np.int32))[s.stage]
@@ -218,14 +198,11 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
     alive_c = alive_c & ~dead_c
     keep = vmask & alive_c[:, None] & ~neg
     rz = jnp.where(keep, rt, jnp.zeros((), dtype))
-    if comoments:
+    if pairwise:
         # Centre each datum by its mean over the surviving arms: differences
         # l_i - l_j (hence gaps and pairwise variances) are unchanged.
         n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype)), 1)
         rz = rz - jnp.sum(rz, axis=0, keepdims=True) / n_alive
-    elif pairwise:  # variance="leader"
-        offset_c = c.offset_mean[arms] if compact else c.offset_mean
-        rz = reference_to_leader(rz, keep, alive_c, mean_c, offset_c, s.count, n_new)
     # Shifted sums ("shifted data" algorithm): shift = running mean, or the
     # first datum of the first chunk, so the chunk moments stay small.
     shift = jnp.where(s.count > 0, mean_c, rz[:, 0])
@@ -236,7 +213,7 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
     n = jnp.maximum(na + nb, 1)
     dd = shift + a - mean_c
     new_mean_c = mean_c + dd * (nb / n)  # Chan et al. merge
-    if comoments:
+    if pairwise:
         dm2 = (dz @ dz.T - nb * jnp.outer(a, a)) + jnp.outer(dd, dd) * (na * nb / n)
     else:
         dm2 = (jnp.sum(dz * dz, axis=1) - nb * a * a) + dd * dd * (na * nb / n)
@@ -245,7 +222,7 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
         # Third central moments per arm, merged like the second (Pebay 2008).
         s2 = jnp.sum(dz * dz, axis=1)
         s3 = jnp.sum(dz * dz * dz, axis=1)
-        m2_old = jnp.diagonal(s.m2) if comoments else s.m2
+        m2_old = jnp.diagonal(s.m2) if pairwise else s.m2
         m2a = m2_old[arms] if compact else m2_old
         m2b = s2 - nb * a * a
         m3b = s3 - 3 * a * s2 + 2 * nb * a**3
@@ -253,7 +230,7 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
         m3 = s.m3.at[arms].add(dm3) if compact else s.m3 + dm3
     if compact:
         mean_d = s.mean_d.at[arms].set(new_mean_c)
-        m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if comoments else s.m2.at[arms].add(dm2)
+        m2 = s.m2.at[arms[:, None], arms[None, :]].add(dm2) if pairwise else s.m2.at[arms].add(dm2)
         alive = s.alive & ~jnp.zeros((D,), bool).at[arms].set(dead_c)
     else:
         mean_d, m2, alive = new_mean_c, s.m2 + dm2, alive_c
@@ -263,7 +240,7 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
     # then elimination (stages t < t*) or the exact decision (t = t*).
     at_end = count >= stop
     is_final = s.stage == num_stages - 1
-    m2_diag = jnp.diagonal(m2) if comoments else m2
+    m2_diag = jnp.diagonal(m2) if pairwise else m2
     bad = at_end & jnp.any(alive & ~(jnp.isfinite(mean_d) & jnp.isfinite(m2_diag)))
     if can_eliminate:
         stage_c = jnp.minimum(s.stage, num_stages - 2)
@@ -315,7 +292,7 @@ def first_stage(cfg, states: RaceState, ctxs: RaceCtx) -> RaceState:
     :func:`has_first_stage`.
     """
     D, N = cfg.num_states, cfg.num_data
-    pairwise, use_skew, comoments = cfg.pairwise, cfg.use_skew, cfg.comoments
+    pairwise, use_skew = cfg.pairwise, cfg.use_skew
     m = int(cfg.stage_ends[0])
     dtype = states.mean_d.dtype
     pos = jnp.arange(m, dtype=jnp.int32)
@@ -327,21 +304,16 @@ def first_stage(cfg, states: RaceState, ctxs: RaceCtx) -> RaceState:
     dead = jnp.any(neg, axis=2) & alive0
     num_eval = states.num_evaluations + m * jnp.sum(alive0, axis=1, dtype=jnp.int32)
     alive_c = alive0 & ~dead
-    keep = alive_c[:, :, None] & ~neg
-    rz = jnp.where(keep, rt, jnp.zeros((), dtype))
-    if comoments:
+    rz = jnp.where(alive_c[:, :, None] & ~neg, rt, jnp.zeros((), dtype))
+    if pairwise:
         n_alive = jnp.maximum(jnp.sum(alive_c.astype(dtype), axis=1), 1)
         rz = rz - jnp.sum(rz, axis=1, keepdims=True) / n_alive[:, None, None]
-    elif pairwise:  # variance="leader": referenced to each race's leader over this chunk
-        rz = jax.vmap(reference_to_leader, in_axes=(0, 0, 0, 0, 0, 0, None))(
-            rz, keep, alive_c, states.mean_d, ctxs.offset_mean, states.count, jnp.asarray(m, jnp.int32)
-        )
     shift = rz[:, :, 0]
     dz = rz - shift[:, :, None]
     nb = jnp.asarray(m, dtype)
     a = jnp.sum(dz, axis=2) / nb
     mean_d = shift + a
-    if comoments:
+    if pairwise:
         if D <= 16:  # products reduced along the data axis: one fused kernel for small D
             cross = jnp.sum(dz[:, :, None, :] * dz[:, None, :, :], axis=3)
         else:
