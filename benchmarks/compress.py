@@ -545,13 +545,15 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
                 res[v].append((time.process_time() - t, time.perf_counter() - w, cl.c))
                 assert cl.radii.max() <= delta
         base = np.array([r[0] for r in res[values[0]]])
+        wbase = np.array([r[1] for r in res[values[0]]])
         for v in values:
             cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
-            ratio = cpu / base
+            ratio, wratio = cpu / base, wall / wbase
             print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
                   f"CPU s median {np.median(cpu):.3f} "
                   f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
-                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]", flush=True)
+                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}], wall ratio "
+                  f"{np.median(wratio):.3f} [{wratio.min():.3f}, {wratio.max():.3f}]", flush=True)
     print(f"load {_load():.1f}")
 
 
@@ -614,7 +616,7 @@ def components(radii=(0.1, 0.2, 0.3)):
 
 
 #: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
-PHASES = ("_make_search", "_isolated", "_blocked_pass", "_screened_candidates", "_join_block", "_sequential",
+PHASES = ("_make_search", "_isolated", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
           "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
           "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
 

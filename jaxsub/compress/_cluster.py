@@ -360,7 +360,11 @@ def _one_blas_thread():
         import contextlib
 
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return threadpool_limits(limits=_BLAS_THREADS, user_api="blas")
+
+
+#: BLAS threads inside :func:`_one_blas_thread` (docs/compress.md, session 14 measures 1 vs 2).
+_BLAS_THREADS = 1
 
 
 #: Rows of the subsample whose principal directions :func:`_make_search` computes, and its power
@@ -978,10 +982,7 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
         joined = np.zeros(chunk.size, bool)
         if k:
             b = chunk.size
-            # lower bounds up to the row's own norm (constant along a row): zan - 2 z . za
-            lb = z32[chunk] @ za32[:k].T
-            lb *= -2.0
-            lb += zan32[:k]
+            lb = _chunk_bounds(z32[chunk], za32[:k], zan32[:k])
             m = min(_BLOCK_CANDIDATES, k)
             # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,
             # in no order (one selection pass; the candidates are ordered by their true distance below)
@@ -1028,6 +1029,15 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
+
+
+def _chunk_bounds(zc: np.ndarray, za: np.ndarray, zan: np.ndarray) -> np.ndarray:
+    """Lower bounds of the squared distances of the rows ``zc`` to the anchors ``za`` up to each row's
+    own squared norm (constant along a row): ``zan - 2 zc . za``, ``[rows, anchors]`` float32."""
+    lb = zc @ za.T
+    lb *= -2.0
+    lb += zan
+    return lb
 
 
 def _screened_candidates(lb: np.ndarray, thr: np.ndarray, m: int):
