@@ -683,7 +683,7 @@ def _median_ms(fn, repeats):
     return np.array(out)
 
 
-def floor(repeats: int = 5):
+def floor(threads: int = 1, repeats: int = 5):
     """The oracle floor of the screened rules (docs/compress.md, session 13): what a rule that already
     knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
     alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
@@ -694,17 +694,19 @@ def floor(repeats: int = 5):
     within delta, and the exact check (``_exact_stats``); also the plain float32 product of rows x
     centroids (784-dim) for comparison. flights (d = 9): a k-d tree on the final centroids and one
     k = 1 query of every row within delta (eps = 1, one thread, as the stream's queries), the exact
-    check and the covariances. ``python -m benchmarks.compress floor``."""
+    check and the covariances. ``threads`` (session 14): BLAS threads and k-d-tree query workers of the
+    oracle (the call keeps the library's settings under that BLAS limit). ``python -m benchmarks.compress
+    floor [THREADS]``."""
     from scipy.spatial import cKDTree
     from threadpoolctl import threadpool_limits
 
     import jaxsub.compress._cluster as impl
 
-    print(f"load {_load():.2f}")
+    print(f"load {_load():.2f}, oracle threads {threads}")
     x = _mnist(False)[0]
     n = x.shape[0]
     x32 = x.astype(np.float32)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=threads, user_api="blas"):
         for delta in (0.1, 0.2, 0.3):
             cl = compress.cluster(x, delta)
             cen, labels = cl.centroids, cl.labels
@@ -712,9 +714,13 @@ def floor(repeats: int = 5):
             stats = {}
 
             def screened():
+                saved, impl._BLAS_THREADS = impl._BLAS_THREADS, threads  # the oracle's factorisations too
                 t0 = time.perf_counter()
-                srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
-                                         np.random.default_rng(0), wide=True)
+                try:
+                    srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
+                                             np.random.default_rng(0), wide=True)
+                finally:
+                    impl._BLAS_THREADS = saved
                 t1 = time.perf_counter()
 
                 def coords(v):
@@ -772,7 +778,7 @@ def floor(repeats: int = 5):
 
             def oracle():
                 t0 = time.perf_counter()
-                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=1)
+                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=threads)
                 t1 = time.perf_counter()
                 c2, cnt, _, _ = impl._exact_stats(xf, labels, cen.shape[0])
                 t2 = time.perf_counter()
@@ -797,6 +803,59 @@ def floor(repeats: int = 5):
     print(f"load {_load():.2f}")
 
 
+def host_threads(repeats: int = 9):
+    """The parts of ``cluster(flights, 0.02)`` that a second core can take without changing any output
+    (docs/compress.md, session 14), each timed alone on one vs two threads, alternating, in one process:
+    the covariances (``_covariances``, entries split over two host threads), an isolated-row self-query
+    (``cKDTree.query(k=2)``, ``workers`` 1 vs 2) and a nearest-anchor query (``k=1``) of the sizes the
+    pass makes below ``_PARALLEL_QUERY_ROWS``. Prints wall and CPU medians [range] of the per-repeat
+    ratios two / one thread and whether the outputs are identical. ``python -m benchmarks.compress threads``."""
+    from scipy.spatial import cKDTree
+
+    import jaxsub.compress._cluster as impl
+
+    x = _flights(False)[0]
+    delta = 0.02
+    cl = compress.cluster(x, delta)
+    rng = np.random.default_rng(0)
+    sub = np.sort(rng.choice(x.shape[0], 6144, replace=False))
+    rows = np.sort(rng.choice(x.shape[0], 16384, replace=False))
+    anchors = cl.centroids[rng.choice(cl.c, 12288, replace=False)]
+    tree = cKDTree(anchors)
+    saved = impl._COV_THREADS
+
+    def cov(t):
+        impl._COV_THREADS = t
+        try:
+            return impl._covariances(x, cl.labels, cl.centroids, cl.counts)
+        finally:
+            impl._COV_THREADS = saved
+
+    cases = {
+        "covariances (327,346 x 9, 45 entries)": lambda t: cov(t),
+        "isolated-row self-query k=2, 6,144 rows": lambda t: cKDTree(x[sub]).query(
+            x[sub], k=2, eps=0.0, distance_upper_bound=2 * delta, workers=t)[0],
+        "nearest-anchor query k=1, 16,384 rows vs 12,288 anchors": lambda t: tree.query(
+            x[rows], k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=t)[1],
+    }
+    print(f"load {_load():.2f}")
+    for name, fn in cases.items():
+        same = np.array_equal(fn(1), fn(2))
+        res = {1: [], 2: []}
+        for r in range(repeats):
+            for t in ((1, 2) if r % 2 == 0 else (2, 1)):
+                w, c = time.perf_counter(), time.process_time()
+                fn(t)
+                res[t].append((time.perf_counter() - w, time.process_time() - c))
+        one, two = np.array(res[1]), np.array(res[2])
+        rw, rc = two[:, 0] / one[:, 0], two[:, 1] / one[:, 1]
+        print(f"{name}: identical {same}; one thread wall {np.median(one[:, 0]) * 1e3:.1f} ms (CPU "
+              f"{np.median(one[:, 1]) * 1e3:.1f}), two {np.median(two[:, 0]) * 1e3:.1f} ms (CPU {np.median(two[:, 1]) * 1e3:.1f}); "
+              f"wall ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}], CPU ratio {np.median(rc):.3f} "
+              f"[{rc.min():.3f}, {rc.max():.3f}]", flush=True)
+    print(f"load {_load():.2f}")
+
+
 if __name__ == "__main__":
     import sys
 
@@ -811,7 +870,9 @@ if __name__ == "__main__":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
         phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]))
-    elif args and args[0] == "floor":
-        floor()
+    elif args and args[0] == "floor":  # python -m benchmarks.compress floor [THREADS]
+        floor(*(int(v) for v in args[1:2]))
+    elif args and args[0] == "threads":
+        host_threads()
     else:
         gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)

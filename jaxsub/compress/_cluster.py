@@ -841,6 +841,11 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
     return ids
 
 
+#: Sets of at least this many rows run the isolated-row self-query of :func:`_open_isolated` on every
+#: core (``None``: one thread; docs/compress.md, session 14).
+_ISOLATED_PARALLEL_ROWS = None
+
+
 def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Search, out: list) -> np.ndarray:
     """Open a singleton cluster for every row of ``rows`` with no other row of ``rows`` within ``2 delta``.
 
@@ -852,7 +857,8 @@ def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Sea
     from scipy.spatial import cKDTree
 
     z = zx[rows]
-    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=_WORKERS)
+    workers = -1 if _ISOLATED_PARALLEL_ROWS is not None and rows.size >= _ISOLATED_PARALLEL_ROWS else _WORKERS
+    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
     isolated = np.isinf(np.asarray(dist)[:, 1])
     if isolated.any():
         iso = rows[isolated]
@@ -1278,10 +1284,31 @@ def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, count
     # (the same floats; 0.6x the time of strided columns on flights)
     diff = np.ascontiguousarray((x - centroids[labels]).T)
     cov = np.empty((c, d, d))
-    for i in range(d):
-        for j in range(i, d):
+    pairs = [(i, j) for i in range(d) for j in range(i, d)]
+
+    def fill(part):
+        for i, j in part:
             cov[:, i, j] = cov[:, j, i] = np.bincount(labels, weights=diff[i] * diff[j], minlength=c)
+
+    if _COV_THREADS > 1 and n * len(pairs) >= _COV_THREAD_MIN:
+        # every entry by the same call as on one thread (the same floats); NumPy releases the GIL
+        # in the products and the bincounts, so a second host thread can take half of them
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(_COV_THREADS - 1) as pool:
+            futures = [pool.submit(fill, pairs[t::_COV_THREADS]) for t in range(1, _COV_THREADS)]
+            fill(pairs[0::_COV_THREADS])
+            for f in futures:
+                f.result()
+    else:
+        fill(pairs)
     return cov / counts[:, None, None]
+
+
+#: Host threads of :func:`_covariances` (entries split over threads, the same floats) when the
+#: products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md, session 14).
+_COV_THREADS = 1
+_COV_THREAD_MIN = 1 << 20
 
 
 def _relabel(labels: np.ndarray) -> tuple[np.ndarray, int]:
