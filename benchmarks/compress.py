@@ -617,32 +617,36 @@ def components(radii=(0.1, 0.2, 0.3)):
 
 #: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
 PHASES = ("_make_search", "_isolated", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
-          "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
+          "_set_gram", "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
           "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
 
 
-def phases(name: str, radii, repeats: int = 3):
+def phases(name: str, radii, repeats: int = 3, clock: str = "wall"):
     """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md, session 13): inclusive
     wall-clock timers around the phase functions of ``jaxsub.compress._cluster`` (the outermost call of
     each, so recursion is not counted twice), one warm-up call, then ``repeats`` calls; the phases of
-    the call of median wall time are printed. ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3``."""
+    the call of median wall time are printed. ``clock="cpu"`` (session 14): the timers read the calling
+    thread's CPU clock instead (``time.thread_time``; with ``OPENBLAS_NUM_THREADS=1`` the call runs on
+    that thread, so the split does not move with the load of a shared machine).
+    ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3 [REPEATS] [cpu]``."""
     import collections
 
     import jaxsub.compress._cluster as impl
 
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
     acc, calls, depth = collections.defaultdict(float), collections.Counter(), collections.Counter()
+    now = time.thread_time if clock == "cpu" else time.perf_counter
 
     def wrap(key, f):
         def timed(*a, **k):
             if depth[key]:
                 return f(*a, **k)
             depth[key] += 1
-            t = time.perf_counter()
+            t = now()
             try:
                 return f(*a, **k)
             finally:
-                acc[key] += time.perf_counter() - t
+                acc[key] += now() - t
                 calls[key] += 1
                 depth[key] -= 1
         return timed
@@ -658,16 +662,26 @@ def phases(name: str, radii, repeats: int = 3):
             for _ in range(repeats):
                 acc.clear()
                 calls.clear()
-                t, tc = time.perf_counter(), time.process_time()
+                t, tc, tn = time.perf_counter(), time.process_time(), now()
                 cl = compress.cluster(x, delta)
-                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls)))
+                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls), now() - tn))
             walls = [r[0] for r in runs]
-            wall, cpu, spent, num = runs[int(np.argsort(walls)[len(walls) // 2])]
+            wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
             print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
-                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s")
+                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it")
+            wall = total
             for key in PHASES:
                 if key in spent:
                     print(f"    {key:22s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / wall:5.1f} %  ({num[key]} calls)")
+            if "_blocked_pass" in spent:
+                # two-core bound (docs/compress.md, session 14): the decision stream (the exact joins and
+                # the in-chunk stream less its Gram products) runs row after row on one core; even if
+                # every other part of the call split perfectly over two cores, the call takes at
+                # least serial + rest / 2
+                serial = spent.get("_join_block", 0.0) + spent.get("_sequential", 0.0) - spent.get("_set_gram", 0.0)
+                bound = serial + (wall - serial) / 2.0
+                print(f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(wall - serial) * 1e3:.1f} ms / 2 = "
+                      f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / wall:.2f} of the call)")
     finally:
         for key, f in saved.items():
             setattr(impl, key, f)
@@ -869,7 +883,7 @@ if __name__ == "__main__":
     elif args and args[0] == "components":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
-        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]))
+        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]), *args[4:5])
     elif args and args[0] == "floor":  # python -m benchmarks.compress floor [THREADS]
         floor(*(int(v) for v in args[1:2]))
     elif args and args[0] == "threads":

@@ -642,13 +642,11 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     # a hair early, never accepted late; else float64
     slack = 1e-5 * (1.0 + scale2)
     blim = limit  # limit of the O(1) bound below
-    if slack <= 1e-3 * lim2 and x.shape[1] > _AUTO_KDTREE_MAX_DIM:
-        x32 = xc.astype(np.float32)
-        gram = (x32 @ x32.T).astype(np.float64)
+    use32 = slack <= 1e-3 * lim2 and x.shape[1] > _AUTO_KDTREE_MAX_DIM
+    gram = _set_gram(xc, use32)
+    if use32:
         lim2 -= slack
         blim -= 2.0 * np.sqrt(slack)  # distances read off it are within sqrt(slack / 10)
-    else:
-        gram = xc @ xc.T
     sq = np.diag(gram).copy()
     # a row can join a cluster only if its centroid is within delta, hence only if some earlier
     # row (a member) is within 2 delta: rows with none open a cluster without the loop's work
@@ -700,6 +698,14 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), sums / counts[:, None])
     labels[rows] = ids[members]
     return ids
+
+
+def _set_gram(xc: np.ndarray, use32: bool) -> np.ndarray:
+    """Gram matrix ``xc xc^T`` of a set streamed by :func:`_sequential` (float32 product when ``use32``), float64."""
+    if use32:
+        x32 = xc.astype(np.float32)
+        return (x32 @ x32.T).astype(np.float64)
+    return xc @ xc.T
 
 
 def _open_found(clusters: _Clusters, xr_all, members, sums, cnt, cen) -> np.ndarray:
