@@ -688,16 +688,16 @@ def phases(name: str, radii, repeats: int = 3, clock: str = "wall"):
     print(f"load {_load():.2f}")
 
 
-def _median_ms(fn, repeats):
+def _median_ms(fn, repeats, now=time.perf_counter):
     out = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = now()
         fn()
-        out.append(time.perf_counter() - t)
+        out.append(now() - t)
     return np.array(out)
 
 
-def floor(threads: int = 1, repeats: int = 5):
+def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
     """The oracle floor of the screened rules (docs/compress.md, session 13): what a rule that already
     knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
     alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
@@ -710,13 +710,18 @@ def floor(threads: int = 1, repeats: int = 5):
     k = 1 query of every row within delta (eps = 1, one thread, as the stream's queries), the exact
     check and the covariances. ``threads`` (session 14): BLAS threads and k-d-tree query workers of the
     oracle (the call keeps the library's settings under that BLAS limit). ``python -m benchmarks.compress
-    floor [THREADS]``."""
+    floor [THREADS] [cpu]``; ``cpu``: every time read off the calling thread's CPU clock (one thread only:
+    the oracle's and the call's BLAS run on it with THREADS = 1 and ``OPENBLAS_NUM_THREADS=1``, the flights
+    queries too), so the figures do not move with the load of a shared machine."""
     from scipy.spatial import cKDTree
     from threadpoolctl import threadpool_limits
 
     import jaxsub.compress._cluster as impl
 
-    print(f"load {_load():.2f}, oracle threads {threads}")
+    now = time.thread_time if clock == "cpu" else time.perf_counter
+    if clock == "cpu" and threads != 1:
+        raise ValueError("the cpu clock reads one thread: use threads=1")
+    print(f"load {_load():.2f}, oracle threads {threads}, {clock} clock")
     x = _mnist(False)[0]
     n = x.shape[0]
     x32 = x.astype(np.float32)
@@ -729,13 +734,13 @@ def floor(threads: int = 1, repeats: int = 5):
 
             def screened():
                 saved, impl._BLAS_THREADS = impl._BLAS_THREADS, threads  # the oracle's factorisations too
-                t0 = time.perf_counter()
+                t0 = now()
                 try:
                     srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
                                              np.random.default_rng(0), wide=True)
                 finally:
                     impl._BLAS_THREADS = saved
-                t1 = time.perf_counter()
+                t1 = now()
 
                 def coords(v):
                     vc = (v - srch.mean).astype(np.float32)
@@ -744,7 +749,7 @@ def floor(threads: int = 1, repeats: int = 5):
                     return np.column_stack([p, np.sqrt(np.maximum(r2, 0.0))])
 
                 zx, zc = coords(x), coords(cen)
-                t2 = time.perf_counter()
+                t2 = now()
                 zx2, zc2 = np.einsum("ij,ij->i", zx, zx), np.einsum("ij,ij->i", zc, zc)
                 left = np.column_stack([-2.0 * zx, zx2, np.ones(n)]).astype(np.float32)
                 right = np.column_stack([zc, np.ones(zc.shape[0]), zc2]).astype(np.float32)
@@ -755,14 +760,14 @@ def floor(threads: int = 1, repeats: int = 5):
                     pr.append(r + s)
                     pc.append(c)
                 pr, pc = np.concatenate(pr), np.concatenate(pc)
-                t3 = time.perf_counter()
+                t3 = now()
                 within = 0
                 for s in range(0, pr.size, 4096):
                     diff = x[pr[s : s + 4096]] - cen[pc[s : s + 4096]]
                     within += int(np.count_nonzero(np.einsum("ij,ij->i", diff, diff) <= delta * delta))
-                t4 = time.perf_counter()
+                t4 = now()
                 impl._exact_stats(x, labels, cen.shape[0])
-                t5 = time.perf_counter()
+                t5 = now()
                 for key, v in (("pca", t1 - t0), ("projection", t2 - t1), ("screen", t3 - t2), ("verify", t4 - t3),
                                ("check", t5 - t4), ("total", t5 - t0)):
                     stats.setdefault(key, []).append(v)
@@ -773,8 +778,8 @@ def floor(threads: int = 1, repeats: int = 5):
             call, dense = [], []
             for _ in range(repeats):
                 screened()
-                call.append(_median_ms(lambda: compress.cluster(x, delta), 1)[0])
-                dense.append(_median_ms(lambda: x32 @ cen32.T, 1)[0])
+                call.append(_median_ms(lambda: compress.cluster(x, delta), 1, now)[0])
+                dense.append(_median_ms(lambda: x32 @ cen32.T, 1, now)[0])
             tot, call, dense = np.array(stats["total"]), np.array(call), np.array(dense)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("pca", "projection", "screen", "verify", "check"))
@@ -785,19 +790,22 @@ def floor(threads: int = 1, repeats: int = 5):
                   f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms", flush=True)
         xf = _flights(False)[0]
         n = xf.shape[0]
+        saved_rows = impl._PARALLEL_QUERY_ROWS
+        if clock == "cpu":  # every query of the call on the calling thread, so its clock sees them
+            impl._PARALLEL_QUERY_ROWS = 1 << 62
         for delta in (0.02, 0.05, 0.1):
             cl = compress.cluster(xf, delta)
             cen, labels = cl.centroids, cl.labels
             stats = {}
 
             def oracle():
-                t0 = time.perf_counter()
+                t0 = now()
                 cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=threads)
-                t1 = time.perf_counter()
+                t1 = now()
                 c2, cnt, _, _ = impl._exact_stats(xf, labels, cen.shape[0])
-                t2 = time.perf_counter()
+                t2 = now()
                 impl._covariances(xf, labels, c2, cnt)
-                t3 = time.perf_counter()
+                t3 = now()
                 for key, v in (("query", t1 - t0), ("check", t2 - t1), ("covariances", t3 - t2), ("total", t3 - t0)):
                     stats.setdefault(key, []).append(v)
 
@@ -806,7 +814,7 @@ def floor(threads: int = 1, repeats: int = 5):
             call = []
             for _ in range(repeats):
                 oracle()
-                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1)[0])
+                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1, now)[0])
             tot, call = np.array(stats["total"]), np.array(call)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("query", "check", "covariances"))
@@ -814,6 +822,7 @@ def floor(threads: int = 1, repeats: int = 5):
                   f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
                   f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
                   f"[{ratio.min():.2f}, {ratio.max():.2f}]", flush=True)
+        impl._PARALLEL_QUERY_ROWS = saved_rows
     print(f"load {_load():.2f}")
 
 
@@ -885,7 +894,7 @@ if __name__ == "__main__":
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
         phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]), *args[4:5])
     elif args and args[0] == "floor":  # python -m benchmarks.compress floor [THREADS]
-        floor(*(int(v) for v in args[1:2]))
+        floor(*(int(v) for v in args[1:2]), clock=(args[2:3] or ["wall"])[0])
     elif args and args[0] == "threads":
         host_threads()
     else:
