@@ -545,13 +545,15 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
                 res[v].append((time.process_time() - t, time.perf_counter() - w, cl.c))
                 assert cl.radii.max() <= delta
         base = np.array([r[0] for r in res[values[0]]])
+        wbase = np.array([r[1] for r in res[values[0]]])
         for v in values:
             cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
-            ratio = cpu / base
+            ratio, wratio = cpu / base, wall / wbase
             print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
                   f"CPU s median {np.median(cpu):.3f} "
                   f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
-                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}]", flush=True)
+                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}], wall ratio "
+                  f"{np.median(wratio):.3f} [{wratio.min():.3f}, {wratio.max():.3f}]", flush=True)
     print(f"load {_load():.1f}")
 
 
@@ -614,33 +616,37 @@ def components(radii=(0.1, 0.2, 0.3)):
 
 
 #: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
-PHASES = ("_make_search", "_isolated", "_blocked_pass", "_screened_candidates", "_join_block", "_sequential",
-          "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
+PHASES = ("_make_search", "_isolated", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
+          "_set_gram", "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
           "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
 
 
-def phases(name: str, radii, repeats: int = 3):
+def phases(name: str, radii, repeats: int = 3, clock: str = "wall"):
     """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md, session 13): inclusive
     wall-clock timers around the phase functions of ``jaxsub.compress._cluster`` (the outermost call of
     each, so recursion is not counted twice), one warm-up call, then ``repeats`` calls; the phases of
-    the call of median wall time are printed. ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3``."""
+    the call of median wall time are printed. ``clock="cpu"`` (session 14): the timers read the calling
+    thread's CPU clock instead (``time.thread_time``; with ``OPENBLAS_NUM_THREADS=1`` the call runs on
+    that thread, so the split does not move with the load of a shared machine).
+    ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3 [REPEATS] [cpu]``."""
     import collections
 
     import jaxsub.compress._cluster as impl
 
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
     acc, calls, depth = collections.defaultdict(float), collections.Counter(), collections.Counter()
+    now = time.thread_time if clock == "cpu" else time.perf_counter
 
     def wrap(key, f):
         def timed(*a, **k):
             if depth[key]:
                 return f(*a, **k)
             depth[key] += 1
-            t = time.perf_counter()
+            t = now()
             try:
                 return f(*a, **k)
             finally:
-                acc[key] += time.perf_counter() - t
+                acc[key] += now() - t
                 calls[key] += 1
                 depth[key] -= 1
         return timed
@@ -656,32 +662,42 @@ def phases(name: str, radii, repeats: int = 3):
             for _ in range(repeats):
                 acc.clear()
                 calls.clear()
-                t, tc = time.perf_counter(), time.process_time()
+                t, tc, tn = time.perf_counter(), time.process_time(), now()
                 cl = compress.cluster(x, delta)
-                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls)))
+                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls), now() - tn))
             walls = [r[0] for r in runs]
-            wall, cpu, spent, num = runs[int(np.argsort(walls)[len(walls) // 2])]
+            wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
             print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
-                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s")
+                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it")
+            wall = total
             for key in PHASES:
                 if key in spent:
                     print(f"    {key:22s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / wall:5.1f} %  ({num[key]} calls)")
+            if "_blocked_pass" in spent:
+                # two-core bound (docs/compress.md, session 14): the decision stream (the exact joins and
+                # the in-chunk stream less its Gram products) runs row after row on one core; even if
+                # every other part of the call split perfectly over two cores, the call takes at
+                # least serial + rest / 2
+                serial = spent.get("_join_block", 0.0) + spent.get("_sequential", 0.0) - spent.get("_set_gram", 0.0)
+                bound = serial + (wall - serial) / 2.0
+                print(f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(wall - serial) * 1e3:.1f} ms / 2 = "
+                      f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / wall:.2f} of the call)")
     finally:
         for key, f in saved.items():
             setattr(impl, key, f)
     print(f"load {_load():.2f}")
 
 
-def _median_ms(fn, repeats):
+def _median_ms(fn, repeats, now=time.perf_counter):
     out = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = now()
         fn()
-        out.append(time.perf_counter() - t)
+        out.append(now() - t)
     return np.array(out)
 
 
-def floor(repeats: int = 5):
+def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
     """The oracle floor of the screened rules (docs/compress.md, session 13): what a rule that already
     knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
     alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
@@ -692,17 +708,24 @@ def floor(repeats: int = 5):
     within delta, and the exact check (``_exact_stats``); also the plain float32 product of rows x
     centroids (784-dim) for comparison. flights (d = 9): a k-d tree on the final centroids and one
     k = 1 query of every row within delta (eps = 1, one thread, as the stream's queries), the exact
-    check and the covariances. ``python -m benchmarks.compress floor``."""
+    check and the covariances. ``threads`` (session 14): BLAS threads and k-d-tree query workers of the
+    oracle (the call keeps the library's settings under that BLAS limit). ``python -m benchmarks.compress
+    floor [THREADS] [cpu]``; ``cpu``: every time read off the calling thread's CPU clock (one thread only:
+    the oracle's and the call's BLAS run on it with THREADS = 1 and ``OPENBLAS_NUM_THREADS=1``, the flights
+    queries too), so the figures do not move with the load of a shared machine."""
     from scipy.spatial import cKDTree
     from threadpoolctl import threadpool_limits
 
     import jaxsub.compress._cluster as impl
 
-    print(f"load {_load():.2f}")
+    now = time.thread_time if clock == "cpu" else time.perf_counter
+    if clock == "cpu" and threads != 1:
+        raise ValueError("the cpu clock reads one thread: use threads=1")
+    print(f"load {_load():.2f}, oracle threads {threads}, {clock} clock")
     x = _mnist(False)[0]
     n = x.shape[0]
     x32 = x.astype(np.float32)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=threads, user_api="blas"):
         for delta in (0.1, 0.2, 0.3):
             cl = compress.cluster(x, delta)
             cen, labels = cl.centroids, cl.labels
@@ -710,10 +733,14 @@ def floor(repeats: int = 5):
             stats = {}
 
             def screened():
-                t0 = time.perf_counter()
-                srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
-                                         np.random.default_rng(0), wide=True)
-                t1 = time.perf_counter()
+                saved, impl._BLAS_THREADS = impl._BLAS_THREADS, threads  # the oracle's factorisations too
+                t0 = now()
+                try:
+                    srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
+                                             np.random.default_rng(0), wide=True)
+                finally:
+                    impl._BLAS_THREADS = saved
+                t1 = now()
 
                 def coords(v):
                     vc = (v - srch.mean).astype(np.float32)
@@ -722,7 +749,7 @@ def floor(repeats: int = 5):
                     return np.column_stack([p, np.sqrt(np.maximum(r2, 0.0))])
 
                 zx, zc = coords(x), coords(cen)
-                t2 = time.perf_counter()
+                t2 = now()
                 zx2, zc2 = np.einsum("ij,ij->i", zx, zx), np.einsum("ij,ij->i", zc, zc)
                 left = np.column_stack([-2.0 * zx, zx2, np.ones(n)]).astype(np.float32)
                 right = np.column_stack([zc, np.ones(zc.shape[0]), zc2]).astype(np.float32)
@@ -733,14 +760,14 @@ def floor(repeats: int = 5):
                     pr.append(r + s)
                     pc.append(c)
                 pr, pc = np.concatenate(pr), np.concatenate(pc)
-                t3 = time.perf_counter()
+                t3 = now()
                 within = 0
                 for s in range(0, pr.size, 4096):
                     diff = x[pr[s : s + 4096]] - cen[pc[s : s + 4096]]
                     within += int(np.count_nonzero(np.einsum("ij,ij->i", diff, diff) <= delta * delta))
-                t4 = time.perf_counter()
+                t4 = now()
                 impl._exact_stats(x, labels, cen.shape[0])
-                t5 = time.perf_counter()
+                t5 = now()
                 for key, v in (("pca", t1 - t0), ("projection", t2 - t1), ("screen", t3 - t2), ("verify", t4 - t3),
                                ("check", t5 - t4), ("total", t5 - t0)):
                     stats.setdefault(key, []).append(v)
@@ -751,8 +778,8 @@ def floor(repeats: int = 5):
             call, dense = [], []
             for _ in range(repeats):
                 screened()
-                call.append(_median_ms(lambda: compress.cluster(x, delta), 1)[0])
-                dense.append(_median_ms(lambda: x32 @ cen32.T, 1)[0])
+                call.append(_median_ms(lambda: compress.cluster(x, delta), 1, now)[0])
+                dense.append(_median_ms(lambda: x32 @ cen32.T, 1, now)[0])
             tot, call, dense = np.array(stats["total"]), np.array(call), np.array(dense)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("pca", "projection", "screen", "verify", "check"))
@@ -763,19 +790,22 @@ def floor(repeats: int = 5):
                   f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms", flush=True)
         xf = _flights(False)[0]
         n = xf.shape[0]
+        saved_rows = impl._PARALLEL_QUERY_ROWS
+        if clock == "cpu":  # every query of the call on the calling thread, so its clock sees them
+            impl._PARALLEL_QUERY_ROWS = 1 << 62
         for delta in (0.02, 0.05, 0.1):
             cl = compress.cluster(xf, delta)
             cen, labels = cl.centroids, cl.labels
             stats = {}
 
             def oracle():
-                t0 = time.perf_counter()
-                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=1)
-                t1 = time.perf_counter()
+                t0 = now()
+                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=threads)
+                t1 = now()
                 c2, cnt, _, _ = impl._exact_stats(xf, labels, cen.shape[0])
-                t2 = time.perf_counter()
+                t2 = now()
                 impl._covariances(xf, labels, c2, cnt)
-                t3 = time.perf_counter()
+                t3 = now()
                 for key, v in (("query", t1 - t0), ("check", t2 - t1), ("covariances", t3 - t2), ("total", t3 - t0)):
                     stats.setdefault(key, []).append(v)
 
@@ -784,7 +814,7 @@ def floor(repeats: int = 5):
             call = []
             for _ in range(repeats):
                 oracle()
-                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1)[0])
+                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1, now)[0])
             tot, call = np.array(stats["total"]), np.array(call)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("query", "check", "covariances"))
@@ -792,6 +822,60 @@ def floor(repeats: int = 5):
                   f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
                   f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
                   f"[{ratio.min():.2f}, {ratio.max():.2f}]", flush=True)
+        impl._PARALLEL_QUERY_ROWS = saved_rows
+    print(f"load {_load():.2f}")
+
+
+def host_threads(repeats: int = 9):
+    """The parts of ``cluster(flights, 0.02)`` that a second core can take without changing any output
+    (docs/compress.md, session 14), each timed alone on one vs two threads, alternating, in one process:
+    the covariances (``_covariances``, entries split over two host threads), an isolated-row self-query
+    (``cKDTree.query(k=2)``, ``workers`` 1 vs 2) and a nearest-anchor query (``k=1``) of the sizes the
+    pass makes below ``_PARALLEL_QUERY_ROWS``. Prints wall and CPU medians [range] of the per-repeat
+    ratios two / one thread and whether the outputs are identical. ``python -m benchmarks.compress threads``."""
+    from scipy.spatial import cKDTree
+
+    import jaxsub.compress._cluster as impl
+
+    x = _flights(False)[0]
+    delta = 0.02
+    cl = compress.cluster(x, delta)
+    rng = np.random.default_rng(0)
+    sub = np.sort(rng.choice(x.shape[0], 6144, replace=False))
+    rows = np.sort(rng.choice(x.shape[0], 16384, replace=False))
+    anchors = cl.centroids[rng.choice(cl.c, 12288, replace=False)]
+    tree = cKDTree(anchors)
+    saved = impl._COV_THREADS
+
+    def cov(t):
+        impl._COV_THREADS = t
+        try:
+            return impl._covariances(x, cl.labels, cl.centroids, cl.counts)
+        finally:
+            impl._COV_THREADS = saved
+
+    cases = {
+        "covariances (327,346 x 9, 45 entries)": lambda t: cov(t),
+        "isolated-row self-query k=2, 6,144 rows": lambda t: cKDTree(x[sub]).query(
+            x[sub], k=2, eps=0.0, distance_upper_bound=2 * delta, workers=t)[0],
+        "nearest-anchor query k=1, 16,384 rows vs 12,288 anchors": lambda t: tree.query(
+            x[rows], k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=t)[1],
+    }
+    print(f"load {_load():.2f}")
+    for name, fn in cases.items():
+        same = np.array_equal(fn(1), fn(2))
+        res = {1: [], 2: []}
+        for r in range(repeats):
+            for t in ((1, 2) if r % 2 == 0 else (2, 1)):
+                w, c = time.perf_counter(), time.process_time()
+                fn(t)
+                res[t].append((time.perf_counter() - w, time.process_time() - c))
+        one, two = np.array(res[1]), np.array(res[2])
+        rw, rc = two[:, 0] / one[:, 0], two[:, 1] / one[:, 1]
+        print(f"{name}: identical {same}; one thread wall {np.median(one[:, 0]) * 1e3:.1f} ms (CPU "
+              f"{np.median(one[:, 1]) * 1e3:.1f}), two {np.median(two[:, 0]) * 1e3:.1f} ms (CPU {np.median(two[:, 1]) * 1e3:.1f}); "
+              f"wall ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}], CPU ratio {np.median(rc):.3f} "
+              f"[{rc.min():.3f}, {rc.max():.3f}]", flush=True)
     print(f"load {_load():.2f}")
 
 
@@ -808,8 +892,10 @@ if __name__ == "__main__":
     elif args and args[0] == "components":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
-        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]))
-    elif args and args[0] == "floor":
-        floor()
+        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]), *args[4:5])
+    elif args and args[0] == "floor":  # python -m benchmarks.compress floor [THREADS]
+        floor(*(int(v) for v in args[1:2]), clock=(args[2:3] or ["wall"])[0])
+    elif args and args[0] == "threads":
+        host_threads()
     else:
         gap_study(samplers=tuple(a for a in args if a != "intercept") or ("nuts", "hmc"), intercept="intercept" in args)

@@ -617,6 +617,28 @@ def test_covariances_are_the_within_cluster_scatter():
     assert compress.cluster(_blobs(200, 80, 5, 0.01, 0), 0.2).covariances is None
 
 
+def test_host_thread_settings_change_no_output(monkeypatch):
+    # session 14: the covariances split over two host threads and the isolated-row self-queries on
+    # every core give the same labels, centroids, radii and covariances, bit for bit
+    x = _blobs(12000, 5, 300, 0.02, 7)
+    base = compress.cluster(x, 0.05)
+    monkeypatch.setattr(_cluster, "_COV_THREADS", 2)
+    monkeypatch.setattr(_cluster, "_COV_THREAD_MIN", 0)
+    monkeypatch.setattr(_cluster, "_ISOLATED_PARALLEL_ROWS", 0)
+    import concurrent.futures as cf
+
+    calls, pool = [], cf.ThreadPoolExecutor
+    monkeypatch.setattr(cf, "ThreadPoolExecutor", lambda *a, **k: calls.append(a) or pool(*a, **k))
+    threaded = compress.cluster(x, 0.05)
+    assert calls  # the threaded covariances ran
+    for name in ("labels", "centroids", "radii", "counts", "covariances"):
+        np.testing.assert_array_equal(getattr(threaded, name), getattr(base, name))
+    # negative control: a covariance entry dropped by one thread is seen by the comparison above
+    cov = _cluster._covariances(x, base.labels, base.centroids, base.counts)
+    cov[:, 0, 1] = 0.0
+    assert not np.array_equal(cov, base.covariances)
+
+
 # ----------------------------------------------------------------------------- second-order correction, posterior error, radius chooser
 
 

@@ -360,7 +360,11 @@ def _one_blas_thread():
         import contextlib
 
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return threadpool_limits(limits=_BLAS_THREADS, user_api="blas")
+
+
+#: BLAS threads inside :func:`_one_blas_thread` (docs/compress.md, session 14 measures 1 vs 2).
+_BLAS_THREADS = 1
 
 
 #: Rows of the subsample whose principal directions :func:`_make_search` computes, and its power
@@ -638,13 +642,11 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     # a hair early, never accepted late; else float64
     slack = 1e-5 * (1.0 + scale2)
     blim = limit  # limit of the O(1) bound below
-    if slack <= 1e-3 * lim2 and x.shape[1] > _AUTO_KDTREE_MAX_DIM:
-        x32 = xc.astype(np.float32)
-        gram = (x32 @ x32.T).astype(np.float64)
+    use32 = slack <= 1e-3 * lim2 and x.shape[1] > _AUTO_KDTREE_MAX_DIM
+    gram = _set_gram(xc, use32)
+    if use32:
         lim2 -= slack
         blim -= 2.0 * np.sqrt(slack)  # distances read off it are within sqrt(slack / 10)
-    else:
-        gram = xc @ xc.T
     sq = np.diag(gram).copy()
     # a row can join a cluster only if its centroid is within delta, hence only if some earlier
     # row (a member) is within 2 delta: rows with none open a cluster without the loop's work
@@ -696,6 +698,14 @@ def _sequential(x, rows, clusters: _Clusters, delta, exact, labels) -> np.ndarra
     ids = _open_found(clusters, xr_all, members, sums, counts.astype(np.float64), sums / counts[:, None])
     labels[rows] = ids[members]
     return ids
+
+
+def _set_gram(xc: np.ndarray, use32: bool) -> np.ndarray:
+    """Gram matrix ``xc xc^T`` of a set streamed by :func:`_sequential` (float32 product when ``use32``), float64."""
+    if use32:
+        x32 = xc.astype(np.float32)
+        return (x32 @ x32.T).astype(np.float64)
+    return xc @ xc.T
 
 
 def _open_found(clusters: _Clusters, xr_all, members, sums, cnt, cen) -> np.ndarray:
@@ -837,6 +847,11 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
     return ids
 
 
+#: Sets of at least this many rows run the isolated-row self-query of :func:`_open_isolated` on every
+#: core (``None``: one thread; docs/compress.md, session 14).
+_ISOLATED_PARALLEL_ROWS = None
+
+
 def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Search, out: list) -> np.ndarray:
     """Open a singleton cluster for every row of ``rows`` with no other row of ``rows`` within ``2 delta``.
 
@@ -848,7 +863,8 @@ def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Sea
     from scipy.spatial import cKDTree
 
     z = zx[rows]
-    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=_WORKERS)
+    workers = -1 if _ISOLATED_PARALLEL_ROWS is not None and rows.size >= _ISOLATED_PARALLEL_ROWS else _WORKERS
+    dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
     isolated = np.isinf(np.asarray(dist)[:, 1])
     if isolated.any():
         iso = rows[isolated]
@@ -978,10 +994,7 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
         joined = np.zeros(chunk.size, bool)
         if k:
             b = chunk.size
-            # lower bounds up to the row's own norm (constant along a row): zan - 2 z . za
-            lb = z32[chunk] @ za32[:k].T
-            lb *= -2.0
-            lb += zan32[:k]
+            lb = _chunk_bounds(z32[chunk], za32[:k], zan32[:k])
             m = min(_BLOCK_CANDIDATES, k)
             # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,
             # in no order (one selection pass; the candidates are ordered by their true distance below)
@@ -1028,6 +1041,15 @@ def _blocked_pass(x, x32, xn32, z32, rows, clusters: _Clusters, delta, labels) -
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
+
+
+def _chunk_bounds(zc: np.ndarray, za: np.ndarray, zan: np.ndarray) -> np.ndarray:
+    """Lower bounds of the squared distances of the rows ``zc`` to the anchors ``za`` up to each row's
+    own squared norm (constant along a row): ``zan - 2 zc . za``, ``[rows, anchors]`` float32."""
+    lb = zc @ za.T
+    lb *= -2.0
+    lb += zan
+    return lb
 
 
 def _screened_candidates(lb: np.ndarray, thr: np.ndarray, m: int):
@@ -1268,10 +1290,31 @@ def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, count
     # (the same floats; 0.6x the time of strided columns on flights)
     diff = np.ascontiguousarray((x - centroids[labels]).T)
     cov = np.empty((c, d, d))
-    for i in range(d):
-        for j in range(i, d):
+    pairs = [(i, j) for i in range(d) for j in range(i, d)]
+
+    def fill(part):
+        for i, j in part:
             cov[:, i, j] = cov[:, j, i] = np.bincount(labels, weights=diff[i] * diff[j], minlength=c)
+
+    if _COV_THREADS > 1 and n * len(pairs) >= _COV_THREAD_MIN:
+        # every entry by the same call as on one thread (the same floats); NumPy releases the GIL
+        # in the products and the bincounts, so a second host thread can take half of them
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(_COV_THREADS - 1) as pool:
+            futures = [pool.submit(fill, pairs[t::_COV_THREADS]) for t in range(1, _COV_THREADS)]
+            fill(pairs[0::_COV_THREADS])
+            for f in futures:
+                f.result()
+    else:
+        fill(pairs)
     return cov / counts[:, None, None]
+
+
+#: Host threads of :func:`_covariances` (entries split over threads, the same floats) when the
+#: products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md, session 14).
+_COV_THREADS = 1
+_COV_THREAD_MIN = 1 << 20
 
 
 def _relabel(labels: np.ndarray) -> tuple[np.ndarray, int]:
