@@ -124,8 +124,10 @@ _PROJECTED_CANDIDATES = 4
 
 #: Threads of SciPy's k-d-tree queries; queries of at least ``_PARALLEL_QUERY_ROWS`` rows use every
 #: core (the answer does not depend on the threads; small queries pay more in thread start-up).
+#: 4,096 since session 14 (was 32,768): with the two settings below, flights wall x0.93-0.94 on an
+#: idle 2-core machine at the same CPU time, x1.07 wall under load (docs/compress.md, session 14).
 _WORKERS = 1
-_PARALLEL_QUERY_ROWS = 32768
+_PARALLEL_QUERY_ROWS = 4096
 
 class Clustering(NamedTuple):
     """Result of :func:`cluster` / :func:`cluster_supervised`.
@@ -848,8 +850,8 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
 
 
 #: Sets of at least this many rows run the isolated-row self-query of :func:`_open_isolated` on every
-#: core (``None``: one thread; docs/compress.md, session 14).
-_ISOLATED_PARALLEL_ROWS = None
+#: core (``None``: one thread; the same answer; docs/compress.md, session 14).
+_ISOLATED_PARALLEL_ROWS = 4096
 
 
 def _open_isolated(x, zx, rows, clusters: _Clusters, delta, labels, search: _Search, out: list) -> np.ndarray:
@@ -1311,9 +1313,10 @@ def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, count
     return cov / counts[:, None, None]
 
 
-#: Host threads of :func:`_covariances` (entries split over threads, the same floats) when the
-#: products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md, session 14).
-_COV_THREADS = 1
+#: Host threads of :func:`_covariances` (entries split over threads, the same floats; ``np.bincount``
+#: releases the GIL) when the products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md,
+#: session 14).
+_COV_THREADS = 2
 _COV_THREAD_MIN = 1 << 20
 
 
