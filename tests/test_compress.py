@@ -618,18 +618,17 @@ def test_covariances_are_the_within_cluster_scatter():
 
 
 def test_host_thread_settings_change_no_output(monkeypatch):
-    # session 14: the covariances split over two host threads and the isolated-row self-queries on
-    # every core give the same labels, centroids, radii and covariances, bit for bit
-    # (on by default since the session-14 coordinator's idle A/B: the base here is one thread throughout)
+    # session 14: the covariances split over two host threads and the k-d-tree queries and isolated-row
+    # self-queries on every core give the same labels, centroids, radii and covariances, bit for bit
     x = _blobs(12000, 5, 300, 0.02, 7)
-    monkeypatch.setattr(_cluster, "_COV_THREADS", 1)
+    monkeypatch.setattr(_cluster, "_COV_THREADS", 1)  # the one-thread reference
     monkeypatch.setattr(_cluster, "_ISOLATED_PARALLEL_ROWS", None)
     monkeypatch.setattr(_cluster, "_PARALLEL_QUERY_ROWS", 1 << 62)
     base = compress.cluster(x, 0.05)
+    monkeypatch.setattr(_cluster, "_PARALLEL_QUERY_ROWS", 0)
     monkeypatch.setattr(_cluster, "_COV_THREADS", 2)
     monkeypatch.setattr(_cluster, "_COV_THREAD_MIN", 0)
     monkeypatch.setattr(_cluster, "_ISOLATED_PARALLEL_ROWS", 0)
-    monkeypatch.setattr(_cluster, "_PARALLEL_QUERY_ROWS", 0)
     import concurrent.futures as cf
 
     calls, pool = [], cf.ThreadPoolExecutor

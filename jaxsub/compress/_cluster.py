@@ -124,8 +124,8 @@ _PROJECTED_CANDIDATES = 4
 
 #: Threads of SciPy's k-d-tree queries; queries of at least ``_PARALLEL_QUERY_ROWS`` rows use every
 #: core (the answer does not depend on the threads; small queries pay more in thread start-up).
-#: 4096 since session 14 (was 32768): with the two settings below, flights 0.93-0.94x wall at idle,
-#: CPU 1.00x, the same clustering (docs/compress.md, "Session 14, coordinator").
+#: 4,096 since session 14 (was 32,768): with the two settings below, flights wall x0.93-0.94 on an
+#: idle 2-core machine at the same CPU time, x1.07 wall under load (docs/compress.md, session 14).
 _WORKERS = 1
 _PARALLEL_QUERY_ROWS = 4096
 
@@ -850,7 +850,7 @@ def _sequential_greedy_pairs(x, rows, clusters: _Clusters, delta, labels) -> np.
 
 
 #: Sets of at least this many rows run the isolated-row self-query of :func:`_open_isolated` on every
-#: core (``None``: one thread; docs/compress.md, session 14; on since the coordinator's idle A/B).
+#: core (``None``: one thread; the same answer; docs/compress.md, session 14).
 _ISOLATED_PARALLEL_ROWS = 4096
 
 
@@ -1313,9 +1313,9 @@ def _covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, count
     return cov / counts[:, None, None]
 
 
-#: Host threads of :func:`_covariances` (entries split over threads, the same floats) when the
-#: products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md, session 14; 2 since the
-#: coordinator's idle A/B).
+#: Host threads of :func:`_covariances` (entries split over threads, the same floats; ``np.bincount``
+#: releases the GIL) when the products cover at least ``_COV_THREAD_MIN`` numbers (docs/compress.md,
+#: session 14).
 _COV_THREADS = 2
 _COV_THREAD_MIN = 1 << 20
 
