@@ -40,6 +40,34 @@ def _model(kinds):
     return cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), tuple(feats))
 
 
+def table(ds, rows_max, cols_max, seed_i):
+    """``(x, kinds, names)``: the dataset's rows subset (``rows_max`` rows drawn with seed ``seed_i``; ``None``:
+    all) and first ``cols_max`` columns, all-missing columns dropped (the experiment's table of a mode)."""
+    x, kinds, names = ds.x, list(ds.extras["kinds"]), list(ds.feature_names)
+    rng = np.random.default_rng(seed_i)
+    if rows_max is not None:
+        x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
+    if cols_max is not None:
+        x, kinds, names = x[:, :cols_max], kinds[:cols_max], names[:cols_max]
+    keep = ~np.all(np.isnan(x), axis=0)
+    if not np.all(keep):  # (the kinds / names lists are left as they were, as the experiment always did)
+        x = x[:, keep]
+    return x, kinds, names
+
+
+def split(x, kinds, seed_i, run_id):
+    """``(train, test)``: the 7/8 - 1/8 split of run ``run_id`` (test rows with a missing cell or a category unseen in
+    training dropped, at most ``max(8, N / 16)`` of them)."""
+    perm = np.random.default_rng(1000 * seed_i + run_id).permutation(x.shape[0])
+    n_test = x.shape[0] // 8
+    test, train = x[perm[:n_test]], x[perm[n_test:]]
+    test = test[~np.any(np.isnan(test), axis=1)]
+    for j, k in enumerate(kinds):  # pylace cannot score categories unseen in training
+        if k != "real":
+            test = test[np.isin(test[:, j], train[:, j])]
+    return train, test[: max(8, x.shape[0] // 16)]
+
+
 def _consistency(view_of):
     """Mean pairwise agreement of co-assignment matrices across samples (1 = same partitions)."""
     v = np.asarray(view_of)
@@ -123,18 +151,8 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     axes, dep_axes = axes[0], dep_axes[0]
     bar = progress(total=len(loaders) * len(budgets) * len(strategies), desc="crosscat runs")
     for d_i, (dname, loader) in enumerate(loaders.items()):
-        ds = loader()
-        rows_max, cols_max = sizes[dname]
-        x = ds.x
-        kinds = list(ds.extras["kinds"])
-        names = list(ds.feature_names)
         seed_i = seed_of[dname] if subsets else d_i
-        rng = np.random.default_rng(seed_i)
-        if rows_max is not None:
-            x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
-        if cols_max is not None:
-            x, kinds, names = x[:, :cols_max], kinds[:cols_max], names[:cols_max]
-        x = x[:, ~np.all(np.isnan(x), axis=0)] if np.any(np.all(np.isnan(x), axis=0)) else x
+        x, kinds, names = table(loader(), *sizes[dname], seed_i)
         model = _model(kinds)
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
@@ -143,14 +161,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         for b in budgets:
             for sname, make in strategies.items():
                 run_id += 1
-                perm = np.random.default_rng(1000 * seed_i + run_id).permutation(x.shape[0])
-                n_test = x.shape[0] // 8
-                test, train = x[perm[:n_test]], x[perm[n_test:]]
-                test = test[~np.any(np.isnan(test), axis=1)]
-                for j, k in enumerate(kinds):  # pylace cannot score categories unseen in training
-                    if k != "real":
-                        test = test[np.isin(test[:, j], train[:, j])]
-                test = test[: max(8, x.shape[0] // 16)]
+                train, test = split(x, kinds, seed_i, run_id)
                 n = train.shape[0]
                 # feature moves on the subsample's rows only (one compiled feature sweep per width; not in the
                 # quick mode, whose CPU is mostly compilation)

@@ -904,3 +904,39 @@ def test_vmapped_row_ticks_draw_what_each_chain_draws_alone():
         alone = sweep(jax.tree.map(lambda a: a[c:c + 1], states0), keys[c:c + 1], w[c:c + 1], enc)
         chex.assert_trees_all_equal(jax.tree.map(lambda a: a[c], together), jax.tree.map(lambda a: a[0], alone))
     assert len(np.unique(np.asarray(together.z)[:, 0], axis=0)) > 1  # the chains differ
+
+
+def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_reals():
+    """``data_grids``' NIX grids are equal-mass points of lace's data-derived hyperprior (``NixHyper::from_data``:
+    mu0 ~ N(mean, sd), kappa0 ~ Gamma(1, 1), nu0 ~ InvGamma(log n, log n), sigma2 ~ InvGamma(log n, var)), checked
+    against a Monte Carlo draw of that hyperprior written with NumPy's gamma sampler (InvGamma(a, b) = b / Gamma(a, 1)):
+    each grid point at quantile q sits where the Monte Carlo CDF is q, within 4 Monte Carlo sd. Negative control: the
+    default grids (log-uniform ranges) fail that check. Real columns on different scales raise (one shared grid)."""
+    rng = np.random.default_rng(0)
+    n = 400
+    x = np.column_stack([rng.integers(0, 3, n), rng.normal(0.3, 1.2, n), rng.normal(0.5, 1.1, n)]).astype(float)
+    x[::7, 1] = np.nan  # missing cells: the column's n is its observed cells
+    feats = (an.DirichletCategorical(3, 1.0), an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0),
+             an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0))
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
+    g, base = cc.data_grids(model, x), cc.default_crosscat_grids(model)
+    assert g.dirichlet == base.dirichlet and g.row_alpha == base.row_alpha
+    real = x[:, 1:]
+    obs = ~np.isnan(real)
+    m = real[obs].mean()
+    v = np.mean([real[obs[:, j], j].var() for j in range(2)])
+    a = math.log(obs.sum(0).min())
+    draws = 400_000
+    mc = {"nix_mu0": rng.normal(m, math.sqrt(v), draws), "nix_kappa0": rng.gamma(1.0, 1.0, draws),
+          "nix_nu0": a / rng.gamma(a, 1.0, draws), "nix_sigma2": v / rng.gamma(a, 1.0, draws)}
+    q = (np.arange(12) + 0.5) / 12
+    tol = 4 * np.sqrt(q * (1 - q) / draws)
+    for name, sample in mc.items():
+        cdf = np.mean(sample[None, :] <= np.asarray(getattr(g, name))[:, None], axis=1)
+        np.testing.assert_array_less(np.abs(cdf - q), tol, err_msg=name)
+        cdf0 = np.mean(sample[None, :] <= np.asarray(getattr(base, name))[:, None], axis=1)
+        assert np.max(np.abs(cdf0 - q)) > 0.1, name  # negative control (tol is < 0.004): the default grids are not this hyperprior
+    with pytest.raises(ValueError, match="standardise"):
+        cc.data_grids(model, x * np.array([1.0, 1.0, 5.0]))
+    with pytest.raises(ValueError, match="num"):
+        cc.data_grids(model, x, num=1)

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 import time
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -1198,6 +1199,47 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
         nix_nu0=tuple(np.logspace(-0.5, 1.5, num)) if has_real else None,
         nix_sigma2=tuple(np.logspace(-2, 1, num)) if has_real else None,
     )
+
+
+
+def data_grids(model: CrossCatModel, data, num: int = 12) -> CrossCatGrids:
+    """:func:`default_crosscat_grids` with the NIX grids set from the data, as pylace (lace) sets its NIX
+    hyperprior from each column (``NixHyper::from_data``: ``mu0 ~ N(mean, sd)``, ``kappa0 ~ Gamma(1, 1)``,
+    ``nu0 ~ InvGamma(log n, log n)``, ``sigma2 ~ InvGamma(log n, var)``, ``n`` the column's observed cells).
+
+    Each NIX grid holds the ``(i + 1/2) / num`` quantiles of that hyperprior, so the grid Gibbs of
+    :func:`resample_hypers` (uniform over the points) samples a discretisation of lace's hyperprior instead of the
+    default's log-uniform ranges (``kappa0`` down to 0.01, ``sigma2`` up to 10, which make a new cluster's prior
+    predictive wide and favour few clusters on a small subsample). A modelling choice (it changes the target
+    posterior), measured in docs/anneal.md (session 14). The grids are shared by every real column (a tuple per
+    parameter), so the columns must share their centre and scale: pass standardised reals (``data``: the training
+    rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
+
+    Raises ``ValueError`` for a table the model rejects, or real columns whose means differ by more than 0.5
+    pooled sd or whose variances differ by more than a factor of 4 (standardise them first).
+    """
+    from scipy import stats
+
+    num = check_int("num", num, low=2)
+    base = default_crosscat_grids(model, num)
+    if not model.real_idx:
+        return base
+    enc = encode_table(model, data, jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+    real, obs = np.asarray(enc.real, np.float64), np.asarray(enc.real_obs)
+    means = np.array([real[obs[:, j], j].mean() for j in range(real.shape[1])])
+    vars_ = np.array([real[obs[:, j], j].var() for j in range(real.shape[1])])
+    n = int(obs.sum(0).min())
+    if n < 2 or np.any(vars_ <= 0):
+        raise ValueError("data_grids needs at least 2 observed, not all equal, cells in every real column")
+    m, v = float(np.sum(real[obs]) / obs.sum()), float(np.mean(vars_))
+    if np.ptp(means) > 0.5 * math.sqrt(v) or vars_.max() > 4 * vars_.min():
+        raise ValueError(f"data_grids shares one NIX grid across the real columns: their means ({means.round(3)}) and "
+                         f"variances ({vars_.round(3)}) must agree; standardise the real columns first")
+    q = (np.arange(num) + 0.5) / num
+    a = max(math.log(n), 1.01)
+    return dataclasses.replace(
+        base, nix_mu0=tuple(m + math.sqrt(v) * stats.norm.ppf(q)), nix_kappa0=tuple(stats.gamma(1.0).ppf(q)),
+        nix_nu0=tuple(stats.invgamma(a, scale=a).ppf(q)), nix_sigma2=tuple(stats.invgamma(a, scale=v).ppf(q)))
 
 
 _HYPER_WIDTHS = (8, 16, 32)  # cluster widths of resample_hypers' Dirichlet loop below the capacity (static config)
