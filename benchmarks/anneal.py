@@ -274,26 +274,27 @@ def _heldout_vs_pylace(quick):
     return out
 
 
-def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default"):
+def _heldout_seeds(quick, budgets=None, num_keys=None, grids="data"):
     """The held-out comparison over seeds (docs/anneal.md, session 14): on the experiment's flights split of each
     budget, ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``k`` (2 chains in 2 threads,
     the experiment's settings) then pylace (2 states) with seed ``k`` for jaxsub's sampling seconds of that run.
     ``_heldout_vs_pylace`` compares one seeded Anneal run with one pylace seed; the score of a 2-chain / 2-state
     mean varies by ~1-1.5 nats per row between seeds on this split for both tools, more than the differences it
-    reports at 1N and 3N. Per budget: mean and median score of each, the per-pair difference (mean, its standard
-    error, median) and the pairs jaxsub won."""
+    reports at 1N and 3N. ``grids``: ``"data"`` (the experiment's default) or ``"default"``. Per budget: mean and
+    median score of each, the per-pair difference (mean, its standard error, median) and the pairs jaxsub won."""
     try:
         import lace  # noqa: F401
     except ImportError:
         return [{"case": "heldout_seeds", "note": "pylace not installed (optional extra 'peers')"}]
-    from experiments.crosscat_anneal import _model, _pylace_scores, split, table
+    from experiments.crosscat_anneal import _model, _pylace_scores, load_table, split
     from jaxsub.anneal import crosscat as cc
     from jaxsub.datasets import load_crosscat_flights
 
     budgets = ((1, 3) if quick else (1, 3, 10)) if budgets is None else tuple(budgets)
     num_keys = (4 if quick else 10) if num_keys is None else int(num_keys)
-    x, kinds, names = table(load_crosscat_flights(), 1000, 11, 2)  # the subsets mode's flights table (seed 2)
+    x, kinds, names = load_table(load_crosscat_flights(), 1000, 11, 2)  # the subsets mode's flights table (seed 2)
     model = _model(kinds)
+    grids = cc.data_grids(model, x) if grids == "data" else grids  # as the experiment: one set for the table
     cache = an.SweepCache()
     out = []
     for b in budgets:

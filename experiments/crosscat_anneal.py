@@ -40,7 +40,7 @@ def _model(kinds):
     return cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), tuple(feats))
 
 
-def table(ds, rows_max, cols_max, seed_i):
+def load_table(ds, rows_max, cols_max, seed_i):
     """``(x, kinds, names)``: the dataset's rows subset (``rows_max`` rows drawn with seed ``seed_i``; ``None``:
     all) and first ``cols_max`` columns, all-missing columns dropped (the experiment's table of a mode)."""
     x, kinds, names = ds.x, list(ds.extras["kinds"]), list(ds.feature_names)
@@ -112,12 +112,16 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
     return np.asarray(per_state), wall, iters
 
 
-def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None) -> dict:
+def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None,
+        grids: str = "data") -> dict:
     """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
     in the report, e.g. ``("flights (mixed)",)``), ``budgets`` and ``num_chains`` override the mode's
-    (reduced full-size runs, ``python -c``)."""
+    (reduced full-size runs, ``python -c``). ``grids``: ``"data"`` (default since session 14) the NIX grids of
+    :func:`~jaxsub.anneal.crosscat.data_grids` on the table's rows (lace's data-derived NIX hyperprior, as pylace
+    uses; the loaders standardise the reals; one set per table: grids are compiled in), ``"default"``:
+    :func:`~jaxsub.anneal.crosscat.default_crosscat_grids`."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
@@ -142,8 +146,12 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
             "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
             else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
+    if grids not in ("data", "default"):
+        raise ValueError(f"grids must be 'data' or 'default'; got {grids!r}")
     if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
         mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
+    mode += ("; NIX grids from the table's rows (cc.data_grids: lace's data-derived hyperprior)" if
+             grids == "data" else "; default grids (cc.default_crosscat_grids)")
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
@@ -152,8 +160,11 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     bar = progress(total=len(loaders) * len(budgets) * len(strategies), desc="crosscat runs")
     for d_i, (dname, loader) in enumerate(loaders.items()):
         seed_i = seed_of[dname] if subsets else d_i
-        x, kinds, names = table(loader(), *sizes[dname], seed_i)
+        x, kinds, names = load_table(loader(), *sizes[dname], seed_i)
         model = _model(kinds)
+        # grids are static config of the compiled sweep: one set per table (its rows, whose reals the loader
+        # standardised), not per split, so every run of a table shares one compilation
+        g = cc.data_grids(model, x) if grids == "data" else "default"
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
         run_id = 0
@@ -168,7 +179,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                 widths = () if quick else cc.width_ladder(n)
                 fit = lambda: cc.fit(jax.random.key(run_id), train, model, make(n, b * n),  # noqa: E731
                                      num_chains=num_chains, test_data=test, span=n, capacity=capacity, cache=cache,
-                                     threads=threads, feature_widths=widths)
+                                     threads=threads, feature_widths=widths, grids=g)
                 if run_id == 1:  # warm-up: a first execution pays one-off costs; excluded like compilation
                     t_w = time.perf_counter()
                     fit()
