@@ -294,7 +294,7 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="data"):
     num_keys = (4 if quick else 10) if num_keys is None else int(num_keys)
     x, kinds, names = load_table(load_crosscat_flights(), 1000, 11, 2)  # the subsets mode's flights table (seed 2)
     model = _model(kinds)
-    grids = cc.data_grids(model, x) if grids == "data" else grids  # as the experiment: one set for the table
+    grids = cc.data_grids(model, x, style="weights") if grids == "data" else grids  # as the experiment
     cache = an.SweepCache()
     out = []
     for b in budgets:

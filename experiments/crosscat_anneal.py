@@ -119,8 +119,9 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
     in the report, e.g. ``("flights (mixed)",)``), ``budgets`` and ``num_chains`` override the mode's
     (reduced full-size runs, ``python -c``). ``grids``: ``"data"`` (default since session 14) the NIX grids of
-    :func:`~jaxsub.anneal.crosscat.data_grids` on the table's rows (lace's data-derived NIX hyperprior, as pylace
-    uses; the loaders standardise the reals; one set per table: grids are compiled in), ``"default"``:
+    :func:`~jaxsub.anneal.crosscat.data_grids` (``style="weights"``) on the table's rows: lace's data-derived NIX
+    hyperprior, as pylace uses, as prior weights on the grid points (the loaders standardise the reals; one set per
+    table: grids are compiled in), ``"default"``:
     :func:`~jaxsub.anneal.crosscat.default_crosscat_grids`."""
     import matplotlib.pyplot as plt
 
@@ -150,7 +151,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         raise ValueError(f"grids must be 'data' or 'default'; got {grids!r}")
     if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
         mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
-    mode += ("; NIX grids from the table's rows (cc.data_grids: lace's data-derived hyperprior)" if
+    mode += ("; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)" if
              grids == "data" else "; default grids (cc.default_crosscat_grids)")
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
@@ -164,7 +165,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         model = _model(kinds)
         # grids are static config of the compiled sweep: one set per table (its rows, whose reals the loader
         # standardised), not per split, so every run of a table shares one compilation
-        g = cc.data_grids(model, x) if grids == "data" else "default"
+        g = cc.data_grids(model, x, style="weights") if grids == "data" else "default"
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
         run_id = 0
