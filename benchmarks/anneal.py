@@ -274,13 +274,13 @@ def _heldout_vs_pylace(quick):
     return out
 
 
-def _heldout_seeds(quick, budgets=None, num_keys=None, grids="data"):
+def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default"):
     """The held-out comparison over seeds (docs/anneal.md, session 14): on the experiment's flights split of each
     budget, ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``k`` (2 chains in 2 threads,
     the experiment's settings) then pylace (2 states) with seed ``k`` for jaxsub's sampling seconds of that run.
     ``_heldout_vs_pylace`` compares one seeded Anneal run with one pylace seed; the score of a 2-chain / 2-state
     mean varies by ~1-1.5 nats per row between seeds on this split for both tools, more than the differences it
-    reports at 1N and 3N. ``grids``: ``"data"`` (the experiment's default) or ``"default"``. Per budget: mean and
+    reports at 1N and 3N. ``grids``: ``"default"`` (the experiment's) or ``"data"``. Per budget: mean and
     median score of each, the per-pair difference (mean, its standard error, median) and the pairs jaxsub won."""
     try:
         import lace  # noqa: F401
