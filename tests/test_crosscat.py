@@ -940,6 +940,20 @@ def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_rea
         cc.data_grids(model, x * np.array([1.0, 1.0, 5.0]))
     with pytest.raises(ValueError, match="num"):
         cc.data_grids(model, x, num=1)
+    # style="weights": the default grids' ranges centred / scaled on the data, each point weighted by the hyperprior's
+    # log density (times the point on the log-spaced grids), written here in closed form (up to constants)
+    w = cc.data_grids(model, x, style="weights")
+    sd = math.sqrt(v)
+    np.testing.assert_allclose(w.nix_mu0, m + sd * np.linspace(-2, 2, 12), rtol=1e-6)
+    np.testing.assert_allclose(w.nix_sigma2, v * np.asarray(base.nix_sigma2), rtol=1e-6)
+    assert w.nix_kappa0 == base.nix_kappa0 and w.nix_nu0 == base.nix_nu0
+    gm, gk, gnu, gs2 = (np.asarray(t) for t in (w.nix_mu0, w.nix_kappa0, w.nix_nu0, w.nix_sigma2))
+    expect = (-(gm - m) ** 2 / (2 * v), -gk + np.log(gk), -a * np.log(gnu) - a / gnu, -a * np.log(gs2) - v / gs2)
+    for got, e, name in zip(w.nix_logprior, expect, ("mu0", "kappa0", "nu0", "sigma2")):
+        np.testing.assert_allclose(got, np.maximum(e - e.max(), -200.0), rtol=1e-6, atol=1e-6, err_msg=name)
+    assert np.ptp(w.nix_logprior[3]) > 10  # not uniform: sigma2 far below var / log n is down-weighted
+    with pytest.raises(ValueError, match="style"):
+        cc.data_grids(model, x, style="lace")
 
 
 def test_weighted_nix_grid_gibbs_matches_exact_conditionals():

@@ -94,6 +94,7 @@ __all__ = [
     "CrossCatState",
     "block_tick",
     "build_sweep",
+    "data_grids",
     "default_crosscat_grids",
     "depends_on",
     "diagnose",
@@ -1237,12 +1238,15 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     parameter), so the columns must share their centre and scale: pass standardised reals (``data``: the training
     rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
 
-    Raises ``ValueError`` for a table the model rejects, or real columns whose means differ by more than 0.5
-    pooled sd or whose variances differ by more than a factor of 4 (standardise them first).
+    Raises ``ValueError`` for a table the model rejects, an unknown ``style``, ``num < 2``, a real column with
+    fewer than 2 observed cells or a constant one, or real columns whose means differ by more than 0.5 pooled sd or
+    whose variances differ by more than a factor of 4 (standardise them first).
     """
     from scipy import stats
 
     num = check_int("num", num, low=2)
+    if style not in ("quantiles", "weights"):
+        raise ValueError(f"style must be 'quantiles' or 'weights'; got {style!r}")
     base = default_crosscat_grids(model, num)
     if not model.real_idx:
         return base
@@ -1268,8 +1272,6 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
         lw = tuple(tuple(np.maximum(w - w.max(), -200.0)) for w in lw)  # finite: a point far out keeps weight e^-200
         return dataclasses.replace(base, nix_mu0=tuple(g_m), nix_kappa0=tuple(g_k), nix_nu0=tuple(g_nu),
                                    nix_sigma2=tuple(g_s2), nix_logprior=lw)
-    if style != "quantiles":
-        raise ValueError(f"style must be 'quantiles' or 'weights'; got {style!r}")
     q = (np.arange(num) + 0.5) / num
     return dataclasses.replace(
         base, nix_mu0=tuple(pm.ppf(q)), nix_kappa0=tuple(pk.ppf(q)), nix_nu0=tuple(pnu.ppf(q)),
