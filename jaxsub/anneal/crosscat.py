@@ -1234,7 +1234,8 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     ``mean + sd * [-2, 2]``) and scaled (``sigma2``: ``var * [0.01, 10]``) on the data, each point weighted by the
     hyperprior's log density (times the point for the log-spaced grids: a density in the log scale) in
     ``nix_logprior`` (no truncation beyond the ranges). A modelling choice (it changes the target
-    posterior), measured in docs/anneal.md (session 14). The grids are shared by every real column (a tuple per
+    posterior), opt-in: on the flights subset it measured +0.19 nats per held-out row at 1N and -2.33 at 30N
+    against the default grids (10 / 6 paired keys; docs/anneal.md, session 14). The grids are shared by every real column (a tuple per
     parameter), so the columns must share their centre and scale: pass standardised reals (``data``: the training
     rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
 
