@@ -1226,8 +1226,8 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     hyperprior from each column (``NixHyper::from_data``: ``mu0 ~ N(mean, sd)``, ``kappa0 ~ Gamma(1, 1)``,
     ``nu0 ~ InvGamma(log n, log n)``, ``sigma2 ~ InvGamma(log n, var)``, ``n`` the column's observed cells).
 
-    ``style="quantiles"``: each NIX grid holds the ``(i + 1/2) / num`` quantiles of that hyperprior, so the grid Gibbs of
-    :func:`resample_hypers` (uniform over the points) samples a discretisation of lace's hyperprior instead of the
+    ``style="quantiles"``: each NIX grid holds the ``(i + 1/2) / num`` quantiles of that hyperprior, so the grid
+    Gibbs of :func:`resample_hypers` (uniform over the points) samples a discretisation of lace's hyperprior instead of the
     default's log-uniform ranges (``kappa0`` down to 0.01, ``sigma2`` up to 10, which make a new cluster's prior
     predictive wide and favour few clusters on a small subsample); its support is the hyperprior's central
     ``1 - 1/num`` mass, so it also truncates it. ``style="weights"``: the default grids' ranges, centred (``mu0``:
@@ -1235,9 +1235,9 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     hyperprior's log density (times the point for the log-spaced grids: a density in the log scale) in
     ``nix_logprior`` (no truncation beyond the ranges). A modelling choice (it changes the target
     posterior), opt-in: on the flights subset it measured +0.19 nats per held-out row at 1N and -2.33 at 30N
-    against the default grids (10 / 6 paired keys; docs/anneal.md, session 14). The grids are shared by every real column (a tuple per
-    parameter), so the columns must share their centre and scale: pass standardised reals (``data``: the training
-    rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
+    against the default grids (10 / 6 paired keys; docs/anneal.md, session 14). The grids are shared by every real
+    column (a tuple per parameter), so the columns must share their centre and scale: pass standardised reals
+    (``data``: the training rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
 
     Raises ``ValueError`` for a table the model rejects, an unknown ``style``, ``num < 2``, a real column with
     fewer than 2 observed cells or a constant one, or real columns whose means differ by more than 0.5 pooled sd or
