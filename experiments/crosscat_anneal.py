@@ -40,6 +40,34 @@ def _model(kinds):
     return cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), tuple(feats))
 
 
+def load_table(ds, rows_max, cols_max, seed_i):
+    """``(x, kinds, names)``: the dataset's rows subset (``rows_max`` rows drawn with seed ``seed_i``; ``None``:
+    all) and first ``cols_max`` columns, all-missing columns dropped (the experiment's table of a mode)."""
+    x, kinds, names = ds.x, list(ds.extras["kinds"]), list(ds.feature_names)
+    rng = np.random.default_rng(seed_i)
+    if rows_max is not None:
+        x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
+    if cols_max is not None:
+        x, kinds, names = x[:, :cols_max], kinds[:cols_max], names[:cols_max]
+    keep = ~np.all(np.isnan(x), axis=0)
+    if not np.all(keep):  # (the kinds / names lists are left as they were, as the experiment always did)
+        x = x[:, keep]
+    return x, kinds, names
+
+
+def split(x, kinds, seed_i, run_id):
+    """``(train, test)``: the 7/8 - 1/8 split of run ``run_id`` (test rows with a missing cell or a category unseen in
+    training dropped, at most ``max(8, N / 16)`` of them)."""
+    perm = np.random.default_rng(1000 * seed_i + run_id).permutation(x.shape[0])
+    n_test = x.shape[0] // 8
+    test, train = x[perm[:n_test]], x[perm[n_test:]]
+    test = test[~np.any(np.isnan(test), axis=1)]
+    for j, k in enumerate(kinds):  # pylace cannot score categories unseen in training
+        if k != "real":
+            test = test[np.isin(test[:, j], train[:, j])]
+    return train, test[: max(8, x.shape[0] // 16)]
+
+
 def _consistency(view_of):
     """Mean pairwise agreement of co-assignment matrices across samples (1 = same partitions)."""
     v = np.asarray(view_of)
@@ -84,12 +112,18 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
     return np.asarray(per_state), wall, iters
 
 
-def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None) -> dict:
+def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None,
+        grids: str = "default") -> dict:
     """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
     in the report, e.g. ``("flights (mixed)",)``), ``budgets`` and ``num_chains`` override the mode's
-    (reduced full-size runs, ``python -c``)."""
+    (reduced full-size runs, ``python -c``). ``grids``: ``"default"``
+    (:func:`~jaxsub.anneal.crosscat.default_crosscat_grids`) or ``"data"``: the NIX grids of
+    :func:`~jaxsub.anneal.crosscat.data_grids` (``style="weights"``) on the table's rows, lace's data-derived NIX
+    hyperprior as prior weights on the grid points (the loaders standardise the reals; one set per table: grids are
+    compiled in). Measured in session 14 (docs/anneal.md): ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not
+    the default."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
@@ -114,8 +148,12 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
             "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
             else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
+    if grids not in ("data", "default"):
+        raise ValueError(f"grids must be 'data' or 'default'; got {grids!r}")
     if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
         mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
+    mode += ("; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)" if
+             grids == "data" else "; default grids (cc.default_crosscat_grids)")
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
@@ -123,19 +161,12 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     axes, dep_axes = axes[0], dep_axes[0]
     bar = progress(total=len(loaders) * len(budgets) * len(strategies), desc="crosscat runs")
     for d_i, (dname, loader) in enumerate(loaders.items()):
-        ds = loader()
-        rows_max, cols_max = sizes[dname]
-        x = ds.x
-        kinds = list(ds.extras["kinds"])
-        names = list(ds.feature_names)
         seed_i = seed_of[dname] if subsets else d_i
-        rng = np.random.default_rng(seed_i)
-        if rows_max is not None:
-            x = x[rng.choice(x.shape[0], size=min(rows_max, x.shape[0]), replace=False)]
-        if cols_max is not None:
-            x, kinds, names = x[:, :cols_max], kinds[:cols_max], names[:cols_max]
-        x = x[:, ~np.all(np.isnan(x), axis=0)] if np.any(np.all(np.isnan(x), axis=0)) else x
+        x, kinds, names = load_table(loader(), *sizes[dname], seed_i)
         model = _model(kinds)
+        # grids are static config of the compiled sweep: one set per table (its rows, whose reals the loader
+        # standardised), not per split, so every run of a table shares one compilation
+        g = cc.data_grids(model, x, style="weights") if grids == "data" else "default"
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
         run_id = 0
@@ -143,21 +174,14 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         for b in budgets:
             for sname, make in strategies.items():
                 run_id += 1
-                perm = np.random.default_rng(1000 * seed_i + run_id).permutation(x.shape[0])
-                n_test = x.shape[0] // 8
-                test, train = x[perm[:n_test]], x[perm[n_test:]]
-                test = test[~np.any(np.isnan(test), axis=1)]
-                for j, k in enumerate(kinds):  # pylace cannot score categories unseen in training
-                    if k != "real":
-                        test = test[np.isin(test[:, j], train[:, j])]
-                test = test[: max(8, x.shape[0] // 16)]
+                train, test = split(x, kinds, seed_i, run_id)
                 n = train.shape[0]
                 # feature moves on the subsample's rows only (one compiled feature sweep per width; not in the
                 # quick mode, whose CPU is mostly compilation)
                 widths = () if quick else cc.width_ladder(n)
                 fit = lambda: cc.fit(jax.random.key(run_id), train, model, make(n, b * n),  # noqa: E731
                                      num_chains=num_chains, test_data=test, span=n, capacity=capacity, cache=cache,
-                                     threads=threads, feature_widths=widths)
+                                     threads=threads, feature_widths=widths, grids=g)
                 if run_id == 1:  # warm-up: a first execution pays one-off costs; excluded like compilation
                     t_w = time.perf_counter()
                     fit()
