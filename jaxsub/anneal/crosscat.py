@@ -1220,7 +1220,6 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
     )
 
 
-
 def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantiles") -> CrossCatGrids:
     """:func:`default_crosscat_grids` with the NIX grids set from the data, as pylace (lace) sets its NIX
     hyperprior from each column (``NixHyper::from_data``: ``mu0 ~ N(mean, sd)``, ``kappa0 ~ Gamma(1, 1)``,
