@@ -340,7 +340,8 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
                     "pylace_mean": float(lc.mean()), "pylace_median": float(np.median(lc)),
                     "diff_mean": float(d.mean()), "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else
                     float("nan"), "diff_median": float(np.median(d)), "anneal_won": int(np.sum(d >= 0)),
-                    "diffs": [float(v) for v in d], "load": [load0, os.getloadavg()[0]]})
+                    "diffs": [float(v) for v in d], "anneal_scores": [float(v) for v in jx],
+                    "pylace_scores": [float(v) for v in lc], "load": [load0, os.getloadavg()[0]]})
     return out
 
 
@@ -516,7 +517,22 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md
     ap.add_argument("--budgets", nargs="*", type=int, default=[1, 3, 10, 30])
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--aggregate", nargs="*", default=None, help="JSON files of earlier runs: print their median "
+                    "and range per table, grids and budget instead of running")
     a = ap.parse_args()
+    if a.aggregate:
+        runs = [json.load(open(f)) for f in a.aggregate]
+        keys = dict.fromkeys((r["table"], r["grids"], r["budget_N"]) for run in runs for r in run["rows"])
+        print("table | grids | budget | Anneal - pylace per run: mean (se) [won] | median of means (range) | "
+              "seconds, median per run | load per run")
+        for k in keys:
+            sel = [r for run in runs for r in run["rows"] if (r["table"], r["grids"], r["budget_N"]) == k]
+            m = [r["diff_mean"] for r in sel]
+            print(f"{k[0]} | {k[1]} | {k[2]}N | " + " / ".join(f"{r['diff_mean']:+.2f} ({r['diff_se']:.2f}) "
+                  f"[{r['anneal_won']}]" for r in sel) + f" | {np.median(m):+.2f} ({min(m):+.2f} … {max(m):+.2f}) | "
+                  + " / ".join(f"{r['seconds_median']:.3f}" for r in sel) + " | "
+                  + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel))
+        raise SystemExit(0)
     t0, load0 = time.perf_counter(), os.getloadavg()
     rows = _heldout_seeds_tables(False, a.budgets, a.keys, tuple(a.grids), a.tables)
     for r in rows:
