@@ -137,7 +137,9 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     :func:`~jaxsub.anneal.crosscat.data_grids` (``style="weights"``) on the table's rows, lace's data-derived NIX
     hyperprior as prior weights on the grid points (the loaders standardise the reals; one set per table: grids are
     compiled in), or ``"data-no-sigma2"``: the same without the sigma2 weight (``sigma2_weight=False``). Measured in
-    session 14 (docs/anneal.md): ``"data"`` ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not the default."""
+    session 14 (docs/anneal.md): ``"data"`` ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not the default;
+    ``"data-no-sigma2"`` (session 15, 10 paired keys per budget): +0.2 to +0.7 on hfi, -0.01 to +0.33 on flights at
+    1 / 3 / 10 / 30N, none of the eight over 2 se, so not the default either."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,

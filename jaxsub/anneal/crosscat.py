@@ -1240,7 +1240,8 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     (it changes the target posterior), opt-in. Measured against the default grids (paired keys, docs/anneal.md,
     sessions 14-15): ``style="weights"`` +0.19 nats per held-out row at 1N and -2.33 at 30N on the flights subset;
     with ``sigma2_weight=False`` +0.16 / -0.44 there and +0.16 / +0.97 / +2.78 / +1.14 at 1 / 3 / 10 / 30N on the
-    hfi subset. The grids are shared by every real column (a tuple per parameter), so the columns must share their
+    hfi subset (session 14's keys); on keys 100-109 (session 15) +0.22 / +0.42 / +0.36 / +0.66 on hfi and +0.07 /
+    -0.01 / +0.33 / +0.23 on flights (each within 2 se): not the default. The grids are shared by every real column (a tuple per parameter), so the columns must share their
     centre and scale: pass standardised reals (``mean`` / ``var`` are pooled over the real columns). Other grids
     are the default's.
 
