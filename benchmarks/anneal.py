@@ -185,7 +185,8 @@ def run(*, quick: bool = False) -> list[dict]:
     rows += _tick_cost()
     rows += _pylace_rows(quick)
     rows += _heldout_vs_pylace(quick)
-    rows += _heldout_seeds_tables(quick, budgets=(1, 3) if quick else (1, 3, 10, 30))  # quick: flights only
+    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/anneal.md, session 15)
+    rows += _heldout_seeds(quick)
     rows += _targets(rows)
     return rows
 
