@@ -185,6 +185,7 @@ def run(*, quick: bool = False) -> list[dict]:
     rows += _tick_cost()
     rows += _pylace_rows(quick)
     rows += _heldout_vs_pylace(quick)
+    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/anneal.md, session 15)
     rows += _heldout_seeds(quick)
     rows += _targets(rows)
     return rows
@@ -274,39 +275,52 @@ def _heldout_vs_pylace(quick):
     return out
 
 
-def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default"):
-    """The held-out comparison over seeds (docs/anneal.md, session 14): on the experiment's flights split of each
-    budget, ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``k`` (2 chains in 2 threads,
-    the experiment's settings) then pylace (2 states) with seed ``k`` for jaxsub's sampling seconds of that run.
-    ``_heldout_vs_pylace`` compares one seeded Anneal run with one pylace seed; the score of a 2-chain / 2-state
-    mean varies by ~1-1.5 nats per row between seeds on this split for both tools, more than the differences it
-    reports at 1N and 3N. ``grids``: ``"default"`` (the experiment's) or ``"data"``. Per budget: mean and
-    median score of each, the per-pair difference (mean, its standard error, median) and the pairs jaxsub won."""
+# the subsets mode of experiments/crosscat_anneal: (loader name, rows, columns, seed) of each table
+_SEED_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 300, 12, 0), "gss (categorical)": ("load_crosscat_gss", 1200, 10, 1),
+                "flights (mixed)": ("load_crosscat_flights", 1000, 11, 2)}
+
+
+def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)"):
+    """The held-out comparison over seeds (docs/anneal.md, sessions 14-15): on the experiment's split of each budget
+    of ``table`` (its subsets mode: hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11, the Anneal run's split),
+    ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``100 + k`` (2 chains in 2 threads,
+    the experiment's settings) then pylace (2 states) with seed ``100 + k`` for jaxsub's sampling seconds of that
+    run. ``_heldout_vs_pylace`` compares one seeded Anneal run with one pylace seed; the score of a 2-chain / 2-state
+    mean varies by ~1-1.5 nats per row between seeds on the flights split for both tools, more than the differences
+    it reports at 1N and 3N. ``grids``: a name of ``experiments.crosscat_anneal.GRIDS`` (``"default"``, ``"data"``,
+    ``"data-no-sigma2"``). Per budget: mean and median score of each, the per-pair difference (mean, its standard
+    error, median), the pairs jaxsub won, the seconds (median, range) and the load average before / after."""
     try:
         import lace  # noqa: F401
     except ImportError:
         return [{"case": "heldout_seeds", "note": "pylace not installed (optional extra 'peers')"}]
-    from experiments.crosscat_anneal import _model, _pylace_scores, load_table, split
+    import os
+
+    import jaxsub.datasets as jds
+    from experiments.crosscat_anneal import _model, _pylace_scores, load_table, split, table_grids
     from jaxsub.anneal import crosscat as cc
-    from jaxsub.datasets import load_crosscat_flights
 
     budgets = ((1, 3) if quick else (1, 3, 10)) if budgets is None else tuple(budgets)
     num_keys = (4 if quick else 10) if num_keys is None else int(num_keys)
-    x, kinds, names = load_table(load_crosscat_flights(), 1000, 11, 2)  # the subsets mode's flights table (seed 2)
+    if table not in _SEED_TABLES:
+        raise ValueError(f"table must be one of {list(_SEED_TABLES)}; got {table!r}")
+    loader, rows_max, cols_max, seed_i = _SEED_TABLES[table]
+    x, kinds, names = load_table(getattr(jds, loader)(), rows_max, cols_max, seed_i)
     model = _model(kinds)
-    grids = cc.data_grids(model, x, style="weights") if grids == "data" else grids  # as the experiment
+    g = table_grids(model, x, grids)  # as the experiment: one set per table
     cache = an.SweepCache()
     out = []
     for b in budgets:
         run_id = {1: 1, 3: 4, 10: 7, 30: 10}.get(b, 1)  # the experiment's Anneal split of this budget (subsets mode)
-        train, test = split(x, kinds, 2, run_id)
+        train, test = split(x, kinds, seed_i, run_id)
         n = train.shape[0]
 
         def fit(k):
             return cc.fit(jax.random.key(100 + k), train, model, an.linear_anneal(n, b * n), num_chains=2,
-                          test_data=test, span=n, capacity=32, cache=cache, threads=2, grids=grids,
+                          test_data=test, span=n, capacity=32, cache=cache, threads=2, grids=g,
                           feature_widths=cc.width_ladder(n))
 
+        load0 = os.getloadavg()[0]
         fit(0)  # compile + first execution, excluded
         jx, lc, secs = [], [], []
         for k in range(num_keys):
@@ -321,11 +335,27 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default"):
         jx, lc = np.asarray(jx), np.asarray(lc)
         d = jx - lc
         out.append({"case": "heldout per test row over seeds: Anneal key k vs pylace seed k at Anneal's seconds",
-                    "budget_N": b, "pairs": len(d), "seconds_median": float(np.median(secs)),
+                    "table": table, "grids": grids, "budget_N": b, "pairs": len(d),
+                    "seconds_median": float(np.median(secs)), "seconds_range": [float(min(secs)), float(max(secs))],
                     "anneal_mean": float(jx.mean()), "anneal_median": float(np.median(jx)),
                     "pylace_mean": float(lc.mean()), "pylace_median": float(np.median(lc)),
                     "diff_mean": float(d.mean()), "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else
-                    float("nan"), "diff_median": float(np.median(d)), "anneal_won": int(np.sum(d >= 0))})
+                    float("nan"), "diff_median": float(np.median(d)), "anneal_won": int(np.sum(d >= 0)),
+                    "diffs": [float(v) for v in d], "anneal_scores": [float(v) for v in jx],
+                    "pylace_scores": [float(v) for v in lc], "load": [load0, os.getloadavg()[0]]})
+    return out
+
+
+def _heldout_seeds_tables(quick, budgets=None, num_keys=None, grids=("default",), tables=None):
+    """:func:`_heldout_seeds` on each of ``tables`` (default: all three; quick: flights) for each grid name of
+    ``grids`` (grids with data weights are skipped on a table without reals: they equal the default there)."""
+    tables = (("flights (mixed)",) if quick else tuple(_SEED_TABLES)) if tables is None else tuple(tables)
+    out = []
+    for t in tables:
+        for gname in grids:
+            if gname != "default" and t == "gss (categorical)":
+                continue  # no real columns: data_grids returns the default grids
+            out += _heldout_seeds(quick, budgets, num_keys, gname, t)
     return out
 
 
@@ -382,9 +412,12 @@ def _targets(rows):
         out.append({"case": "target: Anneal >= pylace held-out (flights subset), points met", "N": len(held),
                     "value": sum(r["met"] for r in held), "met": all(r["met"] for r in held)})
     seeds = [r for r in rows if r.get("case", "").startswith("heldout per test row over seeds")]
-    if seeds:  # over seeds: the mean per-pair difference >= 0 at every budget
-        out.append({"case": "target over seeds: mean (Anneal - pylace) >= 0 per budget, budgets met", "N": len(seeds),
-                    "value": sum(r["diff_mean"] >= 0 for r in seeds), "met": all(r["diff_mean"] >= 0 for r in seeds)})
+    for t in dict.fromkeys((r.get("table", "flights (mixed)"), r.get("grids", "default")) for r in seeds):
+        sel = [r for r in seeds if (r.get("table", "flights (mixed)"), r.get("grids", "default")) == t]
+        # over seeds: the mean per-pair difference >= 0 at every budget of each table (and grids)
+        out.append({"case": "target over seeds: mean (Anneal - pylace) >= 0 per budget, budgets met", "table": t[0],
+                    "grids": t[1], "N": len(sel), "value": sum(r["diff_mean"] >= 0 for r in sel),
+                    "met": all(r["diff_mean"] >= 0 for r in sel)})
     if lace:
         one = [r for r in cc_all if r["chains"] == 1 and r["N"] == lace[0]["N"]]
         if one:
@@ -472,3 +505,44 @@ def _crosscat(quick):
         if n == 10_000:  # a 64-row subsample: the moves over all N rows vs on the subsample window (width 64)
             out.append(_window_sweep(model, enc, fs, capacity, views, m=64))
     return out
+
+
+if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md, session 15)
+    import argparse
+    import json
+    import os
+
+    ap = argparse.ArgumentParser(description="held-out Anneal vs pylace over seed pairs (_heldout_seeds_tables)")
+    ap.add_argument("--tables", nargs="*", default=None, help="table names (default: all three)")
+    ap.add_argument("--grids", nargs="*", default=["default"], help="grid names (experiments.crosscat_anneal.GRIDS)")
+    ap.add_argument("--budgets", nargs="*", type=int, default=[1, 3, 10, 30])
+    ap.add_argument("--keys", type=int, default=10)
+    ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--aggregate", nargs="*", default=None, help="JSON files of earlier runs: print their median "
+                    "and range per table, grids and budget instead of running")
+    a = ap.parse_args()
+    if a.aggregate:
+        runs = [json.load(open(f)) for f in a.aggregate]
+        keys = dict.fromkeys((r["table"], r["grids"], r["budget_N"]) for run in runs for r in run["rows"])
+        print("table | grids | budget | Anneal - pylace per run: mean (se) [won] | median of means (range) | "
+              "seconds, median per run | load per run")
+        for k in keys:
+            sel = [r for run in runs for r in run["rows"] if (r["table"], r["grids"], r["budget_N"]) == k]
+            m = [r["diff_mean"] for r in sel]
+            print(f"{k[0]} | {k[1]} | {k[2]}N | " + " / ".join(f"{r['diff_mean']:+.2f} ({r['diff_se']:.2f}) "
+                  f"[{r['anneal_won']}]" for r in sel) + f" | {np.median(m):+.2f} ({min(m):+.2f} … {max(m):+.2f}) | "
+                  + " / ".join(f"{r['seconds_median']:.3f}" for r in sel) + " | "
+                  + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel))
+        raise SystemExit(0)
+    t0, load0 = time.perf_counter(), os.getloadavg()
+    rows = _heldout_seeds_tables(False, a.budgets, a.keys, tuple(a.grids), a.tables)
+    for r in rows:
+        print(f"{r['table']:18s} {r['grids']:15s} {r['budget_N']:>3d}N  {r['seconds_median']:.3f} s  "
+              f"Anneal {r['anneal_mean']:+.3f}  pylace {r['pylace_mean']:+.3f}  diff {r['diff_mean']:+.3f} "
+              f"(se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  load {r['load'][0]:.1f}->{r['load'][1]:.1f}",
+              flush=True)
+    meta = {"wall_s": time.perf_counter() - t0, "load_start": load0, "load_end": os.getloadavg()}
+    print(meta)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)

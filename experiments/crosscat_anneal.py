@@ -55,6 +55,20 @@ def load_table(ds, rows_max, cols_max, seed_i):
     return x, kinds, names
 
 
+GRIDS = ("default", "data", "data-no-sigma2")  # run(grids=...): see table_grids
+
+
+def table_grids(model, x, grids):
+    """The hyperparameter grids of ``run(grids=...)`` for the table ``x`` (its rows: one set per table):
+    ``"default"`` (``cc.fit``'s default grids), ``"data"`` (``cc.data_grids(style="weights")``) or
+    ``"data-no-sigma2"`` (the same with ``sigma2_weight=False``). Raises ``ValueError`` for another name."""
+    if grids not in GRIDS:
+        raise ValueError(f"grids must be one of {GRIDS}; got {grids!r}")
+    if grids == "default":
+        return "default"
+    return cc.data_grids(model, x, style="weights", sigma2_weight=grids == "data")
+
+
 def split(x, kinds, seed_i, run_id):
     """``(train, test)``: the 7/8 - 1/8 split of run ``run_id`` (test rows with a missing cell or a category unseen in
     training dropped, at most ``max(8, N / 16)`` of them)."""
@@ -118,12 +132,14 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
     in the report, e.g. ``("flights (mixed)",)``), ``budgets`` and ``num_chains`` override the mode's
-    (reduced full-size runs, ``python -c``). ``grids``: ``"default"``
-    (:func:`~jaxsub.anneal.crosscat.default_crosscat_grids`) or ``"data"``: the NIX grids of
+    (reduced full-size runs, ``python -c``). ``grids`` (:func:`table_grids`): ``"default"``
+    (:func:`~jaxsub.anneal.crosscat.default_crosscat_grids`), ``"data"``: the NIX grids of
     :func:`~jaxsub.anneal.crosscat.data_grids` (``style="weights"``) on the table's rows, lace's data-derived NIX
     hyperprior as prior weights on the grid points (the loaders standardise the reals; one set per table: grids are
-    compiled in). Measured in session 14 (docs/anneal.md): ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not
-    the default."""
+    compiled in), or ``"data-no-sigma2"``: the same without the sigma2 weight (``sigma2_weight=False``). Measured in
+    session 14 (docs/anneal.md): ``"data"`` ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not the default;
+    ``"data-no-sigma2"`` (session 15, 10 paired keys per budget): +0.2 to +0.7 on hfi, -0.01 to +0.33 on flights at
+    1 / 3 / 10 / 30N, none of the eight over 2 se, so not the default either."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
@@ -148,12 +164,14 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
             "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
             else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
-    if grids not in ("data", "default"):
-        raise ValueError(f"grids must be 'data' or 'default'; got {grids!r}")
+    if grids not in GRIDS:
+        raise ValueError(f"grids must be one of {GRIDS}; got {grids!r}")
     if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
         mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
-    mode += ("; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)" if
-             grids == "data" else "; default grids (cc.default_crosscat_grids)")
+    mode += {"data": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)",
+             "data-no-sigma2": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior) "
+                               "without the sigma2 weight (sigma2_weight=False)",
+             "default": "; default grids (cc.default_crosscat_grids)"}[grids]
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
@@ -166,7 +184,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         model = _model(kinds)
         # grids are static config of the compiled sweep: one set per table (its rows, whose reals the loader
         # standardised), not per split, so every run of a table shares one compilation
-        g = cc.data_grids(model, x, style="weights") if grids == "data" else "default"
+        g = table_grids(model, x, grids)
         samples = []  # (strategy, budget, seconds, score per chain, view_of)
         cache = an.SweepCache()  # one compiled sweep per table (same span and shapes for every run)
         run_id = 0

@@ -1000,3 +1000,54 @@ def test_weighted_nix_grid_gibbs_matches_exact_conditionals():
         cc.CrossCatGrids(nix_mu0=(0.0, 1.0), nix_logprior=((0.0,), None, None, None))
     with pytest.raises(ValueError, match="nix_logprior"):
         cc.CrossCatGrids(nix_mu0=(0.0, 1.0), nix_logprior=((0.0, 1.0),))
+
+
+def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_sigma2_unweighted():
+    """``data_grids(style="weights", sigma2_weight=False)``: the same grid points and the same mu0 / kappa0 / nu0
+    weights as ``style="weights"``, no sigma2 weight (``nix_logprior[3] is None``); the grid Gibbs draw of sigma2
+    with those grids follows the unweighted exact conditional ``prod_c p(X_c | sigma2)`` (NIX evidence in NumPy,
+    chi-square on 20,000 draws). Negative control: the draws reject the conditional weighted by lace's sigma2 prior
+    (what the default ``sigma2_weight=True`` gives). ``sigma2_weight=False`` with ``style="quantiles"`` and a
+    non-bool raise."""
+    from scipy.special import gammaln as lg
+
+    feats = (an.NormalInverseChiSquared(0.2, 0.7, 1.5, 0.8),)
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
+    x = np.array([[-1.0], [-0.4], [np.nan], [1.1], [1.6], [2.4]])
+    w, nos2 = cc.data_grids(model, x, style="weights"), cc.data_grids(model, x, style="weights", sigma2_weight=False)
+    for name in ("nix_mu0", "nix_kappa0", "nix_nu0", "nix_sigma2", "row_alpha", "dirichlet"):
+        assert getattr(nos2, name) == getattr(w, name), name
+    assert nos2.nix_logprior[:3] == w.nix_logprior[:3] and all(t is not None for t in nos2.nix_logprior[:3])
+    assert nos2.nix_logprior[3] is None and np.ptp(w.nix_logprior[3]) > 10
+    with pytest.raises(ValueError, match="sigma2_weight"):
+        cc.data_grids(model, x, sigma2_weight=False)  # style="quantiles"
+    with pytest.raises(ValueError, match="sigma2_weight"):
+        cc.data_grids(model, x, style="weights", sigma2_weight="no")
+
+    enc = cc.encode_table(model, x)
+    z = np.full((2, 6), -1)
+    z[0] = [0, 0, 0, 1, 1, 1]
+    st = jax.jit(lambda zz: cc.init(model, enc, 8, z=zz))(jnp.asarray(z))
+    clusters = [np.array([-1.0, -0.4]), np.array([1.1, 1.6, 2.4])]
+
+    def log_ev(m0, k0, v0, s2):
+        out = 0.0
+        for xs in clusters:
+            n, xb = xs.size, xs.mean()
+            kn, vn = k0 + n, v0 + n
+            vs = v0 * s2 + np.sum((xs - xb) ** 2) + n * k0 / kn * (m0 - xb) ** 2
+            out += (lg(vn / 2) - lg(v0 / 2) + 0.5 * np.log(k0 / kn) + 0.5 * v0 * np.log(v0 * s2) - 0.5 * vn * np.log(vs)
+                    - 0.5 * n * np.log(np.pi))
+        return out
+
+    # sigma2 alone (the other parameters fixed at the model's), with data_grids' sigma2 points and sigma2 weight
+    grids = cc.CrossCatGrids(nix_sigma2=nos2.nix_sigma2, nix_logprior=(None, None, None, nos2.nix_logprior[3]))
+    keys = jax.random.split(jax.random.key(5), 20000)
+    out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers.nix[0, 3]))(keys)
+    draws = np.searchsorted(np.asarray(nos2.nix_sigma2, np.float32), np.asarray(out))
+    ll = np.array([log_ev(0.2, 0.7, 1.5, s2) for s2 in nos2.nix_sigma2])
+    p = np.exp(ll - ll.max())
+    assert_discrete_matches(draws, p / p.sum())
+    q = np.exp(ll + np.asarray(w.nix_logprior[3]) - np.max(ll + np.asarray(w.nix_logprior[3])))
+    freq = np.bincount(draws, minlength=len(ll)) / draws.size
+    assert np.max(np.abs(freq - q / q.sum())) > 0.05  # negative control: lace's sigma2 weight is not applied

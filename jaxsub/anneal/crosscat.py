@@ -1220,7 +1220,8 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
     )
 
 
-def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantiles") -> CrossCatGrids:
+def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantiles", *,
+               sigma2_weight: bool = True) -> CrossCatGrids:
     """:func:`default_crosscat_grids` with the NIX grids set from the data, as pylace (lace) sets its NIX
     hyperprior from each column (``NixHyper::from_data``: ``mu0 ~ N(mean, sd)``, ``kappa0 ~ Gamma(1, 1)``,
     ``nu0 ~ InvGamma(log n, log n)``, ``sigma2 ~ InvGamma(log n, var)``, ``n`` the column's observed cells).
@@ -1232,21 +1233,45 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     ``1 - 1/num`` mass, so it also truncates it. ``style="weights"``: the default grids' ranges, centred (``mu0``:
     ``mean + sd * [-2, 2]``) and scaled (``sigma2``: ``var * [0.01, 10]``) on the data, each point weighted by the
     hyperprior's log density (times the point for the log-spaced grids: a density in the log scale) in
-    ``nix_logprior`` (no truncation beyond the ranges). A modelling choice (it changes the target
-    posterior), opt-in: on the flights subset it measured +0.19 nats per held-out row at 1N and -2.33 at 30N
-    against the default grids (10 / 6 paired keys; docs/anneal.md, session 14). The grids are shared by every real
-    column (a tuple per parameter), so the columns must share their centre and scale: pass standardised reals
-    (``data``: the training rows; ``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
+    ``nix_logprior`` (no truncation beyond the ranges). ``sigma2_weight=False`` (``style="weights"`` only) keeps
+    the ``mu0``, ``kappa0`` and ``nu0`` weights and leaves the ``sigma2`` points unweighted (log-uniform over
+    ``var * [0.01, 10]``, as the default's): lace's ``sigma2`` prior (mode ``var / (log n + 1)``) gives the tight
+    clusters of nearly discrete reals (``sigma2`` ~0.01-0.03 var) weights of -10 to -75 nats. A modelling choice
+    (it changes the target posterior), opt-in. Measured against the default grids (paired keys, docs/anneal.md,
+    sessions 14-15): ``style="weights"`` +0.19 nats per held-out row at 1N and -2.33 at 30N on the flights subset;
+    with ``sigma2_weight=False`` +0.16 / -0.44 there and +0.16 / +0.97 / +2.78 / +1.14 at 1 / 3 / 10 / 30N on the
+    hfi subset (session 14's keys); on keys 100-109 (session 15) +0.22 / +0.42 / +0.36 / +0.66 on hfi and +0.07 /
+    -0.01 / +0.33 / +0.23 on flights (each within 2 se): not the default. The grids are shared by every real column (a tuple per parameter), so the columns must share their
+    centre and scale: pass standardised reals (``mean`` / ``var`` are pooled over the real columns). Other grids
+    are the default's.
 
-    Raises ``ValueError`` for a table the model rejects, an unknown ``style``, ``num < 2``, a real column with
-    fewer than 2 observed cells or a constant one, or real columns whose means differ by more than 0.5 pooled sd or
-    whose variances differ by more than a factor of 4 (standardise them first).
+    Args:
+        model: the :class:`CrossCatModel` (a model without real features gets the default grids).
+        data: the training rows, ``[N, F]`` (NaN = missing), real columns standardised.
+        num: points per grid, ``>= 2``.
+        style: ``"quantiles"`` or ``"weights"`` (above).
+        sigma2_weight: ``style="weights"`` only: weight the ``sigma2`` points by lace's ``sigma2`` hyperprior
+            (``True``, the default) or leave them unweighted (``False``: ``nix_logprior[3]`` is ``None``).
+
+    Returns:
+        :class:`CrossCatGrids`.
+
+    Raises:
+        ValueError: for a table the model rejects, an unknown ``style``, ``num < 2``, a ``sigma2_weight`` that is
+            not a bool, ``sigma2_weight=False`` with ``style="quantiles"`` (its ``sigma2`` grid *is* the
+            hyperprior's quantiles: there is no weight to drop), a real column with fewer than 2 observed cells
+            or a constant one, or real columns whose means differ by more than 0.5 pooled sd or whose variances
+            differ by more than a factor of 4 (standardise them first).
     """
     from scipy import stats
 
     num = check_int("num", num, low=2)
     if style not in ("quantiles", "weights"):
         raise ValueError(f"style must be 'quantiles' or 'weights'; got {style!r}")
+    if not isinstance(sigma2_weight, (bool, np.bool_)):
+        raise ValueError(f"sigma2_weight must be a bool; got {sigma2_weight!r}")
+    if not sigma2_weight and style != "weights":
+        raise ValueError("sigma2_weight=False needs style='weights' (the 'quantiles' grids carry no weights)")
     base = default_crosscat_grids(model, num)
     if not model.real_idx:
         return base
@@ -1270,6 +1295,8 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
         lw = (pm.logpdf(g_m), pk.logpdf(g_k) + np.log(g_k), pnu.logpdf(g_nu) + np.log(g_nu),
               ps2.logpdf(g_s2) + np.log(g_s2))
         lw = tuple(tuple(np.maximum(w - w.max(), -200.0)) for w in lw)  # finite: a point far out keeps weight e^-200
+        if not sigma2_weight:
+            lw = lw[:3] + (None,)  # sigma2: uniform over its (log-spaced) points
         return dataclasses.replace(base, nix_mu0=tuple(g_m), nix_kappa0=tuple(g_k), nix_nu0=tuple(g_nu),
                                    nix_sigma2=tuple(g_s2), nix_logprior=lw)
     q = (np.arange(num) + 0.5) / num
