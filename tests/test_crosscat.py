@@ -956,10 +956,10 @@ def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_rea
         cc.data_grids(model, x, style="lace")
 
 
-def test_weighted_nix_grid_gibbs_matches_exact_conditionals():
-    """``CrossCatGrids.nix_logprior``: each NIX parameter's grid draw follows ``exp(weight) * prod_c p(X_c | params)``,
-    the NIX marginal written out here in NumPy (Murphy's normal-inverse-chi-squared evidence), for mu0 and sigma2 on
-    two clusters with a missing cell. Negative control: the draws reject the unweighted conditional. Bad weights raise."""
+def _two_cluster_nix_problem():
+    """One NIX column of six rows (one missing) in two clusters of one view: ``(model, x, state, log_ev)`` with
+    ``log_ev(mu0, kappa0, nu0, sigma2)`` the clusters' NIX evidence written out in NumPy (Murphy's
+    normal-inverse-chi-squared marginal), for the grid-Gibbs conditional tests of the NIX hyperparameters."""
     from scipy.special import gammaln as lg
 
     feats = (an.NormalInverseChiSquared(0.2, 0.7, 1.5, 0.8),)
@@ -980,6 +980,15 @@ def test_weighted_nix_grid_gibbs_matches_exact_conditionals():
             out += (lg(vn / 2) - lg(v0 / 2) + 0.5 * np.log(k0 / kn) + 0.5 * v0 * np.log(v0 * s2) - 0.5 * vn * np.log(vs)
                     - 0.5 * n * np.log(np.pi))
         return out
+
+    return model, x, st, log_ev
+
+
+def test_weighted_nix_grid_gibbs_matches_exact_conditionals():
+    """``CrossCatGrids.nix_logprior``: each NIX parameter's grid draw follows ``exp(weight) * prod_c p(X_c | params)``,
+    the NIX marginal written out here in NumPy (Murphy's normal-inverse-chi-squared evidence), for mu0 and sigma2 on
+    two clusters with a missing cell. Negative control: the draws reject the unweighted conditional. Bad weights raise."""
+    model, _, st, log_ev = _two_cluster_nix_problem()
 
     keys = jax.random.split(jax.random.key(3), 20000)
     for name, grid, lw, idx in (("nix_mu0", (-1.0, 0.0, 1.5), (0.0, -1.0, -2.5), 0),
@@ -1009,11 +1018,7 @@ def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_s
     chi-square on 20,000 draws). Negative control: the draws reject the conditional weighted by lace's sigma2 prior
     (what the default ``sigma2_weight=True`` gives). ``sigma2_weight=False`` with ``style="quantiles"`` and a
     non-bool raise."""
-    from scipy.special import gammaln as lg
-
-    feats = (an.NormalInverseChiSquared(0.2, 0.7, 1.5, 0.8),)
-    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
-    x = np.array([[-1.0], [-0.4], [np.nan], [1.1], [1.6], [2.4]])
+    model, x, st, log_ev = _two_cluster_nix_problem()
     w, nos2 = cc.data_grids(model, x, style="weights"), cc.data_grids(model, x, style="weights", sigma2_weight=False)
     for name in ("nix_mu0", "nix_kappa0", "nix_nu0", "nix_sigma2", "row_alpha", "dirichlet"):
         assert getattr(nos2, name) == getattr(w, name), name
@@ -1024,21 +1029,6 @@ def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_s
     with pytest.raises(ValueError, match="sigma2_weight"):
         cc.data_grids(model, x, style="weights", sigma2_weight="no")
 
-    enc = cc.encode_table(model, x)
-    z = np.full((2, 6), -1)
-    z[0] = [0, 0, 0, 1, 1, 1]
-    st = jax.jit(lambda zz: cc.init(model, enc, 8, z=zz))(jnp.asarray(z))
-    clusters = [np.array([-1.0, -0.4]), np.array([1.1, 1.6, 2.4])]
-
-    def log_ev(m0, k0, v0, s2):
-        out = 0.0
-        for xs in clusters:
-            n, xb = xs.size, xs.mean()
-            kn, vn = k0 + n, v0 + n
-            vs = v0 * s2 + np.sum((xs - xb) ** 2) + n * k0 / kn * (m0 - xb) ** 2
-            out += (lg(vn / 2) - lg(v0 / 2) + 0.5 * np.log(k0 / kn) + 0.5 * v0 * np.log(v0 * s2) - 0.5 * vn * np.log(vs)
-                    - 0.5 * n * np.log(np.pi))
-        return out
 
     # sigma2 alone (the other parameters fixed at the model's), with data_grids' sigma2 points and sigma2 weight
     grids = cc.CrossCatGrids(nix_sigma2=nos2.nix_sigma2, nix_logprior=(None, None, None, nos2.nix_logprior[3]))
