@@ -104,7 +104,7 @@ __all__ = ["Clustering", "cluster", "cluster_supervised", "METHODS", "RULES"]
 #: stream, the blocked stream, or ``"auto"``: trim for ``d <= 16``; above, the blocked stream when
 #: more than ``_TRIM_MIN_ROWS`` rows are left to stream, else the exact-join stream (on MNIST-like
 #: d = 784 rows trimming drops so many rows that it opens up to 2.5x more clusters, no faster).
-RULES = ("auto", "trim", "stream", "blocked")
+RULES = ("auto", "trim", "stream", "blocked", "merge")
 
 #: Neighbour searches accepted by :func:`cluster` (``"auto"``: k-d tree when
 #: ``d <= _AUTO_KDTREE_MAX_DIM``, projected k-d tree above).
@@ -1086,6 +1086,227 @@ _BLOCK_CANDIDATES = 8
 _BLOCK_TRIES = 3
 
 
+# ----------------------------------------------------------------------------- merge rounds (rule="merge")
+
+#: Rows per screened block of :func:`_neighbour_graph`, the candidates per row kept by its screen
+#: (``_screened_candidates``), and the exact pairs per gathered batch.
+_MERGE_BLOCK = 512
+_MERGE_NEIGHBOURS = 32
+_MERGE_BATCH = 1 << 14
+
+#: Most merge rounds of :func:`_merge_rounds` (it stops earlier when no pair can merge), and the
+#: matchings per round (1: only mutual nearest pairs; more: further mutual pairs among the clusters
+#: left unmatched, from the same candidate list: fewer rounds, a few more clusters).
+_MERGE_MAX_ROUNDS = 200
+_MERGE_MATCHINGS = 1
+
+
+def _neighbour_graph(xc32: np.ndarray, sq32: np.ndarray, z32: np.ndarray, delta: float):
+    """Row pairs within ``2 delta`` among each row's screened nearest rows, both directions:
+    ``(i, j, g_ij)`` with ``g_ij = xc_i . xc_j`` (float32 product, float64 array), ``i`` ascending.
+
+    ``xc32`` are the rows less their mean (smaller norms, less round-off; float32, or float64 where
+    float32 round-off is not negligible against ``delta^2``), ``sq32`` their squared norms, ``z32`` search coordinates with ``||z_i - z_j|| <= ||x_i - x_j||`` (the projected
+    search's principal components + residual norm, or the rows themselves). Per block of
+    ``_MERGE_BLOCK`` rows, one float32 product of lower bounds against all rows
+    (:func:`_chunk_bounds`); the ``_MERGE_NEIGHBOURS`` rows of smallest bound within reach
+    (:func:`_screened_candidates`) are candidates. The candidate pairs are deduplicated (a pair found
+    from both rows is computed once) and get their true squared distance
+    ``||x_i||^2 + ||x_j||^2 - 2 g_ij``; pairs within ``2 delta`` (widened by far more than float32
+    round-off) are the edges. Two members of a cluster of radius ``<= delta`` are within ``2 delta``
+    of each other, so :func:`_merge_rounds` merges only clusters all of whose cross pairs are edges.
+    """
+    n = xc32.shape[0]
+    zn = np.einsum("ij,ij->i", z32, z32)
+    slack = np.float32(1e-5 * (1.0 + float(sq32.max())))
+    reach2 = np.float32(4.0 * delta * delta * (1.0 + 1e-3) ** 2) + slack
+    m = min(_MERGE_NEIGHBOURS, n - 1)
+    keys = []
+    for s in range(0, n, _MERGE_BLOCK):
+        e = min(n, s + _MERGE_BLOCK)
+        lb = _chunk_bounds(z32[s:e], z32, zn)
+        lb[np.arange(e - s), np.arange(s, e)] = np.inf  # not its own neighbour
+        cand, valid = _screened_candidates(lb, reach2 + slack - zn[s:e], m)
+        r, c = np.nonzero(valid)
+        i, j = s + r, cand[r, c]
+        keys.append(np.minimum(i, j) * n + np.maximum(i, j))
+    key = np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+    a, b = key // n, key % n
+    g = np.empty(key.size, np.float64)
+    for s in range(0, key.size, _MERGE_BATCH):  # gathered products in batches (bounded memory)
+        g[s : s + _MERGE_BATCH] = np.einsum("ij,ij->i", xc32[a[s : s + _MERGE_BATCH]], xc32[b[s : s + _MERGE_BATCH]])
+    near = sq32[a] + sq32[b] - 2.0 * g <= reach2
+    a, b, g = a[near], b[near], g[near]
+    i, j = np.concatenate([a, b]), np.concatenate([b, a])
+    order = np.argsort(i, kind="stable")
+    return i[order], j[order], np.concatenate([g, g])[order]
+
+
+def _merge_rounds(sq, ei, ej, eg, delta, weights=None, eps=1e-5):
+    """Agglomerative clustering of the rows by vectorised rounds of exact merges; returns labels (ids in ``[0, n)``).
+
+    Every row (a distinct row of weight ``w_i``, its multiplicity) starts as its own cluster. A
+    cluster ``A`` keeps its weight ``n_A``, its number of distinct rows ``m_A``, ``ss_A = ||S_A||^2``
+    (``S_A = sum_{i in A} w_i x_i``) and, for each member ``i``, ``own_i = x_i . S_A``; the edges
+    ``(i, j, g_ij = x_i . x_j)`` are those of :func:`_neighbour_graph` (``sq_i = g_ii``). A round, with
+    sparse products only (no per-row Python):
+
+    1. per row ``i`` and neighbouring cluster ``B``: ``XS_iB = sum_{j in B} w_j g_ij`` and the number
+       of edges from ``i`` into ``B`` (one CSR sum of the edges by ``(i, label_j)``);
+    2. per cluster pair: ``C_AB = S_A . S_B = sum_{i in A} w_i XS_iB`` and the cross edges' count; the
+       pair is *complete* when every cross pair is an edge (count ``= m_A m_B``) — else some cross
+       pair is farther than ``2 delta`` or was not screened, and no cluster will hold both: the
+       pair's edges leave the graph;
+    3. the exact post-merge radius of a complete pair from the Gram identities (``n = n_A + n_B``,
+       ``mu`` the merged mean): ``||x_i - mu||^2 = sq_i - 2 (own_i + XS_iB) / n +
+       (ss_A + 2 C_AB + ss_B) / n^2`` for ``i in A`` (symmetrically for ``B``), maximised over the
+       members, each term plus ``eps`` times the magnitudes it cancels (``eps = 1e-5`` for float32
+       products, far above their round-off); pairs with radius ``<= delta`` can merge;
+    4. mutual nearest pairs merge: each cluster's mergeable partner of smallest centroid distance
+       ``||mu_A - mu_B||^2 = ss_A / n_A^2 + ss_B / n_B^2 - 2 C_AB / (n_A n_B)`` (ties: lower pair
+       index); the pairs that are each other's choice form a matching, so the merges of one round
+       never conflict (``_MERGE_MATCHINGS > 1``: further matchings among the clusters left over).
+       ``own``, ``ss``, ``n`` and ``m`` are updated from ``XS`` and ``C``.
+
+    Rounds repeat until no pair can merge. The final exact float64 check and :func:`_repair` of
+    :func:`cluster` make the radius exact whatever the round-off.
+    """
+    from scipy.sparse import csr_matrix
+
+    n = sq.size
+    w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
+    lab = np.arange(n)
+    cnt, ent = w.copy(), np.ones(n)
+    ss = w * w * sq
+    own = w * sq
+    lim2 = (delta * (1.0 - _MARGIN)) ** 2
+    for _ in range(_MERGE_MAX_ROUNDS):
+        la, lb = lab[ei], lab[ej]
+        cross = la != lb
+        ei, ej, eg, la, lb = ei[cross], ej[cross], eg[cross], la[cross], lb[cross]
+        if not ei.size:
+            break
+        # 1. XS_iB (real part) and the edge counts (imaginary part) in one CSR sum of duplicates
+        xs_m = csr_matrix((eg * w[ej] + 1j, (ei, lb)), shape=(n, n))
+        xs_m.sum_duplicates()
+        xi = np.repeat(np.arange(n), np.diff(xs_m.indptr))
+        xb, xs = xs_m.indices, xs_m.data.real
+        xa = lab[xi]
+        # 2. per cluster pair (A, B): C_AB and the cross edges' count
+        pair = csr_matrix((w[xi] * xs + 1j * xs_m.data.imag, (xa, xb)), shape=(n, n))
+        pair.sum_duplicates()
+        pa = np.repeat(np.arange(n), np.diff(pair.indptr))
+        pb, cg, cover = pair.indices, pair.data.real, pair.data.imag
+        complete = cover >= ent[pa] * ent[pb] - 0.5
+        pkey = pa * n + pb  # sorted (CSR with sorted indices)
+        if not complete.all():  # edges between incomplete pairs leave for good
+            bad = pkey[~complete]
+            ek = la * n + lb
+            hit = np.minimum(np.searchsorted(bad, ek), bad.size - 1)
+            stay = bad[hit] != ek
+            ei, ej, eg = ei[stay], ej[stay], eg[stay]
+        # 3. exact post-merge radius of every pair: members of A via (A, B), of B via (B, A)
+        nm = cnt[pa] + cnt[pb]
+        ssm = ss[pa] + ss[pb] + 2.0 * cg
+        pos = np.searchsorted(pkey, xa * n + xb)
+        cross_term = 2.0 * (own[xi] + xs) / nm[pos]
+        mean_term = ssm[pos] / (nm[pos] * nm[pos])
+        term = sq[xi] - cross_term + mean_term + eps * (sq[xi] + np.abs(cross_term) + mean_term)
+        rad2 = np.full(pa.size, -np.inf)
+        np.maximum.at(rad2, pos, term)
+        rad2 = np.maximum(rad2, rad2[np.searchsorted(pkey, pb * n + pa)])
+        ok = np.flatnonzero(complete & (rad2 <= lim2) & (pa < pb))
+        if not ok.size:
+            break
+        # 4. mutual nearest mergeable partners (one or more matchings)
+        dist2 = ss[pa[ok]] / cnt[pa[ok]] ** 2 + ss[pb[ok]] / cnt[pb[ok]] ** 2 - 2.0 * cg[ok] / (cnt[pa[ok]] * cnt[pb[ok]])
+        ok = ok[np.argsort(dist2, kind="stable")]
+        takes = []
+        for _ in range(_MERGE_MATCHINGS):
+            rank = np.arange(ok.size)
+            first = np.full(n, ok.size)
+            np.minimum.at(first, pa[ok], rank)
+            np.minimum.at(first, pb[ok], rank)
+            mutual = (first[pa[ok]] == rank) & (first[pb[ok]] == rank)
+            takes.append(ok[mutual])
+            matched = np.zeros(n, bool)
+            matched[pa[ok[mutual]]] = matched[pb[ok[mutual]]] = True
+            ok = ok[~matched[pa[ok]] & ~matched[pb[ok]]]
+            if not ok.size:
+                break
+        take = np.concatenate(takes)
+        a, b = pa[take], pb[take]
+        partner = np.full(n, -1)
+        partner[a], partner[b] = b, a
+        hit = np.flatnonzero(partner[xa] == xb)
+        own[xi[hit]] += xs[hit]
+        ss[a], cnt[a], ent[a] = ssm[take], nm[take], ent[a] + ent[b]
+        newid = np.arange(n)
+        newid[b] = a
+        lab = newid[lab]
+    return lab
+
+
+def _distinct_rows(x: np.ndarray):
+    """Indices of the distinct rows of ``x`` (first occurrences) and every row's index among them.
+
+    Keyed by one fixed random projection (equal rows give equal keys); rows sharing a key are
+    compared with their representative, and on any mismatch (a collision) the exact
+    ``np.unique(axis=0)`` decides."""
+    key = x @ np.random.default_rng(0).standard_normal(x.shape[1])
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    shared = np.flatnonzero(np.bincount(inv)[inv] > 1)
+    if shared.size and not np.array_equal(x[first[inv[shared]]], x[shared]):
+        _, first, inv = np.unique(x, axis=0, return_index=True, return_inverse=True)
+    return first, inv.ravel()
+
+
+def _kdtree_graph(xc: np.ndarray, delta: float):
+    """:func:`_neighbour_graph` for low-dimensional rows (``d <= _AUTO_KDTREE_MAX_DIM``): the
+    ``_MERGE_NEIGHBOURS`` nearest rows within ``2 delta`` by one exact k-d-tree query (float64,
+    O(N log N) instead of the O(N^2) screen), ``g_ij = (||x_i||^2 + ||x_j||^2 - d_ij^2) / 2``."""
+    from scipy.spatial import cKDTree
+
+    n = xc.shape[0]
+    k = min(_MERGE_NEIGHBOURS + 1, n)
+    workers = -1 if n >= _PARALLEL_QUERY_ROWS else _WORKERS
+    dist, idx = cKDTree(xc).query(xc, k=k, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
+    dist, idx = np.asarray(dist).reshape(n, k), np.asarray(idx).reshape(n, k)
+    r, c = np.nonzero((idx < n) & (idx != np.arange(n)[:, None]))
+    i, j = r, idx[r, c]
+    key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+    a, b = key // n, key % n
+    sq = np.einsum("ij,ij->i", xc, xc)
+    diff = xc[a] - xc[b]
+    g = 0.5 * (sq[a] + sq[b] - np.einsum("ij,ij->i", diff, diff))
+    i, j = np.concatenate([a, b]), np.concatenate([b, a])
+    order = np.argsort(i, kind="stable")
+    return i[order], j[order], np.concatenate([g, g])[order]
+
+
+def _merge_labels(x: np.ndarray, z: np.ndarray | None, delta: float) -> np.ndarray:
+    """Labels of ``rule="merge"``: the distinct rows (:func:`_distinct_rows`, multiplicities as weights),
+    the graph of rows within ``2 delta`` among them (:func:`_neighbour_graph` on the search
+    coordinates ``z``, float32 products on the rows less their mean; ``z = None``: low-dimensional
+    rows, :func:`_kdtree_graph` in float64), then :func:`_merge_rounds`."""
+    first, inv = _distinct_rows(x)
+    u = x[first]
+    weights = np.bincount(inv).astype(np.float64)
+    if z is None:
+        xc = u - u.mean(axis=0)
+        lab = _merge_rounds(np.einsum("ij,ij->i", xc, xc), *_kdtree_graph(xc, delta), delta, weights, eps=1e-12)
+    else:
+        xc = u - u.mean(axis=0)
+        # float32 products where their round-off (eps = 1e-5 of the squared norms, a 10x margin) is
+        # negligible against delta^2 (as in _sequential), else float64 (e.g. rows far from the origin)
+        use32 = 1e-5 * (1.0 + float(np.einsum("ij,ij->i", xc, xc).max())) <= 1e-3 * delta * delta
+        xc = xc.astype(np.float32) if use32 else xc
+        sqc = np.einsum("ij,ij->i", xc, xc)
+        with _one_blas_thread():
+            ei, ej, eg = _neighbour_graph(xc, sqc, np.ascontiguousarray(z[first], np.float32), delta)
+        lab = _merge_rounds(sqc.astype(np.float64), ei, ej, eg, delta, weights, eps=1e-5 if use32 else 1e-12)
+    return lab[inv]
+
 #: Leader + trim: sets of at most this many rows, and sets the trim leaves mostly unclustered, go
 #: to the exact-join stream (:func:`_leader_pass` with ``exact``) instead.
 _TRIM_MIN_ROWS = 2048
@@ -1181,11 +1402,19 @@ def _stream_labels(x: np.ndarray, delta: float, method: str, search: dict, rng, 
     auto = rule == "auto"
     if auto:
         rule = "trim" if x.shape[1] <= _AUTO_KDTREE_MAX_DIM else "blocked"
-    if rule == "blocked" and exact is not True:
+    if rule in ("blocked", "merge") and exact is not True:
         rule = "stream"  # the greedy references stream as before
     # the bulk screen of isolated rows (exact-join stream of a large high-dimensional set) needs
     # the wide basis; small sets and the other paths only the search directions
     screen = exact is True and rule in ("stream", "blocked") and method == "projected" and x.shape[0] > _TRIM_MIN_ROWS
+    if rule == "merge":  # one graph of all rows in the wide coordinates (or the rows themselves)
+        srch = _make_search(x, method, search, rng, wide=method == "projected")
+        if srch.wide is None:  # the k-d-tree search: exact neighbours of the rows themselves
+            return _merge_labels(x, None if srch.basis is None else srch.coords(x), delta)
+        xc = x - srch.mean
+        pw = xc @ srch.wide
+        resid2 = np.einsum("ij,ij->i", xc, xc) - np.einsum("ij,ij->i", pw, pw)
+        return _merge_labels(x, np.column_stack([pw, np.sqrt(np.maximum(resid2, 0.0))]), delta)
     srch = _make_search(x, method, search, rng, wide=screen)
     labels = np.full(x.shape[0], -1, np.int64)
     if srch.wide is None:
