@@ -546,6 +546,19 @@ def test_merge_rule_counts_on_high_dimensional_data():
     assert merge.c <= 1.5 * reference, (merge.c, reference)
 
 
+def test_merge_graph_threads_change_no_output(monkeypatch):
+    # session 16: the neighbour graph's blocks and product batches on two host threads give the same
+    # clustering bit for bit (each block and batch is computed by the same call whichever thread runs it)
+    x, delta = _adversarial_streams()["d784"]
+    monkeypatch.setattr(_cluster, "_MERGE_BLOCK", 64)  # several blocks and batches
+    monkeypatch.setattr(_cluster, "_MERGE_BATCH", 256)
+    base = compress.cluster(x, delta, rule="merge")
+    monkeypatch.setattr(_cluster, "_GRAPH_THREADS", 2)
+    threaded = compress.cluster(x, delta, rule="merge")
+    for name in ("labels", "centroids", "radii", "counts"):
+        np.testing.assert_array_equal(getattr(threaded, name), getattr(base, name))
+
+
 def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
     """Rows far apart, about half with one or two companions within 1.5 delta, shuffled: the kind
     of set the greedy pass's recursion streams (most rows open a cluster, a few pairs per row)."""
