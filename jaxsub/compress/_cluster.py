@@ -1118,7 +1118,7 @@ _GRAPH_THREADS = 1
 #: matchings per round (1: only mutual nearest pairs; more: further mutual pairs among the clusters
 #: left unmatched, from the same candidate list: fewer rounds, a few more clusters).
 _MERGE_MAX_ROUNDS = 200
-_MERGE_MATCHINGS = 1
+_MERGE_MATCHINGS = 2
 
 
 def _in_threads(fn, items):
