@@ -1124,6 +1124,7 @@ _MERGE_MATCHINGS = 2
 #: computed (:func:`_complete_pairs`; 0: never — 0.8-0.9x the time on MNIST at delta = 0.2 / 0.3, but
 #: clusters capped near ``_MERGE_NEIGHBOURS + 1`` rows: many more clusters on tight blobs; session 16).
 _MERGE_COMPLETE = 0.5
+_MERGE_COMPLETE_REACH = 1.4
 
 
 def _in_threads(fn, items):
@@ -1244,6 +1245,12 @@ def _merge_rounds(sq, ei, ej, eg, delta, weights=None, eps=1e-5, rows=None):
             fill = np.zeros(pa.size, bool)
             if rows is not None and _MERGE_COMPLETE:  # nearly complete pairs: their cross pairs, computed
                 fill = ~complete & (cover >= _MERGE_COMPLETE * ent[pa] * ent[pb])
+                if _MERGE_COMPLETE_REACH is not None and fill.any():
+                    # ... only where every known cross pair is within _MERGE_COMPLETE_REACH delta (tight
+                    # groups, e.g. blobs; not the loose pairs of MNIST at large delta, costly and rarely mergeable)
+                    far2 = np.full(pa.size, -np.inf)
+                    np.maximum.at(far2, x2p[e2x], sq[ei] + sq[ej] - 2.0 * eg)
+                    fill &= far2 <= (_MERGE_COMPLETE_REACH * delta) ** 2
             stay = (complete | fill)[x2p[e2x]]
             ei, ej, eg = ei[stay], ej[stay], eg[stay]
             if fill.any():
