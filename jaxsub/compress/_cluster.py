@@ -71,13 +71,13 @@ matrix product per block of rows, then the true distance of the candidates), the
 rounds (:func:`_merge_rounds`): every row starts alone; per round, every pair of clusters all of
 whose cross pairs are edges gets its *exact* post-merge radius from Gram identities over the
 edges (sorts and bincounts over all edges at once), and mutual nearest mergeable pairs merge (a
-matching: no conflicts). Duplicate rows are merged first (weights). Isolated rows leave first as
-for the streams. On the first 5,000 MNIST images it opens fewer clusters than the blocked stream
-(4,734 / 2,857 / 1,314 vs 4,753 / 2,927 / 1,422 at ``delta = 0.1 / 0.2 / 0.3``) at 0.84-1.0x its
-CPU time; but a cluster can only gather rows that are all in each other's screened neighbours, so
-on tight blobs of many more than ``_MERGE_NEIGHBOURS`` rows it opens many more clusters (8x
-greedy leader + repair on 20 blobs of 50 rows in d = 784), and its screen is O(N^2) for d > 16
-(docs/compress.md, session 16).
+matching: no conflicts); nearly complete pairs of tight groups get their missing cross pairs
+computed (:func:`_complete_pairs`), so clusters grow past the neighbour cap. Duplicate rows are
+merged first (weights); isolated rows leave first as for the streams. On the first 5,000 MNIST
+images it opens fewer clusters than the blocked stream (4,739 / 2,873 / 1,222 vs 4,753 / 2,927 /
+1,422 at ``delta = 0.1 / 0.2 / 0.3``) at 0.91 / 0.92 / 1.17x its CPU time; on low-dimensional data
+and tight blobs it is slower than leader + trim and may open more clusters (never more than the
+exact-join stream on the test corpora); its screen is O(N^2) for d > 16 (docs/compress.md, session 16).
 
 High-dimensional rows (the projected search, e.g. MNIST, d = 784). Before the stream,
 :func:`_isolated` finds in bulk the rows with no other row within ``2 delta`` (a float32 screen
@@ -1787,8 +1787,8 @@ def cluster(
         data, e.g. MNIST); ``"blocked"``: the same join rule with chunks of rows compared
         with all clusters at once (for large ``d``); ``"merge"``: vectorised rounds of exact
         merges on the graph of rows within ``2 delta`` (opt-in: fewer clusters than the
-        streams on MNIST-like data with small clusters, many more on tight blobs of more than
-        ~32 rows; O(N^2) screen for ``d > 16``); ``"auto"`` (default): ``"trim"`` for
+        streams on MNIST-like data, slower than ``"trim"`` for ``d <= 16``; O(N^2) screen for
+        ``d > 16``); ``"auto"`` (default): ``"trim"`` for
         ``d <= 16``, else ``"blocked"`` (``"stream"`` when at most 2,048 rows are left after
         the bulk screen of isolated rows). All return every radius ``<= delta``.
     kdtree_eps, projected_dims, projected_candidates
