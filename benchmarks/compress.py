@@ -293,8 +293,17 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
             tc = time.process_time()
             old_c = compress.cluster(x, delta, rule="stream").c
             old_cpu = time.process_time() - tc
+            merge_c = merge_rate = None
+            if x.shape[1] > 16:  # the opt-in merge rounds (session 16; O(N^2) screen, so d > 16 only)
+                mt = []
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    merge_c = compress.cluster(x, delta, rule="merge").c
+                    mt.append(time.perf_counter() - t)
+                merge_rate = x.shape[0] / float(np.median(mt))
             med = float(np.median(times))
             rows.append(dict(part="c", dataset=name, n=x.shape[0], d=x.shape[1], delta=delta, method=cl.method,
+                             merge_c=merge_c, merge_rows_per_s=merge_rate,
                              c=cl.c, rho=cl.rho, leader_repair_c=ref, ratio_to_leader=cl.c / ref,
                              stream_c=old_c, stream_rows_per_cpu_s=x.shape[0] / old_cpu,
                              seconds_median=med, seconds_min=min(times), seconds_max=max(times),
@@ -376,14 +385,16 @@ def markdown(rows: list[dict]) -> str:
 
     out = ["", f"load average (1 min) at the end: {rows[-1]['load']:.1f}", "",
            "| data | N x d | delta | c (auto) | rho | c (stream, old default) | c (leader + repair) | c / leader | "
-           "rows/s (wall) | rows/CPU-s | rows/CPU-s (stream) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "rows/s (wall) | rows/CPU-s | rows/CPU-s (stream) | c (merge, opt-in) | rows/s (merge, wall) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["part"] == "c":
             out.append(f"| {r['dataset']} | {r['n']:,} x {r['d']} | {r['delta']} | {r['c']:,} | {f(r['rho'], '.4f')} | "
                        f"{r['stream_c']:,} | {r['leader_repair_c']:,} | {f(r['ratio_to_leader'], '.2f')} | "
                        f"{f(r['rows_per_s'], ',.0f')} | {f(r['rows_per_cpu_s'], ',.0f')} | "
-                       f"{f(r['stream_rows_per_cpu_s'], ',.0f')} |")
+                       f"{f(r['stream_rows_per_cpu_s'], ',.0f')} | "
+                       f"{'–' if r.get('merge_c') is None else format(r['merge_c'], ',')} | "
+                       f"{'–' if r.get('merge_rows_per_s') is None else format(r['merge_rows_per_s'], ',.0f')} |")
     out += ["", "| data | delta | c | exact s/grad | compressed s/grad | speed-up | 1/rho | clustering s | compressed HMC s | exact HMC s | end-to-end speed-up |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     ends = {r["delta"]: r for r in rows if r["part"] == "b"}
@@ -416,7 +427,9 @@ def markdown(rows: list[dict]) -> str:
             goal = 5e5 if r["d"] <= 16 else 5e4
             out.append(f"- {r['dataset']} delta={r['delta']}: {f(r['rows_per_s'], '.3g')} rows/s vs >= {goal:.0e}: "
                        f"{'met' if r['rows_per_s'] >= goal else 'MISSED'}; c / leader {f(r['ratio_to_leader'], '.2f')}: "
-                       f"{'met' if r['ratio_to_leader'] <= 1.5 else 'MISSED'}")
+                       f"{'met' if r['ratio_to_leader'] <= 1.5 else 'MISSED'}"
+                       + ("" if r.get("merge_rows_per_s") is None else
+                          f"; rule='merge' (opt-in) {f(r['merge_rows_per_s'], '.3g')} rows/s, c = {r['merge_c']:,}"))
     return "\n".join(out)
 
 
@@ -597,6 +610,34 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
     print(f"load {_load():.2f}")
 
 
+def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
+    """A/B of clustering rules in one process (docs/compress.md, session 16): ``cluster(x, delta,
+    rule=r)`` for each rule, a warm-up call each, then ``rounds`` rounds alternating which goes
+    first; prints c, the largest radius, CPU and wall medians [ranges], rows/s and the per-round
+    CPU and wall ratios to the first rule. Run with ``OPENBLAS_NUM_THREADS=1`` as the docs do:
+    ``python -m benchmarks.compress rules mnist 0.1,0.2,0.3 auto,merge 5``."""
+    x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
+    print(f"load {_load():.2f}")
+    for delta in radii:
+        out = {r: compress.cluster(x, delta, rule=r) for r in rules}
+        res = {r: [] for r in rules}
+        for k in range(rounds):
+            for r in (rules if k % 2 == 0 else rules[::-1]):
+                t, w = time.process_time(), time.perf_counter()
+                cl = compress.cluster(x, delta, rule=r)
+                res[r].append((time.process_time() - t, time.perf_counter() - w))
+                assert cl.radii.max() <= delta and cl.c == out[r].c
+        cpu0, wall0 = (np.array([v[i] for v in res[rules[0]]]) for i in (0, 1))
+        for r in rules:
+            cpu, wall = (np.array([v[i] for v in res[r]]) for i in (0, 1))
+            rc, rw = cpu / cpu0, wall / wall0
+            print(f"{name} delta={delta} rule={r}: c={out[r].c:,} max radius {out[r].radius:.4f}; CPU s {np.median(cpu):.3f} "
+                  f"[{cpu.min():.3f}, {cpu.max():.3f}], wall s {np.median(wall):.3f} [{wall.min():.3f}, {wall.max():.3f}] "
+                  f"({x.shape[0] / np.median(wall):.3g} rows/s); ratio to {rules[0]}: CPU {np.median(rc):.3f} "
+                  f"[{rc.min():.3f}, {rc.max():.3f}], wall {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]", flush=True)
+    print(f"load {_load():.2f}")
+
+
 def components(radii=(0.1, 0.2, 0.3)):
     """Connected components of the graph "within 2 delta" of the benchmark's MNIST rows (rows in
     different components never share a cluster; docs/compress.md, session 11)."""
@@ -616,19 +657,20 @@ def components(radii=(0.1, 0.2, 0.3)):
 
 
 #: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
-PHASES = ("_make_search", "_isolated", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
+PHASES = ("_make_search", "_isolated", "_distinct_rows", "_neighbour_graph", "_merge_rounds", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
           "_set_gram", "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
           "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
 
 
-def phases(name: str, radii, repeats: int = 3, clock: str = "wall"):
+def phases(name: str, radii, repeats: int = 3, clock: str = "wall", rule: str = "auto"):
     """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md, session 13): inclusive
     wall-clock timers around the phase functions of ``jaxsub.compress._cluster`` (the outermost call of
     each, so recursion is not counted twice), one warm-up call, then ``repeats`` calls; the phases of
     the call of median wall time are printed. ``clock="cpu"`` (session 14): the timers read the calling
     thread's CPU clock instead (``time.thread_time``; with ``OPENBLAS_NUM_THREADS=1`` the call runs on
-    that thread, so the split does not move with the load of a shared machine).
-    ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3 [REPEATS] [cpu]``."""
+    that thread, so the split does not move with the load of a shared machine). ``rule`` (session 16):
+    the clustering rule, e.g. ``merge``.
+    ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3 [REPEATS] [cpu] [RULE]``."""
     import collections
 
     import jaxsub.compress._cluster as impl
@@ -657,13 +699,13 @@ def phases(name: str, radii, repeats: int = 3, clock: str = "wall"):
         for key in PHASES:
             setattr(impl, key, wrap(key, saved[key]))
         for delta in radii:
-            compress.cluster(x, delta)
+            compress.cluster(x, delta, rule=rule)
             runs = []
             for _ in range(repeats):
                 acc.clear()
                 calls.clear()
                 t, tc, tn = time.perf_counter(), time.process_time(), now()
-                cl = compress.cluster(x, delta)
+                cl = compress.cluster(x, delta, rule=rule)
                 runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls), now() - tn))
             walls = [r[0] for r in runs]
             wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
@@ -889,10 +931,13 @@ if __name__ == "__main__":
         ab_flag(args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")])
     elif args and args[0] == "abrev":  # python -m benchmarks.compress abrev REV NAME RADII [ROUNDS]
         ab_revision(args[1], args[2], [float(v) for v in args[3].split(",")], *(int(v) for v in args[4:5]))
+    elif args and args[0] == "rules":  # python -m benchmarks.compress rules NAME RADII [R1,R2[,...]] [ROUNDS]
+        ab_rules(args[1], [float(v) for v in args[2].split(",")], *(tuple(args[3].split(",")) for _ in args[3:4]),
+                 *(int(v) for v in args[4:5]))
     elif args and args[0] == "components":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]
-        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]), *args[4:5])
+        phases(args[1], [float(v) for v in args[2].split(",")], *(int(v) for v in args[3:4]), *args[4:6])
     elif args and args[0] == "floor":  # python -m benchmarks.compress floor [THREADS]
         floor(*(int(v) for v in args[1:2]), clock=(args[2:3] or ["wall"])[0])
     elif args and args[0] == "threads":

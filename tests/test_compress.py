@@ -491,6 +491,89 @@ def test_join_rule_spends_the_radius(name, rule):
         assert blocked.radius > 0.5 * delta
 
 
+@pytest.mark.parametrize("name", sorted(_adversarial_streams()))
+def test_merge_rule_keeps_the_radius_on_adversarial_streams(name):
+    # rule="merge" (vectorised merge rounds, opt-in): every exact radius <= delta on every stream,
+    # low-dimensional ones through the k-d-tree graph, d = 784 through the screened graph
+    x, delta = _adversarial_streams()[name]
+    cl = compress.cluster(x, delta, rule="merge")
+    _check_clustering(x, cl, delta)
+    if name == "all_equal":  # distinct rows with weights: one cluster of radius 0
+        assert cl.c == 1 and cl.radius == 0.0
+    if name == "duplicated":
+        assert cl.c <= 300
+    again = compress.cluster(x, delta, rule="merge")
+    np.testing.assert_array_equal(cl.labels, again.labels)  # deterministic
+
+
+def test_merge_rounds_decide_with_the_exact_post_merge_radius(monkeypatch):
+    # the merge rounds' Gram identities give the exact post-merge radius: before the final check and
+    # repair, every cluster of the rounds already has exact float64 radius <= delta (up to the float32
+    # round-off the margin covers), and the radius is spent (largest radius close to delta)
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (1500, 3))
+    delta = 0.15
+    search, method = _search_settings("auto", 3, {})
+    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), rule="merge"))
+    radii = _exact_stats(x, labels, num)[2]
+    assert radii.max() <= delta and radii.max() > 0.95 * delta
+    # negative control: a rounds' limit above delta is caught by the exact recomputation
+    monkeypatch.setattr(_cluster, "_MARGIN", -0.2)
+    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), rule="merge"))
+    assert _exact_stats(x, labels, num)[2].max() > delta
+    # d = 784 (screened graph, float32 products)
+    x = _blobs(800, 784, 200, 0.004, 8) / 30.0
+    search, method = _search_settings("auto", 784, {})
+    labels, num = _relabel_count(_stream_labels(x, 0.01, method, search, np.random.default_rng(0), rule="merge"))
+    assert _exact_stats(x, labels, num)[2].max() <= 0.01 * (1 + 1e-6)
+
+
+def test_merge_rule_counts_on_high_dimensional_data():
+    # where the merge rule is meant to be used (d > 16, small clusters): never more clusters than the
+    # exact-join stream or the blocked stream, within 1.5x of greedy leader + repair. (On tight blobs
+    # of more rows than _MERGE_NEIGHBOURS + 1 it opens more, see docs/compress.md, session 16.)
+    # rows near a 4-dimensional subspace of R^784, about 1.5 rows per cluster (MNIST at delta = 0.2 has 1.7)
+    rng = np.random.default_rng(9)
+    basis = np.linalg.qr(rng.standard_normal((784, 4)))[0]
+    x = rng.uniform(-1, 1, (1500, 4)) @ basis.T + 0.002 * rng.standard_normal((1500, 784))
+    delta = 0.12
+    merge = compress.cluster(x, delta, rule="merge")
+    _check_clustering(x, merge, delta)
+    stream, blocked = compress.cluster(x, delta, rule="stream"), compress.cluster(x, delta, rule="blocked")
+    assert merge.c <= min(stream.c, blocked.c), (merge.c, stream.c, blocked.c)
+    search, method = _search_settings("auto", 784, {})
+    reference = _repair(x, _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False), delta)[2].size
+    assert merge.c <= 1.5 * reference, (merge.c, reference)
+
+
+@pytest.mark.parametrize("name", sorted(_corpus()))
+def test_merge_rule_counts_on_the_corpora(name):
+    # the opt-in merge rounds (with the cross pairs of nearly complete pairs computed, so tight blobs
+    # grow past the screen's 32-neighbour cap): never more clusters than the previous rule on any corpus,
+    # within 1.5x of greedy leader + repair except on line1 (1-d, clusters of ~100 rows: 61 vs 32)
+    x, delta, previous = _corpus()[name]
+    cl = compress.cluster(x, delta, rule="merge")
+    _check_clustering(x, cl, delta)
+    assert cl.c <= previous, (cl.c, previous)
+    if name != "line1":
+        search, method = _search_settings("auto", x.shape[1], {})
+        reference = _repair(x, _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False), delta)[2].size
+        assert cl.c <= 1.5 * reference, (cl.c, reference)
+
+
+def test_merge_graph_threads_change_no_output(monkeypatch):
+    # session 16: the neighbour graph's blocks and product batches on two host threads give the same
+    # clustering bit for bit (each block and batch is computed by the same call whichever thread runs it)
+    x, delta = _adversarial_streams()["d784"]
+    monkeypatch.setattr(_cluster, "_MERGE_BLOCK", 64)  # several blocks and batches
+    monkeypatch.setattr(_cluster, "_MERGE_BATCH", 256)
+    base = compress.cluster(x, delta, rule="merge")
+    monkeypatch.setattr(_cluster, "_GRAPH_THREADS", 2)
+    threaded = compress.cluster(x, delta, rule="merge")
+    for name in ("labels", "centroids", "radii", "counts"):
+        np.testing.assert_array_equal(getattr(threaded, name), getattr(base, name))
+
+
 def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
     """Rows far apart, about half with one or two companions within 1.5 delta, shuffled: the kind
     of set the greedy pass's recursion streams (most rows open a cluster, a few pairs per row)."""
