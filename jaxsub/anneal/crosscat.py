@@ -56,6 +56,7 @@ AISTATS 2014, section 4; Neal, JCGS 2000 (Algorithm 8).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -233,7 +234,8 @@ class CrossCatState(NamedTuple):
     the clusters of its own view; ``order``/``num_assigned``/``head`` the subsample: policy ``"random"``
     ``order[:num_assigned]`` assigned (``head`` 0), policy ``"fifo"`` (loom) the window
     ``order[(head + i) % N], i < num_assigned`` of a fixed shuffled cycle; ``cursor``, ``since_hyper``,
-    ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`.
+    ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`; ``swept`` the subsample size at the chain's last
+    feature / hyper step (its ``num_assigned`` at :func:`init`; :func:`build_sweep` ``sweep_growth``).
     """
 
     view_of: jnp.ndarray
@@ -248,6 +250,7 @@ class CrossCatState(NamedTuple):
     since_hyper: jnp.ndarray
     halted: jnp.ndarray
     head: jnp.ndarray
+    swept: jnp.ndarray
 
 
 def _window_rows(state: CrossCatState) -> jnp.ndarray:
@@ -337,8 +340,9 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
     else:
         order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
-                         zero, zero, jnp.zeros((), bool), zero)
+    m = jnp.sum(on).astype(jnp.int32)
+    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, m, zero, zero, jnp.zeros((), bool),
+                         zero, m)
 
 
 def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
@@ -1006,17 +1010,6 @@ def _set_feature(state, f, f_kind, j, w, stats_w):
     return state._replace(view_of=view_of, real_stats=state.real_stats.at[j].set(stats_w.astype(state.real_stats.dtype)))
 
 
-def _clear_empty_views(model, state, init_h):
-    """Unoccupied views hold no rows; their row hypers return to the model's values."""
-    V = state.z.shape[0]
-    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
-    occ = nf > 0
-    h = state.hypers._replace(row_alpha=jnp.where(occ, state.hypers.row_alpha, init_h.row_alpha),
-                              row_d=jnp.where(occ, state.hypers.row_d, init_h.row_d))
-    return state._replace(z=jnp.where(occ[:, None], state.z, -1), sizes=jnp.where(occ[:, None], state.sizes, 0),
-                          hypers=h)
-
-
 def _kind_index(model, f):
     """``f`` as (kind, index within kind, feature id, levels): static ``f``, ``(kind, traced j)`` or
     ``(kind, traced j, levels)`` with a static bound ``levels`` on a categorical feature's number of levels
@@ -1061,9 +1054,11 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
     aux_sizes = jnp.where(keep_own[:, None], state.sizes[aux], fresh[1])
     ok = jnp.all(fresh[2] | keep_own)
-    z_c = state.z.at[aux].set(aux_z)
     sizes_c = state.sizes.at[aux].set(aux_sizes)
-    stats = _stats_of_feature_under(model, state, data, f_kind, j, z_c, levels)
+    # the feature's statistics under every view, the auxiliary slots' rows replaced by their partitions (no
+    # [V, N] copy of z: the move writes at most two rows of it, below)
+    stats = _stats_of_feature_under(model, state, data, f_kind, j, state.z, levels)
+    stats = stats.at[aux].set(_stats_of_feature_under(model, state, data, f_kind, j, aux_z, levels))
     marg = _marg_of(model, state, f_kind, j, stats)
     K = jnp.sum(nf > 0).astype(h.view_alpha.dtype)
     is_aux = jnp.zeros((V,), bool).at[aux].set(True)
@@ -1072,21 +1067,35 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     if noise is None:
         noise = jax.random.gumbel(keys[0], (V,), marg.dtype)
     w = jnp.argmax(logw + marg + noise).astype(jnp.int32)  # Gumbel-max: a categorical draw
-    new = state._replace(z=jnp.where((slots == w)[:, None], z_c, state.z),
-                         sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
+    new = state._replace(sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
     new = _set_feature(new, f, f_kind, j, w, stats[w])
-    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
-    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
+    # z: row w takes its (auxiliary) partition and row v0 is cleared if the feature left it empty; every other
+    # unoccupied row is already -1 (O(N), not O(V N))
+    z_w = jnp.where(jnp.any(aux == w), aux_z[jnp.argmax(aux == w)], state.z[w])
+    return _finish_feature_move(model, state, new, ok, w, z_w, v0, h)
 
 
-def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None):
-    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
+def _finish_feature_move(model, state, new, ok, w, z_w, v0, h):
+    """``new`` (a feature move's result, its ``z`` not written yet) with row ``w`` of ``z`` set to ``z_w`` and the
+    emptied view ``v0`` cleared (an unoccupied view holds no rows, its row hypers back at the model's values), or
+    ``state`` where ``ok`` is False: a select of every leaf, with the ``[V, N]`` array ``z`` written in two rows only. Exact because only ``v0`` can lose its last
+    feature and every other unoccupied view's row of ``z`` is already -1 (``init``, the row ticks and every move
+    keep it so)."""
+    V = state.z.shape[0]
+    occ = jax.ops.segment_sum(jnp.ones_like(new.view_of), new.view_of, V) > 0
+    init_h = init_hypers(model, V, h.row_alpha.dtype)
+    hn = new.hypers._replace(row_alpha=jnp.where(occ, new.hypers.row_alpha, init_h.row_alpha),
+                             row_d=jnp.where(occ, new.hypers.row_d, init_h.row_d))
+    new = new._replace(sizes=jnp.where(occ[:, None], new.sizes, 0), hypers=hn, z=None)
+    out = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state._replace(z=None))
+    z = state.z.at[w].set(jnp.where(ok, z_w, state.z[w]))
+    z = z.at[v0].set(jnp.where(ok & ~occ[v0], -1, z[v0]))
+    return out._replace(z=z), ok
 
-    ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
-    subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
-    hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
-    ``noise``: optional pre-drawn ``(u_move, gumbel [V])`` (refresh-or-merge coin, merge-target draw).
-    """
+
+def _new_view_plan(rng_key, state, f, *, model, data, fresh=None, noise=None):
+    """:func:`_new_view_proposal` before its writes to ``z``: ``(proposed state with the old z, log_accept, ok,
+    (target view, its proposed row of z, the feature's old view))``."""
     V = state.z.shape[0]
     h = state.hypers
     f_kind, j, f, levels = _kind_index(model, f)
@@ -1131,11 +1140,23 @@ def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None
     corr_old = _eppf(state.sizes[v0], a_q, d_q) - _eppf(state.sizes[v0], a_s, d_s)
     corr = jnp.where(split, corr_new, jnp.where(refresh, corr_new + corr_old, 0.0))
     log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0)) + corr
-    new = state._replace(z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
-                         sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
+    new = state._replace(sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
     new = _set_feature(new, f, f_kind, j, tgt, stats[1])
-    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
     valid = ok & (split | refresh | merge)
+    return new, log_acc, valid, (tgt, jnp.where(merge, state.z[wt], z_t), v0)
+
+
+def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None):
+    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
+
+    ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
+    subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
+    hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
+    ``noise``: optional pre-drawn ``(u_move, gumbel [V])`` (refresh-or-merge coin, merge-target draw).
+    """
+    new, log_acc, valid, (tgt, z_t, v0) = _new_view_plan(rng_key, state, f, model=model, data=data, fresh=fresh,
+                                                         noise=noise)
+    new, _ = _finish_feature_move(model, state, new, jnp.asarray(True), tgt, z_t, v0, state.hypers)
     return new, log_acc, valid
 
 
@@ -1152,9 +1173,10 @@ def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatMod
         prop_noise, u_acc = None, jax.random.uniform(k_acc)
     else:
         prop_noise, u_acc = (noise[0], noise[2]), noise[1]
-    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data, fresh=fresh, noise=prop_noise)
+    prop, log_acc, valid, (tgt, z_t, v0) = _new_view_plan(k_prop, state, f, model=model, data=data, fresh=fresh,
+                                                          noise=prop_noise)
     acc = valid & (jnp.log(u_acc) < log_acc)
-    return jax.tree.map(lambda a, b: jnp.where(acc, a, b), prop, state), acc
+    return _finish_feature_move(model, state, prop, acc, tgt, z_t, v0, state.hypers)
 
 
 # --------------------------------------------------------------------------- hyperparameters
@@ -1489,6 +1511,16 @@ def _check_widths(widths) -> tuple:
     return out
 
 
+def _check_growth(sweep_growth) -> float:
+    """``sweep_growth`` as a float, 0 (off) or > 1, else ``ValueError``."""
+    if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    g = float(sweep_growth)
+    if not (g == 0.0 or (math.isfinite(g) and g > 1.0)):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    return g
+
+
 def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
     """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
     the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
@@ -1588,7 +1620,7 @@ def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=N
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random", blocked: bool = False, feature_widths: tuple = ()):
+                policy: str = "random", blocked: bool = False, feature_widths: tuple = (), sweep_growth: float = 0.0):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
@@ -1610,8 +1642,16 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     largest subsample of the chains that need the moves (a ``lax.switch``, all ``N`` rows past the last), so
     their cost follows the subsample: each width compiles one more copy of the feature sweep (~2.5-4 CPU-s more
     for ``fit`` on the 11-feature flights table), so it is opt-in (:func:`width_ladder`).
+
+    ``sweep_growth`` (static float, 0: off): the feature and hyper moves also run after a tick once the subsample
+    holds ``sweep_growth`` times the rows it held at the chain's last feature / hyper step (``state.swept``), cycle
+    or not. A schedule that only adds rows (the linear anneal at ``N`` assignments, a sequential phase) never
+    completes a cycle, so without it its moves run once (at ``hyper_min_rows``); with ``sweep_growth=2`` they run
+    at ~20, 40, 80, ... rows. It changes when the moves run (a function of the tick counters, not of the state's
+    values), not what they do: each move still leaves the current subsample's posterior invariant.
     """
     widths = _check_widths(feature_widths)
+    growth = _check_growth(sweep_growth)
 
     def one(state, cache, u, window, base, data):
         cur = state.cursor
@@ -1628,7 +1668,11 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
             new, writes = sel(new_b, new), sel(_noop_row_writes(new_b), writes)
             cache = sel(_score_cache(new_b), cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
-        cycle = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
+        cycle = new.since_hyper >= jnp.maximum(new.num_assigned, 1)
+        if growth:  # the subsample grew by `growth` since the last moves (exact in float32 below 2**24 rows)
+            cycle = cycle | (new.num_assigned.astype(jnp.float32)
+                             >= jnp.float32(growth) * jnp.maximum(new.swept, 1).astype(jnp.float32))
+        cycle = cycle & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
         need_h = cycle & (new.num_assigned >= hyper_min_rows) if grids is not None else jnp.zeros_like(cycle)
         return new, writes, jnp.stack([need_f, need_h]), cache
@@ -1701,7 +1745,8 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
 
                         st = jax.lax.cond(jnp.any(need_h & ok), hypers, lambda st: st, st)
                     done = (need_f | need_h) & ok
-                    st = st._replace(since_hyper=jnp.where(done, 0, st.since_hyper), halted=st.halted | ~ok)
+                    st = st._replace(since_hyper=jnp.where(done, 0, st.since_hyper), halted=st.halted | ~ok,
+                                     swept=jnp.where(done, st.num_assigned, st.swept))
                     return st, vm(_noop_row_writes)(st), _score_cache(st)
 
                 states, pending, caches = jax.lax.cond(jnp.any(need_f | need_h), run, lambda c: c,
@@ -1867,16 +1912,16 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=()):
+              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=(), sweep_growth=0.0):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
                        feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
-                       feature_widths=feature_widths)(states, keys, windows, data)
+                       feature_widths=feature_widths, sweep_growth=sweep_growth)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
                                                  "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
-                                                 "blocked", "feature_widths"))
+                                                 "blocked", "feature_widths", "sweep_growth"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1885,7 +1930,7 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None,
         initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1,
-        feature_widths: tuple = ()) -> CrossCatFit:
+        feature_widths: tuple = (), sweep_growth: float = 0.0) -> CrossCatFit:
     """Run a row schedule for CrossCat on ``num_chains`` vmapped chains: policy ``"random"`` (Anneal,
     Prior+Gibbs, Sequential+Gibbs, energy annealing) or ``"fifo"`` (:func:`~jaxsub.anneal.loom`: the
     subsample is a sliding window of each chain's shuffled cycle of the rows, every row visited in turn).
@@ -1910,6 +1955,8 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     draws depend only on its key, so the result equals the ``threads=1`` run (up to floating-point
     differences of the batch size); ``num_chains`` must be a multiple of ``threads``. ``feature_widths``: see
     :func:`build_sweep` (feature moves on the subsample's rows only; e.g. ``width_ladder(N)``; more compilation).
+    ``sweep_growth``: see :func:`build_sweep` (the feature and hyper moves also run each time the subsample has
+    grown by that factor, e.g. 2: a schedule that only adds rows otherwise runs them once).
 
     Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
     cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
@@ -1971,6 +2018,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     feature_widths = _check_widths(feature_widths)
     if feature_widths:
         static["feature_widths"] = feature_widths
+    sweep_growth = _check_growth(sweep_growth)
+    if sweep_growth:
+        static["sweep_growth"] = sweep_growth
     codes = np.asarray(schedule.codes)
     if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
         static["blocked"] = True
