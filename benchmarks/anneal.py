@@ -419,6 +419,56 @@ def _heldout_full(tables=None, growths=(0.0, 2.0), num_keys=3, budget=1):
     return out
 
 
+def _breakdown_1n(table="hfi (reals)", sweep_growth=0.0, repeats=3):
+    """Where Anneal's 1N seconds go on a FULL table (``_heldout_full``'s settings, split of run 1, key 1): the fit
+    as run (row ticks, feature moves, hyper steps), without feature moves, and without feature moves or hyper steps
+    (``grids=None``), each after a first call (compile, excluded); then one feature sweep (full width) and one hyper
+    step on the 4 chains' final states (vmapped, as one thread group of the fit runs them: 2 chains), median of
+    ``repeats``. Also the moves each chain ran (``swept``, ``since_hyper``: a pure-adding schedule completes no cycle,
+    so without ``sweep_growth`` they run once, at 20 rows)."""
+    import os
+
+    import jaxsub.datasets as jds
+    from experiments.crosscat_anneal import _model, load_table, split
+    from jaxsub.anneal import crosscat as cc
+
+    loader, seed_i = _FULL_TABLES[table]
+    x, kinds, names = load_table(getattr(jds, loader)(), None, None, seed_i)
+    model = _model(kinds)
+    train, test = split(x, kinds, seed_i, 1)
+    n = train.shape[0]
+    cache = an.SweepCache()
+    out = {"case": "1N seconds breakdown (full table)", "table": table, "rows": n, "sweep_growth": sweep_growth,
+           "load": [os.getloadavg()[0]]}
+    res = None
+    for name, kw in (("all moves", {}), ("no feature moves", {"feature_moves": False}),
+                     ("row ticks only", {"feature_moves": False, "grids": None})):
+        def fit():
+            return cc.fit(jax.random.key(1), train, model, an.linear_anneal(n, n), num_chains=4, test_data=test,
+                          capacity=64, cache=cache, threads=2, feature_widths=cc.width_ladder(n),
+                          sweep_growth=sweep_growth, **kw)
+        first = fit()
+        secs = []
+        for _ in range(repeats):
+            r = fit()
+            secs.append(float(r.seconds[-1]))
+        res = r if res is None else res
+        out[name] = {"seconds_median": float(np.median(secs)), "seconds": secs, "compile_s": first.compile_seconds,
+                     "swept": np.asarray(r.state.swept).tolist(), "since_hyper": np.asarray(r.state.since_hyper).tolist(),
+                     "score": float(np.mean(r.heldout[-1]) / test.shape[0])}
+    enc = cc.encode_table(model, train)
+    grids = cc.default_crosscat_grids(model)
+    st = jax.tree.map(lambda a: a[:2], res.state)
+    keys = jax.random.split(jax.random.key(0), 2)
+    fs = jax.jit(jax.vmap(lambda k, s_: cc.feature_sweep(k, s_, model=model, data=enc)[0]))
+    hs = jax.jit(jax.vmap(lambda k, s_: cc.resample_hypers(k, s_, model=model, grids=grids)))
+    for name, f in (("one feature sweep, all rows, 2 chains", fs), ("one hyper step, 2 chains", hs)):
+        _, times = _timed(lambda i, f=f: f(keys, st), repeats)
+        out[name] = {"seconds_median": float(np.median(times)), "seconds": times}
+    out["load"].append(os.getloadavg()[0])
+    return out
+
+
 def _heldout_seeds_tables(quick, budgets=None, num_keys=None, grids=("default",), tables=None, growths=(None,)):
     """:func:`_heldout_seeds` on each of ``tables`` (default: all three; quick: flights) for each grid name of
     ``grids`` (grids with data weights are skipped on a table without reals: they equal the default there) and each
@@ -595,6 +645,8 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--full", action="store_true", help="full-size tables at the first budget (_heldout_full), "
                     "Anneal with each --growth")
+    ap.add_argument("--breakdown", action="store_true", help="where Anneal's 1N seconds go on full tables "
+                    "(_breakdown_1n; --tables, --growth)")
     ap.add_argument("--growth", nargs="*", type=float, default=None, help="cc.fit sweep_growth values")
     ap.add_argument("--aggregate", nargs="*", default=None, help="JSON files of earlier runs: print their median "
                     "and range per table, grids and budget instead of running")
@@ -613,6 +665,14 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md
                   + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel))
         raise SystemExit(0)
     t0, load0 = time.perf_counter(), os.getloadavg()
+    if a.breakdown:
+        rows = [_breakdown_1n(t, g) for t in (a.tables or ("hfi (reals)",)) for g in (a.growth or (0.0,))]
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump({"rows": rows}, f, indent=1)
+        raise SystemExit(0)
     if a.full:
         rows = _heldout_full(a.tables, tuple(a.growth or (0.0, 2.0)), a.keys, a.budgets[0])
         for r in rows:
