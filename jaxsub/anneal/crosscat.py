@@ -1010,6 +1010,17 @@ def _set_feature(state, f, f_kind, j, w, stats_w):
     return state._replace(view_of=view_of, real_stats=state.real_stats.at[j].set(stats_w.astype(state.real_stats.dtype)))
 
 
+def _clear_empty_views(model, state, init_h):
+    """Unoccupied views hold no rows; their row hypers return to the model's values."""
+    V = state.z.shape[0]
+    nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
+    occ = nf > 0
+    h = state.hypers._replace(row_alpha=jnp.where(occ, state.hypers.row_alpha, init_h.row_alpha),
+                              row_d=jnp.where(occ, state.hypers.row_d, init_h.row_d))
+    return state._replace(z=jnp.where(occ[:, None], state.z, -1), sizes=jnp.where(occ[:, None], state.sizes, 0),
+                          hypers=h)
+
+
 def _kind_index(model, f):
     """``f`` as (kind, index within kind, feature id, levels): static ``f``, ``(kind, traced j)`` or
     ``(kind, traced j, levels)`` with a static bound ``levels`` on a categorical feature's number of levels
@@ -1054,11 +1065,9 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
     aux_sizes = jnp.where(keep_own[:, None], state.sizes[aux], fresh[1])
     ok = jnp.all(fresh[2] | keep_own)
+    z_c = state.z.at[aux].set(aux_z)
     sizes_c = state.sizes.at[aux].set(aux_sizes)
-    # the feature's statistics under every view, the auxiliary slots' rows replaced by their partitions (no
-    # [V, N] copy of z: the move writes at most two rows of it, below)
-    stats = _stats_of_feature_under(model, state, data, f_kind, j, state.z, levels)
-    stats = stats.at[aux].set(_stats_of_feature_under(model, state, data, f_kind, j, aux_z, levels))
+    stats = _stats_of_feature_under(model, state, data, f_kind, j, z_c, levels)
     marg = _marg_of(model, state, f_kind, j, stats)
     K = jnp.sum(nf > 0).astype(h.view_alpha.dtype)
     is_aux = jnp.zeros((V,), bool).at[aux].set(True)
@@ -1067,35 +1076,21 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     if noise is None:
         noise = jax.random.gumbel(keys[0], (V,), marg.dtype)
     w = jnp.argmax(logw + marg + noise).astype(jnp.int32)  # Gumbel-max: a categorical draw
-    new = state._replace(sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
+    new = state._replace(z=jnp.where((slots == w)[:, None], z_c, state.z),
+                         sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
     new = _set_feature(new, f, f_kind, j, w, stats[w])
-    # z: row w takes its (auxiliary) partition and row v0 is cleared if the feature left it empty; every other
-    # unoccupied row is already -1 (O(N), not O(V N))
-    z_w = jnp.where(jnp.any(aux == w), aux_z[jnp.argmax(aux == w)], state.z[w])
-    return _finish_feature_move(model, state, new, ok, w, z_w, v0, h)
+    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
+    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
 
 
-def _finish_feature_move(model, state, new, ok, w, z_w, v0, h):
-    """``new`` (a feature move's result, its ``z`` not written yet) with row ``w`` of ``z`` set to ``z_w`` and the
-    emptied view ``v0`` cleared (an unoccupied view holds no rows, its row hypers back at the model's values), or
-    ``state`` where ``ok`` is False: a select of every leaf, with the ``[V, N]`` array ``z`` written in two rows only. Exact because only ``v0`` can lose its last
-    feature and every other unoccupied view's row of ``z`` is already -1 (``init``, the row ticks and every move
-    keep it so)."""
-    V = state.z.shape[0]
-    occ = jax.ops.segment_sum(jnp.ones_like(new.view_of), new.view_of, V) > 0
-    init_h = init_hypers(model, V, h.row_alpha.dtype)
-    hn = new.hypers._replace(row_alpha=jnp.where(occ, new.hypers.row_alpha, init_h.row_alpha),
-                             row_d=jnp.where(occ, new.hypers.row_d, init_h.row_d))
-    new = new._replace(sizes=jnp.where(occ[:, None], new.sizes, 0), hypers=hn, z=None)
-    out = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state._replace(z=None))
-    z = state.z.at[w].set(jnp.where(ok, z_w, state.z[w]))
-    z = z.at[v0].set(jnp.where(ok & ~occ[v0], -1, z[v0]))
-    return out._replace(z=z), ok
+def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None):
+    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
 
-
-def _new_view_plan(rng_key, state, f, *, model, data, fresh=None, noise=None):
-    """:func:`_new_view_proposal` before its writes to ``z``: ``(proposed state with the old z, log_accept, ok,
-    (target view, its proposed row of z, the feature's old view))``."""
+    ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
+    subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
+    hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
+    ``noise``: optional pre-drawn ``(u_move, gumbel [V])`` (refresh-or-merge coin, merge-target draw).
+    """
     V = state.z.shape[0]
     h = state.hypers
     f_kind, j, f, levels = _kind_index(model, f)
@@ -1140,23 +1135,11 @@ def _new_view_plan(rng_key, state, f, *, model, data, fresh=None, noise=None):
     corr_old = _eppf(state.sizes[v0], a_q, d_q) - _eppf(state.sizes[v0], a_s, d_s)
     corr = jnp.where(split, corr_new, jnp.where(refresh, corr_new + corr_old, 0.0))
     log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0)) + corr
-    new = state._replace(sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
+    new = state._replace(z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
+                         sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
     new = _set_feature(new, f, f_kind, j, tgt, stats[1])
+    new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
     valid = ok & (split | refresh | merge)
-    return new, log_acc, valid, (tgt, jnp.where(merge, state.z[wt], z_t), v0)
-
-
-def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None):
-    """The MH proposal of :func:`new_view_mh` for feature ``f``: ``(proposed_state, log_accept, ok)``.
-
-    ``fresh``: optional pre-drawn ``(z [N], sizes [C], ok, alpha_q, d_q)``, a PY(alpha_q, d_q) partition of the
-    subsample independent of ``state``; where ``(alpha_q, d_q)`` differ from the target slot's row
-    hyperparameters the acceptance carries the ratio of the two EPPFs (exact for split and refresh).
-    ``noise``: optional pre-drawn ``(u_move, gumbel [V])`` (refresh-or-merge coin, merge-target draw).
-    """
-    new, log_acc, valid, (tgt, z_t, v0) = _new_view_plan(rng_key, state, f, model=model, data=data, fresh=fresh,
-                                                         noise=noise)
-    new, _ = _finish_feature_move(model, state, new, jnp.asarray(True), tgt, z_t, v0, state.hypers)
     return new, log_acc, valid
 
 
@@ -1173,10 +1156,9 @@ def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatMod
         prop_noise, u_acc = None, jax.random.uniform(k_acc)
     else:
         prop_noise, u_acc = (noise[0], noise[2]), noise[1]
-    prop, log_acc, valid, (tgt, z_t, v0) = _new_view_plan(k_prop, state, f, model=model, data=data, fresh=fresh,
-                                                          noise=prop_noise)
+    prop, log_acc, valid = _new_view_proposal(k_prop, state, f, model=model, data=data, fresh=fresh, noise=prop_noise)
     acc = valid & (jnp.log(u_acc) < log_acc)
-    return _finish_feature_move(model, state, prop, acc, tgt, z_t, v0, state.hypers)
+    return jax.tree.map(lambda a, b: jnp.where(acc, a, b), prop, state), acc
 
 
 # --------------------------------------------------------------------------- hyperparameters
