@@ -280,7 +280,7 @@ _SEED_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 300, 12, 0), "gss (categori
                 "flights (mixed)": ("load_crosscat_flights", 1000, 11, 2)}
 
 
-def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)"):
+def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)", sweep_growth=None):
     """The held-out comparison over seeds (docs/anneal.md, sessions 14-15): on the experiment's split of each budget
     of ``table`` (its subsets mode: hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11, the Anneal run's split),
     ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``100 + k`` (2 chains in 2 threads,
@@ -289,7 +289,8 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
     mean varies by ~1-1.5 nats per row between seeds on the flights split for both tools, more than the differences
     it reports at 1N and 3N. ``grids``: a name of ``experiments.crosscat_anneal.GRIDS`` (``"default"``, ``"data"``,
     ``"data-no-sigma2"``). Per budget: mean and median score of each, the per-pair difference (mean, its standard
-    error, median), the pairs jaxsub won, the seconds (median, range) and the load average before / after."""
+    error, median), the pairs jaxsub won, the seconds (median, range) and the load average before / after.
+    ``sweep_growth``: ``cc.fit``'s (default: its default)."""
     try:
         import lace  # noqa: F401
     except ImportError:
@@ -309,6 +310,7 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
     model = _model(kinds)
     g = table_grids(model, x, grids)  # as the experiment: one set per table
     cache = an.SweepCache()
+    growth = {} if sweep_growth is None else {"sweep_growth": sweep_growth}
     out = []
     for b in budgets:
         run_id = {1: 1, 3: 4, 10: 7, 30: 10}.get(b, 1)  # the experiment's Anneal split of this budget (subsets mode)
@@ -318,7 +320,7 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
         def fit(k):
             return cc.fit(jax.random.key(100 + k), train, model, an.linear_anneal(n, b * n), num_chains=2,
                           test_data=test, span=n, capacity=32, cache=cache, threads=2, grids=g,
-                          feature_widths=cc.width_ladder(n))
+                          feature_widths=cc.width_ladder(n), **growth)
 
         load0 = os.getloadavg()[0]
         fit(0)  # compile + first execution, excluded
@@ -342,20 +344,143 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
                     "diff_mean": float(d.mean()), "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else
                     float("nan"), "diff_median": float(np.median(d)), "anneal_won": int(np.sum(d >= 0)),
                     "diffs": [float(v) for v in d], "anneal_scores": [float(v) for v in jx],
-                    "pylace_scores": [float(v) for v in lc], "load": [load0, os.getloadavg()[0]]})
+                    "pylace_scores": [float(v) for v in lc], "load": [load0, os.getloadavg()[0]],
+                    "sweep_growth": sweep_growth})
     return out
 
 
-def _heldout_seeds_tables(quick, budgets=None, num_keys=None, grids=("default",), tables=None):
+_FULL_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 0), "gss (categorical)": ("load_crosscat_gss", 1),
+                "flights (mixed)": ("load_crosscat_flights", 2)}
+
+
+def _heldout_full(tables=None, growths=(0.0, 2.0), num_keys=3, budget=1):
+    """Anneal vs pylace on the FULL tables of ``experiments/crosscat_anneal`` (its full mode: 4 chains in 2 threads,
+    capacity 64, ``feature_widths=width_ladder(n)``, default grids; pylace 4 states) at ``budget`` N, over
+    ``num_keys`` pairs: pair ``k`` takes the split of run ``1 + k`` of the table (run 1 is the full mode's Anneal 1N
+    split) and, for each ``sweep_growth`` of ``growths`` in turn, Anneal with key ``100 + k`` then pylace with seed
+    ``100 + k`` for that Anneal run's sampling seconds (each table's first fit of each growth, compile and a first
+    execution, excluded). Per table and growth: the scores, seconds, per-pair difference (mean, se, pairs won) and
+    the load average before / after; in every row the feature / hyper steps each Anneal chain ran (``swept``: the
+    subsample size at its last one)."""
+    try:
+        import lace  # noqa: F401
+    except ImportError:
+        return [{"case": "heldout_full", "note": "pylace not installed (optional extra 'peers')"}]
+    import os
+
+    import jaxsub.datasets as jds
+    from experiments.crosscat_anneal import _model, _pylace_scores, load_table, split
+    from jaxsub.anneal import crosscat as cc
+
+    tables = tuple(_FULL_TABLES) if tables is None else tuple(tables)
+    out = []
+    for t in tables:
+        loader, seed_i = _FULL_TABLES[t]
+        x, kinds, names = load_table(getattr(jds, loader)(), None, None, seed_i)
+        model = _model(kinds)
+        cache = an.SweepCache()
+        res_of = {g: {"jx": [], "lc": [], "secs": [], "swept": [], "load": [os.getloadavg()[0]], "compile": 0.0}
+                  for g in growths}
+        for k in range(num_keys):
+            train, test = split(x, kinds, seed_i, 1 + k)
+            n = train.shape[0]
+            for g in growths:
+                def fit():
+                    return cc.fit(jax.random.key(100 + k), train, model, an.linear_anneal(n, budget * n), num_chains=4,
+                                  test_data=test, capacity=64, cache=cache, threads=2,
+                                  feature_widths=cc.width_ladder(n), sweep_growth=g)
+                r = res_of[g]
+                if k == 0:
+                    t0 = time.perf_counter()
+                    fit()
+                    r["compile"] = time.perf_counter() - t0
+                res = fit()
+                s = float(res.seconds[-1])
+                lp, _, iters = _pylace_scores(train, test, names, kinds, s, 4, seed=100 + k)
+                if lp is None:
+                    continue
+                r["jx"].append(float(np.mean(res.heldout[-1] / test.shape[0])))
+                r["lc"].append(float(np.mean(lp)))
+                r["secs"].append(s)
+                r["swept"].append(np.asarray(res.state.swept).tolist())
+                r.setdefault("iters", []).append(iters)
+                print(f"{t} growth {g} pair {k}: {s:.2f} s Anneal {r['jx'][-1]:+.3f} pylace {r['lc'][-1]:+.3f} "
+                      f"({iters}) load {os.getloadavg()[0]:.2f}", flush=True)
+        for g, r in res_of.items():
+            jx, lc = np.asarray(r["jx"]), np.asarray(r["lc"])
+            d = jx - lc
+            out.append({"case": f"heldout per test row, full table, {budget}N: Anneal key 100+k vs pylace seed 100+k "
+                        "at Anneal's seconds (split of run 1+k)", "table": t, "sweep_growth": g, "budget_N": budget,
+                        "pairs": len(d), "seconds": r["secs"], "anneal_scores": r["jx"], "pylace_scores": r["lc"],
+                        "diff_mean": float(d.mean()),
+                        "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
+                        "anneal_won": int(np.sum(d >= 0)), "swept": r["swept"], "pylace_iterations": r.get("iters"),
+                        "first_fit_s": r["compile"], "load": r["load"] + [os.getloadavg()[0]]})
+    return out
+
+
+def _breakdown_1n(table="hfi (reals)", sweep_growth=0.0, repeats=3):
+    """Where Anneal's 1N seconds go on a FULL table (``_heldout_full``'s settings, split of run 1, key 1): the fit
+    as run (row ticks, feature moves, hyper steps), without feature moves, and without feature moves or hyper steps
+    (``grids=None``), each after a first call (compile, excluded); then one feature sweep (full width) and one hyper
+    step on the 4 chains' final states (vmapped, as one thread group of the fit runs them: 2 chains), median of
+    ``repeats``. Also the moves each chain ran (``swept``, ``since_hyper``: a pure-adding schedule completes no cycle,
+    so without ``sweep_growth`` they run once, at 20 rows)."""
+    import os
+
+    import jaxsub.datasets as jds
+    from experiments.crosscat_anneal import _model, load_table, split
+    from jaxsub.anneal import crosscat as cc
+
+    loader, seed_i = _FULL_TABLES[table]
+    x, kinds, names = load_table(getattr(jds, loader)(), None, None, seed_i)
+    model = _model(kinds)
+    train, test = split(x, kinds, seed_i, 1)
+    n = train.shape[0]
+    cache = an.SweepCache()
+    out = {"case": "1N seconds breakdown (full table)", "table": table, "rows": n, "sweep_growth": sweep_growth,
+           "load": [os.getloadavg()[0]]}
+    res = None
+    for name, kw in (("all moves", {}), ("no feature moves", {"feature_moves": False}),
+                     ("row ticks only", {"feature_moves": False, "grids": None})):
+        def fit():
+            return cc.fit(jax.random.key(1), train, model, an.linear_anneal(n, n), num_chains=4, test_data=test,
+                          capacity=64, cache=cache, threads=2, feature_widths=cc.width_ladder(n),
+                          sweep_growth=sweep_growth, **kw)
+        first = fit()
+        secs = []
+        for _ in range(repeats):
+            r = fit()
+            secs.append(float(r.seconds[-1]))
+        res = r if res is None else res
+        out[name] = {"seconds_median": float(np.median(secs)), "seconds": secs, "compile_s": first.compile_seconds,
+                     "swept": np.asarray(r.state.swept).tolist(), "since_hyper": np.asarray(r.state.since_hyper).tolist(),
+                     "score": float(np.mean(r.heldout[-1]) / test.shape[0])}
+    enc = cc.encode_table(model, train)
+    grids = cc.default_crosscat_grids(model)
+    st = jax.tree.map(lambda a: a[:2], res.state)
+    keys = jax.random.split(jax.random.key(0), 2)
+    fs = jax.jit(jax.vmap(lambda k, s_: cc.feature_sweep(k, s_, model=model, data=enc)[0]))
+    hs = jax.jit(jax.vmap(lambda k, s_: cc.resample_hypers(k, s_, model=model, grids=grids)))
+    for name, f in (("one feature sweep, all rows, 2 chains", fs), ("one hyper step, 2 chains", hs)):
+        _, times = _timed(lambda i, f=f: f(keys, st), repeats)
+        out[name] = {"seconds_median": float(np.median(times)), "seconds": times}
+    out["load"].append(os.getloadavg()[0])
+    return out
+
+
+def _heldout_seeds_tables(quick, budgets=None, num_keys=None, grids=("default",), tables=None, growths=(None,)):
     """:func:`_heldout_seeds` on each of ``tables`` (default: all three; quick: flights) for each grid name of
-    ``grids`` (grids with data weights are skipped on a table without reals: they equal the default there)."""
+    ``grids`` (grids with data weights are skipped on a table without reals: they equal the default there) and each
+    ``sweep_growth`` of ``growths`` (``None``: ``cc.fit``'s default)."""
     tables = (("flights (mixed)",) if quick else tuple(_SEED_TABLES)) if tables is None else tuple(tables)
     out = []
     for t in tables:
         for gname in grids:
             if gname != "default" and t == "gss (categorical)":
                 continue  # no real columns: data_grids returns the default grids
-            out += _heldout_seeds(quick, budgets, num_keys, gname, t)
+            for g in growths:
+                out += _heldout_seeds(quick, budgets, num_keys, gname, t, g)
     return out
 
 
@@ -518,6 +643,11 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md
     ap.add_argument("--budgets", nargs="*", type=int, default=[1, 3, 10, 30])
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--full", action="store_true", help="full-size tables at the first budget (_heldout_full), "
+                    "Anneal with each --growth")
+    ap.add_argument("--breakdown", action="store_true", help="where Anneal's 1N seconds go on full tables "
+                    "(_breakdown_1n; --tables, --growth)")
+    ap.add_argument("--growth", nargs="*", type=float, default=None, help="cc.fit sweep_growth values")
     ap.add_argument("--aggregate", nargs="*", default=None, help="JSON files of earlier runs: print their median "
                     "and range per table, grids and budget instead of running")
     a = ap.parse_args()
@@ -535,9 +665,30 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md
                   + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel))
         raise SystemExit(0)
     t0, load0 = time.perf_counter(), os.getloadavg()
-    rows = _heldout_seeds_tables(False, a.budgets, a.keys, tuple(a.grids), a.tables)
+    if a.breakdown:
+        rows = [_breakdown_1n(t, g) for t in (a.tables or ("hfi (reals)",)) for g in (a.growth or (0.0,))]
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump({"rows": rows}, f, indent=1)
+        raise SystemExit(0)
+    if a.full:
+        rows = _heldout_full(a.tables, tuple(a.growth or (0.0, 2.0)), a.keys, a.budgets[0])
+        for r in rows:
+            print(f"{r['table']:18s} growth {r['sweep_growth']}  {r['budget_N']}N  seconds {np.round(r['seconds'], 2)}  "
+                  f"diff {r['diff_mean']:+.3f} (se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  "
+                  f"load {r['load']}", flush=True)
+        meta = {"wall_s": time.perf_counter() - t0, "load_start": load0, "load_end": os.getloadavg()}
+        print(meta)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        raise SystemExit(0)
+    rows = _heldout_seeds_tables(False, a.budgets, a.keys, tuple(a.grids), a.tables, tuple(a.growth or (None,)))
     for r in rows:
-        print(f"{r['table']:18s} {r['grids']:15s} {r['budget_N']:>3d}N  {r['seconds_median']:.3f} s  "
+        print(f"{r['table']:18s} {r['grids']:15s} growth {r['sweep_growth']} {r['budget_N']:>3d}N  "
+              f"{r['seconds_median']:.3f} s  "
               f"Anneal {r['anneal_mean']:+.3f}  pylace {r['pylace_mean']:+.3f}  diff {r['diff_mean']:+.3f} "
               f"(se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  load {r['load'][0]:.1f}->{r['load'][1]:.1f}",
               flush=True)

@@ -127,7 +127,7 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
 
 
 def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None,
-        grids: str = "default") -> dict:
+        grids: str = "default", sweep_growth: float | None = None) -> dict:
     """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
@@ -139,7 +139,10 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     compiled in), or ``"data-no-sigma2"``: the same without the sigma2 weight (``sigma2_weight=False``). Measured in
     session 14 (docs/anneal.md): ``"data"`` ~+0.2 nats per row at 1N on flights, -2.3 at 30N, so not the default;
     ``"data-no-sigma2"`` (session 15, 10 paired keys per budget): +0.2 to +0.7 on hfi, -0.01 to +0.33 on flights at
-    1 / 3 / 10 / 30N, none of the eight over 2 se, so not the default either."""
+    1 / 3 / 10 / 30N, none of the eight over 2 se, so not the default either. ``sweep_growth``: passed to
+    :func:`~jaxsub.anneal.crosscat.fit` for every strategy (``None``: fit's default, 2 since session 16: the feature and
+    hyper moves also run each time the subsample doubles, which the 1N runs, all adding ticks, otherwise ran once;
+    0: as before)."""
     import matplotlib.pyplot as plt
 
     loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
@@ -159,6 +162,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     # Sequential+Gibbs 30N, which grow to 64 (flights: 0.75-0.82x the CPU of 64, identical scores; docs/anneal.md,
     # session 13). Quick (its Prior+Gibbs 30N run needs 64: one compiled sweep) and full tables: 64.
     capacity = 32 if subsets and not quick else 64
+    growth = {} if sweep_growth is None else {"sweep_growth": sweep_growth}
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
     mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
@@ -172,6 +176,8 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
              "data-no-sigma2": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior) "
                                "without the sigma2 weight (sigma2_weight=False)",
              "default": "; default grids (cc.default_crosscat_grids)"}[grids]
+    if sweep_growth is not None:
+        mode += f"; sweep_growth={sweep_growth}"
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
     metrics, table = {}, []
     fig, axes = plt.subplots(1, len(loaders), figsize=(5 * len(loaders), 4.2), squeeze=False)
@@ -199,7 +205,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                 widths = () if quick else cc.width_ladder(n)
                 fit = lambda: cc.fit(jax.random.key(run_id), train, model, make(n, b * n),  # noqa: E731
                                      num_chains=num_chains, test_data=test, span=n, capacity=capacity, cache=cache,
-                                     threads=threads, feature_widths=widths, grids=g)
+                                     threads=threads, feature_widths=widths, grids=g, **growth)
                 if run_id == 1:  # warm-up: a first execution pays one-off costs; excluded like compilation
                     t_w = time.perf_counter()
                     fit()

@@ -1041,3 +1041,54 @@ def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_s
     q = np.exp(ll + np.asarray(w.nix_logprior[3]) - np.max(ll + np.asarray(w.nix_logprior[3])))
     freq = np.bincount(draws, minlength=len(ll)) / draws.size
     assert np.max(np.abs(freq - q / q.sum())) > 0.05  # negative control: lace's sigma2 weight is not applied
+
+
+def test_sweep_growth_runs_the_moves_as_the_subsample_grows():
+    """``fit(sweep_growth=g)``: a schedule that only adds rows (``linear_anneal(N, N)``) never completes a cycle,
+    so without it the feature / hyper moves run once, at ``hyper_min_rows``; with ``g`` they also run each time
+    the subsample holds ``g`` times the rows of their last run (``state.swept``: 20 then 40 of 64 rows at
+    ``g = 2``), and the statistics stay equal to a rebuild from the labels. A schedule
+    with >= 2 assignments per added row (3N) completes a cycle first: the same states as without it. Bad
+    ``sweep_growth`` raises. (Exact posterior: the slow test below.)"""
+    model, enc, _, n = _hyper_step_table(seed=2, n=64)
+    rng = np.random.default_rng(2)  # the table of _hyper_step_table(seed=2, n=64), as fit's input
+    x = np.stack([rng.integers(0, 4, n).astype(float), rng.normal(0, 2, n)], 1)
+    x[::7, 1] = np.nan
+    expect = {0.0: (20, 44), 2.0: (40, 24)}  # (swept, since_hyper) after 64 adds
+    caches = {g: an.SweepCache() for g in expect}  # one compiled sweep per growth (span n: 1N and 3N share it)
+    for g, (swept, since) in expect.items():
+        r = cc.fit(jax.random.key(1), x, model, an.linear_anneal(n, n), num_chains=2, capacity=16, sweep_growth=g,
+                   span=n, cache=caches[g])
+        assert np.all(np.asarray(r.state.swept) == swept) and np.all(np.asarray(r.state.since_hyper) == since), g
+        assert np.all(np.asarray(r.state.num_assigned) == n) and not np.any(np.asarray(r.state.halted))
+        ref = jax.vmap(lambda vo, z: cc.init(model, enc, 16, view_of=vo, z=z))(r.state.view_of, r.state.z)
+        np.testing.assert_array_equal(np.asarray(r.state.cat_counts), np.asarray(ref.cat_counts))
+        np.testing.assert_allclose(np.asarray(r.state.real_stats), np.asarray(ref.real_stats), rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(np.asarray(r.state.sizes), np.asarray(ref.sizes))
+    three = [cc.fit(jax.random.key(2), x, model, an.linear_anneal(n, 3 * n), num_chains=2, capacity=16,
+                    sweep_growth=g, span=n, cache=caches[g]).state for g in expect]
+    chex.assert_trees_all_equal(three[0], three[1])
+    for bad in (1.0, 0.5, -2.0, float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="sweep_growth"):
+            cc.fit(jax.random.key(0), x, model, an.linear_anneal(n, n), sweep_growth=bad)
+
+
+@pytest.mark.slow
+def test_fit_with_sweep_growth_final_passes_reach_the_exact_crosscat_posterior():
+    """On the 3 features x 4 rows table, ``fit(sweep_growth=2)`` runs the feature moves at 1, 2 and 4 rows of the
+    adding phase of ``linear_anneal(4, 4)`` (moves from 1 row on; fixed hyperparameters); that phase then full-data
+    passes reach the enumerated exact posterior (chi-square over 4,000 chains). Negative control: the adding phase
+    without any feature move (its view partition a view-prior draw) is rejected."""
+    model = _model("crp")
+    parts, states, probs = _enumerate(model)
+    m = DATA.shape[0]
+    exact_obs = _exact_observable(parts, states, probs)
+    kw = dict(num_chains=4000, capacity=4, grids=None, num_checkpoints=1, feature_min_rows=1)
+    res = cc.fit(jax.random.key(5), DATA, model, an.linear_anneal(m, m, final_gibbs=12 * m), sweep_growth=2.0, **kw)
+    assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == m)
+    assert_discrete_matches(_observe(parts, res.state), exact_obs)
+    adding = cc.fit(jax.random.key(5), DATA, model, an.linear_anneal(m, m), sweep_growth=2.0, **kw)
+    assert np.all(np.asarray(adding.state.swept) == m)  # the last moves ran at all 4 rows
+    none = cc.fit(jax.random.key(5), DATA, model, an.linear_anneal(m, m), **{**kw, "feature_moves": False})
+    with pytest.raises(AssertionError):
+        assert_discrete_matches(_observe(parts, none.state), exact_obs)

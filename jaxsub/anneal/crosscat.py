@@ -56,6 +56,7 @@ AISTATS 2014, section 4; Neal, JCGS 2000 (Algorithm 8).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -233,7 +234,8 @@ class CrossCatState(NamedTuple):
     the clusters of its own view; ``order``/``num_assigned``/``head`` the subsample: policy ``"random"``
     ``order[:num_assigned]`` assigned (``head`` 0), policy ``"fifo"`` (loom) the window
     ``order[(head + i) % N], i < num_assigned`` of a fixed shuffled cycle; ``cursor``, ``since_hyper``,
-    ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`.
+    ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`; ``swept`` the subsample size at the chain's last
+    feature / hyper step (its ``num_assigned`` at :func:`init`; :func:`build_sweep` ``sweep_growth``).
     """
 
     view_of: jnp.ndarray
@@ -248,6 +250,7 @@ class CrossCatState(NamedTuple):
     since_hyper: jnp.ndarray
     halted: jnp.ndarray
     head: jnp.ndarray
+    swept: jnp.ndarray
 
 
 def _window_rows(state: CrossCatState) -> jnp.ndarray:
@@ -337,8 +340,9 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
     else:
         order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, jnp.sum(on).astype(jnp.int32),
-                         zero, zero, jnp.zeros((), bool), zero)
+    m = jnp.sum(on).astype(jnp.int32)
+    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, m, zero, zero, jnp.zeros((), bool),
+                         zero, m)
 
 
 def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
@@ -1489,6 +1493,16 @@ def _check_widths(widths) -> tuple:
     return out
 
 
+def _check_growth(sweep_growth) -> float:
+    """``sweep_growth`` as a float, 0 (off) or > 1, else ``ValueError``."""
+    if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    g = float(sweep_growth)
+    if not (g == 0.0 or (math.isfinite(g) and g > 1.0)):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    return g
+
+
 def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
     """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
     the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
@@ -1588,7 +1602,7 @@ def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=N
 
 def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random", blocked: bool = False, feature_widths: tuple = ()):
+                policy: str = "random", blocked: bool = False, feature_widths: tuple = (), sweep_growth: float = 0.0):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
@@ -1610,8 +1624,16 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     largest subsample of the chains that need the moves (a ``lax.switch``, all ``N`` rows past the last), so
     their cost follows the subsample: each width compiles one more copy of the feature sweep (~2.5-4 CPU-s more
     for ``fit`` on the 11-feature flights table), so it is opt-in (:func:`width_ladder`).
+
+    ``sweep_growth`` (static float, 0: off): the feature and hyper moves also run after a tick once the subsample
+    holds ``sweep_growth`` times the rows it held at the chain's last feature / hyper step (``state.swept``), cycle
+    or not. A schedule that only adds rows (the linear anneal at ``N`` assignments, a sequential phase) never
+    completes a cycle, so without it its moves run once (at ``hyper_min_rows``); with ``sweep_growth=2`` they run
+    at ~20, 40, 80, ... rows. It changes when the moves run (a function of the tick counters, not of the state's
+    values), not what they do: each move still leaves the current subsample's posterior invariant.
     """
     widths = _check_widths(feature_widths)
+    growth = _check_growth(sweep_growth)
 
     def one(state, cache, u, window, base, data):
         cur = state.cursor
@@ -1628,7 +1650,11 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
             new, writes = sel(new_b, new), sel(_noop_row_writes(new_b), writes)
             cache = sel(_score_cache(new_b), cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
-        cycle = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
+        cycle = new.since_hyper >= jnp.maximum(new.num_assigned, 1)
+        if growth:  # the subsample grew by `growth` since the last moves (exact in float32 below 2**24 rows)
+            cycle = cycle | (new.num_assigned.astype(jnp.float32)
+                             >= jnp.float32(growth) * jnp.maximum(new.swept, 1).astype(jnp.float32))
+        cycle = cycle & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
         need_h = cycle & (new.num_assigned >= hyper_min_rows) if grids is not None else jnp.zeros_like(cycle)
         return new, writes, jnp.stack([need_f, need_h]), cache
@@ -1701,7 +1727,8 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
 
                         st = jax.lax.cond(jnp.any(need_h & ok), hypers, lambda st: st, st)
                     done = (need_f | need_h) & ok
-                    st = st._replace(since_hyper=jnp.where(done, 0, st.since_hyper), halted=st.halted | ~ok)
+                    st = st._replace(since_hyper=jnp.where(done, 0, st.since_hyper), halted=st.halted | ~ok,
+                                     swept=jnp.where(done, st.num_assigned, st.swept))
                     return st, vm(_noop_row_writes)(st), _score_cache(st)
 
                 states, pending, caches = jax.lax.cond(jnp.any(need_f | need_h), run, lambda c: c,
@@ -1867,16 +1894,16 @@ def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, polic
 
 
 def _sweep_fn(states, keys, windows, data, *, model, span, energy_ramp, grids, num_aux, hyper_min_rows,
-              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=()):
+              feature_moves, feature_min_rows, policy, blocked=False, feature_widths=(), sweep_growth=0.0):
     return build_sweep(model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux,
                        hyper_min_rows=hyper_min_rows, feature_moves=feature_moves,
                        feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
-                       feature_widths=feature_widths)(states, keys, windows, data)
+                       feature_widths=feature_widths, sweep_growth=sweep_growth)(states, keys, windows, data)
 
 
 _sweep_jit = jax.jit(_sweep_fn, static_argnames=("model", "span", "energy_ramp", "grids", "num_aux",
                                                  "hyper_min_rows", "feature_moves", "feature_min_rows", "policy",
-                                                 "blocked", "feature_widths"))
+                                                 "blocked", "feature_widths", "sweep_growth"))
 
 
 def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num_chains: int = 1,
@@ -1885,7 +1912,7 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
         num_aux: int = 1, hyper_min_rows: int | None = None, feature_moves: bool = True, time_budget: float | None = None,
         progress_bar: bool = False, dtype=jnp.float32, span: int | None = None, cache=None,
         initial_views: str = "prior", feature_min_rows: int | None = None, threads: int = 1,
-        feature_widths: tuple = ()) -> CrossCatFit:
+        feature_widths: tuple = (), sweep_growth: float = 2.0) -> CrossCatFit:
     """Run a row schedule for CrossCat on ``num_chains`` vmapped chains: policy ``"random"`` (Anneal,
     Prior+Gibbs, Sequential+Gibbs, energy annealing) or ``"fifo"`` (:func:`~jaxsub.anneal.loom`: the
     subsample is a sliding window of each chain's shuffled cycle of the rows, every row visited in turn).
@@ -1910,6 +1937,12 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     draws depend only on its key, so the result equals the ``threads=1`` run (up to floating-point
     differences of the batch size); ``num_chains`` must be a multiple of ``threads``. ``feature_widths``: see
     :func:`build_sweep` (feature moves on the subsample's rows only; e.g. ``width_ladder(N)``; more compilation).
+    ``sweep_growth`` (default 2; 0: off): see :func:`build_sweep`; the feature and hyper moves also run each time
+    the subsample has doubled since their last run. A schedule that only adds rows (``linear_anneal(N, N)``, the
+    adding phase of Sequential+Gibbs or Prior+Gibbs) completes no cycle, so without it they run once, at
+    ``hyper_min_rows`` rows: on the full hfi table at 1N that left Anneal at -96.7 per held-out row, with it -63.3
+    (docs/anneal.md, session 16). Schedules with well over 2 assignments per added row (the linear anneal at 3N
+    and more) complete a cycle first: their draws are unchanged.
 
     Capacity: every view has ``capacity`` cluster slots (a JAX shape). A chain that must open a
     cluster in a full view halts before that tick (nothing is dropped); ``fit`` then doubles the
@@ -1971,6 +2004,9 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     feature_widths = _check_widths(feature_widths)
     if feature_widths:
         static["feature_widths"] = feature_widths
+    sweep_growth = _check_growth(sweep_growth)
+    if sweep_growth:
+        static["sweep_growth"] = sweep_growth
     codes = np.asarray(schedule.codes)
     if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
         static["blocked"] = True
