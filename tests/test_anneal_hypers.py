@@ -78,7 +78,7 @@ def test_hyper_moves_wait_for_hyper_min_rows():
     """No hyper step while the subsample is below hyper_min_rows (the quickstart's runaway alpha)."""
     x = np.random.default_rng(0).integers(0, 3, size=(60, 2))
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.DirichletCategorical(3)])
-    sched = an.sequential_gibbs(60, 60)  # adds only: one hyper step per cycle would fire at sizes 1, 2, 4, ...
+    sched = an.sequential_gibbs(60, 60)  # adds only: no cycle completes, so the one hyper step is the first due one
     cache = an.SweepCache()
     grids = an.HyperGrids(alpha=(0.3, 1.0, 3.0, 30.0))
     frozen = an.fit(jax.random.key(0), x, model, sched, num_chains=4, hyper_min_rows=61, capacity=64, grids=grids,
@@ -89,3 +89,31 @@ def test_hyper_moves_wait_for_hyper_min_rows():
     assert np.any(moved.trace.alpha != 1.0)  # negative control: without the gate alpha moves
     with pytest.raises(ValueError, match="hyper_min_rows"):
         an.fit(jax.random.key(0), x, model, sched, hyper_min_rows=-1)
+
+
+def test_sweep_growth_runs_the_hyper_step_as_the_subsample_grows():
+    """``fit(sweep_growth=g)`` (mixture): ``linear_anneal(N, N)`` only adds rows and never completes a cycle, so
+    without ``g`` the hyper step runs once, at ``hyper_min_rows`` (``state.swept`` 20, 44 adds since); with
+    ``g = 2`` also at 40 of 64 rows (24 since), and alpha then differs. With >= 2 assignments per added row (3N)
+    a cycle completes first: the same states with and without it. Bad ``sweep_growth`` raises."""
+    n = 64
+    x = np.random.default_rng(3).integers(0, 3, size=(n, 2))
+    model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.DirichletCategorical(3)])
+    grids = an.HyperGrids(alpha=(0.3, 1.0, 3.0, 30.0))
+    expect = {0.0: (20, 44), 2.0: (40, 24)}  # (swept, since_hyper) after 64 adds
+    caches = {g: an.SweepCache() for g in expect}
+    ones = {}
+    for g, (swept, since) in expect.items():
+        r = an.fit(jax.random.key(1), x, model, an.linear_anneal(n, n), num_chains=4, hyper_min_rows=20,
+                   capacity=64, grids=grids, num_checkpoints=1, span=n, cache=caches[g], sweep_growth=g)
+        np.testing.assert_array_equal(np.asarray(r.state.swept), swept)
+        np.testing.assert_array_equal(np.asarray(r.state.since_hyper), since)
+        ones[g] = np.asarray(r.state.mixture.hypers.alpha)
+    assert np.any(ones[0.0] != ones[2.0])  # the extra step at 40 rows drew alpha again
+    three = [an.fit(jax.random.key(2), x, model, an.linear_anneal(n, 3 * n), num_chains=4, hyper_min_rows=20,
+                    capacity=64, grids=grids, num_checkpoints=1, span=n, cache=caches[g], sweep_growth=g).state
+             for g in expect]
+    jax.tree.map(np.testing.assert_array_equal, three[0], three[1])
+    for bad in (1.0, 0.5, -2.0, float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="sweep_growth"):
+            an.fit(jax.random.key(0), x, model, an.linear_anneal(n, n), sweep_growth=bad)

@@ -26,6 +26,8 @@ Dirichlet process mixture models", JCGS 2000.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -45,7 +47,7 @@ from jaxsub.anneal.model import (
 from jaxsub.subsample import bits_to_uniform
 from jaxsub.types import PRNGKey
 
-__all__ = ["AnnealState", "TickInfo", "init", "resample_hypers", "tick"]
+__all__ = ["AnnealState", "TickInfo", "check_sweep_growth", "init", "moves_due", "resample_hypers", "tick"]
 
 
 class AnnealState(NamedTuple):
@@ -70,6 +72,9 @@ class AnnealState(NamedTuple):
         Adds since the last hyperparameter step.
     halted
         True when the chain stopped because an add found no empty cluster slot.
+    swept
+        Subsample size at the last hyperparameter step (``num_assigned`` at :func:`init`; see
+        :func:`moves_due`).
     """
 
     mixture: mx.MixtureState
@@ -79,6 +84,7 @@ class AnnealState(NamedTuple):
     cursor: jnp.ndarray
     since_hyper: jnp.ndarray
     halted: jnp.ndarray
+    swept: jnp.ndarray
 
 
 class TickInfo(NamedTuple):
@@ -102,6 +108,34 @@ class TickInfo(NamedTuple):
     cluster: jnp.ndarray
     log_normalizer: jnp.ndarray
     overflow: jnp.ndarray
+
+
+def check_sweep_growth(sweep_growth) -> float:
+    """``sweep_growth`` as a float: 0 (off) or a finite real > 1, else ``ValueError`` naming it."""
+    if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    g = float(sweep_growth)
+    if not (g == 0.0 or (math.isfinite(g) and g > 1.0)):
+        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
+    return g
+
+
+def moves_due(since_hyper, num_assigned, swept, sweep_growth: float = 0.0):
+    """Whether a chain's once-per-cycle moves (hyper step; CrossCat's feature moves too) are due after a tick.
+
+    Due when the tick completes a cycle through the subsample, ``since_hyper >= max(m, 1)`` (adds since the last
+    moves against the subsample size ``m = num_assigned``), or, with ``sweep_growth = g > 0`` (static), once the
+    subsample has grown by ``g`` since the last moves, ``m >= g * max(swept, 1)``. A schedule that only adds rows
+    (``linear_anneal(N, N)``, a sequential phase) never completes a cycle after the first moves: without ``g``
+    they run once, at ``hyper_min_rows`` rows; with ``g = 2`` at about 20, 40, 80, ... rows. The rule reads tick
+    counters only, never the state's values, so it changes *when* posterior-invariant moves run, not what they do.
+    ``m`` and ``swept`` are compared in float32 (exact below 2**24 rows).
+    """
+    due = since_hyper >= jnp.maximum(num_assigned, 1)
+    if sweep_growth:
+        grown = num_assigned.astype(jnp.float32) >= jnp.float32(sweep_growth) * jnp.maximum(swept, 1).astype(jnp.float32)
+        due = due | grown
+    return due
 
 
 def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng_key: PRNGKey | None = None,
@@ -149,7 +183,7 @@ def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng
         # assigned rows first (stable), so order[:num] is the subsample
         order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    return AnnealState(mixture, order, num, zero, zero, zero, jnp.zeros((), bool))
+    return AnnealState(mixture, order, num, zero, zero, zero, jnp.zeros((), bool), num)
 
 
 def _mul_u32(a, b):
@@ -404,6 +438,7 @@ def _tick_plan(u, state, code, beta, *, model, data, policy):
         cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
         since_hyper=state.since_hyper + g_add.astype(jnp.int32),
         halted=state.halted | overflow,
+        swept=state.swept,
     )
     info = TickInfo(
         removed_row=jnp.where(g_rem, r, -1),

@@ -29,7 +29,9 @@ from jaxsub.anneal.moves import (
     _gated_hypers,
     _noop_writes,
     _tick_plan,
+    check_sweep_growth,
     init,
+    moves_due,
     resample_hypers,
     tick,
 )
@@ -43,7 +45,7 @@ __all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs",
 
 # --------------------------------------------------------------------------- sweeps
 def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int = 0,
-                grids: HyperGrids | None = None, hyper_min_rows: int = 0) -> Callable:
+                grids: HyperGrids | None = None, hyper_min_rows: int = 0, sweep_growth: float = 0.0) -> Callable:
     """A function ``sweep(states, chain_keys, windows, data) -> states`` running ``span`` ticks of every chain.
 
     ``states`` is a batched :class:`AnnealState` (leading chain axis), ``chain_keys``
@@ -62,9 +64,12 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     to the start of the next scan step and applied before that step's reads (and
     once more after the scan), so XLA updates them in place: O(1) per tick in N.
     ``hyper_min_rows`` may be a Python int or a traced int32 scalar (the driver passes it traced,
-    so one compiled sweep serves every value). Not jitted here (the caller jits).
+    so one compiled sweep serves every value). ``sweep_growth`` (static float, 0: off): the hyper step also
+    runs once the subsample has grown by that factor since the last one (:func:`~jaxsub.anneal.moves.moves_due`).
+    Not jitted here (the caller jits).
     """
     do_hyper = grids is not None and not grids.empty
+    growth = check_sweep_growth(sweep_growth)
 
     def one_tick(state, u, window, base, data):
         cur = state.cursor
@@ -77,7 +82,7 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
             beta = 1.0
         new, writes, _ = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
-        need = (new.since_hyper >= jnp.maximum(new.num_assigned, 1)) & ~new.halted
+        need = moves_due(new.since_hyper, new.num_assigned, new.swept, growth) & ~new.halted
         need = need & (new.num_assigned >= hyper_min_rows)
         return new, writes, need
 
@@ -101,7 +106,8 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
                     k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
                     hyp = jax.vmap(partial(_gated_hypers, model=model, grids=grids))(k_hyp, st.mixture, need)
                     return st._replace(mixture=st.mixture._replace(hypers=hyp),
-                                       since_hyper=jnp.where(need, 0, st.since_hyper))
+                                       since_hyper=jnp.where(need, 0, st.since_hyper),
+                                       swept=jnp.where(need, st.num_assigned, st.swept))
 
                 states = jax.lax.cond(jnp.any(need), run_hyper, lambda st: st, states)
             return (states, pending), None
