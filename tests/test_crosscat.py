@@ -1092,3 +1092,34 @@ def test_fit_with_sweep_growth_final_passes_reach_the_exact_crosscat_posterior()
     none = cc.fit(jax.random.key(5), DATA, model, an.linear_anneal(m, m), **{**kw, "feature_moves": False})
     with pytest.raises(AssertionError):
         assert_discrete_matches(_observe(parts, none.state), exact_obs)
+
+
+def test_sweep_moves_between_tick_loops_draw_what_one_tick_per_call_draws():
+    """``build_sweep`` with moves runs its ticks in an inner ``while`` loop that exits after a tick whose moves fire,
+    the moves outside it (no ``cond`` in the tick loop). Its states equal, bit for bit, those of one-tick calls
+    (``span=1``: each call one tick, then its moves) over a 3N anneal whose feature and hyper moves fire at many
+    ticks (``sweep_growth=2``, from 1 row), for one chain and 3 vmapped chains; and with moves that never fire
+    (thresholds above the table) they equal the plain tick scan (``feature_moves=False``, ``grids=None``)."""
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), FEATS)
+    data6 = np.vstack([DATA, [[1, 0, 0.3], [0, 1, np.nan]]])
+    enc = cc.encode_table(model, data6)
+    n = data6.shape[0]
+    codes = an.linear_anneal(n, 3 * n).codes
+    span = len(codes)
+    grids = cc.default_crosscat_grids(model)
+    kw = dict(grids=grids, hyper_min_rows=1, feature_min_rows=1, sweep_growth=2.0)
+    whole = jax.jit(cc.build_sweep(model, span=span, **kw))
+    step = jax.jit(cc.build_sweep(model, span=1, **kw))
+    never = jax.jit(cc.build_sweep(model, span=span, grids=grids, hyper_min_rows=n + 1, feature_min_rows=n + 1))
+    plain = jax.jit(cc.build_sweep(model, span=span, feature_moves=False))
+    for chains in (1, 3):
+        states0 = jax.jit(jax.vmap(lambda _: cc.init(model, enc, 8)))(jnp.arange(chains))
+        keys = jax.random.split(jax.random.key(5), chains)
+        w = jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(states0.cursor), span))
+        got = whole(states0, keys, w, enc)
+        st = states0
+        for _ in range(span):
+            st = step(st, keys, jnp.asarray(an.sweep.schedule_windows(codes, np.asarray(st.cursor), 1)), enc)
+        chex.assert_trees_all_equal(got, st)
+        assert int(np.min(np.asarray(got.swept))) >= 4  # the moves ran as the subsample grew
+        chex.assert_trees_all_equal(never(states0, keys, w, enc), plain(states0, keys, w, enc))
