@@ -56,7 +56,6 @@ AISTATS 2014, section 4; Neal, JCGS 2000 (Algorithm 8).
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import dataclasses
 from dataclasses import dataclass
@@ -80,7 +79,8 @@ from jaxsub.anneal.model import (
 from jaxsub.anneal import driver as _driver
 from jaxsub.anneal.driver import SweepCache
 from jaxsub.anneal.moves import (
-    _first_true, _prefix_sum, _sample_index, _uniform_index_hl, bits_to_uniform, random_churn_reads, uniform_index,
+    _first_true, _prefix_sum, _sample_index, _uniform_index_hl, bits_to_uniform, check_sweep_growth, moves_due,
+    random_churn_reads, uniform_index,
 )
 from jaxsub.anneal.schedules import GIBBS, Schedule
 from jaxsub.anneal.sweep import schedule_windows
@@ -1493,16 +1493,6 @@ def _check_widths(widths) -> tuple:
     return out
 
 
-def _check_growth(sweep_growth) -> float:
-    """``sweep_growth`` as a float, 0 (off) or > 1, else ``ValueError``."""
-    if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
-        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
-    g = float(sweep_growth)
-    if not (g == 0.0 or (math.isfinite(g) and g > 1.0)):
-        raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
-    return g
-
-
 def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
     """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
     the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
@@ -1635,7 +1625,7 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     values), not what they do: each move still leaves the current subsample's posterior invariant.
     """
     widths = _check_widths(feature_widths)
-    growth = _check_growth(sweep_growth)
+    growth = check_sweep_growth(sweep_growth)
 
     def one(state, cache, u, window, base, data):
         cur = state.cursor
@@ -1652,11 +1642,7 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
             new, writes = sel(new_b, new), sel(_noop_row_writes(new_b), writes)
             cache = sel(_score_cache(new_b), cache)
         new = new._replace(cursor=jnp.where(past, cur, new.cursor))
-        cycle = new.since_hyper >= jnp.maximum(new.num_assigned, 1)
-        if growth:  # the subsample grew by `growth` since the last moves (exact in float32 below 2**24 rows)
-            cycle = cycle | (new.num_assigned.astype(jnp.float32)
-                             >= jnp.float32(growth) * jnp.maximum(new.swept, 1).astype(jnp.float32))
-        cycle = cycle & ~new.halted
+        cycle = moves_due(new.since_hyper, new.num_assigned, new.swept, growth) & ~new.halted
         need_f = cycle & (new.num_assigned >= feature_min_rows) if feature_moves else jnp.zeros_like(cycle)
         need_h = cycle & (new.num_assigned >= hyper_min_rows) if grids is not None else jnp.zeros_like(cycle)
         return new, writes, jnp.stack([need_f, need_h]), cache
@@ -2028,7 +2014,7 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, num
     feature_widths = _check_widths(feature_widths)
     if feature_widths:
         static["feature_widths"] = feature_widths
-    sweep_growth = _check_growth(sweep_growth)
+    sweep_growth = check_sweep_growth(sweep_growth)
     if sweep_growth:
         static["sweep_growth"] = sweep_growth
     codes = np.asarray(schedule.codes)
