@@ -130,6 +130,15 @@ def _build(kind, data, N, D, block_size=1):
     return exact, race
 
 
+def _timing_columns(timing) -> dict:
+    """A row's timing columns from :func:`benchmarks._common.compare` (exact = baseline, racing = candidate)."""
+    return dict(
+        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
+        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
+        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+    )
+
+
 def _single_rows(kind, N, D, repeats, block_size=1):
     if kind == "logistic":
         data = _logistic_problem(N, D)
@@ -148,9 +157,7 @@ def _single_rows(kind, N, D, repeats, block_size=1):
     return dict(
         factor=kind, mode="single", B=block_size, N=N, D=D, draws=1,
         eval_ratio=N * D / evals, data_ratio=N / used,
-        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+        **_timing_columns(timing),
     )
 
 
@@ -218,9 +225,7 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
         rows.append(dict(
             factor=kind, mode=mode, B=block_size, N=N, D=D, draws=draws,
             eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
-            exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-            exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-            repeats=timing["repeats"], racing_times=timing["candidate_times"],
+            **_timing_columns(timing),
         ))
     return rows
 
@@ -330,9 +335,7 @@ def _floor_row(N, D, repeats, block_size):
     return dict(
         factor="gauss, minimal race (floor)", mode="single", B=block_size, N=N, D=D, draws=1,
         eval_ratio=N * D / evals, data_ratio=float("nan"),
-        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+        **_timing_columns(timing),
     )
 
 
@@ -359,9 +362,7 @@ def _pass_floor_row(kind, N, D, repeats, k: int = 2):
     return dict(
         factor=f"{kind}, exact pass over {k} arms (floor)", mode="single", B=1, N=N, D=D, draws=1,
         eval_ratio=D / k, data_ratio=1.0,
-        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+        **_timing_columns(timing),
     )
 
 
