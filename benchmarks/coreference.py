@@ -24,7 +24,8 @@ vs one Sub sweep of 20,000 author mentions at the converged state (:func:`author
 default cost model, with ``race_cost=0`` (racing wherever the rules allow) and with ``race_cost=0`` and the
 hybrid update (``hybrid=True``, race widths 4 and K / m1 + 1: small arms summed exactly, only the large arms
 raced; session 11), the same with the engine's single-test schedule (``race_schedule="fixed"``, session 12),
-and the race's fixed cost in evaluations calibrated from each racing row.
+and the race's fixed cost in evaluations calibrated from each racing row; then the sufficient-statistics exact
+sweep, and the per-update floor (the same mentions in blocks of 2, one evaluation per update; session 19).
 """
 from __future__ import annotations
 
@@ -203,7 +204,38 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
                  "race_fixed_cost_evaluations": float("nan"), "compile_exact_s": compile_exact,
                  "compile_sub_s": compile_suff, "load_1min": round((load0 + _load()) / 2, 2),
                  "member_terms": int(info_f.num_member_terms)})
+    rows.append(_update_floor_row(data, state, exact, f1))
     return rows
+
+
+def _update_floor_row(data, state, exact, f1) -> dict:
+    """The per-update floor of a sequential sweep, same run (docs/coreference.md, session 19).
+
+    The same mentions, factor and exact kernel with the mentions paired into blocks of 2 (one
+    candidate cluster plus the empty one: one factor evaluation per update), timed against the
+    exact sweep at the converged state. Any sweep of ``M`` sequential updates costs at least this
+    floor, so ``exact / floor`` bounds the wall-clock ratio of every sampler built on these updates,
+    however few evaluations its updates read. In the "Sub" columns: the floor sweep.
+    """
+    blocks, factor, mentions = data["blocks"], data["factor"], data["mentions"]
+    pairs = co.make_blocks(np.arange(int(blocks.num_mentions)) // 2)
+    p_state = co.init(None, pairs)
+    kernel = co.build_kernel(pairs, delta=0.05)
+    t0 = time.perf_counter()
+    floor = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True)).lower(
+        jax.random.key(0), p_state, jnp.float32(1.0)).compile()
+    compile_floor = round(time.perf_counter() - t0, 1)
+    load0 = _load()
+    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+                     lambda k: floor(k, p_state, jnp.float32(2.0))[0].labels,
+                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+    e_ex = int(exact(jax.random.key(1), state, jnp.float32(2.0))[1].num_evaluations)
+    e_fl = int(floor(jax.random.key(1), p_state, jnp.float32(2.0))[1].num_evaluations)
+    return {"M": int(blocks.num_mentions), "race_cost": "floor: blocks of 2", "b3_f1": float(f1),
+            "exact_s": timing["baseline_s"], "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"],
+            "evaluation_ratio": e_ex / max(e_fl, 1), "races": 0, "exact_updates_in_sub_sweep": int(blocks.num_mentions),
+            "race_fixed_cost_evaluations": float("nan"), "compile_exact_s": "–", "compile_sub_s": compile_floor,
+            "load_1min": round((load0 + _load()) / 2, 2)}
 
 
 def authors_markdown(rows: list[dict]) -> str:
@@ -212,6 +244,8 @@ def authors_markdown(rows: list[dict]) -> str:
     The row ``sufficient statistics`` is the exact sweep of :mod:`jaxsub.coreference.sufficient` in the "Sub"
     columns (its "evaluation ratio" is pairwise factor evaluations / candidate clusters scored, each an
     ``O(P)`` dot product with a cluster sum, plus one scalar categorical/numeric term per block member).
+    The row ``floor: blocks of 2`` is :func:`_update_floor_row`: the exact sweep of the same mentions paired
+    into blocks of 2 in the "Sub" columns, the per-update floor of every sequential sweep.
     """
     lines = ["| author mentions M | race_cost | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
              "races / exact updates (Sub) | race fixed cost (evaluations) | compile s exact / Sub | load |",
