@@ -214,7 +214,8 @@ def _update_floor_row(data, state, exact, f1) -> dict:
     The same mentions, factor and exact kernel with the mentions paired into blocks of 2 (one
     candidate cluster plus the empty one: one factor evaluation per update), timed against the
     exact sweep at the converged state. Every update of a mention in a block of two or more costs at
-    least the floor's per-update time (blocks of one are skipped), so ``exact / floor`` bounds the wall-clock ratio of every sampler built on these updates,
+    least the floor's per-update time (blocks of one are skipped), so ``exact / (floor U / M)``, with
+    ``U`` the updated mentions, bounds the wall-clock ratio of every sampler built on these updates,
     however few evaluations its updates read. In the "Sub" columns: the floor sweep.
     """
     blocks, factor, mentions = data["blocks"], data["factor"], data["mentions"]
