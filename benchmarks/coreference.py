@@ -187,25 +187,36 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
                      "race_fixed_cost_evaluations": cost, "compile_exact_s": compile_exact,
                      "compile_sub_s": compile_sub, "load_1min": round((load0 + _load()) / 2, 2)})
     # the sufficient-statistics exact sweep (co.sufficient) vs the pairwise exact sweep, same converged state
-    t0 = time.perf_counter()
-    suff = jax.jit(lambda k, s, b: suff_kernel.step(k, s, mentions, b)).lower(
-        jax.random.key(0), co.sufficient.init(state.labels, blocks), jnp.float32(1.0)).compile()
-    compile_suff = round(time.perf_counter() - t0, 1)
     s_state = co.sufficient.init(state.labels, blocks)
+    suff, compile_suff = _compiled_sweep(lambda k, s, b: suff_kernel.step(k, s, mentions, b), s_state)
     info_f = suff(jax.random.key(1), s_state, jnp.float32(2.0))[1]
-    load0 = _load()
-    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
-                     lambda k: suff(k, s_state, jnp.float32(2.0))[0].labels,
-                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
-    rows.append({"M": int(blocks.num_mentions), "race_cost": "sufficient statistics", "b3_f1": float(f1),
-                 "exact_s": timing["baseline_s"], "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"],
-                 "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_f.num_candidates), 1),
-                 "races": 0, "exact_updates_in_sub_sweep": int(blocks.num_mentions),
-                 "race_fixed_cost_evaluations": float("nan"), "compile_exact_s": compile_exact,
-                 "compile_sub_s": compile_suff, "load_1min": round((load0 + _load()) / 2, 2),
-                 "member_terms": int(info_f.num_member_terms)})
+    rows.append(_exact_vs_row("sufficient statistics", exact, state, suff, s_state, f1,
+                              int(info_e.num_evaluations) / max(int(info_f.num_candidates), 1),
+                              compile_exact, compile_suff, member_terms=int(info_f.num_member_terms)))
     rows.append(_update_floor_row(data, state, exact, f1))
     return rows
+
+
+def _compiled_sweep(fn, state):
+    """``fn(key, state, beta)`` jitted and compiled ahead of time, with its compile seconds."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(jax.random.key(0), state, jnp.float32(1.0)).compile()
+    return compiled, round(time.perf_counter() - t0, 1)
+
+
+def _exact_vs_row(label, exact, state, other, other_state, f1, evaluation_ratio, compile_exact, compile_other,
+                  **extra) -> dict:
+    """An author row for an exact sweep ``other`` (no races) timed against ``exact`` at β = 2, same run."""
+    load0 = _load()
+    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+                     lambda k: other(k, other_state, jnp.float32(2.0))[0].labels,
+                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+    m = int(state.labels.shape[0])
+    return {"M": m, "race_cost": label, "b3_f1": float(f1), "exact_s": timing["baseline_s"],
+            "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"], "evaluation_ratio": evaluation_ratio,
+            "races": 0, "exact_updates_in_sub_sweep": m, "race_fixed_cost_evaluations": float("nan"),
+            "compile_exact_s": compile_exact, "compile_sub_s": compile_other,
+            "load_1min": round((load0 + _load()) / 2, 2), **extra}
 
 
 def _update_floor_row(data, state, exact, f1) -> dict:
@@ -222,21 +233,10 @@ def _update_floor_row(data, state, exact, f1) -> dict:
     pairs = co.make_blocks(np.arange(int(blocks.num_mentions)) // 2)
     p_state = co.init(None, pairs)
     kernel = co.build_kernel(pairs, delta=0.05)
-    t0 = time.perf_counter()
-    floor = jax.jit(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True)).lower(
-        jax.random.key(0), p_state, jnp.float32(1.0)).compile()
-    compile_floor = round(time.perf_counter() - t0, 1)
-    load0 = _load()
-    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
-                     lambda k: floor(k, p_state, jnp.float32(2.0))[0].labels,
-                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+    floor, compile_floor = _compiled_sweep(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True), p_state)
     e_ex = int(exact(jax.random.key(1), state, jnp.float32(2.0))[1].num_evaluations)
     e_fl = int(floor(jax.random.key(1), p_state, jnp.float32(2.0))[1].num_evaluations)
-    return {"M": int(blocks.num_mentions), "race_cost": "floor: blocks of 2", "b3_f1": float(f1),
-            "exact_s": timing["baseline_s"], "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"],
-            "evaluation_ratio": e_ex / max(e_fl, 1), "races": 0, "exact_updates_in_sub_sweep": int(blocks.num_mentions),
-            "race_fixed_cost_evaluations": float("nan"), "compile_exact_s": "–", "compile_sub_s": compile_floor,
-            "load_1min": round((load0 + _load()) / 2, 2)}
+    return _exact_vs_row("floor: blocks of 2", exact, state, floor, p_state, f1, e_ex / max(e_fl, 1), "–", compile_floor)
 
 
 def authors_markdown(rows: list[dict]) -> str:
