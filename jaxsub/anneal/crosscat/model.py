@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsub.anneal.checks import check_data_finite, check_labels, is_concrete
 from jaxsub.anneal.model import CRP, BetaBernoulli, DirichletCategorical, NormalInverseChiSquared, PitmanYor
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int
@@ -200,20 +201,74 @@ def _feature_stats(model, data, z_of_feature, on, capacity):
     return cc, rs
 
 
+def _check_init(model: CrossCatModel, data: CrossCatData, capacity: int, num_aux: int, view_of, z, policy: str):
+    """:func:`init`'s checks of the data, ``view_of`` and ``z`` (values only when concrete)."""
+    n, num_views = data.cat.shape[0], model.num_features + num_aux
+    if data.cat.shape != (n, len(model.cat_idx)) or data.real.shape != (n, len(model.real_idx)):
+        raise ValueError(f"data does not match the model's {len(model.cat_idx)} categorical and "
+                         f"{len(model.real_idx)} real features; got shapes {data.cat.shape} and {data.real.shape}")
+    check_data_finite("data.real", data.real)
+    check_labels("data.cat", data.cat, data.cat.shape, -1, model.max_levels)
+    if view_of is not None:
+        check_labels("view_of", view_of, (model.num_features,), 0, num_views)
+    if z is not None:
+        check_labels("z", z, (num_views, n), -1, capacity)
+        if policy == "fifo" and is_concrete(z) and is_concrete(view_of):
+            vo = np.zeros(model.num_features, int) if view_of is None else np.asarray(view_of)
+            on = np.any(np.asarray(z)[np.unique(vo)] >= 0, axis=0)
+            if 0 < on.sum() < n:
+                raise ValueError("z for policy 'fifo' must assign no row or every row")
+
+
 def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=None, z=None,
          hypers: CrossCatHypers | None = None, num_aux: int = 1, dtype=jnp.float32, policy: str = "random",
          rng_key: PRNGKey | None = None) -> CrossCatState:
-    """Initial state: all features in view 0 and no row assigned, or given ``view_of`` ``[F]`` and ``z`` ``[V, N]``.
+    """Initial state of one chain: all features in view 0 and no row assigned, or given views and row labels.
 
-    ``V = F + num_aux`` view slots (enough for Algorithm 8). With ``z`` every row with a
-    label ``>= 0`` in an occupied view is assigned (the same rows in every occupied view).
-    ``policy="fifo"`` (loom's schedule): ``order`` is a uniform random cycle drawn with ``rng_key``
-    (required); only the empty start or a full assignment is accepted (a window must be a prefix).
+    Parameters
+    ----------
+    model
+        The :class:`CrossCatModel`.
+    data
+        Its :class:`CrossCatData` (:func:`encode_table`).
+    capacity
+        Cluster slots per view (static).
+    view_of
+        ``[F]`` view slot of each feature in ``[0, F + num_aux)`` (default: all in view 0).
+    z
+        ``[V, N]`` row labels in ``[-1, capacity)`` per view slot, ``V = F + num_aux`` (default: no row
+        assigned). Every row with a label ``>= 0`` in an occupied view is assigned (the same rows in every
+        occupied view); unoccupied views' labels are ignored.
+    hypers
+        Initial :class:`CrossCatHypers` (default :func:`init_hypers`).
+    num_aux
+        Auxiliary view slots of Algorithm 8 (``V = F + num_aux``).
+    dtype
+        Float dtype of the statistics.
+    policy
+        ``"random"`` or ``"fifo"`` (loom's schedule: ``order`` is a uniform random cycle drawn with
+        ``rng_key``; only the empty start or a full assignment is accepted, a window being a prefix).
+    rng_key
+        Required by ``"fifo"``.
+
+    Returns
+    -------
+    CrossCatState
+
+    Raises
+    ------
+    ValueError
+        ``capacity < 1``, ``num_aux < 1``, an unknown ``policy``, ``"fifo"`` without ``rng_key`` or with a partial
+        assignment, ``view_of`` / ``z`` of the wrong shape or (when concrete) with labels out of range, or data
+        (when concrete) with non-finite reals or level codes outside the model's.
     """
+    capacity = check_int("capacity", capacity, low=1)
+    num_aux = check_int("num_aux", num_aux, low=1)
     if policy not in ("random", "fifo"):
         raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
     if policy == "fifo" and rng_key is None:
         raise ValueError("rng_key is required for policy 'fifo' (the shuffled cycle)")
+    _check_init(model, data, capacity, num_aux, view_of, z, policy)
     F = model.num_features
     V = F + num_aux
     n = data.cat.shape[0]
