@@ -151,14 +151,15 @@ class ClusterOptions(NamedTuple):
 
 
 #: Lower bounds of the integer settings (``low`` of :func:`jaxsub.validation.check_int`).
-_INT_LOW = dict(
-    kdtree_max_dim=0, projected_dims=1, projected_candidates=1, workers=-1, parallel_query_rows=0,
-    first_block=1, base_rows=1, join_rounds=1, tries=1, blas_threads=1, pca_rows=2,
-    pca_power_iterations=0, isolation_dims=1, isolation_block=1, isolation_checks=0,
-    greedy_pairs_max=1, greedy_pairs_probe=1, isolated_parallel_rows=0, chunk=1, block_candidates=1,
-    block_tries=1, merge_block=1, merge_neighbours=1, merge_batch=1, graph_threads=1,
-    merge_max_rounds=0, merge_matchings=1, trim_min_rows=0, max_covariance_dim=0, cov_threads=1,
-    cov_thread_min=0,
+_INT_LOW = (
+    ("kdtree_max_dim", 0), ("projected_dims", 1), ("projected_candidates", 1), ("workers", -1),
+    ("parallel_query_rows", 0), ("first_block", 1), ("base_rows", 1), ("join_rounds", 1), ("tries", 1),
+    ("blas_threads", 1), ("pca_rows", 2), ("pca_power_iterations", 0), ("isolation_dims", 1),
+    ("isolation_block", 1), ("isolation_checks", 0), ("greedy_pairs_max", 1), ("greedy_pairs_probe", 1),
+    ("isolated_parallel_rows", 0), ("chunk", 1), ("block_candidates", 1), ("block_tries", 1), ("merge_block", 1),
+    ("merge_neighbours", 1), ("merge_batch", 1), ("graph_threads", 1), ("merge_max_rounds", 0),
+    ("merge_matchings", 1), ("trim_min_rows", 0), ("max_covariance_dim", 0), ("cov_threads", 1),
+    ("cov_thread_min", 0),
 )
 
 
@@ -189,7 +190,7 @@ def validate_options(options: ClusterOptions | None) -> ClusterOptions:
     if not isinstance(options, ClusterOptions):
         raise ValueError(f"options must be a ClusterOptions; got {type(options).__name__}")
     fixed = {}
-    for name, low in _INT_LOW.items():
+    for name, low in _INT_LOW:
         value = getattr(options, name)
         if value is None and name == "isolated_parallel_rows":
             continue
