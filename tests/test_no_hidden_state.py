@@ -30,7 +30,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxsub"
 DRIVERS = {
     "jaxsub/base.py": {"run_chain", "run_chains"},
     "jaxsub/anneal/kernels.py": {"fit"},  # capacity growth between compiled sweeps
-    "jaxsub/compress/_cluster.py": {"cluster", "cluster_supervised"},  # host-side Algorithm 1
     "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
     "jaxsub/coreference/sampler.py": {"fit"},  # annealed sweeps driven from the host
 }
