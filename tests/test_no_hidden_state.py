@@ -32,7 +32,7 @@ DRIVERS = {
     "jaxsub/anneal/kernels.py": {"fit"},  # capacity growth between compiled sweeps
     "jaxsub/compress/_cluster.py": {"cluster", "cluster_supervised"},  # host-side Algorithm 1
     "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
-    "jaxsub/coreference/sampler.py": {"fit"},  # annealed sweeps driven from the host
+    "jaxsub/coreference/fit.py": {"fit"},  # annealed sweeps driven from the host
 }
 
 #: Host-side driver modules whose module-level functions are compiled with ``jax.jit`` and
