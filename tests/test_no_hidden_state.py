@@ -31,7 +31,7 @@ DRIVERS = {
     "jaxsub/base.py": {"run_chain", "run_chains"},
     "jaxsub/anneal/kernels.py": {"fit"},  # capacity growth between compiled sweeps
     "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
-    "jaxsub/coreference/sampler.py": {"fit"},  # annealed sweeps driven from the host
+    "jaxsub/coreference/fit.py": {"fit"},  # annealed sweeps driven from the host
 }
 
 #: Host-side driver modules whose module-level functions are compiled with ``jax.jit`` and
