@@ -28,10 +28,11 @@ row by row and concatenated in the order given. Integer and boolean columns
 ``2^53`` in float64, checked) and rounded back before the model sees them.
 One matrix serves every family: minibatches and shards are rows, the Taylor
 control variates read rows, and :func:`jaxsub.compress.cluster` clusters the
-rows themselves. A centroid of rows whose integer columns differ is rounded
-to the nearest integer, so cluster those models at a radius that keeps
-different integer values apart (below 0.5 in those columns' units), or cluster
-only the float columns with :func:`jaxsub.compress.cluster_supervised`.
+rows themselves. A centroid averages the rows of its cluster, so a cluster
+must not mix different values of a discrete observation (an averaged 0/1 label
+is outside a Bernoulli's support: NumPyro scores it ``-inf``) or of an index
+column (rounded to the nearest integer): cluster such models at a radius below
+half the spacing of those values (0.5 for labels, counts and indices).
 
 **Dtype promotion.** NumPyro's distributions mix dtypes internally (a boolean
 support mask times a float log-probability), so the adapter's functions trace
