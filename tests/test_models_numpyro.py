@@ -10,6 +10,7 @@ of both runs (ESS-gated, ``tests/helpers.py``), fixed seeds. Negative controls:
 the same comparison rejects a compressed posterior at a coarse radius, and the models the adapter cannot take raise a ``ValueError`` naming
 the site.
 """
+from functools import partial
 from typing import NamedTuple
 
 import blackjax
@@ -197,7 +198,7 @@ def _starts(reference, key):
 def _nuts_draws(logdensity_fn, key, num_steps, inverse_mass_matrix, starts):
     algo = blackjax.nuts(logdensity_fn, step_size=0.5, inverse_mass_matrix=inverse_mass_matrix)
     trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(starts), num_steps, transform=lambda s, i: s.position)
-    return np.asarray(trace.states)
+    return trace.states
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +206,7 @@ def reference(glm):
     """NUTS from the prior's scale (sd 0.1 is the posterior's order for N = 400 rows; a NUTS tree adapts to it)."""
     d = glm.initial_position.shape[0]
     starts = 0.1 * jax.random.normal(jax.random.key(9), (NUM_CHAINS, d))
-    draws = _nuts_draws(glm.logdensity_fn, jax.random.key(10), 600, jnp.full(d, 0.04), starts)[:, 100:]
+    draws = np.asarray(_nuts_draws(glm.logdensity_fn, jax.random.key(10), 600, jnp.full(d, 0.04), starts))[:, 100:]
     ess = ess_per_coordinate(draws)
     assert np.all(ess >= 1000), ess
     flat = draws.reshape(-1, d)
@@ -245,18 +246,26 @@ def test_sgld_racing_mh_agrees_with_nuts(glm, reference):
     _agrees(trace.states, reference)
 
 
+def _compressed_nuts(m, data, weights, key, inverse_mass_matrix, starts):
+    """NUTS on the compressed posterior of ``Pseudodata(data, weights)``: padded clusterings share one program."""
+    pseudo = jaxsub.compress.Pseudodata(data, weights)
+    logdensity = jaxsub.compress.logdensity(m.logprior_fn, m.loglikelihood_fn, pseudo)
+    return _nuts_draws(logdensity, key, 400, inverse_mass_matrix, starts)
+
+
 def test_compressed_nuts_agrees_with_nuts_and_a_coarse_radius_does_not(glm, reference):
     m = glm
+    run = jax.jit(partial(_compressed_nuts, m))
+    key = jax.random.key(13)
     # radius 0.45 < 0.5 keeps the 0/1 labels apart (an averaged label is outside Bernoulli's
     # support, -inf in NumPyro) but merges covariates enough to bias the posterior by several MCSE
     for radius, agrees in ((0.1, True), (0.45, False)):
         clustering = jaxsub.compress.cluster(np.asarray(m.data), radius)
-        logdensity = jaxsub.compress.logdensity(m.logprior_fn, m.loglikelihood_fn, clustering)
-        key = jax.random.key(13)
-        draws = _nuts_draws(logdensity, key, 400, jnp.asarray(np.diag(reference.cov), jnp.float32),
-                            _starts(reference, key))
+        assert clustering.c < m.data.shape[0]
+        pseudo = jaxsub.compress.pseudodata(clustering, size=m.data.shape[0])
+        draws = np.asarray(run(jnp.asarray(pseudo.data, jnp.float32), jnp.asarray(pseudo.weights, jnp.float32), key,
+                               jnp.asarray(np.diag(reference.cov), jnp.float32), _starts(reference, key)))
         if agrees:
-            assert len(clustering.counts) < m.data.shape[0]
             _agrees(draws, reference)
         else:
             with pytest.raises(AssertionError, match="differs"):
