@@ -255,6 +255,20 @@ def from_numpyro(model: Callable, *model_args, data: dict, **model_kwargs) -> Nu
         discrete latent site, a latent site inside the data plate, a latent
         site whose shape depends on the number of rows, or a plate whose size
         does not follow the data.
+
+    Examples
+    --------
+    >>> def model(x, y=None):
+    ...     beta = numpyro.sample("beta", dist.Normal(0, 1).expand([x.shape[1]]).to_event(1))
+    ...     with numpyro.plate("data", x.shape[0]):
+    ...         numpyro.sample("y", dist.Bernoulli(logits=x @ beta), obs=y)
+    >>> m = jaxsub.models.from_numpyro(model, data={"x": x, "y": y})
+    >>> fit = jaxsub.racing_mh.laplace_fit(m.logprior_fn, m.loglikelihood_fn, m.data, m.initial_position)
+    >>> cv = jaxsub.racing_mh.taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
+    >>> algo = jaxsub.racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05,
+    ...                         step_size=fit.step_size, control_variate=cv)
+    >>> trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(starts), 2000)
+    >>> idata = jaxsub.to_arviz(trace, m)          # posterior["beta"]: [chains, draws, d]
     """
     dtype = jnp.result_type(float)
     fields, matrix = _data_matrix(data, dtype)
