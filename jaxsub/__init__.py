@@ -13,6 +13,7 @@ Four families, one module each (see ``docs/architecture.md``):
 """
 from jaxsub import anneal, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
 from jaxsub import models
+from jaxsub.arviz import to_arviz
 from jaxsub import racing_gibbs as _racing_gibbs_module
 from jaxsub import racing_mh as _racing_mh_module
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
@@ -47,5 +48,6 @@ __all__ = [
     "sgld_racing_mh",
     "sgmcmc",
     "subsample",
+    "to_arviz",
     "validation",
 ]

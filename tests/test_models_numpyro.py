@@ -156,6 +156,13 @@ def test_rejects_models_it_cannot_take():
         with numpyro.plate("data", x.shape[0]):
             numpyro.sample("y", dist.Bernoulli(logits=beta), obs=y)
 
+    def prior_uses_rows(x, y=None):
+        beta = numpyro.sample("beta", dist.Normal(0, x.shape[0]).expand([2]).to_event(1))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Bernoulli(logits=x @ beta), obs=y)
+
+    with pytest.raises(ValueError, match="a term outside the data plate depends on the rows"):
+        from_numpyro(prior_uses_rows, data=dict(x=x, y=y))
     with pytest.raises(ValueError, match="observed site 'obs' is not in a plate over the N = 10"):
         from_numpyro(no_plate, data=dict(x=x, y=y))
     with pytest.raises(ValueError, match="observed site 'total' is outside the plate 'data'"):

@@ -254,7 +254,23 @@ def from_numpyro(model: Callable, *model_args, data: dict, **model_kwargs) -> Nu
         plate over the data rows, an observed site outside that plate, a
         discrete latent site, a latent site inside the data plate, a latent
         site whose shape depends on the number of rows, or a plate whose size
-        does not follow the data.
+        does not follow the data; when, on the first two rows, NumPyro's log
+        density is not the prior plus the two per-row log-likelihoods (a term
+        outside the plate that depends on the rows).
+
+    Examples
+    --------
+    >>> def model(x, y=None):
+    ...     beta = numpyro.sample("beta", dist.Normal(0, 1).expand([x.shape[1]]).to_event(1))
+    ...     with numpyro.plate("data", x.shape[0]):
+    ...         numpyro.sample("y", dist.Bernoulli(logits=x @ beta), obs=y)
+    >>> m = jaxsub.models.from_numpyro(model, data={"x": x, "y": y})
+    >>> fit = jaxsub.racing_mh.laplace_fit(m.logprior_fn, m.loglikelihood_fn, m.data, m.initial_position)
+    >>> cv = jaxsub.racing_mh.taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
+    >>> algo = jaxsub.racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05,
+    ...                         step_size=fit.step_size, control_variate=cv)
+    >>> trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(starts), 2000)
+    >>> idata = jaxsub.to_arviz(trace, m)          # posterior["beta"]: [chains, draws, d]
     """
     dtype = jnp.result_type(float)
     fields, matrix = _data_matrix(data, dtype)
@@ -268,6 +284,7 @@ def from_numpyro(model: Callable, *model_args, data: dict, **model_kwargs) -> Nu
     zeros = {name: _unconstrained_zeros(site) for name, site in full_trace.items() if _is_latent(site)}
     initial_position, unravel = ravel_pytree(zeros)
     spec = spec0._replace(unravel=unravel)
+    _check_factorisation(spec, matrix[:2], initial_position.astype(dtype))
     names = tuple(sorted(zeros))
     return NumPyroModel(
         logprior_fn=partial(logprior, spec),
@@ -372,6 +389,23 @@ def _check_model(model_trace, num_data: int) -> str:
                 "variables are not supported (only global parameters)"
             )
     return plate_name
+
+
+def _check_factorisation(spec: ModelSpec, rows, position) -> None:
+    """On two rows, NumPyro's log density must equal the prior plus the two per-row terms."""
+    from numpyro.infer.util import potential_energy
+
+    kwargs = {**spec.model_kwargs, **{f.name: jnp.concatenate([datum_arguments(spec, r)[f.name] for r in rows])
+                                      for f in spec.fields}}
+    with jax.numpy_dtype_promotion("standard"):
+        whole = -potential_energy(spec.model, spec.model_args, kwargs, spec.unravel(position))
+    parts = logprior(spec, position) + sum(loglikelihood(spec, position, r) for r in rows)
+    if not jnp.allclose(whole, parts, rtol=1e-4, atol=1e-4):
+        raise ValueError(
+            f"the model's log density on two rows ({float(whole):.6g}) is not its prior plus the two rows' "
+            f"log-likelihoods ({float(parts):.6g}): a term outside the data plate depends on the rows "
+            "(e.g. a prior scaled by x.shape[0])"
+        )
 
 
 def _check_row_trace(full_trace, row_trace, plate_name: str, num_data: int) -> None:
