@@ -451,7 +451,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     bar.update(1)
     def sd_error(flat, ess=True):
         err = compress.posterior_error(exact_flat, flat)
-        out = dict(mean_sd=err.mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
+        out = dict(mean_sd=err.max_mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
         if ess:  # the chain's smallest effective sample size over the parameters (one chain, kept draws)
             out["ess_min"] = _ess_min(flat)
         return out
