@@ -36,7 +36,17 @@ def distributed_main(pid: int, port: int) -> None:
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "distributed":
-    distributed_main(int(sys.argv[2]), int(sys.argv[3]))
+    try:
+        distributed_main(int(sys.argv[2]), int(sys.argv[3]))
+    except BaseException:
+        # exit at once: a normal exit runs jax.distributed's shutdown barrier, which waits for the
+        # peer that is itself waiting for this process in a collective
+        import os
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
     sys.exit(0)
 
 import blackjax  # noqa: E402
