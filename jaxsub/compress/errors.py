@@ -37,6 +37,11 @@ def kl_bound(num_data: int, radius: float, L1: float, L2: float, gamma: float) -
     -------
     float
         :math:`(2 L_1 L_2 N + N/\gamma)\,\delta^2`.
+
+    Raises
+    ------
+    ValueError
+        ``num_data <= 0``, ``radius``, ``L1`` or ``L2`` negative, ``gamma <= 0``, or a non-finite value.
     """
     n = check_real("num_data", num_data, low=0.0)
     delta = check_real("radius", radius, low=0.0, low_closed=True)
