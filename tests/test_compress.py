@@ -536,7 +536,7 @@ def test_merge_rounds_decide_with_the_exact_post_merge_radius():
 def test_merge_rule_counts_on_high_dimensional_data():
     # where the merge rule is meant to be used (d > 16, small clusters): never more clusters than the
     # exact-join stream or the blocked stream, within 1.5x of greedy leader + repair. (On tight blobs
-    # of more rows than _MERGE_NEIGHBOURS + 1 it opens more, see docs/compress.md, session 16.)
+    # of more rows than _MERGE_NEIGHBOURS + 1 it opens more, see docs/compress.md.)
     # rows near a 4-dimensional subspace of R^784, about 1.5 rows per cluster (MNIST at delta = 0.2 has 1.7)
     rng = np.random.default_rng(9)
     basis = np.linalg.qr(rng.standard_normal((784, 4)))[0]
@@ -567,7 +567,7 @@ def test_merge_rule_counts_on_the_corpora(name):
 
 
 def test_merge_graph_threads_change_no_output():
-    # session 16: the neighbour graph's blocks and product batches on two host threads give the same
+    # The neighbour graph's blocks and product batches on two host threads give the same
     # clustering bit for bit (each block and batch is computed by the same call whichever thread runs it)
     x, delta = _adversarial_streams()["d784"]
     opts = ClusterOptions(merge_block=64, merge_batch=256)  # several blocks and batches
@@ -698,7 +698,7 @@ def test_covariances_are_the_within_cluster_scatter():
 
 
 def test_host_thread_settings_change_no_output(monkeypatch):
-    # session 14: the covariances split over two host threads and the k-d-tree queries and isolated-row
+    # The covariances split over two host threads and the k-d-tree queries and isolated-row
     # self-queries on every core give the same labels, centroids, radii and covariances, bit for bit
     x = _blobs(12000, 5, 300, 0.02, 7)
     # the one-thread reference
