@@ -84,7 +84,6 @@ def blocked_pass(x, x32, xn32, z32, rows, clusters: Clusters, delta, labels, *, 
         k = clusters.size - base
         joined = np.zeros(chunk.size, bool)
         if k:
-            b = chunk.size
             lb = chunk_bounds(z32[chunk], za32[:k], zan32[:k])
             m = min(opts.block_candidates, k)
             # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,

@@ -16,7 +16,7 @@ import numpy as np
 from jaxsub.compress.options import ClusterOptions
 from jaxsub.compress.state import Clusters, segment_sums
 
-__all__ = ["join_block"]
+__all__ = ["greedy_join", "join_block"]
 
 
 def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, member_bounds=None, *, opts: ClusterOptions) -> np.ndarray:
@@ -44,20 +44,7 @@ def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, mem
     outer shell's members are gathered (the 784-wide gathers dominated on MNIST).
     """
     if exact is not True and opts.greedy_bincount and x.shape[1] <= opts.kdtree_max_dim:
-        # the greedy passes: every proposed row joins. Per-cluster sums by one bincount per column
-        # (the rows added in stream order, as the sorted segments' sums: the same floats), no sort;
-        # wide rows keep the one sparse product (a bincount per column would be d passes)
-        num = clusters.size
-        cnt = np.bincount(cid, minlength=num)
-        gid = np.flatnonzero(cnt)
-        xs = x[rows]
-        clusters.sums[gid] += np.column_stack([np.bincount(cid, weights=xs[:, k], minlength=num)[gid]
-                                               for k in range(xs.shape[1])])
-        clusters.counts[gid] += cnt[gid]
-        if exact:  # the reference greedy leader pass keeps its anchors at the leaders
-            clusters.move(gid, clusters.sums[gid] / clusters.counts[gid][:, None])
-        labels[rows] = cid
-        return np.ones(rows.size, bool)
+        return greedy_join(x, rows, cid, clusters, exact, labels)
     order = np.argsort(cid, kind="stable")
     rows, cid = rows[order], cid[order]
     starts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
@@ -151,3 +138,24 @@ def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, mem
     accepted = np.empty_like(take)
     accepted[order] = take
     return accepted
+
+
+def greedy_join(x, rows, cid, clusters: Clusters, exact, labels) -> np.ndarray:
+    """The greedy joins of low-dimensional rows (no radius check): every proposed row joins.
+
+    Per-cluster sums by one bincount per column (the rows added in stream order, as the sorted
+    segments' sums of :func:`join_block`: the same floats), no sort; wide rows keep the one sparse
+    product (a bincount per column would be d passes). With ``exact`` truthy (the greedy centroid
+    pass) the anchors move to the member means; without, they stay at the leaders.
+    """
+    num = clusters.size
+    cnt = np.bincount(cid, minlength=num)
+    gid = np.flatnonzero(cnt)
+    xs = x[rows]
+    clusters.sums[gid] += np.column_stack([np.bincount(cid, weights=xs[:, k], minlength=num)[gid]
+                                           for k in range(xs.shape[1])])
+    clusters.counts[gid] += cnt[gid]
+    if exact:  # the reference greedy leader pass keeps its anchors at the leaders
+        clusters.move(gid, clusters.sums[gid] / clusters.counts[gid][:, None])
+    labels[rows] = cid
+    return np.ones(rows.size, bool)
