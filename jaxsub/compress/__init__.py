@@ -8,11 +8,15 @@ posterior with any BlackJAX algorithm.
 * :func:`cluster` / :func:`cluster_supervised` -- Algorithm 1 (streaming,
   approximate neighbour search, exact radius guarantee) -> :class:`Clustering`;
 * :func:`logdensity` -- ``log p(theta) + sum_j n_j log p(mu_j | theta)`` as a
-  BlackJAX ``logdensity_fn``;
-* ``logdensity(..., second_order=True)`` -- adds the within-cluster scatter
-  correction (exact for Gaussian-linear models);
+  BlackJAX ``logdensity_fn``, with the within-cluster scatter correction by
+  default wherever the clustering carries covariances (exact for
+  Gaussian-linear models; ``second_order=False`` is the cheaper, biased first order);
+* :func:`posterior` -- the one-call path: the largest radius whose predicted
+  error meets a target in posterior-sd units, its clustering and log-density;
 * :func:`posterior_error` -- error in posterior-sd units; :func:`choose_radius`
-  -- the largest radius meeting a target error (Laplace a-posteriori check);
+  -- the largest radius meeting a target error (Laplace a-posteriori check),
+  saying whether it was met (``RadiusChoice.met``);
+* :class:`ClusterOptions` -- every tuning setting of the clustering;
 * :func:`cluster_shards`, :func:`cluster_stream`, :func:`sharded_logdensity` --
   clustering per device shard, over streamed chunks, and a log-density whose
   centroids are split across devices (one ``psum``);
@@ -23,17 +27,20 @@ posterior with any BlackJAX algorithm.
 """
 from jaxsub.compress.api import cluster, cluster_supervised
 from jaxsub.compress.clustering import Clustering
-from jaxsub.compress.options import METHODS, RULES, ClusterOptions
-from jaxsub.compress.posterior import (
+from jaxsub.compress.density import Pseudodata, logdensity, pseudodata
+from jaxsub.compress.errors import (
     PosteriorError,
-    Pseudodata,
-    RadiusChoice,
-    choose_radius,
     gaussian_kl,
     kl_bound,
-    logdensity,
     posterior_error,
-    pseudodata,
+)
+from jaxsub.compress.options import METHODS, RULES, ClusterOptions
+from jaxsub.compress.radius import (
+    CompressedPosterior,
+    RadiusChoice,
+    RadiusWarning,
+    choose_radius,
+    posterior,
 )
 from jaxsub.compress.scale import cluster_shards, cluster_stream, sharded_logdensity
 
@@ -42,9 +49,11 @@ __all__ = [
     "RULES",
     "ClusterOptions",
     "Clustering",
+    "CompressedPosterior",
     "PosteriorError",
     "Pseudodata",
     "RadiusChoice",
+    "RadiusWarning",
     "choose_radius",
     "cluster",
     "cluster_shards",
@@ -53,6 +62,7 @@ __all__ = [
     "gaussian_kl",
     "kl_bound",
     "logdensity",
+    "posterior",
     "posterior_error",
     "pseudodata",
     "sharded_logdensity",

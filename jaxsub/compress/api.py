@@ -178,6 +178,15 @@ def finish(arr, labels, delta, targets_from, scale, standardize, method, *, opts
     )
 
 
+def _integer_valued(y: np.ndarray) -> bool:
+    """Whether ``y`` holds class labels: integer or bool dtype, or finite floats that are all integers."""
+    if np.issubdtype(y.dtype, np.integer) or y.dtype == bool:
+        return True
+    if not np.issubdtype(y.dtype, np.floating) or y.size == 0:
+        return False
+    return bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))
+
+
 def cluster_supervised(
     x,
     y,
@@ -204,7 +213,15 @@ def cluster_supervised(
       centroid and ``targets`` the mean response; ``radii`` are joint radii
       (so :math:`\|(x_i,y_i)-(\mu_j,\bar y_j)\|\le\delta`) and ``covariances``
       are joint ``[c, d + 1, d + 1]`` (response last).
-    * ``"auto"``: ``"by_label"`` for integer/bool ``y``, ``"joint"`` otherwise.
+    * ``"auto"``: ``"by_label"`` for integer/bool ``y`` *and* for float ``y`` whose values are
+      all integers (e.g. 0.0/1.0 class labels stored as floats), ``"joint"`` otherwise.
+
+    Labels are labels: a classification likelihood must never see an averaged label (joint
+    clustering of float 0/1 labels gives fractional targets such as 0.33, in 9 % of the clusters
+    on breast cancer), so ``"auto"`` keeps every integer-valued ``y`` discrete. Clustering by
+    label is valid for any likelihood (each cluster's members share their ``y`` exactly), so an
+    integer-valued regression response (counts) is also kept exact; pass ``mode="joint"`` to
+    average it anyway. ``by_label`` targets keep ``y``'s dtype and values.
 
     With ``standardize=True`` the feature part (by_label) or the joint vector
     (joint) is divided by its maximal norm ``R`` (recorded as ``scale``); in
@@ -224,6 +241,12 @@ def cluster_supervised(
     -------
     Clustering
         With ``targets [c]``; ``labels`` index the global cluster list.
+
+    Raises
+    ------
+    ValueError
+        As :func:`cluster`; ``y`` not of shape ``[N]``; an unknown ``mode``; NaN/inf in ``y``
+        (joint mode); ``mode="by_label"`` with fractional or non-finite ``y``.
     """
     delta = check_real("radius", radius, low=0.0)
     mode = check_choice("mode", mode, ("auto", "by_label", "joint"))
@@ -233,14 +256,16 @@ def cluster_supervised(
     if yarr.ndim != 1 or yarr.shape[0] != arr.shape[0]:
         raise ValueError(f"y must have shape [N] = [{arr.shape[0]}] matching x; got shape {yarr.shape}")
     if mode == "auto":
-        mode = "by_label" if (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool) else "joint"
+        mode = "by_label" if _integer_valued(yarr) else "joint"
     if mode == "joint":
         yf = as_features(yarr, "y")
         joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, rule=rule,
                         options=options, **search_kwargs)
         return joint._replace(centroids=joint.centroids[:, :-1], targets=joint.centroids[:, -1])
-    if not (np.issubdtype(yarr.dtype, np.integer) or yarr.dtype == bool):
-        raise ValueError(f"y must hold integer class labels for mode='by_label'; got dtype {yarr.dtype}")
+    if not _integer_valued(yarr):
+        raise ValueError(
+            f"y must hold integer-valued class labels for mode='by_label' (finite, no fractions); got dtype {yarr.dtype}"
+        )
     scale = max_norm(arr) if standardize else 1.0
     if scale != 1.0:
         arr = arr / scale

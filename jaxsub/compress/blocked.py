@@ -20,7 +20,7 @@ from jaxsub.compress.screens import chunk_bounds, screened_candidates
 from jaxsub.compress.sequential import sequential
 from jaxsub.compress.state import Clusters
 
-__all__ = ["blocked_pass"]
+__all__ = ["blocked_pass", "nearest_by_true_distance"]
 
 
 def blocked_pass(x, x32, xn32, z32, rows, clusters: Clusters, delta, labels, *, opts: ClusterOptions) -> np.ndarray:
@@ -84,7 +84,6 @@ def blocked_pass(x, x32, xn32, z32, rows, clusters: Clusters, delta, labels, *, 
         k = clusters.size - base
         joined = np.zeros(chunk.size, bool)
         if k:
-            b = chunk.size
             lb = chunk_bounds(z32[chunk], za32[:k], zan32[:k])
             m = min(opts.block_candidates, k)
             # rows with some anchor possibly within 2 delta, and their m anchors of smallest bound,
@@ -95,22 +94,8 @@ def blocked_pass(x, x32, xn32, z32, rows, clusters: Clusters, delta, labels, *, 
                     cl, valid = screened_candidates(lb[live], reach2 + slack - zn32[chunk[live]], m)
                 else:
                     cl, valid = np.broadcast_to(np.arange(k), (live.size, k)), None
-                # ||x||^2 - 2 x . a + ||a||^2 in float32 (round-off ~1e-7 of the squared norms, far
-                # under the slack): one gather of the float32 anchors, no d-wide difference
-                xl = x32[chunk[live]]
-                d2 = np.einsum("ik,ijk->ij", xl, a32[cl])
-                d2 *= -2.0
-                d2 += an32[cl]
-                d2 += xn32[chunk[live]][:, None]
-                # a row at distance t from the mean of n members ends at t n / (n + 1) from the
-                # joined mean: a cluster further than delta (n + 1) / n cannot take it alone
-                n = clusters.counts[base + cl].astype(np.float64)
-                d2[d2 > (reach1 * (n + 1.0) / n) ** 2 + slack] = np.inf
-                if valid is not None:
-                    d2[~valid] = np.inf  # padding of rows with fewer than m anchors in reach
-                order = np.argsort(d2, axis=1, kind="stable")[:, :opts.block_tries]
-                near = np.take_along_axis(cl, order, axis=1)
-                nd2 = np.take_along_axis(d2, order, axis=1)
+                near, nd2 = nearest_by_true_distance(x32[chunk[live]], xn32[chunk[live]], a32, an32, cl, valid,
+                                                     clusters.counts[base + cl], reach1, slack, opts.block_tries)
                 for t in range(near.shape[1]):
                     todo = ~joined[live] & (nd2[:, t] <= reach2)
                     if not todo.any():
@@ -132,3 +117,24 @@ def blocked_pass(x, x32, xn32, z32, rows, clusters: Clusters, delta, labels, *, 
             dl = x[left] - clusters.anchor[labels[left]]
             bounds[0][left] = np.sqrt(np.einsum("ij,ij->i", dl, dl))
     return np.arange(base, clusters.size)
+
+
+def nearest_by_true_distance(xl, xnl, a32, an32, cl, valid, counts, reach1, slack, tries):
+    """The ``tries`` nearest of each row's candidate anchors ``cl`` by true squared distance, and those distances.
+
+    ``||x||^2 - 2 x . a + ||a||^2`` in float32 (round-off ~1e-7 of the squared norms, far under
+    ``slack``): one gather of the float32 anchors ``a32`` (squared norms ``an32``), no d-wide
+    difference. A row at distance ``t`` from the mean of ``n`` members ends at ``t n / (n + 1)``
+    from the joined mean, so an anchor farther than ``reach1 (n + 1) / n`` cannot take it alone
+    (its distance is set to infinity, as are the invalid padding candidates).
+    """
+    d2 = np.einsum("ik,ijk->ij", xl, a32[cl])
+    d2 *= -2.0
+    d2 += an32[cl]
+    d2 += xnl[:, None]
+    n = counts.astype(np.float64)
+    d2[d2 > (reach1 * (n + 1.0) / n) ** 2 + slack] = np.inf
+    if valid is not None:
+        d2[~valid] = np.inf  # padding of rows with fewer than m anchors in reach
+    order = np.argsort(d2, axis=1, kind="stable")[:, :tries]
+    return np.take_along_axis(cl, order, axis=1), np.take_along_axis(d2, order, axis=1)

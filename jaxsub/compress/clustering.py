@@ -82,11 +82,28 @@ class Clustering(NamedTuple):
         return float(self.radii.max()) if self.radii.size else 0.0
 
     def transform(self, x) -> np.ndarray:
-        """Apply the clustering's standardisation to new features: ``x / scale``."""
+        """Apply the clustering's standardisation to new features: ``x / scale``.
+
+        Parameters
+        ----------
+        x
+            Features in the original units.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``x / scale`` in float64 (the clustering space).
+        """
         return np.asarray(x, dtype=np.float64) / self.scale
 
     def pseudodata(self):
-        """The centroids as data for a likelihood: ``centroids`` or ``(centroids, targets)``."""
+        """The centroids as data for a likelihood.
+
+        Returns
+        -------
+        numpy.ndarray or tuple
+            ``centroids``, or ``(centroids, targets)`` for supervised clusterings.
+        """
         return self.centroids if self.targets is None else (self.centroids, self.targets)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from jaxsub.compress.options import ClusterOptions
 from jaxsub.compress.state import Clusters, segment_sums
 
-__all__ = ["join_block"]
+__all__ = ["exact_join", "greedy_join", "join_block"]
 
 
 def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, member_bounds=None, *, opts: ClusterOptions) -> np.ndarray:
@@ -44,101 +44,17 @@ def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, mem
     outer shell's members are gathered (the 784-wide gathers dominated on MNIST).
     """
     if exact is not True and opts.greedy_bincount and x.shape[1] <= opts.kdtree_max_dim:
-        # the greedy passes: every proposed row joins. Per-cluster sums by one bincount per column
-        # (the rows added in stream order, as the sorted segments' sums: the same floats), no sort;
-        # wide rows keep the one sparse product (a bincount per column would be d passes)
-        num = clusters.size
-        cnt = np.bincount(cid, minlength=num)
-        gid = np.flatnonzero(cnt)
-        xs = x[rows]
-        clusters.sums[gid] += np.column_stack([np.bincount(cid, weights=xs[:, k], minlength=num)[gid]
-                                               for k in range(xs.shape[1])])
-        clusters.counts[gid] += cnt[gid]
-        if exact:  # the reference greedy leader pass keeps its anchors at the leaders
-            clusters.move(gid, clusters.sums[gid] / clusters.counts[gid][:, None])
-        labels[rows] = cid
-        return np.ones(rows.size, bool)
+        return greedy_join(x, rows, cid, clusters, exact, labels)
     order = np.argsort(cid, kind="stable")
     rows, cid = rows[order], cid[order]
     starts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
     gid = cid[starts]
-    ng = gid.size
     xs = x[rows]
     take = np.ones(rows.size, bool)
+    block_sums = None
     if exact is True:
-        grp = np.repeat(np.arange(ng), np.diff(np.r_[starts, rows.size]))
-        da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
-        dist = np.sqrt(np.einsum("ij,ij->i", da, da))
-        limit = delta * (1.0 - opts.margin)
-        lead, far0 = clusters.anchor[gid], clusters.far[gid]
-        thr = np.full(ng, np.inf)
-        pos = np.full(clusters.size, -1, np.int64)
-        mem = None
-        block_sums = segment_sums(xs, starts)  # every proposed row taken (the usual case)
-        for _ in range(opts.join_rounds):
-            if mem is not None and member_bounds is not None:
-                exact_mem[:] = False  # exact distances are to this round's mean only
-            w = take.astype(np.float64)
-            cnt = clusters.counts[gid] + np.add.reduceat(w, starts)
-            added = block_sums if take.all() else segment_sums(xs, starts, w)
-            mean = (clusters.sums[gid] + added) / cnt[:, None]
-            dm = mean - lead
-            drift = np.sqrt(np.einsum("ij,ij->i", dm, dm))
-            far = np.maximum(far0, np.maximum.reduceat(np.where(take, dist, 0.0), starts)) + drift
-            ok = far <= limit
-            need = ~ok
-            if need.any():  # exact post-join radius where the bound is not enough
-                if mem is None:
-                    # members of the clusters that need it (from pool) and their distances to the
-                    # anchors, computed once: ||x_i - mu'|| <= ||x_i - a|| + drift, so only the
-                    # members in the outer shell ever need their exact distance to mu'
-                    pos[gid[need]] = np.flatnonzero(need)
-                    mem = pool[pos[labels[pool]] >= 0]
-                    mg = pos[labels[mem]]
-                    pos[gid] = -1
-                    if member_bounds is None:
-                        dmem = x[mem] - lead[mg]
-                        dmem = np.sqrt(np.einsum("ij,ij->i", dmem, dmem))
-                    else:
-                        dmem = member_bounds[0][mem] + member_bounds[1][gid[mg]]
-                    exact_mem = np.zeros(mem.size, bool)
-                sel = np.flatnonzero(need[mg])
-                val = dmem[sel] + drift[mg[sel]]  # bound on ||x_i - mu'||, exact in the outer shell
-                shell = np.flatnonzero(val > limit)
-                if shell.size:
-                    dsh = x[mem[sel[shell]]] - mean[mg[sel[shell]]]
-                    val[shell] = np.sqrt(np.einsum("ij,ij->i", dsh, dsh))
-                    if member_bounds is not None:  # exact distances to this round's mean
-                        exact_mem[sel[shell]] = True
-                        exact_val = np.zeros(mem.size)
-                        exact_val[sel[shell]] = val[shell]
-                rad = np.zeros(ng)
-                np.maximum.at(rad, mg[sel], val)
-                jsel = np.flatnonzero(take & need[grp])
-                djo = xs[jsel] - mean[grp[jsel]]
-                np.maximum.at(rad, grp[jsel], np.sqrt(np.einsum("ij,ij->i", djo, djo)))
-                far = np.where(need, rad, far)
-                ok = far <= limit
-            if ok.all():
-                break
-            maxd = np.maximum.reduceat(np.where(take, dist, 0.0), starts)
-            thr = np.where(ok, thr, np.minimum(limit - drift, 0.8 * maxd))
-            take = dist <= thr[grp]
-        take &= ok[grp]
-        moved = np.flatnonzero(np.add.reduceat(take.astype(np.int64), starts) > 0)
-        clusters.far[gid[moved]] = far[moved]
-        if member_bounds is not None:
-            off, dsum = member_bounds
-            # the anchors of the moved clusters move by drift: every member's bound grows by it
-            dsum[gid[moved]] += drift[moved]
-            if mem is not None and exact_mem.any():  # members whose exact distance was computed
-                mv = np.zeros(ng, bool)
-                mv[moved] = True
-                e = np.flatnonzero(exact_mem & mv[mg])
-                off[mem[e]] = exact_val[e] - dsum[gid[mg[e]]]
-            # joiners: distance to the old anchor + drift bounds the distance to the new one
-            jt = np.flatnonzero(take)
-            off[rows[jt]] = dist[jt] + drift[grp[jt]] - dsum[gid[grp[jt]]]
+        take, block_sums = exact_join(x, xs, rows, cid, starts, gid, clusters, delta, labels, pool, member_bounds,
+                                      opts=opts)
     if take.all():
         clusters.sums[gid] += block_sums if exact is True else segment_sums(xs, starts)
     else:
@@ -151,3 +67,112 @@ def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, mem
     accepted = np.empty_like(take)
     accepted[order] = take
     return accepted
+
+
+def greedy_join(x, rows, cid, clusters: Clusters, exact, labels) -> np.ndarray:
+    """The greedy joins of low-dimensional rows (no radius check): every proposed row joins.
+
+    Per-cluster sums by one bincount per column (the rows added in stream order, as the sorted
+    segments' sums of :func:`join_block`: the same floats), no sort; wide rows keep the one sparse
+    product (a bincount per column would be d passes). With ``exact`` truthy (the greedy centroid
+    pass) the anchors move to the member means; without, they stay at the leaders.
+    """
+    num = clusters.size
+    cnt = np.bincount(cid, minlength=num)
+    gid = np.flatnonzero(cnt)
+    xs = x[rows]
+    clusters.sums[gid] += np.column_stack([np.bincount(cid, weights=xs[:, k], minlength=num)[gid]
+                                           for k in range(xs.shape[1])])
+    clusters.counts[gid] += cnt[gid]
+    if exact:  # the reference greedy leader pass keeps its anchors at the leaders
+        clusters.move(gid, clusters.sums[gid] / clusters.counts[gid][:, None])
+    labels[rows] = cid
+    return np.ones(rows.size, bool)
+
+
+def exact_join(x, xs, rows, cid, starts, gid, clusters: Clusters, delta, labels, pool, member_bounds, *,
+               opts: ClusterOptions):
+    """The exact rule of :func:`join_block` for rows sorted by cluster; returns ``(take, block_sums)``.
+
+    ``xs = x[rows]``, ``cid`` the proposed clusters (sorted), ``starts`` the first row of each
+    cluster's segment and ``gid`` its id. ``take`` marks the rows accepted; ``block_sums`` are the
+    segments' sums with every row taken. Updates ``clusters.far`` of the clusters that take rows
+    and ``member_bounds`` (module docstring of :func:`join_block`).
+    """
+    ng = gid.size
+    take = np.ones(rows.size, bool)
+    exact_mem = exact_val = None  # set with the members' exact distances (blocked stream)
+    grp = np.repeat(np.arange(ng), np.diff(np.r_[starts, rows.size]))
+    da = xs - clusters.anchor[cid]  # distances to the anchors as they are now
+    dist = np.sqrt(np.einsum("ij,ij->i", da, da))
+    limit = delta * (1.0 - opts.margin)
+    lead, far0 = clusters.anchor[gid], clusters.far[gid]
+    thr = np.full(ng, np.inf)
+    pos = np.full(clusters.size, -1, np.int64)
+    mem = None
+    block_sums = segment_sums(xs, starts)  # every proposed row taken (the usual case)
+    for _ in range(opts.join_rounds):
+        if mem is not None and member_bounds is not None:
+            exact_mem[:] = False  # exact distances are to this round's mean only
+        w = take.astype(np.float64)
+        cnt = clusters.counts[gid] + np.add.reduceat(w, starts)
+        added = block_sums if take.all() else segment_sums(xs, starts, w)
+        mean = (clusters.sums[gid] + added) / cnt[:, None]
+        dm = mean - lead
+        drift = np.sqrt(np.einsum("ij,ij->i", dm, dm))
+        far = np.maximum(far0, np.maximum.reduceat(np.where(take, dist, 0.0), starts)) + drift
+        ok = far <= limit
+        need = ~ok
+        if need.any():  # exact post-join radius where the bound is not enough
+            if mem is None:
+                # members of the clusters that need it (from pool) and their distances to the
+                # anchors, computed once: ||x_i - mu'|| <= ||x_i - a|| + drift, so only the
+                # members in the outer shell ever need their exact distance to mu'
+                pos[gid[need]] = np.flatnonzero(need)
+                mem = pool[pos[labels[pool]] >= 0]
+                mg = pos[labels[mem]]
+                pos[gid] = -1
+                if member_bounds is None:
+                    dmem = x[mem] - lead[mg]
+                    dmem = np.sqrt(np.einsum("ij,ij->i", dmem, dmem))
+                else:
+                    dmem = member_bounds[0][mem] + member_bounds[1][gid[mg]]
+                exact_mem = np.zeros(mem.size, bool)
+            sel = np.flatnonzero(need[mg])
+            val = dmem[sel] + drift[mg[sel]]  # bound on ||x_i - mu'||, exact in the outer shell
+            shell = np.flatnonzero(val > limit)
+            if shell.size:
+                dsh = x[mem[sel[shell]]] - mean[mg[sel[shell]]]
+                val[shell] = np.sqrt(np.einsum("ij,ij->i", dsh, dsh))
+                if member_bounds is not None:  # exact distances to this round's mean
+                    exact_mem[sel[shell]] = True
+                    exact_val = np.zeros(mem.size)
+                    exact_val[sel[shell]] = val[shell]
+            rad = np.zeros(ng)
+            np.maximum.at(rad, mg[sel], val)
+            jsel = np.flatnonzero(take & need[grp])
+            djo = xs[jsel] - mean[grp[jsel]]
+            np.maximum.at(rad, grp[jsel], np.sqrt(np.einsum("ij,ij->i", djo, djo)))
+            far = np.where(need, rad, far)
+            ok = far <= limit
+        if ok.all():
+            break
+        maxd = np.maximum.reduceat(np.where(take, dist, 0.0), starts)
+        thr = np.where(ok, thr, np.minimum(limit - drift, 0.8 * maxd))
+        take = dist <= thr[grp]
+    take &= ok[grp]
+    moved = np.flatnonzero(np.add.reduceat(take.astype(np.int64), starts) > 0)
+    clusters.far[gid[moved]] = far[moved]
+    if member_bounds is not None:
+        off, dsum = member_bounds
+        # the anchors of the moved clusters move by drift: every member's bound grows by it
+        dsum[gid[moved]] += drift[moved]
+        if mem is not None and exact_mem.any():  # members whose exact distance was computed
+            mv = np.zeros(ng, bool)
+            mv[moved] = True
+            e = np.flatnonzero(exact_mem & mv[mg])
+            off[mem[e]] = exact_val[e] - dsum[gid[mg[e]]]
+        # joiners: distance to the old anchor + drift bounds the distance to the new one
+        jt = np.flatnonzero(take)
+        off[rows[jt]] = dist[jt] + drift[grp[jt]] - dsum[gid[grp[jt]]]
+    return take, block_sums

@@ -26,7 +26,7 @@ from jaxsub.compress.merge_graph import (
 from jaxsub.compress.neighbours import one_blas_thread
 from jaxsub.compress.options import ClusterOptions
 
-__all__ = ["merge_labels", "merge_rounds"]
+__all__ = ["merge_labels", "merge_rounds", "mutual_matchings"]
 
 
 def merge_rounds(sq, ei, ej, eg, delta, weights=None, eps=1e-5, rows=None, *, opts: ClusterOptions):
@@ -112,21 +112,7 @@ def merge_rounds(sq, ei, ej, eg, delta, weights=None, eps=1e-5, rows=None, *, op
             break
         # 4. mutual nearest mergeable partners (one or more matchings)
         dist2 = ss[pa[ok]] / cnt[pa[ok]] ** 2 + ss[pb[ok]] / cnt[pb[ok]] ** 2 - 2.0 * cg[ok] / (cnt[pa[ok]] * cnt[pb[ok]])
-        ok = ok[np.argsort(dist2, kind="stable")]
-        takes = []
-        for _ in range(opts.merge_matchings):
-            rank = np.arange(ok.size)
-            first = np.full(n, ok.size)
-            np.minimum.at(first, pa[ok], rank)
-            np.minimum.at(first, pb[ok], rank)
-            mutual = (first[pa[ok]] == rank) & (first[pb[ok]] == rank)
-            takes.append(ok[mutual])
-            matched = np.zeros(n, bool)
-            matched[pa[ok[mutual]]] = matched[pb[ok[mutual]]] = True
-            ok = ok[~matched[pa[ok]] & ~matched[pb[ok]]]
-            if not ok.size:
-                break
-        take = np.concatenate(takes)
+        take = mutual_matchings(ok[np.argsort(dist2, kind="stable")], pa, pb, n, opts.merge_matchings)
         a, b = pa[take], pb[take]
         partner = np.full(n, -1)
         partner[a], partner[b] = b, a
@@ -165,3 +151,27 @@ def merge_labels(x: np.ndarray, z: np.ndarray | None, delta: float, *, opts: Clu
             ei, ej, eg = neighbour_graph(xc, sqc, np.ascontiguousarray(z if u is x else z[first], np.float32), delta, opts=opts)
         lab = merge_rounds(sqc.astype(np.float64), ei, ej, eg, delta, weights, eps=1e-5 if use32 else 1e-12, rows=xc, opts=opts)
     return lab[inv]
+
+
+def mutual_matchings(ok: np.ndarray, pa: np.ndarray, pb: np.ndarray, n: int, matchings: int) -> np.ndarray:
+    """Pairs to merge this round: mutual nearest pairs, a matching (no cluster in two pairs).
+
+    ``ok`` indexes the mergeable pairs ``(pa, pb)`` sorted by centroid distance, nearest first. A
+    pair is taken when it is the first (nearest) pair of both its clusters; with ``matchings > 1``
+    the pairs of the clusters left unmatched are matched again the same way (fewer rounds, a few
+    more clusters). ``n`` bounds the cluster ids.
+    """
+    takes = []
+    for _ in range(matchings):
+        rank = np.arange(ok.size)
+        first = np.full(n, ok.size)
+        np.minimum.at(first, pa[ok], rank)
+        np.minimum.at(first, pb[ok], rank)
+        mutual = (first[pa[ok]] == rank) & (first[pb[ok]] == rank)
+        takes.append(ok[mutual])
+        matched = np.zeros(n, bool)
+        matched[pa[ok[mutual]]] = matched[pb[ok[mutual]]] = True
+        ok = ok[~matched[pa[ok]] & ~matched[pb[ok]]]
+        if not ok.size:
+            break
+    return np.concatenate(takes)

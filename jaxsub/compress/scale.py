@@ -64,24 +64,33 @@ def _concat(parts: list[Clustering], radius: float, scale: float, standardize: b
 def cluster_shards(shards, radius: float, *, standardize: bool = False, workers: int = 1, **kwargs) -> Clustering:
     r"""Cluster each shard separately and concatenate (labels follow the shards' row order).
 
-    Args:
-        shards: a list of ``[N_s, d]`` arrays, or a ``jax.Array`` sharded over its
-            first axis (its shards, in row order, are clustered). For an array sharded
-            across processes (``jax.distributed``) every process clusters the shards it
-            holds and the results are exchanged (``process_allgather``), so every process
-            returns the same global clustering.
-        radius: :math:`\delta > 0`.
-        standardize: divide every shard by the *global* :math:`R = \max_i \|x_i\|`.
-        workers: host threads clustering shards at once (NumPy/SciPy release the GIL
-            in their loops); the result does not depend on it.
-        kwargs: passed to :func:`~jaxsub.compress.cluster` (``method``, ``key``, ...).
+    Parameters
+    ----------
+    shards
+        A list of ``[N_s, d]`` arrays, or a ``jax.Array`` sharded over its first axis (its
+        shards, in row order, are clustered). For an array sharded across processes
+        (``jax.distributed``) every process clusters the shards it holds and the results are
+        exchanged (``process_allgather``), so every process returns the same global clustering.
+    radius
+        :math:`\delta > 0`.
+    standardize
+        Divide every shard by the *global* :math:`R = \max_i \|x_i\|`.
+    workers
+        Host threads clustering shards at once (NumPy/SciPy release the GIL in their loops);
+        the result does not depend on it.
+    **kwargs
+        Passed to :func:`~jaxsub.compress.cluster` (``method``, ``key``, ``options``, ...).
 
-    Returns:
-        One :class:`~jaxsub.compress.Clustering`; every radius is :math:`\le \delta`
-        exactly (each cluster lies in one shard).
+    Returns
+    -------
+    Clustering
+        One :class:`~jaxsub.compress.Clustering`; every radius is :math:`\le \delta` exactly
+        (each cluster lies in one shard).
 
-    Raises:
-        ValueError: no shard, an empty shard, different widths, NaN rows, ``radius <= 0``.
+    Raises
+    ------
+    ValueError
+        No shard, an empty shard, different widths, NaN rows, ``radius <= 0``, ``workers < 1``.
     """
     check_real("radius", radius, low=0.0)
     workers = check_int("workers", workers, low=1)
@@ -174,22 +183,32 @@ def cluster_stream(
 ) -> Clustering:
     r"""Cluster rows that arrive as an iterator of ``[n_k, d]`` chunks; equals in-memory :func:`cluster`.
 
-    Args:
-        chunks: an iterable of arrays (e.g. ``(mm[i:i + 65536] for i in range(0, len(mm), 65536))``
-            over ``mm = np.load(path, mmap_mode="r")``).
-        radius: :math:`\delta > 0`.
-        standardize: divide by the global :math:`R = \max_i \|x_i\|` (computed on the fly).
-        spill_dir: if given, the float64 rows are written to a memory-mapped file in this
-            folder (removed afterwards) instead of memory.
-        kwargs: passed to :func:`~jaxsub.compress.cluster`.
+    Parameters
+    ----------
+    chunks
+        An iterable of arrays (e.g. ``(mm[i:i + 65536] for i in range(0, len(mm), 65536))`` over
+        ``mm = np.load(path, mmap_mode="r")``).
+    radius
+        :math:`\delta > 0`.
+    standardize
+        Divide by the global :math:`R = \max_i \|x_i\|` (computed on the fly).
+    spill_dir
+        If given, the float64 rows are written to a memory-mapped file in this folder (removed
+        afterwards) instead of memory.
+    **kwargs
+        Passed to :func:`~jaxsub.compress.cluster`.
 
-    Returns:
-        The :class:`~jaxsub.compress.Clustering` of the concatenated rows, identical to
+    Returns
+    -------
+    Clustering
+        The clustering of the concatenated rows, identical to
         ``cluster(np.concatenate(chunks), radius, ...)``.
 
-    Raises:
-        ValueError: an empty chunk, a chunk with NaN/inf, chunks of different widths, no
-            chunk at all, ``radius <= 0``.
+    Raises
+    ------
+    ValueError
+        An empty chunk, a chunk with NaN/inf, chunks of different widths, no chunk at all,
+        ``radius <= 0``.
     """
     check_real("radius", radius, low=0.0)
     parts, width, total, scale2 = [], None, 0, 0.0
@@ -262,14 +281,29 @@ def sharded_logdensity(
     ``jax.distributed`` processes (each process builds it from the same clustering, e.g.
     the one :func:`cluster_shards` returns on every process). Use it as ``blackjax.nuts(logdensity_fn, ...)``.
 
-    Args:
-        logprior_fn, loglikelihood_fn: as in :func:`~jaxsub.compress.logdensity`.
-        clustering: a :class:`~jaxsub.compress.Clustering`.
-        mesh: a 1-D mesh (default: all devices, axis ``axis_name``).
-        axis_name: the mesh axis the centroids are split over.
+    This is the *first-order* compressed log-density (no within-cluster scatter correction):
+    compare it with ``logdensity(..., second_order=False)``.
 
-    Returns:
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn
+        As in :func:`~jaxsub.compress.logdensity`.
+    clustering
+        A :class:`~jaxsub.compress.Clustering`.
+    mesh
+        A 1-D mesh (default: all devices, axis ``axis_name``).
+    axis_name
+        The mesh axis the centroids are split over.
+
+    Returns
+    -------
+    logdensity_fn
         ``logdensity_fn(position) -> scalar`` (pure; jit/grad-able).
+
+    Raises
+    ------
+    ValueError
+        ``clustering`` not a Clustering, or ``axis_name`` not an axis of ``mesh``.
     """
     if not isinstance(clustering, Clustering):
         raise ValueError("clustering must be a Clustering")
