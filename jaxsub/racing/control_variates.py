@@ -1,10 +1,15 @@
 """Control variates for racing rewards (§3.4): one type, :class:`ControlVariate`, two builders.
 
-* :func:`taylor_control_variate` -- the data-space expansion of eq. 11 (data form, for
-  :func:`jaxsub.racing.racing`);
+* :func:`data_taylor_control_variate` -- the data-space expansion of eq. 11 (data form, for
+  :func:`jaxsub.racing.racing`; also ``jaxsub.discrete.data_taylor_control_variate``);
 * :func:`parameter_taylor_control_variate` -- the parameter-space Taylor proxy of each
-  datum's log-likelihood around a centre (position form, for the racing MH kernels;
-  public as ``jaxsub.racing_mh.taylor_control_variate``).
+  datum's log-likelihood around a centre (position form, for the racing MH kernels; also
+  ``jaxsub.racing_mh.parameter_taylor_control_variate``).
+
+``taylor_control_variate`` named both builders (the data one here and in :mod:`jaxsub.discrete`,
+the parameter one in ``jaxsub.racing_mh``); it remains as a deprecated alias of each in its old
+namespace (:func:`taylor_control_variate` here; ``jaxsub.racing.mh.taylor_control_variate``) that
+warns with a ``DeprecationWarning`` naming the explicit builder.
 
 Data space (eq. 11). For factors ``f_n(i) = p(y_n | theta_i)`` the reward ``l_{i,n} = log p(y_n | theta_i)``
 is expanded around a reference point ``y_hat`` in *data space*::
@@ -23,6 +28,7 @@ location-scale likelihood).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -31,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsub.racing.data import data_fingerprint, gather, num_data_of
+from jaxsub.racing.mh_inputs import check_finite_data
 from jaxsub.types import Array, ArrayLikeTree
 from jaxsub.validation import check_int
 
@@ -40,6 +47,7 @@ __all__ = [
     "check_center_size",
     "check_control_variate_matches",
     "data_moments",
+    "data_taylor_control_variate",
     "parameter_taylor_control_variate",
     "taylor_control_variate",
 ]
@@ -62,7 +70,7 @@ class ControlVariate(_ControlVariateFields):
     * *data form*, read by the engine (:func:`jaxsub.racing.racing`): ``fn(indices) ->
       [m, D]`` (``fn(indices, params)`` in :func:`~jaxsub.racing.racing_batch`) and ``mean``
       the ``[D]`` array ``(1/N) sum_n h_{i,n}`` (or ``mean(params) -> [D]``). Built by
-      :func:`taylor_control_variate` (the data-space expansion of eq. 11), or by hand;
+      :func:`data_taylor_control_variate` (the data-space expansion of eq. 11), or by hand;
     * *position form*, read by the MH kernels (:mod:`jaxsub.racing.mh`): ``fn(position,
       indices) -> [m]``, a proxy ``h_n(position)`` of each datum's log-likelihood, and
       ``mean(position) -> scalar``, its mean over the data computed without touching it.
@@ -109,7 +117,22 @@ class ControlVariate(_ControlVariateFields):
 
 
 def as_control_variate(control_variate) -> ControlVariate | None:
-    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair."""
+    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair.
+
+    Parameters
+    ----------
+    control_variate
+        ``None``, a :class:`ControlVariate`, or ``(fn, mean)`` with ``fn(indices) -> [m, D]``.
+
+    Returns
+    -------
+    ControlVariate or None
+
+    Raises
+    ------
+    ValueError
+        For anything else, or a non-callable ``fn``.
+    """
     if control_variate is None:
         return None
     if isinstance(control_variate, ControlVariate):
@@ -130,7 +153,19 @@ def data_moments(data: Array, *, block_size: int = 65536) -> tuple[Array, Array]
     """Mean ``m`` and population covariance ``S`` (divided by N) of ``data`` ``[N]`` or ``[N, k]``.
 
     Computed once (O(N k^2)) with shifted block sums (shift = first datum) for
-    float32 stability; pass the result to :func:`taylor_control_variate`.
+    float32 stability; pass the result to :func:`data_taylor_control_variate`.
+
+    Parameters
+    ----------
+    data
+        ``[N]`` or ``[N, k]``.
+    block_size
+        Rows per block of the sums.
+
+    Returns
+    -------
+    (mean, cov)
+        ``[k]`` and ``[k, k]``.
     """
     y = jnp.asarray(data)
     y = y.reshape(y.shape[0], -1)
@@ -147,7 +182,7 @@ def data_moments(data: Array, *, block_size: int = 65536) -> tuple[Array, Array]
     return mean_shifted + shift, cov
 
 
-def taylor_control_variate(
+def data_taylor_control_variate(
     loglik_fn: Callable[[ArrayLikeTree, Array], Array],
     states: ArrayLikeTree,
     data: Array,
@@ -156,7 +191,7 @@ def taylor_control_variate(
     data_cov: Array | None = None,
     center: Array | None = None,
 ) -> ControlVariate:
-    """Build the control variate of eq. 11 for racing.
+    """Build the data-space control variate of eq. 11 for racing (data form, for :func:`jaxsub.racing.racing`).
 
     Parameters
     ----------
@@ -185,6 +220,7 @@ def taylor_control_variate(
     ----------
     Chen & Ghahramani (2016), §3.4, eq. 11; Wang, Chen, Smola & Xing (2013).
     """
+    check_finite_data(data)
     data = jnp.asarray(data)
     scalar_data = data.ndim == 1
     if data_mean is None or data_cov is None:
@@ -211,6 +247,34 @@ def taylor_control_variate(
         return l0[None, :] + y @ g.T + 0.5 * quad
 
     return ControlVariate(fn, mean)
+
+
+def taylor_control_variate(*args, **kwargs) -> ControlVariate:
+    """Deprecated alias of :func:`data_taylor_control_variate` (the name also meant the parameter-space builder).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Those of the builder it calls.
+
+    Returns
+    -------
+    ControlVariate
+
+    Warns
+    -----
+    DeprecationWarning
+        Always: call :func:`data_taylor_control_variate` (data space, eq. 11) or
+        :func:`parameter_taylor_control_variate` (parameter space) instead.
+    """
+    warnings.warn(
+        "taylor_control_variate is deprecated: it named two builders. Here it is "
+        "data_taylor_control_variate (data-space expansion, eq. 11); for the parameter-space proxy "
+        "of the racing MH kernels use parameter_taylor_control_variate",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return data_taylor_control_variate(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------
@@ -259,11 +323,20 @@ def parameter_taylor_control_variate(
     Returns
     -------
     ControlVariate
+
+    Raises
+    ------
+    ValueError
+        If ``order`` or ``block_size`` is out of range, ``data`` holds a NaN or infinity, ``center`` is
+        empty, not finite or not a position the model can evaluate.
     """
     order = check_int("order", order, low=1, high=2)
     block_size = check_int("block_size", block_size, low=1)
     num_data = num_data_of(data)
+    check_finite_data(data)
     flat_center, unravel = jax.flatten_util.ravel_pytree(center)
+    if not bool(jnp.all(jnp.isfinite(flat_center))):
+        raise ValueError("center must be finite (the expansion point, e.g. laplace_fit(...).position)")
     if flat_center.size == 0:
         raise ValueError("center must be a non-empty pytree of arrays (the expansion point, shaped like a position)")
     datum0 = jax.tree.map(lambda a: a[0], data)
@@ -325,7 +398,26 @@ def parameter_taylor_control_variate(
 
 
 def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data: int | None = None) -> None:
-    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``."""
+    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``.
+
+    Parameters
+    ----------
+    control_variate
+        ``None`` or a :class:`ControlVariate` (its ``num_data`` / ``fingerprint``, when set, are compared).
+    data
+        The data the kernel reads.
+    num_data
+        ``N`` if known (default: read from ``data``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        If ``N`` or the data fingerprint differ.
+    """
     if control_variate is None:
         return
     n = num_data_of(data) if num_data is None else num_data
@@ -344,7 +436,24 @@ def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data
 
 
 def check_center_size(control_variate, position) -> None:
-    """Raise ``ValueError`` if ``position`` has another size than the control variate's centre."""
+    """Raise ``ValueError`` if ``position`` has another size than the control variate's centre.
+
+    Parameters
+    ----------
+    control_variate
+        ``None`` or a :class:`ControlVariate` (its ``center_size``, when set, is compared).
+    position
+        A position.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        If the flattened sizes differ.
+    """
     if control_variate is None or control_variate.center_size is None:
         return
     size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(position))
