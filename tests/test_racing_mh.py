@@ -737,3 +737,30 @@ def test_fused_random_bits_draw_laws_and_stationarity():
     expected = np.mean(np.minimum(1.0, np.exp(-0.5 * (xp**2 - x**2).sum(1))))
     per_chain = np.asarray(accepted)[:, burn:].mean(1)
     assert abs(per_chain.mean() - expected) <= Z_CRITICAL * per_chain.std(ddof=1) / np.sqrt(chains), (per_chain.mean(), expected)
+
+
+def test_one_name_per_concept_and_aliases():
+    """The alias modules re-export the canonical modules' names (the same objects, no sys.modules
+    swap); the ambiguous ``taylor_control_variate`` warns and names the explicit builders."""
+    import importlib
+    import sys
+
+    for alias, canonical in [("jaxsub.racing_mh", "jaxsub.racing.mh"), ("jaxsub.racing_gibbs", "jaxsub.racing.gibbs"),
+                             ("jaxsub.sgld_racing_mh", "jaxsub.racing.sgld_mh")]:
+        a, c = importlib.import_module(alias), importlib.import_module(canonical)
+        assert sys.modules[alias] is a and a is not c
+        assert sorted(a.__all__) == sorted(c.__all__)
+        assert all(getattr(a, name) is getattr(c, name) for name in c.__all__)
+        top = getattr(jaxsub, alias.split(".")[1])
+        assert callable(top) and top.build_kernel is c.build_kernel
+    y, _, loglik, post_mean, _ = gaussian_mean_problem(num_data=100)
+    with pytest.warns(DeprecationWarning, match="parameter_taylor_control_variate"):
+        old = jaxsub.racing_mh.taylor_control_variate(loglik, y, jnp.zeros(2))
+    new = parameter_taylor_control_variate(loglik, y, jnp.zeros(2))
+    idx = jnp.arange(10)
+    np.testing.assert_array_equal(old.value_fn(jnp.ones(2), idx), new.value_fn(jnp.ones(2), idx))
+    states = jnp.asarray([0.0, 0.5])
+    with pytest.warns(DeprecationWarning, match="data_taylor_control_variate"):
+        old = jaxsub.discrete.taylor_control_variate(lambda t, yn: -0.5 * (yn - t) ** 2, states, y[:, 0])
+    new = jaxsub.discrete.data_taylor_control_variate(lambda t, yn: -0.5 * (yn - t) ** 2, states, y[:, 0])
+    np.testing.assert_array_equal(old.fn(idx), new.fn(idx))

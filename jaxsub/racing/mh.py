@@ -180,8 +180,8 @@ def as_top_level_api(
         positive ``step_size``, a non-callable ``proposal``, inconsistent or non-finite ``data``.
         ``init`` raises (:mod:`jaxsub.racing.mh_inputs`) on a position the model cannot evaluate
         (e.g. of the wrong size), a log-likelihood that is not a scalar per datum (e.g. ``y`` of
-        shape ``[N, 1]``) and a ``step_size`` matrix that is not ``[d, d]``; an integer position is
-        promoted to float.
+        shape ``[N, 1]``) and a ``step_size`` matrix that is not ``[d, d]``; with the Gaussian random
+        walk an integer position is promoted to float.
 
     Examples
     --------
@@ -219,10 +219,10 @@ def as_top_level_api(
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
-        position = float_position(position)
-        check_position(position, loglikelihood_fn, data, logprior_fn=logprior_fn, name="initial position")
-        if isinstance(proposal, GaussianRandomWalk):
+        if isinstance(proposal, GaussianRandomWalk):  # a random walk moves every coordinate: floats
+            position = float_position(position)
             check_step_size_shape(proposal.step_size, flat_size(position))
+        check_position(position, loglikelihood_fn, data, logprior_fn=logprior_fn, name="initial position")
         check_center_size(control_variate, position)
         return init(position, logprior_fn)
 

@@ -30,7 +30,7 @@ from jaxsub.racing.mh_config import (
     validate_racing_config,
 )
 from jaxsub.racing.mh_decision import mh_decision, pair_cv, pair_loglikelihood
-from jaxsub.racing.mh_inputs import check_position, float_position
+from jaxsub.racing.mh_inputs import check_position
 from jaxsub.racing.proposals import can_fuse, flat_size, fused_draws
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 
@@ -112,9 +112,10 @@ def init(position: ArrayLikeTree, logprior_fn: Callable) -> RacingMHState:
     Returns
     -------
     RacingMHState
-        The position (integer leaves promoted to float) and its log prior.
+        The position and its log prior (integer leaves are kept: a custom proposal may hold
+        discrete coordinates fixed; :func:`jaxsub.racing.mh.as_top_level_api` promotes them for the
+        Gaussian random walk).
     """
-    position = float_position(position)
     return RacingMHState(position, jnp.asarray(logprior_fn(position)))
 
 
