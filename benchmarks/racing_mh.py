@@ -11,12 +11,12 @@ random-walk proposal (2.38/sqrt(d) x the Laplace covariance's Cholesky factor):
   faster; on a GPU the vmapped one is).
 * **racing MH**: ``jaxsub.racing_mh.build_batched_kernel`` (``racing_batch``: every
   round advances only the unfinished races) over 16 chains, delta = 0.05,
-  m_1 = 32 (session 12; 50 before), the second-order Taylor control variate at the MAP, data packed as one
+  m_1 = 32 (50 is the paper's default), the second-order Taylor control variate at the MAP, data packed as one
   contiguous row per datum ``[x, y, l̂, a, c]`` (``experiments._racing_models.pack_logistic``:
   the proxy reads the likelihood's own row, one gather per datum instead of three).
   The batched kernel draws each step's randomness (proposal normals, ``u``, the
   race's permutation keys) with one ``jax.random.bits`` call per chain
-  (``fused_random_bits=True``, its default since session 12: one threefry loop
+  (``fused_random_bits=True``, its default: one threefry loop
   instead of six in the compiled step).
 * **NumPyro HMCECS** (optional peer, Dang et al. 2019): NUTS with the Laplace
   covariance as mass matrix, Taylor proxy at the MAP, subsample 1,000, one chain;
@@ -55,7 +55,7 @@ from jaxsub import racing_mh
 TITLE = "Racing-Normal MH + CV (16 chains, batched) vs exact MH and NumPyro HMCECS: ESS/s, logistic N = 254,654"
 
 DELTA = 0.05
-#: First racing batch m_1. 32 since session 12 (was 50, the paper's robust default): with the Taylor
+#: First racing batch m_1. 32 (the paper's robust default is 50): with the Taylor
 #: control variate 99% of races are decided by the first batch, so the first stage's 16 x m_1 random
 #: row reads are most of a step; m_1 = 32 reads 30% fewer rows per chain-step (87 vs 124) at the same
 #: acceptance, and the decision error measured on this problem is 0 of 3,600 decisions (3 of 3,600 at
@@ -164,7 +164,7 @@ def _hmcecs_row(problem, reference, num_samples, exact_ess_per_s, racing_call=No
         first = time.perf_counter() - start
         # Timed calls continue from the state past warmup, alternating with one call of the racing
         # chains (``racing_call() -> seconds per 16-chain step``) when given, so that load drifts hit
-        # both samplers alike (session 12: unpaired, the ratio swung 0.7-4x at load 3-8).
+        # both samplers alike (unpaired, the ratio swung 0.7-4x at load 3-8).
         draws, sampling_runs, racing_steps = [np.asarray(warm)[num_warmup:]], [], []
         for _ in range(repeats if racing_call is not None else 1):
             start = time.perf_counter()

@@ -67,7 +67,7 @@ class PackedLogistic(NamedTuple):
     With ``ŝ_n = x_n·θ̂``: ``l̂_n = l_n(θ̂)``, ``a_n = y_n - σ(ŝ_n)``, ``c_n = -σ(ŝ_n)(1 - σ(ŝ_n))`` at the
     centre ``θ̂`` (the MAP). ``l_n`` depends on ``θ`` only through ``s_n = x_n·θ``, so the
     second-order Taylor control variate is ``h_n(θ) = l̂_n + a_n (s_n - ŝ_n) + ½ c_n (s_n - ŝ_n)²``
-    (the same function as :func:`jaxsub.racing_mh.taylor_control_variate`'s second order) and
+    (the same function as :func:`jaxsub.racing_mh.parameter_taylor_control_variate`'s second order) and
     costs no data read beyond the likelihood's own row (``s_n - ŝ_n = x_n·(θ - θ̂)``): one row of
     ``d + 4`` floats per datum instead of ``x``, ``y`` and a ``[1 + d + d(d+1)/2]``-float table.
     Its mean is ``mean l̂ + mean(a x)·Δ + ½ Δᵀ mean(c x xᵀ) Δ`` (``Δ = θ - θ̂``, sums stored).

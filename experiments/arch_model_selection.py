@@ -165,7 +165,7 @@ def packed_rows(data, pilot, *, seed: int = 0):
 #: first stage that would draw ``>= c N`` new random data finishes with one contiguous exact pass
 #: over the surviving arms instead (this only removes error events; Prop. 1 still holds). The
 #: engine's default (0.25) lets a hard race read up to N/4 data at random first; 0.02 was slower in
-#: the quieter calls of an A/B at full N (docs/racing_kernels.md, session 7), so the default is kept.
+#: the quieter calls of an A/B at full N (docs/racing_kernels.md), so the default is kept.
 EXACT_PASS_COST = jaxsub.racing.engine.DEFAULT_EXACT_PASS_COST
 
 
@@ -255,7 +255,7 @@ def sweep_parts(data, pilot, *, cv_order: int = 2) -> SweepParts:
 
 def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
                        exact_pass_cost: float | None = EXACT_PASS_COST):
-    """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once (issue 16, item 4).
+    """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once.
 
     ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
     draws go through one racing-Gibbs batch (:func:`jaxsub.racing_gibbs.build_batched_kernel`) and the C SGLD-proposal MH tests

@@ -34,7 +34,7 @@ from experiments._racing_models import (
     moment_errors,
     nuts_reference,
 )
-from jaxsub.racing_mh import taylor_control_variate
+from jaxsub.racing_mh import parameter_taylor_control_variate
 from jaxsub.subsample import permutation_indices
 
 TITLE = "Racing-Normal MH vs exact MH (and SGLD) on logistic regression, AER/Fertility (254,654 rows)"
@@ -158,7 +158,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     reference = nuts_reference(problem, num_draws=400 if quick else 2000, num_warmup=100 if quick else 300)
     ref_flat = reference.reshape(-1, d)
 
-    cv = taylor_control_variate(loglikelihood, problem.data, problem.map_position)
+    cv = parameter_taylor_control_variate(loglikelihood, problem.data, problem.map_position)
     exact = blackjax.additive_step_random_walk(lambda th: full_logdensity(th, problem.data), normal(scale))
 
     def racing(delta, control_variate):

@@ -1,9 +1,11 @@
 """jaxsub: scalable MCMC samplers in JAX that compose with BlackJAX.
 
-Four families, one module each (see ``docs/architecture.md``):
+Five families, one subpackage each (see ``docs/architecture.md``):
 
-* :mod:`jaxsub.discrete` -- discrete sampling as a bandit (Chen & Ghahramani 2016),
-  and the racing MH / Gibbs kernels built on it;
+* :mod:`jaxsub.racing` -- discrete sampling as a bandit (Chen & Ghahramani 2016) and the
+  racing MH, racing Gibbs and SGLD + racing MH kernels built on it (public samplers also
+  under :mod:`jaxsub.discrete`; kernels as ``jaxsub.racing_mh``, ``jaxsub.racing_gibbs``,
+  ``jaxsub.sgld_racing_mh``);
 * :mod:`jaxsub.sgmcmc` -- distributed SGLD with conducive gradients (El Mekkaoui et al. 2021);
 * :mod:`jaxsub.compress` -- compressed posteriors by radius-bounded clustering (Song 2021);
 * :mod:`jaxsub.anneal` -- subsample annealing for collapsed Gibbs in DP/PY mixtures and
@@ -14,16 +16,22 @@ Four families, one module each (see ``docs/architecture.md``):
 from jaxsub import anneal, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
 from jaxsub import models
 from jaxsub.arviz import to_arviz
-from jaxsub import racing_gibbs as _racing_gibbs_module
-from jaxsub import racing_mh as _racing_mh_module
-from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
+from jaxsub.racing import gibbs as _racing_gibbs_module
+from jaxsub.racing import mh as _racing_mh_module
+from jaxsub.racing import sgld_mh as _sgld_racing_mh_module
+# Load the alias modules before the package attributes below replace them: a submodule's first
+# import sets the package attribute, later imports find it in ``sys.modules`` and set nothing.
+from jaxsub import racing_gibbs as _racing_gibbs_alias, racing_mh as _racing_mh_alias  # noqa: F401
+from jaxsub import sgld_racing_mh as _sgld_racing_mh_alias  # noqa: F401
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
 from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Top-level constructors, BlackJAX style: ``jaxsub.racing_mh(...)`` returns a
 # ``SamplingAlgorithm`` while ``jaxsub.racing_mh.build_kernel`` / ``.init`` stay reachable.
+# Each wraps the canonical module (``jaxsub.racing.mh``...); the modules ``jaxsub/racing_mh.py``...
+# re-export the same names for ``from jaxsub.racing_mh import ...``.
 racing_mh = _TopLevelAPI(_racing_mh_module)
 racing_gibbs = _TopLevelAPI(_racing_gibbs_module)
 sgld_racing_mh = _TopLevelAPI(_sgld_racing_mh_module)

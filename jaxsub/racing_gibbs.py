@@ -1,12 +1,27 @@
 """Public alias of :mod:`jaxsub.racing.gibbs`: racing Gibbs for one discrete variable.
 
-The code lives in :mod:`jaxsub.racing.gibbs` (issue 16: one home for the racing family). Like
-``os.path``, this name *is* that module (``sys.modules`` alias): ``jaxsub.racing_gibbs.build_kernel``,
-``import jaxsub.racing_gibbs`` and ``jaxsub.racing_gibbs(...)`` (a ``SamplingAlgorithm``) reach the same
-objects, so patching or reading an attribute through either name sees one module.
+The canonical module is :mod:`jaxsub.racing.gibbs` (the racing family lives in :mod:`jaxsub.racing`).
+This module re-exports its ``__all__`` by name, so ``from jaxsub.racing_gibbs import build_kernel``
+and ``jaxsub.racing.gibbs.build_kernel`` are the same object. The package attribute
+``jaxsub.racing_gibbs`` is :mod:`jaxsub.racing.gibbs` made callable (``jaxsub.racing_gibbs(...)`` is
+its ``as_top_level_api``, BlackJAX style).
 """
-import sys
+from jaxsub.racing.gibbs import (
+    RacingGibbsInfo,
+    RacingGibbsState,
+    as_top_level_api,
+    build_batched_kernel,
+    build_kernel,
+    exact_conditional_sums,
+    init,
+)
 
-from jaxsub.racing import gibbs as _module
-
-sys.modules[__name__] = _module
+__all__ = [
+    "RacingGibbsInfo",
+    "RacingGibbsState",
+    "as_top_level_api",
+    "build_batched_kernel",
+    "build_kernel",
+    "exact_conditional_sums",
+    "init",
+]

@@ -1,12 +1,51 @@
 """Public alias of :mod:`jaxsub.racing.mh`: racing Metropolis-Hastings (Chen & Ghahramani 2016, eq. 12).
 
-The code lives in :mod:`jaxsub.racing.mh` (issue 16: one home for the racing family). Like
-``os.path``, this name *is* that module (``sys.modules`` alias): ``jaxsub.racing_mh.build_kernel``,
-``import jaxsub.racing_mh`` and ``jaxsub.racing_mh(...)`` (a ``SamplingAlgorithm``) reach the same
-objects, so patching or reading an attribute through either name sees one module.
+The canonical module is :mod:`jaxsub.racing.mh` (the racing family lives in :mod:`jaxsub.racing`).
+This module re-exports its ``__all__`` by name, so ``from jaxsub.racing_mh import build_kernel``
+and ``jaxsub.racing.mh.build_kernel`` are the same object. The package attribute
+``jaxsub.racing_mh`` is :mod:`jaxsub.racing.mh` made callable (``jaxsub.racing_mh(...)`` is its
+``as_top_level_api``, BlackJAX style).
 """
-import sys
+from jaxsub.racing.mh import (
+    ControlVariate,
+    GaussianRandomWalk,
+    LaplaceFit,
+    RacingMHInfo,
+    RacingMHState,
+    as_top_level_api,
+    build_batched_kernel,
+    build_kernel,
+    check_control_variate_matches,
+    data_fingerprint,
+    fused_draws,
+    gaussian_random_walk,
+    info_summary,
+    init,
+    laplace_fit,
+    mh_decision,
+    pair_cv,
+    parameter_taylor_control_variate,
+    taylor_control_variate,
+)
 
-from jaxsub.racing import mh as _module
-
-sys.modules[__name__] = _module
+__all__ = [
+    "ControlVariate",
+    "GaussianRandomWalk",
+    "LaplaceFit",
+    "RacingMHInfo",
+    "RacingMHState",
+    "as_top_level_api",
+    "build_batched_kernel",
+    "build_kernel",
+    "check_control_variate_matches",
+    "data_fingerprint",
+    "fused_draws",
+    "gaussian_random_walk",
+    "info_summary",
+    "init",
+    "laplace_fit",
+    "mh_decision",
+    "pair_cv",
+    "parameter_taylor_control_variate",
+    "taylor_control_variate",
+]

@@ -1,12 +1,18 @@
 """Public alias of :mod:`jaxsub.racing.sgld_mh`: an SGLD proposal corrected by racing MH.
 
-The code lives in :mod:`jaxsub.racing.sgld_mh` (issue 16: one home for the racing family). Like
-``os.path``, this name *is* that module (``sys.modules`` alias): ``jaxsub.sgld_racing_mh.build_kernel``,
-``import jaxsub.sgld_racing_mh`` and ``jaxsub.sgld_racing_mh(...)`` (a ``SamplingAlgorithm``) reach the same
-objects, so patching or reading an attribute through either name sees one module.
+The canonical module is :mod:`jaxsub.racing.sgld_mh` (the racing family lives in :mod:`jaxsub.racing`).
+This module re-exports its ``__all__`` by name, so ``from jaxsub.sgld_racing_mh import sgld_proposal``
+and ``jaxsub.racing.sgld_mh.sgld_proposal`` are the same object. The package attribute
+``jaxsub.sgld_racing_mh`` is :mod:`jaxsub.racing.sgld_mh` made callable (``jaxsub.sgld_racing_mh(...)``
+is its ``as_top_level_api``, BlackJAX style).
 """
-import sys
+from jaxsub.racing.sgld_mh import (
+    RacingMHInfo,
+    RacingMHState,
+    as_top_level_api,
+    build_kernel,
+    init,
+    sgld_proposal,
+)
 
-from jaxsub.racing import sgld_mh as _module
-
-sys.modules[__name__] = _module
+__all__ = ["RacingMHInfo", "RacingMHState", "as_top_level_api", "build_kernel", "init", "sgld_proposal"]

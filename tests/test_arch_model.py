@@ -266,7 +266,7 @@ def test_hard_mh_decisions_within_delta_with_negative_controls(sweep_run, exact_
     0.05; 0.1 gives more power per decision), no early exact pass (it only removes error events).
     Each group's wrong-decision share must be <= delta + 4 MC sd. Negative controls that must fail the
     same check near the threshold: the threshold without the union split over stages (z_{1-delta} at
-    every stage, the naive Austerity rule) and the ratio with the prior dropped. Measured (session 10):
+    every stage, the naive Austerity rule) and the ratio with the prior dropped. Measured:
     error 0.089 near the threshold, 0.008 in the wide group (allowed 0.1375); without the union split
     0.192, prior dropped 0.476. What it cannot detect: errors that only appear in the exact pass, at
     other N or block sizes, or below the float32 resolution; plumbing of the sweep itself is the test
@@ -336,7 +336,7 @@ def test_hard_gibbs_draws_within_delta_and_loosened_threshold_rejected(sweep_run
     Gumbel noise + all-N sum, float64) is ``u`` standard errors of the pair's first-stage estimate from
     the best's, placements as in the MH test. Wrong draws <= delta + 4 MC sd in each group; the
     threshold without the union split (over stages and arm pairs) must fail near the threshold.
-    Measured (session 10): 0.032 near, 0.002 wide (allowed 0.1375); without the union split 0.192."""
+    Measured: 0.032 near, 0.002 wide (allowed 0.1375); without the union split 0.192."""
     from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
 
     import jaxsub

@@ -50,8 +50,8 @@ def test_exact_gibbs_matches_conditional():
 
 # delta = 1e-6 (exact in law) is slow: test_exact_gibbs_matches_conditional (the exact path) and
 # tests/test_discrete.py::test_exact_option_uses_all_data_and_tiny_delta_is_exact_in_law stay fast.
-# delta = 0.05 is slow since session 9: its TV check (slack delta + MC error) cannot tell delta = 0.05
-# from 0.9 (issue 16, "tests with power"); test_hard_decisions_within_delta_and_loosened_threshold_rejected
+# delta = 0.05 is slow: its TV check (slack delta + MC error) cannot tell delta = 0.05
+# from 0.9 (no power); test_hard_decisions_within_delta_and_loosened_threshold_rejected
 # (fast) checks the same within-delta property draw by draw, where decisions are hardest, with a negative control.
 @pytest.mark.parametrize("delta", [pytest.param(1e-6, marks=pytest.mark.slow), pytest.param(0.05, marks=pytest.mark.slow)])
 def test_racing_gibbs_within_delta_of_exact_conditional(delta):

@@ -11,7 +11,7 @@ from blackjax.mcmc.random_walk import normal
 import jaxsub
 from _racing_problems import PRIOR_VAR, full_logdensity, gaussian_mean_problem
 from helpers import Z_CRITICAL, assert_mean_matches, assert_variance_matches
-from jaxsub.racing_mh import mh_decision, taylor_control_variate
+from jaxsub.racing_mh import mh_decision, parameter_taylor_control_variate
 
 
 def _positions(trace):
@@ -78,7 +78,7 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
     for a Gaussian likelihood), so delta = 0.05 costs no bias."""
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=1000)
     step = 2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2)
-    cv = taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32)) if with_cv else None
+    cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32)) if with_cv else None
     delta = 0.05 if with_cv else 0.01
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=step, control_variate=cv)
     starts = jnp.asarray(post_mean, jnp.float32) + jnp.sqrt(post_var[0]) * jax.random.normal(jax.random.key(1), (4, 2))
@@ -107,7 +107,7 @@ def _scan_chains(kernel, key, starts, steps, args, collect):
 
 
 def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
-    """Pinned power check (issue 16): plain racing MH (no control variate) at delta = 0.05 inflates the
+    """Pinned power check: plain racing MH (no control variate) at delta = 0.05 inflates the
     stationary variance of the Gaussian-mean posterior (documented: false accepts outnumber false
     rejects). 128 chains started from exact posterior draws, 300 steps, the first 60 dropped; the
     statistic is mean (theta - mu)^2 / var over chains and both coordinates, its standard error from
@@ -118,12 +118,12 @@ def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
     variate at delta = 0.05 (documented: no detectable bias; its races stop at m_1) is within MC error
     of the posterior mean and variance (the fast stationarity check of racing MH with a CV). Both lanes
     run one compiled chain (the CV scaled by a traced 0 or 1; the zero CV gives the plain race's
-    numbers above: 1.1137 +- 0.0185, session 10), ~14 CPU-s less than two compiles."""
+    numbers above: 1.1137 +- 0.0185), ~14 CPU-s less than two compiles."""
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=1000)
     chains, steps, burn = 128, 300, 60
     proposal = jaxsub.racing_mh.gaussian_random_walk(2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2))
     starts = jnp.asarray(post_mean + np.sqrt(post_var) * np.random.default_rng(0).standard_normal((chains, 2)), jnp.float32)
-    cv = taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
+    cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
 
     # One compiled chain for both lanes: the control variate scaled by a traced s, s = 0 for plain
     # racing (rewards l_n(x') - l_n(x) - 0: the plain race, draw for draw) and s = 1 for the Taylor CV.
@@ -292,7 +292,7 @@ def test_step_traces_once():
     chex.clear_trace_counter()
 
 
-# Slow (session 8, to pay for the batched-kernel and power tests): the same pattern (a racing kernel rebuilt
+# Slow (it pays for the batched-kernel and power tests): the same pattern (a racing kernel rebuilt
 # inside a jitted Gibbs sweep, closing over the other block, alternating with blackjax.hmc; joint posterior
 # checked) stays fast for racing Gibbs (tests/test_racing_gibbs.py::test_racing_gibbs_in_sweep_with_blackjax_hmc),
 # and racing MH inside a sweep with racing Gibbs is checked decision by decision by
@@ -350,13 +350,13 @@ def test_gibbs_sweep_alternating_with_blackjax_hmc():
 def test_taylor_control_variate_mean_is_exact_and_residual_small():
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=300)
     center = jnp.asarray(post_mean, jnp.float32)
-    cv = taylor_control_variate(loglik, y, center, block_size=64)
+    cv = parameter_taylor_control_variate(loglik, y, center, block_size=64)
     theta = center + 0.01
     idx = jnp.arange(300)
     np.testing.assert_allclose(float(jnp.mean(cv.value_fn(theta, idx))), float(cv.mean_fn(theta)), rtol=1e-5)
     exact = jax.vmap(loglik, in_axes=(None, 0))(theta, y)
     np.testing.assert_allclose(np.asarray(cv.value_fn(theta, idx)), np.asarray(exact), rtol=1e-4, atol=1e-4)
-    cv1 = taylor_control_variate(loglik, y, center, order=1)
+    cv1 = parameter_taylor_control_variate(loglik, y, center, order=1)
     assert float(jnp.max(jnp.abs(cv1.value_fn(theta, idx) - exact))) > 1e-6  # first order misses the quadratic
 
 
@@ -412,7 +412,7 @@ def test_float64():
         assert state.position.dtype == jnp.float64
 
 
-# --------------------------------------------------------------------------- contract, EBS, misuse (issue 16)
+# --------------------------------------------------------------------------- contract, EBS, misuse
 
 
 # The fast contract test (tests/test_signatures.py::test_hyperparameter_can_be_traced[racing_mh-step_size],
@@ -493,10 +493,10 @@ def test_ebs_without_range_raises():
 
 def test_control_variate_built_on_other_data_is_refused():
     y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=400)
-    half = taylor_control_variate(loglik, y[:200], jnp.asarray(post_mean, jnp.float32))
+    half = parameter_taylor_control_variate(loglik, y[:200], jnp.asarray(post_mean, jnp.float32))
     with pytest.raises(ValueError, match="num_data"):
         jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05, control_variate=half)
-    other = taylor_control_variate(loglik, y[::-1] + 1.0, jnp.asarray(post_mean, jnp.float32))
+    other = parameter_taylor_control_variate(loglik, y[::-1] + 1.0, jnp.asarray(post_mean, jnp.float32))
     with pytest.raises(ValueError, match="different data"):
         jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05, control_variate=other)
     kernel = jaxsub.racing_mh.build_kernel(400, delta=0.05)
@@ -508,8 +508,8 @@ def test_control_variate_built_on_other_data_is_refused():
 def test_wrongly_shaped_center_raises_named_error():
     y, logprior, loglik, _, _ = gaussian_mean_problem(num_data=100)
     with pytest.raises(ValueError, match="center"):
-        taylor_control_variate(loglik, y, jnp.zeros(3))
-    cv = taylor_control_variate(loglik, y, jnp.zeros(2))
+        parameter_taylor_control_variate(loglik, y, jnp.zeros(3))
+    cv = parameter_taylor_control_variate(loglik, y, jnp.zeros(2))
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05, control_variate=cv)
     with pytest.raises(ValueError, match="center"):
         algo.init(jnp.zeros(2).reshape(1, 2).repeat(2, 0))
@@ -613,7 +613,7 @@ def test_strong_prior_and_asymmetric_proposal():
             return x_new, ratio if with_ratio else jnp.zeros_like(ratio)
         return prop
 
-    cv = taylor_control_variate(loglik, y, jnp.float32(post_mean))
+    cv = parameter_taylor_control_variate(loglik, y, jnp.float32(post_mean))
 
     def draws(with_ratio):
         algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, proposal=proposal(with_ratio), control_variate=cv)
@@ -641,7 +641,7 @@ def test_batched_kernel_matches_single_chain_kernel(with_cv):
     second compile of the batched race)."""
     # N = 400 (stages of 50, 100, 200, 400: two chunk sizes, so few loops to compile on both paths)
     y, logprior, loglik, post_mean, _ = gaussian_mean_problem(num_data=400)
-    # The batched kernel draws a step's randomness with one threefry call by default (session 12);
+    # The batched kernel draws a step's randomness with one threefry call by default;
     # the single-chain kernel with the same option gives the same chains. The slow, plain case
     # checks the other layout (blackjax's key layout, the single-chain kernel's default).
     fused = with_cv
@@ -650,7 +650,7 @@ def test_batched_kernel_matches_single_chain_kernel(with_cv):
     starts = jnp.asarray(post_mean, jnp.float32) + 0.02 * jax.random.normal(jax.random.key(0), (9, 2))
     states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior))(starts)
     keys = jax.random.split(jax.random.key(1), 9)
-    cv = taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32)) if with_cv else None
+    cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32)) if with_cv else None
 
     def run_batched(k, s, step):
         return batched(k, s, logprior, loglik, y, jaxsub.racing_mh.gaussian_random_walk(step), cv)
@@ -715,7 +715,7 @@ def test_fused_random_bits_draw_laws_and_stationarity():
     chains, steps, burn = 128, 300, 60
     proposal = jaxsub.racing_mh.gaussian_random_walk(2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2))
     starts = jnp.asarray(post_mean + np.sqrt(post_var) * np.random.default_rng(1).standard_normal((chains, 2)), jnp.float32)
-    cv = taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
+    cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
     kernel = jaxsub.racing_mh.build_kernel(1000, delta=0.05, fused_random_bits=True)
 
     @jax.jit
@@ -737,3 +737,30 @@ def test_fused_random_bits_draw_laws_and_stationarity():
     expected = np.mean(np.minimum(1.0, np.exp(-0.5 * (xp**2 - x**2).sum(1))))
     per_chain = np.asarray(accepted)[:, burn:].mean(1)
     assert abs(per_chain.mean() - expected) <= Z_CRITICAL * per_chain.std(ddof=1) / np.sqrt(chains), (per_chain.mean(), expected)
+
+
+def test_one_name_per_concept_and_aliases():
+    """The alias modules re-export the canonical modules' names (the same objects, no sys.modules
+    swap); the ambiguous ``taylor_control_variate`` warns and names the explicit builders."""
+    import importlib
+    import sys
+
+    for alias, canonical in [("jaxsub.racing_mh", "jaxsub.racing.mh"), ("jaxsub.racing_gibbs", "jaxsub.racing.gibbs"),
+                             ("jaxsub.sgld_racing_mh", "jaxsub.racing.sgld_mh")]:
+        a, c = importlib.import_module(alias), importlib.import_module(canonical)
+        assert sys.modules[alias] is a and a is not c
+        assert sorted(a.__all__) == sorted(c.__all__)
+        assert all(getattr(a, name) is getattr(c, name) for name in c.__all__)
+        top = getattr(jaxsub, alias.split(".")[1])
+        assert callable(top) and top.build_kernel is c.build_kernel
+    y, _, loglik, post_mean, _ = gaussian_mean_problem(num_data=100)
+    with pytest.warns(DeprecationWarning, match="parameter_taylor_control_variate"):
+        old = jaxsub.racing_mh.taylor_control_variate(loglik, y, jnp.zeros(2))
+    new = parameter_taylor_control_variate(loglik, y, jnp.zeros(2))
+    idx = jnp.arange(10)
+    np.testing.assert_array_equal(old.value_fn(jnp.ones(2), idx), new.value_fn(jnp.ones(2), idx))
+    states = jnp.asarray([0.0, 0.5])
+    with pytest.warns(DeprecationWarning, match="data_taylor_control_variate"):
+        old = jaxsub.discrete.taylor_control_variate(lambda t, yn: -0.5 * (yn - t) ** 2, states, y[:, 0])
+    new = jaxsub.discrete.data_taylor_control_variate(lambda t, yn: -0.5 * (yn - t) ** 2, states, y[:, 0])
+    np.testing.assert_array_equal(old.fn(idx), new.fn(idx))

@@ -611,6 +611,25 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
         jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), fedavg_local_steps=0)
 
 
+def test_laplace_options_record_equals_keywords():
+    """One options record (LaplaceOptions) or its fields as keywords give the same fit; keywords
+    override the record; an unknown option is named."""
+    from jaxsub.sgmcmc.surrogates import LaplaceOptions
+
+    shards, sigma = linear_shards()
+    ll = lambda th, d: -0.5 * (d[1] - d[0] @ th) ** 2 / sigma**2  # noqa: E731
+    lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
+    by_keywords = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(3), structure="diag", num_steps=20,
+                                                   expansion="local")
+    record = LaplaceOptions(structure="full", num_steps=20, expansion="local")
+    by_record = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(3), record, structure="diag")
+    np.testing.assert_array_equal(np.asarray(by_keywords.precision), np.asarray(by_record.precision))
+    np.testing.assert_array_equal(np.asarray(by_keywords.shift), np.asarray(by_record.shift))
+    assert by_record.diagonal
+    with pytest.raises(ValueError, match="unknown Laplace option"):
+        jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(3), num_step=20)
+
+
 # ---------------------------------------------------------------- pytree positions, many clients, participation
 
 

@@ -1,6 +1,6 @@
 """Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016): the public samplers.
 
-The code lives in :mod:`jaxsub.racing` (issue 16: one home for the racing family);
+The code lives in :mod:`jaxsub.racing` (one home for the racing family);
 this namespace keeps its public functions.
 
 Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states while
@@ -19,7 +19,9 @@ is a :class:`RacingInfo`.
   the unfinished draws;
 * :func:`lil_ucb` -- adapted lil'UCB (§3.2);
 * :func:`b_normal` -- the racing-normal threshold (eq. 9);
-* :func:`taylor_control_variate` -- the second-order Taylor control variate (eq. 11);
+* :func:`data_taylor_control_variate` -- the second-order data-space Taylor control variate
+  (eq. 11); ``taylor_control_variate`` is its deprecated alias (it warns: the name also meant
+  the parameter-space builder of the racing MH kernels, ``parameter_taylor_control_variate``);
 * :func:`racing_ragged` -- arms with different population sizes N_i, each with its own
   doubling schedule (§5.3; traced N_i, delta and inverse temperature beta);
 * :func:`pad_populations` -- the same target by zero-padding to max N_i (simpler, slower).
@@ -46,6 +48,7 @@ from jaxsub.racing import (
     racing_ragged,
     taylor_control_variate,
 )
+from jaxsub.racing.control_variates import data_taylor_control_variate
 
 __all__ = [
     "ControlVariate",
@@ -57,6 +60,7 @@ __all__ = [
     "b_normal",
     "check_beta",
     "data_moments",
+    "data_taylor_control_variate",
     "doubling_schedule",
     "exact_log_weights",
     "gumbel_max",

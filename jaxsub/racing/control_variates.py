@@ -1,10 +1,15 @@
 """Control variates for racing rewards (§3.4): one type, :class:`ControlVariate`, two builders.
 
-* :func:`taylor_control_variate` -- the data-space expansion of eq. 11 (data form, for
-  :func:`jaxsub.racing.racing`);
+* :func:`data_taylor_control_variate` -- the data-space expansion of eq. 11 (data form, for
+  :func:`jaxsub.racing.racing`; also ``jaxsub.discrete.data_taylor_control_variate``);
 * :func:`parameter_taylor_control_variate` -- the parameter-space Taylor proxy of each
-  datum's log-likelihood around a centre (position form, for the racing MH kernels;
-  public as ``jaxsub.racing_mh.taylor_control_variate``).
+  datum's log-likelihood around a centre (position form, for the racing MH kernels; also
+  ``jaxsub.racing_mh.parameter_taylor_control_variate``).
+
+``taylor_control_variate`` named both builders (the data one here and in :mod:`jaxsub.discrete`,
+the parameter one in ``jaxsub.racing_mh``); it remains as a deprecated alias of each in its old
+namespace (:func:`taylor_control_variate` here; ``jaxsub.racing.mh.taylor_control_variate``) that
+warns with a ``DeprecationWarning`` naming the explicit builder.
 
 Data space (eq. 11). For factors ``f_n(i) = p(y_n | theta_i)`` the reward ``l_{i,n} = log p(y_n | theta_i)``
 is expanded around a reference point ``y_hat`` in *data space*::
@@ -23,6 +28,8 @@ location-scale likelihood).
 """
 from __future__ import annotations
 
+import warnings
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -31,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsub.racing.data import data_fingerprint, gather, num_data_of
+from jaxsub.racing.mh_inputs import check_finite_data
 from jaxsub.types import Array, ArrayLikeTree
 from jaxsub.validation import check_int
 
@@ -40,6 +48,7 @@ __all__ = [
     "check_center_size",
     "check_control_variate_matches",
     "data_moments",
+    "data_taylor_control_variate",
     "parameter_taylor_control_variate",
     "taylor_control_variate",
 ]
@@ -62,7 +71,7 @@ class ControlVariate(_ControlVariateFields):
     * *data form*, read by the engine (:func:`jaxsub.racing.racing`): ``fn(indices) ->
       [m, D]`` (``fn(indices, params)`` in :func:`~jaxsub.racing.racing_batch`) and ``mean``
       the ``[D]`` array ``(1/N) sum_n h_{i,n}`` (or ``mean(params) -> [D]``). Built by
-      :func:`taylor_control_variate` (the data-space expansion of eq. 11), or by hand;
+      :func:`data_taylor_control_variate` (the data-space expansion of eq. 11), or by hand;
     * *position form*, read by the MH kernels (:mod:`jaxsub.racing.mh`): ``fn(position,
       indices) -> [m]``, a proxy ``h_n(position)`` of each datum's log-likelihood, and
       ``mean(position) -> scalar``, its mean over the data computed without touching it.
@@ -109,7 +118,22 @@ class ControlVariate(_ControlVariateFields):
 
 
 def as_control_variate(control_variate) -> ControlVariate | None:
-    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair."""
+    """Accept ``None``, a :class:`ControlVariate` or a ``(fn, mean)`` pair.
+
+    Parameters
+    ----------
+    control_variate
+        ``None``, a :class:`ControlVariate`, or ``(fn, mean)`` with ``fn(indices) -> [m, D]``.
+
+    Returns
+    -------
+    ControlVariate or None
+
+    Raises
+    ------
+    ValueError
+        For anything else, or a non-callable ``fn``.
+    """
     if control_variate is None:
         return None
     if isinstance(control_variate, ControlVariate):
@@ -130,7 +154,19 @@ def data_moments(data: Array, *, block_size: int = 65536) -> tuple[Array, Array]
     """Mean ``m`` and population covariance ``S`` (divided by N) of ``data`` ``[N]`` or ``[N, k]``.
 
     Computed once (O(N k^2)) with shifted block sums (shift = first datum) for
-    float32 stability; pass the result to :func:`taylor_control_variate`.
+    float32 stability; pass the result to :func:`data_taylor_control_variate`.
+
+    Parameters
+    ----------
+    data
+        ``[N]`` or ``[N, k]``.
+    block_size
+        Rows per block of the sums.
+
+    Returns
+    -------
+    (mean, cov)
+        ``[k]`` and ``[k, k]``.
     """
     y = jnp.asarray(data)
     y = y.reshape(y.shape[0], -1)
@@ -147,7 +183,7 @@ def data_moments(data: Array, *, block_size: int = 65536) -> tuple[Array, Array]
     return mean_shifted + shift, cov
 
 
-def taylor_control_variate(
+def data_taylor_control_variate(
     loglik_fn: Callable[[ArrayLikeTree, Array], Array],
     states: ArrayLikeTree,
     data: Array,
@@ -156,7 +192,7 @@ def taylor_control_variate(
     data_cov: Array | None = None,
     center: Array | None = None,
 ) -> ControlVariate:
-    """Build the control variate of eq. 11 for racing.
+    """Build the data-space control variate of eq. 11 for racing (data form, for :func:`jaxsub.racing.racing`).
 
     Parameters
     ----------
@@ -185,6 +221,7 @@ def taylor_control_variate(
     ----------
     Chen & Ghahramani (2016), §3.4, eq. 11; Wang, Chen, Smola & Xing (2013).
     """
+    check_finite_data(data)
     data = jnp.asarray(data)
     scalar_data = data.ndim == 1
     if data_mean is None or data_cov is None:
@@ -213,9 +250,103 @@ def taylor_control_variate(
     return ControlVariate(fn, mean)
 
 
+def taylor_control_variate(*args, **kwargs) -> ControlVariate:
+    """Deprecated alias of :func:`data_taylor_control_variate` (the name also meant the parameter-space builder).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Those of the builder it calls.
+
+    Returns
+    -------
+    ControlVariate
+
+    Warns
+    -----
+    DeprecationWarning
+        Always: call :func:`data_taylor_control_variate` (data space, eq. 11) or
+        :func:`parameter_taylor_control_variate` (parameter space) instead.
+    """
+    warnings.warn(
+        "taylor_control_variate is deprecated: it named two builders. Here it is "
+        "data_taylor_control_variate (data-space expansion, eq. 11); for the parameter-space proxy "
+        "of the racing MH kernels use parameter_taylor_control_variate",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return data_taylor_control_variate(*args, **kwargs)
+
+
 # --------------------------------------------------------------------------
 # Position form: the parameter-space Taylor proxy of the MH kernels, and its provenance checks
 # --------------------------------------------------------------------------
+
+
+class TaylorTable(NamedTuple):
+    """The per-datum Taylor rows of :func:`parameter_taylor_control_variate` and what reads them."""
+
+    table: Array
+    mean_row: Array
+    flat_center: Array
+    upper: tuple
+    weights: Array
+    order: int
+
+
+def _check_center(loglikelihood_fn: Callable, data: ArrayLikeTree, center: ArrayLikeTree):
+    flat_center, unravel = jax.flatten_util.ravel_pytree(center)
+    if not bool(jnp.all(jnp.isfinite(flat_center))):
+        raise ValueError("center must be finite (the expansion point, e.g. laplace_fit(...).position)")
+    if flat_center.size == 0:
+        raise ValueError("center must be a non-empty pytree of arrays (the expansion point, shaped like a position)")
+    datum0 = jax.tree.map(lambda a: a[0], data)
+    try:
+        out = jax.eval_shape(loglikelihood_fn, center, datum0)
+    except Exception as err:  # noqa: BLE001 - reported with the parameter's name
+        shapes = jax.tree.map(np.shape, center)
+        raise ValueError(
+            f"center (shapes {shapes}) is not a valid position for loglikelihood_fn: evaluating it on one datum "
+            f"failed with {type(err).__name__}: {err}"
+        ) from None
+    if out.shape != ():
+        raise ValueError(
+            f"loglikelihood_fn(center, datum) must return a scalar; got shape {out.shape} (is center shaped like a position?)"
+        )
+    return flat_center, unravel
+
+
+def _flat_loglik(loglikelihood_fn: Callable, unravel: Callable, flat, datum):
+    return loglikelihood_fn(unravel(flat), datum)
+
+
+def _taylor_rows(loglikelihood_fn: Callable, unravel: Callable, flat_center, upper, order: int, block):
+    """``[m, P]`` rows ``[l_n, g_n, (H_n)_{i<=j}]`` at the centre for one block of data."""
+    flat_ll = partial(_flat_loglik, loglikelihood_fn, unravel)
+    values = jax.vmap(flat_ll, in_axes=(None, 0))(flat_center, block)
+    grads = jax.vmap(jax.grad(flat_ll), in_axes=(None, 0))(flat_center, block)
+    parts = [values[:, None], grads]
+    if order == 2:
+        hess = jax.vmap(jax.hessian(flat_ll), in_axes=(None, 0))(flat_center, block)
+        parts.append(hess[:, upper[0], upper[1]])
+    return jnp.concatenate(parts, axis=1)
+
+
+def _features(tt: TaylorTable, position):
+    flat, _ = jax.flatten_util.ravel_pytree(position)
+    d = (flat - tt.flat_center).astype(tt.flat_center.dtype)
+    parts = [jnp.ones((1,), d.dtype), d]
+    if tt.order == 2:
+        parts.append(d[tt.upper[0]] * d[tt.upper[1]] * tt.weights)
+    return jnp.concatenate(parts)
+
+
+def _table_value(tt: TaylorTable, position, indices):
+    return jnp.take(tt.table, indices, axis=0) @ _features(tt, position)
+
+
+def _table_mean(tt: TaylorTable, position):
+    return tt.mean_row @ _features(tt, position)
 
 
 def parameter_taylor_control_variate(
@@ -259,30 +390,18 @@ def parameter_taylor_control_variate(
     Returns
     -------
     ControlVariate
+
+    Raises
+    ------
+    ValueError
+        If ``order`` or ``block_size`` is out of range, ``data`` holds a NaN or infinity, ``center`` is
+        empty, not finite or not a position the model can evaluate.
     """
     order = check_int("order", order, low=1, high=2)
     block_size = check_int("block_size", block_size, low=1)
     num_data = num_data_of(data)
-    flat_center, unravel = jax.flatten_util.ravel_pytree(center)
-    if flat_center.size == 0:
-        raise ValueError("center must be a non-empty pytree of arrays (the expansion point, shaped like a position)")
-    datum0 = jax.tree.map(lambda a: a[0], data)
-    try:
-        out = jax.eval_shape(loglikelihood_fn, center, datum0)
-    except Exception as err:  # noqa: BLE001 - reported with the parameter's name
-        shapes = jax.tree.map(np.shape, center)
-        raise ValueError(
-            f"center (shapes {shapes}) is not a valid position for loglikelihood_fn: evaluating it on one datum "
-            f"failed with {type(err).__name__}: {err}"
-        ) from None
-    if out.shape != ():
-        raise ValueError(
-            f"loglikelihood_fn(center, datum) must return a scalar; got shape {out.shape} (is center shaped like a position?)"
-        )
-
-    def flat_ll(flat, datum):
-        return loglikelihood_fn(unravel(flat), datum)
-
+    check_finite_data(data)
+    flat_center, unravel = _check_center(loglikelihood_fn, data, center)
     dim = int(flat_center.size)
     # h_n(θ) is linear in the features φ(Δ) = [1, Δ, (Δ_i Δ_j w_ij)_{i<=j}] of Δ = θ - θ̂
     # (w_ii = 1/2, w_ij = 1 for i < j, as H_n is symmetric): store one row
@@ -291,41 +410,35 @@ def parameter_taylor_control_variate(
     # [m, d, d] Hessians and an einsum (measured ~2x cheaper per racing MH step).
     upper = np.triu_indices(dim) if order == 2 else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     weights = jnp.asarray(np.where(upper[0] == upper[1], 0.5, 1.0), flat_center.dtype)
-
-    def per_block(block):
-        values = jax.vmap(flat_ll, in_axes=(None, 0))(flat_center, block)
-        grads = jax.vmap(jax.grad(flat_ll), in_axes=(None, 0))(flat_center, block)
-        parts = [values[:, None], grads]
-        if order == 2:
-            hess = jax.vmap(jax.hessian(flat_ll), in_axes=(None, 0))(flat_center, block)
-            parts.append(hess[:, upper[0], upper[1]])
-        return jnp.concatenate(parts, axis=1)
-
-    per_block = jax.jit(per_block)
+    per_block = jax.jit(partial(_taylor_rows, loglikelihood_fn, unravel, flat_center, upper, order))
     table = jnp.concatenate(
         [per_block(gather(data, jnp.arange(s, min(s + block_size, num_data)))) for s in range(0, num_data, block_size)]
     )
-    mean_row = jnp.mean(table, axis=0)
-
-    def features(position):
-        flat, _ = jax.flatten_util.ravel_pytree(position)
-        d = (flat - flat_center).astype(flat_center.dtype)
-        parts = [jnp.ones((1,), d.dtype), d]
-        if order == 2:
-            parts.append(d[upper[0]] * d[upper[1]] * weights)
-        return jnp.concatenate(parts)
-
-    def value_fn(position, indices):
-        return jnp.take(table, indices, axis=0) @ features(position)
-
-    def mean_fn(position):
-        return mean_row @ features(position)
-
-    return ControlVariate(value_fn, mean_fn, num_data, data_fingerprint(data), int(flat_center.size))
+    tt = TaylorTable(table, jnp.mean(table, axis=0), flat_center, upper, weights, order)
+    return ControlVariate(partial(_table_value, tt), partial(_table_mean, tt), num_data, data_fingerprint(data), dim)
 
 
 def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data: int | None = None) -> None:
-    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``."""
+    """Raise ``ValueError`` if ``control_variate`` was built on other data than ``data``.
+
+    Parameters
+    ----------
+    control_variate
+        ``None`` or a :class:`ControlVariate` (its ``num_data`` / ``fingerprint``, when set, are compared).
+    data
+        The data the kernel reads.
+    num_data
+        ``N`` if known (default: read from ``data``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        If ``N`` or the data fingerprint differ.
+    """
     if control_variate is None:
         return
     n = num_data_of(data) if num_data is None else num_data
@@ -344,7 +457,24 @@ def check_control_variate_matches(control_variate, data: ArrayLikeTree, num_data
 
 
 def check_center_size(control_variate, position) -> None:
-    """Raise ``ValueError`` if ``position`` has another size than the control variate's centre."""
+    """Raise ``ValueError`` if ``position`` has another size than the control variate's centre.
+
+    Parameters
+    ----------
+    control_variate
+        ``None`` or a :class:`ControlVariate` (its ``center_size``, when set, is compared).
+    position
+        A position.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        If the flattened sizes differ.
+    """
     if control_variate is None or control_variate.center_size is None:
         return
     size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(position))

@@ -36,12 +36,19 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from blackjax.base import SamplingAlgorithm
 
+from jaxsub.racing.data import num_data_of
 from jaxsub.racing.engine import DEFAULT_EXACT_PASS_COST, racing, racing_batch
 from jaxsub.racing.exact import exact_sums
 from jaxsub.racing.info import check_beta
-from jaxsub.racing.mh import check_block_size, check_exact_pass_cost, validate_racing_config
+from jaxsub.racing.mh_config import (
+    check_block_size,
+    check_exact_pass_cost,
+    validate_racing_config,
+)
+from jaxsub.racing.mh_inputs import check_finite_data
 from jaxsub.types import Array, ArrayLike, PRNGKey
 from jaxsub.validation import check_choice, check_int
 
@@ -81,7 +88,18 @@ class RacingGibbsInfo(NamedTuple):
 
 
 def init(position: ArrayLike) -> RacingGibbsState:
-    """Initial state from the current value of the discrete variable."""
+    """Initial state from the current value of the discrete variable.
+
+    Parameters
+    ----------
+    position
+        The variable's current value in ``{0..D-1}``.
+
+    Returns
+    -------
+    RacingGibbsState
+        With an int32 position.
+    """
     return RacingGibbsState(jnp.asarray(position, jnp.int32))
 
 
@@ -90,11 +108,92 @@ def exact_conditional_sums(log_factor_fn: Callable, num_data: int, *, block_size
 
     The family's one exact-sum routine (:func:`jaxsub.racing.exact.exact_sums`, Kahan-compensated
     block sums) with ``relative=False``, so the sums keep their absolute level.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``indices [m] -> [m, D]``.
+    num_data
+        ``N``.
+    block_size
+        Factors per block.
+
+    Returns
+    -------
+    Array
+        ``[D]``.
     """
     block_size = min(block_size, num_data)
     out = jax.eval_shape(log_factor_fn, jax.ShapeDtypeStruct((block_size,), jnp.int32))
     total, _, _ = exact_sums(log_factor_fn, out.shape[1], num_data, block_size, out.dtype, relative=False)
     return total
+
+
+def exact_draw(rng_key: PRNGKey, log_f0: Array, log_factor_fn: Callable, num_data: int, exact_block_size: int, beta):
+    """Exact Gibbs: a draw from the conditional (``p^beta``) with every factor read.
+
+    Returns
+    -------
+    (draw, has_nan, num_evaluations, num_stages, is_exact)
+    """
+    num_states = log_f0.shape[0]
+    # Sums relative to a per-datum reference (one constant for all states: the
+    # conditional is unchanged, float32 keeps its precision).
+    sums, _, _ = exact_sums(log_factor_fn, num_states, num_data, min(exact_block_size, num_data), log_f0.dtype)
+    logits = log_f0 + sums
+    has_nan = jnp.any(jnp.isnan(logits))
+    logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
+    if beta is None:
+        draw = jax.random.categorical(rng_key, logits)
+    else:  # p^beta by Gumbel-max: argmax_i logits_i + eps_i / beta
+        noise = jax.random.gumbel(rng_key, logits.shape, logits.dtype)
+        draw = jnp.argmax(logits + noise / jnp.asarray(beta, logits.dtype))
+    evals = jnp.asarray(num_data * num_states, jnp.int32)
+    return draw, has_nan, evals, jnp.asarray(0, jnp.int32), jnp.asarray(True)
+
+
+def check_conditional(log_f0, log_factor_fn: Callable, num_data: int, data=None) -> None:
+    """Construction checks of racing Gibbs' model: ``log_f0``, the factors' shape, optional ``data``.
+
+    Parameters
+    ----------
+    log_f0
+        ``[D]``, ``D >= 2``; when concrete, no NaN and no ``+inf``.
+    log_factor_fn
+        ``indices [m] -> [m, D]`` (checked with :func:`jax.eval_shape`, no compute).
+    num_data
+        ``N``.
+    data
+        Optional pytree of the arrays ``log_factor_fn`` reads: leading size ``N``, every value finite.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument that is malformed or not finite.
+    """
+    if jnp.ndim(log_f0) != 1 or jnp.shape(log_f0)[0] < 2:
+        raise ValueError(f"log_f0 must be a 1-D array over D >= 2 states; got shape {jnp.shape(log_f0)}")
+    if not callable(log_factor_fn):
+        raise ValueError(f"log_factor_fn must be callable indices -> [m, D]; got {log_factor_fn!r}")
+    if not isinstance(log_f0, jax.core.Tracer):
+        arr = np.asarray(log_f0, np.float64)
+        if np.any(np.isnan(arr)) or np.any(arr == np.inf):
+            raise ValueError(f"log_f0 must not hold NaN or +inf (-inf marks a state of zero mass); got {arr}")
+    num_states = jnp.shape(log_f0)[0]
+    probe = min(2, num_data)
+    try:
+        out = jax.eval_shape(log_factor_fn, jax.ShapeDtypeStruct((probe,), jnp.int32))
+    except Exception as err:  # noqa: BLE001 - reported with the argument's name
+        raise ValueError(f"log_factor_fn(indices) failed on {probe} indices with {type(err).__name__}: {err}") from None
+    if tuple(out.shape) != (probe, num_states):
+        raise ValueError(
+            f"log_factor_fn(indices [m]) must return shape [m, D] = [{probe}, {num_states}] (D from log_f0); got "
+            f"{tuple(out.shape)} for m = {probe}"
+        )
+    if data is not None:
+        if num_data_of(data) != num_data:
+            raise ValueError(f"data has {num_data_of(data)} rows but num_data={num_data}")
+        check_finite_data(data)
 
 
 def build_kernel(
@@ -132,6 +231,17 @@ def build_kernel(
         the factors at random once if they are sorted. ``B = 1`` (default): single factors.
     exact_block_size
         Data per block of the exact sums (``exact=True``; bounded memory).
+
+    Returns
+    -------
+    kernel
+        ``kernel(rng_key, state, log_f0, log_factor_fn, control_variate=None, beta=None)
+        -> (RacingGibbsState, RacingGibbsInfo)``.
+
+    Raises
+    ------
+    ValueError
+        On a setting outside its range.
     """
     delta, first_batch_size, bound = validate_racing_config(num_data, delta, first_batch_size, bound, exact)
     variance = check_choice("variance", variance, VARIANCES)
@@ -146,20 +256,9 @@ def build_kernel(
         check_beta(beta)
         num_states = log_f0.shape[0]
         if exact:
-            # Sums relative to a per-datum reference (one constant for all states: the
-            # conditional is unchanged, float32 keeps its precision).
-            sums, _, _ = exact_sums(log_factor_fn, num_states, num_data, min(exact_block_size, num_data), log_f0.dtype)
-            logits = log_f0 + sums
-            has_nan = jnp.any(jnp.isnan(logits))
-            logits = jnp.where(jnp.isnan(logits), -jnp.inf, logits)
-            if beta is None:
-                draw = jax.random.categorical(rng_key, logits)
-            else:  # p^beta by Gumbel-max: argmax_i logits_i + eps_i / beta
-                noise = jax.random.gumbel(rng_key, logits.shape, logits.dtype)
-                draw = jnp.argmax(logits + noise / jnp.asarray(beta, logits.dtype))
-            evals = jnp.asarray(num_data * num_states, jnp.int32)
-            stages = jnp.asarray(0, jnp.int32)
-            is_exact = jnp.asarray(True)
+            draw, has_nan, evals, stages, is_exact = exact_draw(
+                rng_key, log_f0, log_factor_fn, num_data, exact_block_size, beta
+            )
         else:
             kwargs = {}
             if control_variate is not None:
@@ -202,6 +301,7 @@ def as_top_level_api(
     exact: bool = False,
     beta=None,
     block_size: int = 1,
+    data=None,
 ) -> SamplingAlgorithm:
     """Racing Gibbs update of one discrete variable as a BlackJAX ``SamplingAlgorithm``.
 
@@ -232,6 +332,9 @@ def as_top_level_api(
         factor; ``inf`` returns the MAP state (annealing, paper §5.3).
     block_size
         Sampling unit of the race in factors (see :func:`build_kernel`); default 1.
+    data
+        Optional: the arrays ``log_factor_fn`` reads (pytree with leading size ``N``), checked
+        finite here once (a NaN factor makes every race it enters reject the draw).
 
     Returns
     -------
@@ -244,7 +347,8 @@ def as_top_level_api(
     ------
     ValueError
         Bad ``delta``, ``first_batch_size``, ``bound``, ``variance``, fewer than
-        two states, or a non-callable ``log_factor_fn``.
+        two states, a ``log_f0`` with NaN or ``+inf``, a non-callable ``log_factor_fn`` or one
+        that does not return ``[m, D]``, ``data`` with NaN/inf or another number of rows.
 
     Examples
     --------
@@ -253,10 +357,7 @@ def as_top_level_api(
         gibbs = jaxsub.racing_gibbs(log_f0(theta), partial(log_factors, theta), N, delta=0.05)
         z_state, info = gibbs.step(key, gibbs.init(z))
     """
-    if jnp.ndim(log_f0) != 1 or jnp.shape(log_f0)[0] < 2:
-        raise ValueError(f"log_f0 must be a 1-D array over D >= 2 states; got shape {jnp.shape(log_f0)}")
-    if not callable(log_factor_fn):
-        raise ValueError(f"log_factor_fn must be callable indices -> [m, D]; got {log_factor_fn!r}")
+    check_conditional(log_f0, log_factor_fn, num_data, data)
     check_beta(beta)
     kernel = build_kernel(
         num_data,
@@ -289,7 +390,7 @@ def build_batched_kernel(
     block_size: int = 1,
     exact_pass_cost: float | None = DEFAULT_EXACT_PASS_COST,
 ) -> Callable:
-    """Racing Gibbs for many chains at once, work proportional to the unfinished races (issue 16, item 4).
+    """Racing Gibbs for many chains at once, work proportional to the unfinished races.
 
     ``jax.vmap`` of :func:`build_kernel`'s kernel runs every race's loops until the
     slowest chain's race is done. This kernel decides the C conditionals with
@@ -322,6 +423,11 @@ def build_batched_kernel(
         closures over batched values cannot be split per group, so they go here),
         and ``control_variate`` is ``None`` or ``(fn(indices, params_c) -> [m, D],
         mean(params_c) -> [D])``.
+
+    Raises
+    ------
+    ValueError
+        On a setting outside its range.
     """
     delta, first_batch_size, _ = validate_racing_config(num_data, delta, first_batch_size, "normal", False)
     variance = check_choice("variance", variance, VARIANCES)

@@ -42,9 +42,11 @@ from blackjax.sgmcmc.gradients import grad_estimator as blackjax_grad_estimator
 from blackjax.util import generate_gaussian_noise
 from jax.flatten_util import ravel_pytree
 
-from jaxsub.racing import mh as racing_mh
+from jaxsub.racing import mh_kernel as racing_mh
+from jaxsub.racing.control_variates import ControlVariate, check_control_variate_matches
 from jaxsub.racing.data import gather, num_data_of
-from jaxsub.racing.mh import ControlVariate, RacingMHInfo, RacingMHState
+from jaxsub.racing.mh_inputs import check_finite_data, check_position, float_position
+from jaxsub.racing.mh_kernel import RacingMHInfo, RacingMHState
 from jaxsub.subsample import permutation_indices
 from jaxsub.types import ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int
@@ -115,6 +117,25 @@ def build_kernel(
     the data and the hyperparameter ``step_size`` (traceable: ``jax.vmap`` over
     step sizes, optax schedules) at call time. ``grad_estimator`` defaults to
     ``blackjax.sgmcmc.gradients.grad_estimator(logprior_fn, loglikelihood_fn, N)``.
+
+    Parameters
+    ----------
+    num_data
+        ``N`` (static).
+    batch_size
+        Minibatch size of the gradient, in ``[1, N]``.
+    delta, first_batch_size, bound, exact
+        The racing MH test's settings (:func:`jaxsub.racing.mh_kernel.build_kernel`).
+
+    Returns
+    -------
+    kernel
+        The kernel above.
+
+    Raises
+    ------
+    ValueError
+        On a setting outside its range.
     """
     batch_size = check_int("batch_size", batch_size, low=1, high=num_data)
     mh_kernel = racing_mh.build_kernel(
@@ -191,20 +212,30 @@ def as_top_level_api(
     -------
     SamplingAlgorithm
         ``init(position)``, ``step(rng_key, state) -> (RacingMHState, RacingMHInfo)``.
+
+    Raises
+    ------
+    ValueError
+        On a setting outside its range, a non-callable ``grad_estimator``, non-finite ``data``,
+        ``bound="ebs"`` without ``reward_range``; ``init`` raises on a position the model cannot
+        evaluate (an integer position is promoted to float).
     """
     num_data = num_data_of(data)
+    check_finite_data(data)
     step_size = check_hyperparameter("step_size", step_size, low=0.0)
     if grad_estimator is not None and not callable(grad_estimator):
         raise ValueError(f"grad_estimator must be callable (position, minibatch) -> gradient; got {grad_estimator!r}")
     kernel = build_kernel(
         num_data, batch_size=batch_size, delta=delta, first_batch_size=first_batch_size, bound=bound, exact=exact
     )
-    racing_mh.check_control_variate_matches(control_variate, data, num_data)
+    check_control_variate_matches(control_variate, data, num_data)
     if bound == "ebs" and not exact and reward_range is None:
         raise ValueError("bound='ebs' needs reward_range (see jaxsub.racing_mh.as_top_level_api)")
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
+        position = float_position(position)
+        check_position(position, loglikelihood_fn, data, logprior_fn=logprior_fn, name="initial position")
         return init(position, logprior_fn)
 
     def step_fn(rng_key: PRNGKey, state: RacingMHState):
