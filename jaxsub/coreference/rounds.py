@@ -28,6 +28,7 @@ from jaxsub.coreference.rewards import (
 )
 from jaxsub.coreference.state import SweepInfo, view
 from jaxsub.discrete import racing_batch
+from jaxsub.validation import check_int
 
 __all__ = ["Lanes", "batched_round", "class_lanes", "round_lanes"]
 
@@ -39,7 +40,27 @@ def class_lanes(blocks: Blocks, positions, batch_size: int) -> np.ndarray:
     increasing order; blocks are dealt to ``B = min(batch_size, number of blocks)`` lanes largest
     first, each to the currently shortest lane (so ``R`` ≈ class size / B). A round therefore never
     holds two mentions of one block, and within a block the visiting order is the sequential sweep's.
+
+    Parameters
+    ----------
+    blocks
+        :class:`~jaxsub.coreference.Blocks`.
+    positions
+        Sorted positions of one class (:func:`~jaxsub.coreference.mention_classes`).
+    batch_size
+        B >= 1, the most lanes.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[R, B]`` int32.
+
+    Raises
+    ------
+    ValueError
+        ``batch_size < 1``.
     """
+    batch_size = check_int("batch_size", batch_size, low=1)
     positions = np.asarray(positions)
     if positions.size == 0:
         return np.zeros((0, 1), np.int32)
