@@ -92,7 +92,7 @@ def test_hybrid_fixed_schedule_conditional_within_delta_of_exact_tv():
     """The hybrid update with the engine's single-test schedule (``race_schedule="fixed"``: one
     elimination test after m1 = 10 draws with the one-stage quantile, then the surviving arms on all
     N = 128 indices): decisions within δ, TV within δ, negative control (slow: the option is not a
-    default; measured not to pay on author mentions, docs/coreference.md)."""
+    default; measured not to pay on author mentions, docs/guides/coreference.md)."""
     _check_racing_conditional("hybrid_fixed", widths=(), batch_size=1)
 
 

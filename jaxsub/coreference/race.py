@@ -55,7 +55,7 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
       drawn index whatever D (the other columns are zeros), so the engine's compaction levels would
       save no evaluation; without them the race compiles to half the code (1,104 -> 570 fusions in
       a 1,024-mention block's sweep, compile 18.7 -> 11.4 CPU-s) at the same decisions and run time
-      (docs/coreference.md §5).
+      (docs/guides/coreference.md).
     * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
       over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
       ``num_data`` = the static bound on every population.
@@ -101,8 +101,8 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
         log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None, schedule=race_schedule,
         # The padded population (a cluster's few rewards among zeros) is skewed by design, so the
         # engine's default skew guard stops no race early here (every race reads all N); the
-        # figures in docs/coreference.md were measured with the paper's rule (guard off), which
-        # is what this keeps. Its measured decision error is in docs/coreference.md.
+        # figures in docs/guides/coreference.md were measured with the paper's rule (guard off), which
+        # is what this keeps. Its measured decision error is in docs/guides/coreference.md.
         skew_guard=None,
     )
     return sample(rng_key, log_f0)

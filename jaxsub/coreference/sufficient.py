@@ -12,7 +12,7 @@ part ``g`` (a few numbers per mention; ``2 exp(-|a-b|/s) - 1`` has no finite-ran
 continuous values) is computed per member of the block: ``n_b - 1`` scalar terms, one fused
 elementwise pass, summed into the clusters by one scatter-add. This is the honest exact baseline for
 this factor: racing (which estimates the same sums from subsamples of ``|C|`` full evaluations) cannot
-beat it, so it is the recommended sampler whenever the factor decomposes (docs/coreference.md §7).
+beat it, so it is the recommended sampler whenever the factor decomposes (docs/guides/coreference.md).
 
 The sweep visits every mention in sorted-position order (systematic scan, the same order as
 :func:`~jaxsub.coreference.build_kernel`), draws ``y_i`` from the exact conditional
