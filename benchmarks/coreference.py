@@ -19,13 +19,13 @@ same; mentions and state are arguments), with a traced ``exact`` flag serving bo
 full grid compiles 5 sweeps plus 4 ragged ones. Each point also times the engine's per-arm schedules
 (``schedule="ragged"``, :func:`jaxsub.discrete.racing_ragged`) against the padded shared population
 (``schedule="padded"``, the default), alternating in one run, for blocks up to ``RAGGED_MAX_BLOCK``.
-``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints issue 12's wall-clock target rows: one exact
+``--quick``: N_y ∈ {100, 1000}, D = 20. Full mode also prints the wall-clock target rows: one exact
 vs one Sub sweep of 20,000 author mentions at the converged state (:func:`authors_sweep`), Sub with the
 default cost model, with ``race_cost=0`` (racing wherever the rules allow) and with ``race_cost=0`` and the
 hybrid update (``hybrid=True``, race widths 4 and K / m1 + 1: small arms summed exactly, only the large arms
-raced; session 11), the same with the engine's single-test schedule (``race_schedule="fixed"``, session 12),
+raced), the same with the engine's single-test schedule (``race_schedule="fixed"``),
 and the race's fixed cost in evaluations calibrated from each racing row; then the sufficient-statistics exact
-sweep, and the per-update floor (the same mentions in blocks of 2, one evaluation per update; session 19).
+sweep, and the per-update floor (the same mentions in blocks of 2, one evaluation per update).
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def run(*, quick: bool = False) -> list[dict]:
 
 
 def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]:
-    """Issue 12's wall-clock target: one exact vs one Sub sweep on author mentions at the converged state.
+    """The wall-clock target: one exact vs one Sub sweep on author mentions at the converged state.
 
     The author-mention generator of ``experiments.coreference`` (M = ``num_mentions``, entities up to
     1,000, blocking on first initial + surname, the packed similarity), δ = 0.05; exact Gibbs is
@@ -220,7 +220,7 @@ def _exact_vs_row(label, exact, state, other, other_state, f1, evaluation_ratio,
 
 
 def _update_floor_row(data, state, exact, f1) -> dict:
-    """The per-update floor of a sequential sweep, same run (docs/coreference.md, session 19).
+    """The per-update floor of a sequential sweep, same run (docs/guides/coreference.md).
 
     The same mentions, factor and exact kernel with the mentions paired into blocks of 2 (one
     candidate cluster plus the empty one: one factor evaluation per update), timed against the
@@ -240,7 +240,7 @@ def _update_floor_row(data, state, exact, f1) -> dict:
 
 
 def authors_markdown(rows: list[dict]) -> str:
-    """The author-mentions rows (issue 12's targets: ≥ 2× wall-clock, ≥ 3× fewer evaluations per sweep).
+    """The author-mentions rows (targets: ≥ 2× wall-clock, ≥ 3× fewer evaluations per sweep).
 
     The row ``sufficient statistics`` is the exact sweep of :mod:`jaxsub.coreference.sufficient` in the "Sub"
     columns (its "evaluation ratio" is pairwise factor evaluations / candidate clusters scored, each an

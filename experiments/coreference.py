@@ -54,10 +54,10 @@ FEBRL_KINDS = {"given_name": "string", "surname": "string", "street_number": "st
                "soc_sec_id": "string"}
 DELTA = 0.05
 FULL_RUNS = 7  # runs per sampler in full mode (the paper's Fig. 3)
-#: Sub Gibbs settings of full mode and of ``--large`` (session 11): race wherever the rules allow, with the
+#: Sub Gibbs settings of full mode and of ``--large``: race wherever the rules allow, with the
 #: hybrid update (small arms summed exactly over all candidates, the best as one race column; race widths
 #: 4 and K / m1 + 1). Per converged sweep at M = 20,000 (crf): 2.09x fewer evaluations than exact against
-#: 1.83x for the plain padded race, 4 / 7,041 decision errors (docs/coreference.md, session 11).
+#: 1.83x for the plain padded race, 4 / 7,041 decision errors (docs/guides/coreference.md).
 FULL_KW = dict(race_cost=0.0, hybrid=True, race_widths=(4,))
 TOLERANCE = 0.005  # "reached the exact sampler's converged F1" = within 0.005 of its mean final B3 F1
 
@@ -319,7 +319,7 @@ def run(out_dir, *, quick: bool) -> dict:
 def large_run(num_mentions: int = 100_000, sweeps: int = 6, seed: int = 100, **kernel_kwargs) -> dict:
     """One annealed run of exact and of Sub Gibbs on ``num_mentions`` author mentions (entities up to 1,000).
 
-    The issue's large run (>= 10^5 mentions, clusters >= 10^3, D >= 100 candidates): same generator,
+    The large run (>= 10^5 mentions, clusters >= 10^3, D >= 100 candidates): same generator,
     factor, blocking and β schedule (0.3 -> 2.0) as the experiment; prints, per sweep, B³ F1,
     factor evaluations, wall-clock and races / exact updates, then the ratios (exact / Sub) of the
     total evaluations and wall-clock and of the last sweep's, and the most candidates met by one

@@ -92,7 +92,7 @@ def test_hybrid_fixed_schedule_conditional_within_delta_of_exact_tv():
     """The hybrid update with the engine's single-test schedule (``race_schedule="fixed"``: one
     elimination test after m1 = 10 draws with the one-stage quantile, then the surviving arms on all
     N = 128 indices): decisions within δ, TV within δ, negative control (slow: the option is not a
-    default; measured not to pay on author mentions, docs/coreference.md)."""
+    default; measured not to pay on author mentions, docs/guides/coreference.md)."""
     _check_racing_conditional("hybrid_fixed", widths=(), batch_size=1)
 
 
@@ -553,3 +553,61 @@ def test_crf_similarity_templates_values_and_missing_fields():
     # no per-cluster sufficient statistic: the sum over a cluster is not bias |C| + u_i . (sum of rows)
     d = np.asarray(x["dense"])
     assert not np.isclose(f[0, 1] + f[0, 2], 0.5 + d[0] @ (d[1] + d[2]))
+
+
+def test_init_options_and_factor_settings_refuse_bad_values():
+    """Every static value is checked at construction with a ValueError naming it (no compilation here)."""
+    blocks, state, mentions, _ = _ragged_problem()
+    m = blocks.num_mentions
+    good = np.asarray(state.labels)
+    bad_labels = {
+        "integer array of shape": [good.astype(np.float32), np.where(np.arange(m) == 3, np.nan, good), good[:-1],
+                                   good[None]],
+        "mention 0 has label -1": [np.where(np.arange(m) == 0, -1, good)],
+        "mention 120 has label 0": [np.where(np.arange(m) == 120, 0, good)],  # another block's cluster id
+    }
+    for message, cases in bad_labels.items():
+        for labels in cases:
+            with pytest.raises(ValueError, match=message):
+                co.init(labels, blocks)
+    np.testing.assert_array_equal(np.asarray(co.init(good, blocks).labels), good)  # the control passes
+    with pytest.raises(ValueError, match="blocks"):
+        co.init(None, np.zeros(3))
+    with pytest.raises(ValueError, match="temperatures"):
+        co.fit(jax.random.key(0), _factor, mentions, blocks, [1.0, np.nan])
+    bad_options = {
+        "chunk_size": {"chunk_size": 0}, "max_candidates": {"max_candidates": 1},
+        "min_race_size": {"min_race_size": 19, "first_batch_size": 10},
+        "min_arm_draws": [{"min_arm_draws": -0.5}, {"min_arm_draws": 11.0, "first_batch_size": 10}],
+        "race_widths": [{"race_widths": (1,)}, {"race_widths": 3}], "batch_size": {"batch_size": 0},
+        "control_variate": {"control_variate": "yes"}, "visit": [{"visit": [m]}, {"visit": [[0]]}],
+        "schedule": {"schedule": "shared"}, "delta": [{"delta": 0.0}, {"delta": float("nan")}],
+        "cv_members": {"cv_members": 51, "hybrid": True},
+    }
+    for name, cases in bad_options.items():
+        for kw in cases if isinstance(cases, list) else [cases]:
+            with pytest.raises(ValueError, match=name):
+                co.build_kernel(blocks, **kw)
+            with pytest.raises(ValueError, match=name):
+                co.build_kernel(blocks, co.CorefOptions(**kw))
+    with pytest.raises(TypeError, match="unexpected option"):
+        co.build_kernel(blocks, deltaa=0.1)
+    with pytest.raises(ValueError, match="options must be a CorefOptions"):
+        co.build_kernel(blocks, {"delta": 0.1})
+    with pytest.raises(ValueError, match="mention"):
+        co.conditional_update(blocks, m)
+    kinds = {"name": "string", "year": "numeric"}
+    bad_settings = {
+        "weights": {"weights": {"name": float("nan")}}, "thresholds": {"thresholds": {"name": 1.5}},
+        "scales": {"scales": {"year": 0.0}}, "bias": {"bias": float("inf")},
+    }
+    for name, kw in bad_settings.items():
+        for constructor in (co.similarity_factor, co.packed_similarity, co.crf_similarity):
+            with pytest.raises(ValueError, match=name):
+                constructor(kinds, **kw)
+    with pytest.raises(ValueError, match="scales names a field not in kinds"):
+        co.packed_similarity(kinds, scales={"yaer": 2.0})
+    with pytest.raises(ValueError, match="high"):
+        co.crf_similarity(kinds, high={"name": 1.5})
+    co.crf_similarity(kinds, weights={"name": -1.0, "year": 2.0}, thresholds={"name": -0.2}, scales={"year": 3.0},
+                      high={"name": 0.9}, bias=-1.0)  # in range: accepted

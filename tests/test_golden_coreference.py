@@ -10,9 +10,13 @@ splitting or of its visiting order shows up here as a changed draw.
 Four kernel cases and the exact ``fit`` run by default (about 25 CPU-s, the compilations of the
 racing code); the others are marked ``slow`` (``pytest -n0 -m slow tests/test_golden_coreference.py``).
 
+The exact sweep of :mod:`jaxsub.coreference.sufficient` (labels, counts and its reference log
+conditional) is compared in the same way with ``tests/golden/coreference_sufficient.npz``.
+
 Regenerate (only when a change of the draws is intended, and say why in the commit)::
 
-    PYTHONPATH=. python tests/test_golden_coreference.py --regenerate
+    PYTHONPATH=. python tests/test_golden_coreference.py --regenerate              # the Gibbs sweep and fit
+    PYTHONPATH=. python tests/test_golden_coreference.py --regenerate sufficient   # co.sufficient
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import pytest
 from jaxsub import coreference as co
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "coreference_draws.npz"
+GOLDEN_SUFFICIENT = Path(__file__).resolve().parent / "golden" / "coreference_sufficient.npz"
 NUM_SWEEPS = 3
 BETAS = np.asarray([0.5, 1.0, 2.0], np.float32)
 
@@ -73,7 +78,7 @@ def _run_case(name):
     kernel = co.build_kernel(blocks, **{**BASE, **settings})
     if exact == "traced":
         jitted = jax.jit(lambda k, s, b, e, c: kernel(k, s, _factor, mentions, b, e, c))
-        sweep = lambda k, s, b: jitted(k, s, b, jnp.bool_(False), jnp.bool_(True))  # noqa: E731
+        sweep = lambda k, s, b: jitted(k, s, b, jnp.bool_(False), jnp.bool_(True))
     else:
         sweep = jax.jit(lambda k, s, b: kernel(k, s, _factor, mentions, b, exact, check))
     state = co.init(labels, blocks)
@@ -93,6 +98,36 @@ def _run_fit(exact):
     counts = np.stack([trace.num_evaluations, trace.num_races, trace.num_exact, trace.num_nan, trace.num_errors,
                        trace.num_checked]).astype(np.int64)
     return {f"{name}/labels": np.asarray(state.labels), f"{name}/trace": counts}
+
+
+#: ``co.sufficient`` (exact Gibbs with per-cluster sums): packed similarity of a string, a categorical and a
+#: numeric field; small candidate / member chunks so that both streamed loops take several steps.
+SUFFICIENT_KINDS = {"name": "string", "venue": "categorical", "year": "numeric"}
+SUFFICIENT_SETTINGS = dict(weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.7},
+                           scales={"year": 3.0}, bias=-1.5)
+
+
+def _run_sufficient():
+    blocks, _, labels = _problem()
+    rng = np.random.default_rng(8)
+    m = blocks.num_mentions
+    names = [f"{'abcdef'[e % 6]}{'ghij'[e % 4]} smith" for e in rng.integers(0, 12, m)]
+    fields = {"name": names, "venue": [None if v < 0 else "v" + str(v) for v in rng.integers(-1, 3, m)],
+              "year": [float("nan") if y < 1992 else float(y) for y in rng.integers(1990, 2000, m)]}
+    mentions = co.encode_mentions(fields, SUFFICIENT_KINDS, hash_dim=8)
+    packed = co.packed_similarity(SUFFICIENT_KINDS, **SUFFICIENT_SETTINGS).pack(mentions)
+    suff = co.sufficient.build_kernel(blocks, SUFFICIENT_KINDS, **SUFFICIENT_SETTINGS, candidate_chunk=3,
+                                      member_chunk=7)
+    step = jax.jit(suff.step)
+    state = co.sufficient.init(labels, blocks)
+    out_labels, out_info = [], []
+    for s in range(NUM_SWEEPS):
+        state, info = step(jax.random.fold_in(jax.random.key(21), s), state, packed, jnp.float32(BETAS[s]))
+        out_labels.append(np.asarray(state.labels))
+        out_info.append(np.asarray([int(v) for v in info], np.int64))
+    conditional = np.stack([np.asarray(suff.log_conditional(state, packed, i, 1.5)) for i in (0, 50, 90)])
+    return {"sufficient/labels": np.stack(out_labels), "sufficient/info": np.stack(out_info),
+            "sufficient/log_conditional": conditional}
 
 
 def _generate():
@@ -123,6 +158,12 @@ def test_kernel_draws_match_golden(golden, name):
         assert golden[f"{name}/info"][:, 1].sum() > 0
 
 
+def test_sufficient_draws_match_golden():
+    with np.load(GOLDEN_SUFFICIENT) as golden:
+        for k, v in _run_sufficient().items():
+            np.testing.assert_array_equal(v, golden[k], err_msg=k)
+
+
 @pytest.mark.parametrize("exact", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_fit_draws_match_golden(golden, exact):
     for k, v in _run_fit(exact).items():
@@ -130,9 +171,13 @@ def test_fit_draws_match_golden(golden, exact):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--regenerate"]:
-        sys.exit("usage: PYTHONPATH=. python tests/test_golden_coreference.py --regenerate")
-    arrays = _generate()
-    np.savez_compressed(GOLDEN, **arrays)
+    if sys.argv[1:] not in (["--regenerate"], ["--regenerate", "sufficient"]):
+        sys.exit("usage: PYTHONPATH=. python tests/test_golden_coreference.py --regenerate [sufficient]")
+    if sys.argv[2:]:
+        arrays = _run_sufficient()
+        np.savez_compressed(GOLDEN_SUFFICIENT, **arrays)
+    else:
+        arrays = _generate()
+        np.savez_compressed(GOLDEN, **arrays)
     for k, v in arrays.items():
         print(k, v.shape, v.reshape(v.shape[0], -1)[:, :8].tolist() if v.ndim > 1 else v[:8].tolist())

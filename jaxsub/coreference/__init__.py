@@ -19,7 +19,7 @@
   ``|C|`` factor evaluations, the recommended sampler whenever the factor decomposes;
 * :mod:`~jaxsub.coreference.scoring` -- :func:`b_cubed` and :func:`pairwise_f1`.
 
-See ``docs/coreference.md``.
+See ``docs/guides/coreference.md``.
 """
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
 from jaxsub.coreference import kernel, sufficient

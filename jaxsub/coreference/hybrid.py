@@ -126,7 +126,7 @@ def _hybrid_race(cfg: ClassConfig, model: Model, u: Update, ha: HybridArms, chec
     # columns: the large arms (compacted), then the best exact candidate, then nothing
     log_f0 = jnp.where(live_r, noise_w[lc_r], jnp.where(ar_r == ha.num_large, exact_logits[best_col], -jnp.inf))
     num_cv = jnp.zeros((), jnp.int32)
-    common = dict(num_states=width, num_data=cfg.n_cap, delta=o.delta, first_batch_size=o.first_batch_size)
+    common = {"num_states": width, "num_data": cfg.n_cap, "delta": o.delta, "first_batch_size": o.first_batch_size}
     if o.schedule == "ragged":
         x, rinfo = race_conditional(u.k_race, log_f0, partial(ragged_rewards, arms=arms, model=model),
                                     schedule="ragged", population_sizes=n_r, **common)

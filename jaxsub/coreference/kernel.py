@@ -63,10 +63,28 @@ __all__ = [
 def mention_classes(blocks: Blocks, small_cap: int = 64):
     """Group sorted positions by block size: ``[(N_cap, positions)]`` with ``K = n_b - 1 ∈ (N_cap/2, N_cap]``.
 
-    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap`` (always updated exactly);
-    above it the classes are the powers of two. Singleton blocks (``K = 0``, nothing to decide)
-    are left out. One update function is compiled per class.
+    Blocks with ``K <= small_cap`` share one class ``N_cap = small_cap``; above it the classes are the
+    powers of two. Singleton blocks (``K = 0``, nothing to decide) are left out. One update function is
+    compiled per class.
+
+    Parameters
+    ----------
+    blocks
+        :class:`~jaxsub.coreference.Blocks`.
+    small_cap
+        The smallest class's bound on ``K`` (>= 1).
+
+    Returns
+    -------
+    list
+        ``[(N_cap, positions)]``, ``positions`` an int32 array of sorted positions, classes increasing.
+
+    Raises
+    ------
+    ValueError
+        ``small_cap < 1``.
     """
+    small_cap = check_int("small_cap", small_cap, low=1)
     k = blocks.size - 1
     out = []
     small = np.flatnonzero((k >= 1) & (k <= small_cap)).astype(np.int32)

@@ -27,7 +27,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsub.validation import check_choice, check_int
+from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = ["Blocks", "PackedSimilarity", "crf_similarity", "encode_mentions", "make_blocks", "packed_similarity", "similarity_factor"]
 
@@ -56,6 +56,7 @@ class Blocks(NamedTuple):
 
     @property
     def num_mentions(self) -> int:
+        """M, the number of mentions."""
         return int(self.order.shape[0])
 
     def block_sizes(self) -> np.ndarray:
@@ -67,11 +68,20 @@ class Blocks(NamedTuple):
 def make_blocks(block_keys: Sequence) -> Blocks:
     """Group mentions by blocking key.
 
-    Args:
-        block_keys: one hashable key per mention (strings or integers), length M >= 1.
+    Parameters
+    ----------
+    block_keys
+        One hashable key per mention (strings or integers), length M >= 1.
 
-    Returns:
-        :class:`Blocks` (a stable sort by key; mentions keep their order inside a block).
+    Returns
+    -------
+    Blocks
+        A stable sort by key; mentions keep their order inside a block.
+
+    Raises
+    ------
+    ValueError
+        ``block_keys`` is not a 1-D sequence of at least one key.
     """
     keys = np.asarray(block_keys)
     if keys.ndim != 1 or keys.size < 1:
@@ -119,17 +129,28 @@ def _tokens(s: str) -> list[str]:
 def encode_mentions(columns: Mapping[str, Sequence], kinds: Mapping[str, str], *, hash_dim: int = 32) -> dict:
     """Encode mention fields for :func:`similarity_factor` (host-side).
 
-    Args:
-        columns: field name -> sequence of M values (``None``/NaN = missing).
-        kinds: field name -> ``"string"`` (character trigrams), ``"tokens"`` (bag of
-            whitespace/comma/semicolon-separated tokens, e.g. co-authors or title words),
-            ``"categorical"`` (equality) or ``"numeric"`` (absolute difference).
-        hash_dim: size of the hashed n-gram / token vectors.
+    Parameters
+    ----------
+    columns
+        Field name -> sequence of M values (``None``/NaN = missing).
+    kinds
+        Field name -> ``"string"`` (character trigrams), ``"tokens"`` (bag of
+        whitespace/comma/semicolon-separated tokens, e.g. co-authors or title words),
+        ``"categorical"`` (equality) or ``"numeric"`` (absolute difference).
+    hash_dim
+        Size of the hashed n-gram / token vectors (>= 2).
 
-    Returns:
-        dict of arrays with leading axis M: ``"<name>"`` -> ``[M, hash_dim]`` L2-normalised
-        float32 bags (string, tokens; zero rows for missing), ``[M]`` int32 codes (categorical;
-        -1 for missing) or ``[M]`` float32 (numeric; NaN for missing).
+    Returns
+    -------
+    dict
+        Arrays with leading axis M: ``"<name>"`` -> ``[M, hash_dim]`` L2-normalised float32 bags
+        (string, tokens; zero rows for missing), ``[M]`` int32 codes (categorical; -1 for missing) or
+        ``[M]`` float32 (numeric; NaN for missing).
+
+    Raises
+    ------
+    ValueError
+        Empty or unknown ``kinds``, columns of different lengths, ``hash_dim < 2``.
     """
     hash_dim = check_int("hash_dim", hash_dim, low=2)
     if not kinds:
@@ -172,17 +193,33 @@ def similarity_factor(kinds: Mapping[str, str], weights: Mapping[str, float] | N
 
     Positive ``f`` pulls two mentions together, negative pushes them apart.
 
-    Args:
-        kinds: as in :func:`encode_mentions`.
-        weights: field -> ``w_k`` (default 1 for each field).
-        thresholds, scales, bias: see above.
+    Parameters
+    ----------
+    kinds
+        As in :func:`encode_mentions`.
+    weights
+        Field -> ``w_k``, a finite real (default 1 for each field).
+    thresholds
+        Field -> ``t_k`` in ``[-1, 1]`` (string / tokens; default 0.5).
+    scales
+        Field -> ``scale_k > 0`` (numeric; default 1).
+    bias
+        A finite real added to every pair.
 
-    Returns:
+    Returns
+    -------
+    Callable
         ``pairwise_log_factor(x_i, x_j) -> scalar`` on single rows of the dict from
         :func:`encode_mentions` (vmap it for many pairs).
+
+    Raises
+    ------
+    ValueError
+        An unknown kind, a mapping naming a field not in ``kinds``, or a value out of its range (the message
+        names the entry, e.g. ``scales['year']``).
     """
     items = _similarity_items(kinds, weights, thresholds, scales)
-    bias = float(bias)
+    bias = check_real("bias", bias)
 
     def pairwise_log_factor(xi, xj):
         total = jnp.asarray(bias, jnp.float32)
@@ -204,17 +241,25 @@ def similarity_factor(kinds: Mapping[str, str], weights: Mapping[str, float] | N
 
 
 def _similarity_items(kinds, weights, thresholds, scales):
-    """Validated ``[(name, kind, w, t, scale)]`` of :func:`similarity_factor`'s sum."""
+    """Validated ``[(name, kind, w, t, scale)]`` of :func:`similarity_factor`'s sum.
+
+    Weights are finite reals, thresholds finite cosines in ``[-1, 1]``, scales finite and > 0; each mapping
+    may name only fields of ``kinds`` (``ValueError`` naming the entry otherwise).
+    """
     weights = {k: 1.0 for k in kinds} if weights is None else dict(weights)
     thresholds = {} if thresholds is None else dict(thresholds)
     scales = {} if scales is None else dict(scales)
-    for name in weights:
-        if name not in kinds:
-            raise ValueError(f"weights names a field not in kinds: {name!r}")
+    for label, mapping in (("weights", weights), ("thresholds", thresholds), ("scales", scales)):
+        for name in mapping:
+            if name not in kinds:
+                raise ValueError(f"{label} names a field not in kinds: {name!r}")
     for name, kind in kinds.items():
         check_choice(f"kinds[{name!r}]", kind, FIELD_KINDS)
-    return [(name, kinds[name], float(w), float(thresholds.get(name, 0.5)), float(scales.get(name, 1.0)))
-             for name, w in weights.items()]
+    return [(name, kinds[name], check_real(f"weights[{name!r}]", w),
+             check_real(f"thresholds[{name!r}]", thresholds.get(name, 0.5), low=-1.0, high=1.0, low_closed=True,
+                        high_closed=True),
+             check_real(f"scales[{name!r}]", scales.get(name, 1.0), low=0.0))
+            for name, w in weights.items()]
 
 
 class PackedSimilarity(NamedTuple):
@@ -255,18 +300,27 @@ def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | N
     when both present) keep their formulas on ``[M, C]`` codes and ``[M, Q]`` numbers. Presence of a
     string field (a non-zero bag) is computed once per mention instead of once per pair.
 
-    Args:
-        kinds, weights, thresholds, scales, bias: as in :func:`similarity_factor`.
+    Parameters
+    ----------
+    kinds, weights, thresholds, scales, bias
+        As in :func:`similarity_factor`.
 
-    Returns:
-        :class:`PackedSimilarity` ``(pack, factor)``; use ``factor`` with ``pack(mentions)`` wherever
-        :func:`similarity_factor` takes ``mentions`` (e.g. the kernel of :func:`~jaxsub.coreference.build_kernel`).
+    Returns
+    -------
+    PackedSimilarity
+        ``(pack, factor)``; use ``factor`` with ``pack(mentions)`` wherever :func:`similarity_factor` takes
+        ``mentions`` (e.g. the kernel of :func:`~jaxsub.coreference.build_kernel`).
+
+    Raises
+    ------
+    ValueError
+        As :func:`similarity_factor`; ``pack`` raises when the bags do not share one ``hash_dim``.
     """
     items = _similarity_items(kinds, weights, thresholds, scales)
     vec = [it for it in items if it[1] in ("string", "tokens")]
     cat = [it for it in items if it[1] == "categorical"]
     num = [it for it in items if it[1] == "numeric"]
-    bias = float(bias)
+    bias = check_real("bias", bias)
 
     def pack(mentions):
         bags = [jnp.asarray(mentions[name], jnp.float32) for name, *_ in vec]
@@ -324,12 +378,23 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
     so ``Σ_{j ∈ C} f(x_i, x_j)`` has no per-cluster sufficient statistic: an exact Gibbs update must
     evaluate every member (the setting where racing can pay). Same packed rows as :func:`packed_similarity`.
 
-    Args:
-        kinds, weights, thresholds, scales, bias: as in :func:`similarity_factor`.
-        high: field -> ``h_k`` (string / tokens fields; must exceed ``t_k``).
+    Parameters
+    ----------
+    kinds, weights, thresholds, scales, bias
+        As in :func:`similarity_factor`.
+    high
+        Field -> ``h_k`` in ``[-1, 1]`` (string / tokens fields; must exceed ``t_k``).
 
-    Returns:
-        :class:`PackedSimilarity` ``(pack, factor)``.
+    Returns
+    -------
+    PackedSimilarity
+        ``(pack, factor)``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`similarity_factor`; ``high`` naming a field that is not a string / tokens field, out of
+        ``[-1, 1]`` or not above its threshold.
     """
     items = _similarity_items(kinds, weights, thresholds, scales)
     high = {} if high is None else dict(high)
@@ -340,7 +405,8 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
         if name not in dict((it[0], 1) for it in vec):
             raise ValueError(f"high names a field that is not a string / tokens field: {name!r}")
     lo = np.float32([t for _, _, _, t, _ in vec])
-    hi = np.float32([high.get(name, (1.0 + t) / 2) for name, _, _, t, _ in vec])
+    hi = np.float32([check_real(f"high[{name!r}]", high.get(name, (1.0 + t) / 2), low=-1.0, high=1.0, low_closed=True,
+                                high_closed=True) for name, _, _, t, _ in vec])
     if np.any(hi <= lo):
         raise ValueError(f"high must exceed thresholds for every string / tokens field; got {hi} vs {lo}")
     w_vec = np.float32([w for _, _, w, _, _ in vec])
@@ -348,7 +414,7 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
     w_num = np.asarray([w for _, _, w, _, _ in num], np.float32)
     s_num = np.asarray([sc for _, _, _, _, sc in num], np.float32)
     pack = packed_similarity(kinds, weights, thresholds=thresholds, scales=scales, bias=bias).pack
-    bias = float(bias)
+    bias = check_real("bias", bias)
 
     def factor(xi, xj):
         total = jnp.asarray(bias, jnp.float32)

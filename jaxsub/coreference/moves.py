@@ -38,7 +38,7 @@ def move(packed, i, a, b, s, n, chunk: int, do=True, carry=None):
 
     ``packed`` is the state as one ``[M, 8]`` array (:func:`~jaxsub.coreference.state.pack`), written in place. Two rules keep
     XLA from copying it (it did, at every update, O(M) per update: measured 18 / 65 / 420 µs per
-    exact update at M = 2,000 / 20,000 / 200,000, docs/coreference.md): one array instead of eight,
+    exact update at M = 2,000 / 20,000 / 200,000, docs/guides/coreference.md): one array instead of eight,
     and every read of the array feeds the next write (XLA orders an in-place write after other reads
     only through data dependences), so the values read before a loop travel in its carry. ``do``
     (traced bool): when false nothing is written (the sweep masks the move instead of a ``lax.cond``

@@ -38,22 +38,22 @@ __all__ = [
 #: Default ``min_arm_draws`` (λ): candidates expected to have fewer than λ members in the race's first
 #: batch, or fewer than m1 members, are summed exactly. With a few members among the padded zeros an
 #: arm's stage means are far from Normal and Racing-Normal's δ fails (measured on FEBRL 3, clusters of
-#: 1–6 in blocks of hundreds: decision error 0.129 at δ = 0.05 when every arm is raced; docs/coreference.md).
+#: 1–6 in blocks of hundreds: decision error 0.129 at δ = 0.05 when every arm is raced; docs/guides/coreference.md).
 DEFAULT_MIN_ARM_DRAWS = 1.0
 
 #: Default extra race width (``race_widths``): updates with at most 16 candidates race over 16 columns
 #: instead of ``max_candidates`` (engine cost per race measured on CPU: about 40, 56 and 170 µs at widths
-#: 8, 32 and 128, docs/coreference.md).
+#: 8, 32 and 128, docs/guides/coreference.md).
 DEFAULT_RACE_WIDTHS = (16,)
 
 #: Default ``batch_size``: 1, the sequential sweep. Batched rounds (``batch_size > 1``) give the same draws
-#: but measured no faster on author mentions (M = 20,000) and compile 2-3x longer (docs/coreference.md §5).
+#: but measured no faster on author mentions (M = 20,000) and compile 2-3x longer (docs/guides/coreference.md).
 DEFAULT_BATCH_SIZE = 1
 
 #: Default ``race_cost`` F (factor evaluations; see :func:`race_costs`), calibrated on CPU with
 #: :func:`~jaxsub.coreference.packed_similarity` on author mentions (the largest block of M = 20,000, 128
 #: updates: a race's CPU time beyond its own evaluations = 1,000-1,350 evaluations of 0.17 µs;
-#: docs/coreference.md §5; ``benchmarks.coreference.calibrate_race_cost``). A factor that costs more per
+#: docs/guides/coreference.md; ``benchmarks.coreference.calibrate_race_cost``). A factor that costs more per
 #: evaluation has a smaller F (the default then races less than it could).
 DEFAULT_RACE_COST = 1000.0
 
@@ -61,11 +61,11 @@ DEFAULT_RACE_COST = 1000.0
 SCHEDULES = ("padded", "ragged")
 
 #: The padded race's stage schedules (``race_schedule``): the engine's doubling schedule (Alg. 1,
-#: default) or its single-test ``"fixed"`` schedule (docs/coreference.md).
+#: default) or its single-test ``"fixed"`` schedule (docs/guides/coreference.md).
 RACE_SCHEDULES = ("doubling", "fixed")
 
 #: Engine cost per race vs width D, measured on CPU (one race over N = 1,024, 3 live arms, load ~10:
-#: 39 / 42 / 56 / 168 µs at D = 4 / 8 / 32 / 128, docs/coreference.md): about ``a + D`` µs with a ≈ 38.
+#: 39 / 42 / 56 / 168 µs at D = 4 / 8 / 32 / 128, docs/guides/coreference.md): about ``a + D`` µs with a ≈ 38.
 WIDTH_COST_OFFSET = 38.0
 
 #: Blocks with ``K = n_b - 1`` up to this share the smallest class of block sizes (one compiled update).
@@ -282,7 +282,7 @@ def race_costs(race_cost: float, widths) -> tuple:
     by the exact update's time per evaluation); wider races cost more in proportion to the engine's
     measured ``a + D``. Narrower races are *not* cheaper (the hybrid's width-2–4 races cost 630–660
     evaluations beyond their own at M = 20,000, the width-16 race 570–600; most of a race's fixed cost is
-    the update around the engine, docs/coreference.md).
+    the update around the engine, docs/guides/coreference.md).
 
     Parameters
     ----------

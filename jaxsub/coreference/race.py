@@ -24,6 +24,7 @@ from jaxsub.coreference.rewards import (
     RaceArms,
     control_variate_rewards,
     factors,
+    first_member_control_variate,
     member_at,
     padded_rewards,
     ragged_rewards,
@@ -55,7 +56,7 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
       drawn index whatever D (the other columns are zeros), so the engine's compaction levels would
       save no evaluation; without them the race compiles to half the code (1,104 -> 570 fusions in
       a 1,024-mention block's sweep, compile 18.7 -> 11.4 CPU-s) at the same decisions and run time
-      (docs/coreference.md §5).
+      (docs/guides/coreference.md).
     * ``schedule="ragged"``: :func:`jaxsub.discrete.racing_ragged`, one doubling schedule per arm
       over its own ``population_sizes[y]`` members (``log_factor_fn(indices [m, D]) -> [m, D]``),
       ``num_data`` = the static bound on every population.
@@ -101,8 +102,8 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
         log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None, schedule=race_schedule,
         # The padded population (a cluster's few rewards among zeros) is skewed by design, so the
         # engine's default skew guard stops no race early here (every race reads all N); the
-        # figures in docs/coreference.md were measured with the paper's rule (guard off), which
-        # is what this keeps. Its measured decision error is in docs/coreference.md.
+        # figures in docs/guides/coreference.md were measured with the paper's rule (guard off), which
+        # is what this keeps. Its measured decision error is in docs/guides/coreference.md.
         skew_guard=None,
     )
     return sample(rng_key, log_f0)
@@ -161,22 +162,6 @@ def candidates(cfg: ClassConfig, u: Update) -> Candidates:
     return Candidates(n_c, g_c, large, n_large, n_small, cum_large, cum_small, cum_large[-1], cum_small[-1])
 
 
-def _first_member_control_variate(cfg: ClassConfig, model: Model, u: Update, arms: RaceArms, large, n_c):
-    """``(h [R], h_mean [R], evaluations)``: ``h_y = β f(x_i, r_y)``, ``r_y`` the first member of ``C_y``
-    other than ``i`` (evaluated for the large columns only, compacted to the static bound on them)."""
-    width = arms.cum.shape[0]
-    ar = jnp.arange(width, dtype=jnp.int32)
-    nl = min(cfg.max_large, width)
-    has_rep = large & (ar < u.ncols)
-    lc = jnp.zeros((nl,), jnp.int32).at[jnp.where(has_rep, jnp.cumsum(has_rep) - 1, nl)].set(ar, mode="drop")
-    num_cv = jnp.sum(has_rep, dtype=jnp.int32)
-    reps = u.mem_w[jnp.clip(arms.seg[lc] + ((lc == u.col_a) & (u.skip == 0)).astype(jnp.int32), 0, cfg.width - 1)]
-    h_l = factors(model, u.xi, reps)
-    h_l = jnp.where((jnp.arange(nl) < num_cv) & jnp.isfinite(h_l), h_l, 0.0)
-    h = jnp.zeros((width,), jnp.float32).at[jnp.where(jnp.arange(nl) < num_cv, lc, width)].set(h_l, mode="drop")
-    return h, h * n_c.astype(jnp.float32) / cfg.n_cap, num_cv
-
-
 def _race_branch(cfg: ClassConfig, model: Model, u: Update, cand: Candidates, check, width: int, _=None):
     """The racing update at static race width ``width`` (columns ``>= width`` are empty: ``ncols <= width``)."""
     o = cfg.options
@@ -189,7 +174,8 @@ def _race_branch(cfg: ClassConfig, model: Model, u: Update, cand: Candidates, ch
     num_cv = jnp.zeros((), jnp.int32)
     cv = None
     if o.control_variate and padded:
-        h, h_mean, num_cv = _first_member_control_variate(cfg, model, u, arms, large, n_c)
+        h, num_cv = first_member_control_variate(model, arms, large, u.ncols, max_large=cfg.max_large)
+        h_mean = h * n_c.astype(jnp.float32) / cfg.n_cap
         arms = arms._replace(h=h, h_mean=h_mean)
         cv = (partial(control_variate_rewards, arms=arms, num_data=cfg.n_cap), h_mean)
     noise = jax.random.gumbel(u.k_noise, (width,))
@@ -199,7 +185,7 @@ def _race_branch(cfg: ClassConfig, model: Model, u: Update, cand: Candidates, ch
         small_sums, bad_small = chunk_sums(partial(factors, model, u.xi), cand.k_small, partial(member_at, small),
                                            width, cfg.small_chunk)
     log_f0 = jnp.where(ar < u.ncols, small_sums, -jnp.inf) + noise
-    common = dict(num_states=width, num_data=cfg.n_cap, delta=o.delta, first_batch_size=o.first_batch_size)
+    common = {"num_states": width, "num_data": cfg.n_cap, "delta": o.delta, "first_batch_size": o.first_batch_size}
     if padded:
         x, rinfo = race_conditional(u.k_race, log_f0, partial(padded_rewards, arms=arms, model=model,
                                                               num_data=cfg.n_cap),

@@ -9,13 +9,16 @@ describes them (per update, or per lane with a leading axis for
   ``n ∈ [0, N)`` maps to the ``(n mod K_L)``-th member of the raced columns (``K_L`` members in all)
   with reward ``β f(x_i, x_j) / c_k``, ``c_k = #{n < N : n mod K_L = k}``, in its own column and 0 in
   the others, so every per-arm sum over the population is exact;
-* its control variate (:func:`control_variate_rewards`): ``h_y / c_k`` in the same column;
+* its control variate (:func:`control_variate_rewards`): ``h_y / c_k`` in the same column, with ``h_y``
+  from :func:`first_member_control_variate` (sequential and batched races) or the hybrid's mean over a
+  few members;
 * ragged populations (:func:`ragged_rewards`): index ``n`` of column ``c`` is the ``n``-th member of
   that column's cluster.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +29,7 @@ __all__ = [
     "control_variate_mean",
     "control_variate_rewards",
     "factors",
+    "first_member_control_variate",
     "member_at",
     "padded_rewards",
     "population_member",
@@ -146,3 +150,22 @@ def ragged_rewards(idx, arms: RaceArms, *, model: Model):
     off = off + ((arms.col[None, :] == arms.col_a) & (off >= arms.skip)).astype(jnp.int32)
     js = arms.mem_w[jnp.clip(arms.seg[None, :] + off, 0, arms.mem_w.shape[-1] - 1)]
     return factors(model, arms.xi, js.reshape(-1)).reshape(js.shape)
+
+
+def first_member_control_variate(model: Model, arms: RaceArms, large, ncols, *, max_large: int):
+    """``(h [R], evaluations)``: ``h_y = β f(x_i, r_y)``, ``r_y`` the first member of ``C_y`` other than ``i``.
+
+    Evaluated for the ``large`` columns below ``ncols`` only, compacted to the static bound ``max_large`` on
+    them (one factor evaluation each, counted); 0 elsewhere and where the factor is not finite.
+    """
+    width = arms.cum.shape[-1]
+    ar = jnp.arange(width, dtype=jnp.int32)
+    nl = min(max_large, width)
+    has_rep = large & (ar < ncols)
+    lc = jnp.zeros((nl,), jnp.int32).at[jnp.where(has_rep, jnp.cumsum(has_rep) - 1, nl)].set(ar, mode="drop")
+    num_cv = jnp.sum(has_rep, dtype=jnp.int32)
+    first = arms.seg[lc] + ((lc == arms.col_a) & (arms.skip == 0)).astype(jnp.int32)
+    h_l = factors(model, arms.xi, arms.mem_w[jnp.clip(first, 0, arms.mem_w.shape[-1] - 1)])
+    h_l = jnp.where((jnp.arange(nl) < num_cv) & jnp.isfinite(h_l), h_l, 0.0)
+    h = jnp.zeros((width,), jnp.float32).at[jnp.where(jnp.arange(nl) < num_cv, lc, width)].set(h_l, mode="drop")
+    return h, num_cv

@@ -22,12 +22,14 @@ from jaxsub.coreference.rewards import (
     RaceArms,
     control_variate_mean,
     control_variate_rewards,
+    first_member_control_variate,
     member_at,
     padded_rewards,
     row,
 )
 from jaxsub.coreference.state import SweepInfo, view
 from jaxsub.discrete import racing_batch
+from jaxsub.validation import check_int
 
 __all__ = ["Lanes", "batched_round", "class_lanes", "round_lanes"]
 
@@ -39,7 +41,27 @@ def class_lanes(blocks: Blocks, positions, batch_size: int) -> np.ndarray:
     increasing order; blocks are dealt to ``B = min(batch_size, number of blocks)`` lanes largest
     first, each to the currently shortest lane (so ``R`` ≈ class size / B). A round therefore never
     holds two mentions of one block, and within a block the visiting order is the sequential sweep's.
+
+    Parameters
+    ----------
+    blocks
+        :class:`~jaxsub.coreference.Blocks`.
+    positions
+        Sorted positions of one class (:func:`~jaxsub.coreference.mention_classes`).
+    batch_size
+        B >= 1, the most lanes.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[R, B]`` int32.
+
+    Raises
+    ------
+    ValueError
+        ``batch_size < 1``.
     """
+    batch_size = check_int("batch_size", batch_size, low=1)
     positions = np.asarray(positions)
     if positions.size == 0:
         return np.zeros((0, 1), np.int32)
@@ -207,31 +229,6 @@ def _lane_arms(model: Model, lanes: Lanes, ra: RoundArms, cum, count, h, h_mean)
                     jnp.maximum(ra.k_large, 1), h, h_mean)
 
 
-def _scatter_row(values, cols, ok, width: int):
-    return jnp.zeros((width,), jnp.float32).at[jnp.where(ok, cols, width)].set(values, mode="drop")
-
-
-def _compact_row(has_rep, ar_d, nl: int):
-    return jnp.zeros((nl,), jnp.int32).at[jnp.where(has_rep, jnp.cumsum(has_rep) - 1, nl)].set(ar_d, mode="drop")
-
-
-def _round_control_variate(cfg: ClassConfig, model: Model, lanes: Lanes, ra: RoundArms):
-    """``(h [B, D], evaluations [B])``: each raced lane's first-member control variate."""
-    D, nl, B = cfg.d_cap, cfg.max_large, lanes.i.shape[0]
-    ar_d = jnp.arange(D, dtype=jnp.int32)
-    has_rep = ra.large & (ar_d[None, :] < lanes.ncols[:, None]) & ra.use_race[:, None]
-    lc = jax.vmap(partial(_compact_row, ar_d=ar_d, nl=nl))(has_rep)
-    num_cv = jnp.sum(has_rep, axis=1, dtype=jnp.int32)
-    rep_slot = (jnp.take_along_axis(ra.g_c, lc, axis=1)
-                + ((lc == lanes.col_a[:, None]) & (lanes.skip[:, None] == 0)).astype(jnp.int32))
-    reps = jnp.take_along_axis(lanes.mem_w, jnp.clip(rep_slot, 0, cfg.width - 1), axis=1)  # [B, nl]
-    lane_l = jnp.broadcast_to(jnp.arange(B, dtype=jnp.int32)[:, None], (B, nl))
-    h_l = _pair_factors(model, lanes, lane_l.reshape(-1), reps.reshape(-1)).reshape(B, nl)
-    ok_l = jnp.arange(nl)[None, :] < num_cv[:, None]
-    h_l = jnp.where(ok_l & jnp.isfinite(h_l), h_l, 0.0)
-    return jax.vmap(partial(_scatter_row, width=D))(h_l, lc, ok_l), num_cv
-
-
 def _gumbels(k_noise, width: int):
     return jax.vmap(partial(jax.random.gumbel, shape=(width,)))(k_noise)
 
@@ -318,9 +315,11 @@ def batched_round(cfg: ClassConfig, blocks_dev, model: Model, exact, check, carr
     if racing:
         num_cv = jnp.zeros((B,), jnp.int32)
         h = jnp.zeros((B, cfg.d_cap), jnp.float32)
-        if cfg.options.control_variate:
-            h, num_cv = _round_control_variate(cfg, model, lanes, ra)
-        arms = _lane_arms(model, lanes, ra, ra.cum_large, ra.n_large, h, h * ra.n_c.astype(jnp.float32) / cfg.n_cap)
+        arms = _lane_arms(model, lanes, ra, ra.cum_large, ra.n_large, h, h)
+        if cfg.options.control_variate:  # the raced lanes' first-member control variates
+            h, num_cv = jax.vmap(partial(first_member_control_variate, model, max_large=cfg.max_large))(
+                arms, ra.large & ra.use_race[:, None], lanes.ncols)
+        arms = arms._replace(h=h, h_mean=h * ra.n_c.astype(jnp.float32) / cfg.n_cap)
         x_race, used, bad_race = _round_races(cfg, model, lanes, ra, arms, sums)
         if check is not False:
             errors, checked = _round_check(cfg, model, lanes, ra, check, x_race, bad_race | bad_sum)

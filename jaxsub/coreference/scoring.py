@@ -23,6 +23,8 @@ __all__ = ["Scores", "b_cubed", "pairwise_f1"]
 
 
 class Scores(NamedTuple):
+    """Precision, recall and their harmonic mean F1 (Python floats in [0, 1])."""
+
     precision: float
     recall: float
     f1: float
@@ -48,7 +50,24 @@ def _f1(precision, recall):
 
 
 def b_cubed(predicted, truth) -> Scores:
-    """B³ precision, recall and F1 of a clustering ``predicted`` (any labels) against ``truth``."""
+    """B³ precision, recall and F1 of a clustering ``predicted`` (any labels) against ``truth``.
+
+    Parameters
+    ----------
+    predicted, truth
+        ``[M]`` labels of the same mentions (any hashable values).
+
+    Returns
+    -------
+    Scores
+        ``(precision, recall, f1)``: per mention, the share of its predicted cluster in its true one
+        (precision) and of its true cluster in its predicted one (recall), averaged over mentions.
+
+    Raises
+    ------
+    ValueError
+        Empty inputs or inputs of different lengths.
+    """
     n_ct, c, t, n_c, n_t = _contingency(predicted, truth)
     m = n_c.sum()
     precision = float(np.sum(n_ct ** 2 / n_c[c]) / m)
@@ -57,7 +76,24 @@ def b_cubed(predicted, truth) -> Scores:
 
 
 def pairwise_f1(predicted, truth) -> Scores:
-    """Pairwise precision, recall and F1 (1.0 by convention when there are no pairs to find/predict)."""
+    """Pairwise precision, recall and F1 of a clustering ``predicted`` against ``truth``.
+
+    Parameters
+    ----------
+    predicted, truth
+        ``[M]`` labels of the same mentions (any hashable values).
+
+    Returns
+    -------
+    Scores
+        ``(precision, recall, f1)`` over pairs of mentions put together (1.0 by convention when there are
+        no pairs to find / predict).
+
+    Raises
+    ------
+    ValueError
+        Empty inputs or inputs of different lengths.
+    """
     n_ct, _, _, n_c, n_t = _contingency(predicted, truth)
     both = np.sum(n_ct * (n_ct - 1) / 2)
     pred_pairs = np.sum(n_c * (n_c - 1) / 2)

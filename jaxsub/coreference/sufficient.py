@@ -12,7 +12,7 @@ part ``g`` (a few numbers per mention; ``2 exp(-|a-b|/s) - 1`` has no finite-ran
 continuous values) is computed per member of the block: ``n_b - 1`` scalar terms, one fused
 elementwise pass, summed into the clusters by one scatter-add. This is the honest exact baseline for
 this factor: racing (which estimates the same sums from subsamples of ``|C|`` full evaluations) cannot
-beat it, so it is the recommended sampler whenever the factor decomposes (docs/coreference.md §7).
+beat it, so it is the recommended sampler whenever the factor decomposes (docs/guides/coreference.md).
 
 The sweep visits every mention in sorted-position order (systematic scan, the same order as
 :func:`~jaxsub.coreference.build_kernel`), draws ``y_i`` from the exact conditional
@@ -28,6 +28,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -35,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsub.coreference.model import Blocks, _similarity_items
-from jaxsub.validation import check_hyperparameter, check_int
+from jaxsub.coreference.state import init as _coref_init
+from jaxsub.validation import check_hyperparameter, check_int, check_real
 
-__all__ = ["SufficientInfo", "SufficientKernel", "SufficientState", "build_kernel", "init"]
+__all__ = ["SufficientConfig", "SufficientInfo", "SufficientKernel", "SufficientState", "build_kernel", "init",
+           "log_conditional", "sweep"]
 
 
 class SufficientState(NamedTuple):
@@ -71,14 +74,257 @@ class SufficientInfo(NamedTuple):
 
 
 def init(position, blocks: Blocks) -> SufficientState:
-    """State from cluster labels (``None``: every mention alone), as :func:`jaxsub.coreference.init`."""
+    """State from cluster labels (``None``: every mention alone), as :func:`jaxsub.coreference.init`.
+
+    Parameters
+    ----------
+    position
+        ``None`` or ``[M]`` integer cluster ids, each inside its mention's block range.
+    blocks
+        :class:`~jaxsub.coreference.Blocks`.
+
+    Returns
+    -------
+    SufficientState
+
+    Raises
+    ------
+    ValueError
+        As :func:`jaxsub.coreference.init` (the labels are checked against the blocks).
+    """
     if position is None:
         return SufficientState(jnp.asarray(blocks.position, jnp.int32))
-    from jaxsub.coreference.state import (
-        init as _coref_init,  # validates the labels against the blocks
-    )
-
     return SufficientState(_coref_init(position, blocks).labels)
+
+
+class SufficientConfig(NamedTuple):
+    """The static configuration of the sweep (:func:`build_kernel`): the blocks and the factor's settings.
+
+    Attributes
+    ----------
+    blocks
+        :class:`~jaxsub.coreference.Blocks` (host arrays).
+    order, start, size
+        The blocks' arrays on the device (int32).
+    vec_weights, vec_thresholds
+        ``w_k`` and ``t_k`` of the string / tokens fields (the bilinear part).
+    w_cat, w_num, s_num
+        Weights of the categorical fields, weights and scales of the numeric ones.
+    bias
+        The factor's constant.
+    candidate_chunk, member_chunk
+        Candidates scored per step of the streamed Gumbel-max, block members per step of the
+        categorical / numeric pass.
+    """
+
+    blocks: Blocks
+    order: jax.Array
+    start: jax.Array
+    size: jax.Array
+    vec_weights: tuple
+    vec_thresholds: tuple
+    w_cat: np.ndarray
+    w_num: np.ndarray
+    s_num: np.ndarray
+    bias: float
+    candidate_chunk: int
+    member_chunk: int
+
+    @property
+    def has_member_terms(self) -> bool:
+        """Whether the factor has categorical / numeric terms (computed per block member)."""
+        return bool(self.w_cat.size or self.w_num.size)
+
+
+def _omega(cfg: SufficientConfig, dim: int):
+    """ω for bags of ``dim`` columns: ``[w_1 1, ..., w_S 1, -w_1 t_1, ..., -w_S t_S]``."""
+    return np.concatenate([np.repeat(np.float32(cfg.vec_weights), dim),
+                           np.float32([-w * t for w, t in zip(cfg.vec_weights, cfg.vec_thresholds)])])
+
+
+def _left(cfg: SufficientConfig, dense):
+    """``ω ∘ d`` (rows of ``dense``)."""
+    nv = len(cfg.vec_weights)
+    return dense * _omega(cfg, (dense.shape[-1] - nv) // nv) if nv else dense
+
+
+def _member_terms(cfg: SufficientConfig, ci, ni, cj, nj):
+    """``g(x_i, x_j)`` for one i against a chunk of j (rows ``cj [B, C]``, ``nj [B, Q]``)."""
+    total = 0.0
+    if cfg.w_cat.size:
+        s = jnp.where(ci == cj, cfg.w_cat, -cfg.w_cat)
+        total = total + jnp.sum(jnp.where((ci >= 0) & (cj >= 0), s, 0.0), axis=-1)
+    if cfg.w_num.size:
+        s = cfg.w_num * (2.0 * jnp.exp(-jnp.abs(ni - nj) / cfg.s_num) - 1.0)
+        total = total + jnp.sum(jnp.where(jnp.isnan(ni) | jnp.isnan(nj), 0.0, s), axis=-1)
+    return total
+
+
+def log_conditional(cfg: SufficientConfig, state: SufficientState, packed, mention: int, temperature=1.0):
+    """Unnormalised log conditional of ``y_mention`` over cluster ids from the sufficient statistics.
+
+    ``-inf`` outside the candidates (the block's non-empty clusters and its first empty id); ``mention`` a
+    Python int. A reference for tests (O(M P)).
+    """
+    m = cfg.blocks.num_mentions
+    dense = jnp.asarray(packed["dense"], jnp.float32)
+    lab = jnp.asarray(state.labels, jnp.int32)
+    others = jnp.arange(m) != mention
+    sums = jnp.zeros((m, dense.shape[1]), jnp.float32).at[lab].add(jnp.where(others[:, None], dense, 0.0))
+    sizes = jnp.zeros((m,), jnp.int32).at[lab].add(others.astype(jnp.int32))
+    total = cfg.bias * sizes.astype(jnp.float32) + sums @ _left(cfg, dense[mention])
+    if cfg.has_member_terms:
+        g = _member_terms(cfg, jnp.asarray(packed["codes"])[mention], jnp.asarray(packed["numbers"])[mention],
+                          jnp.asarray(packed["codes"]), jnp.asarray(packed["numbers"]))
+        total = total + jnp.zeros((m,), jnp.float32).at[lab].add(jnp.where(others, g, 0.0))
+    p = int(cfg.blocks.position[mention])
+    s_b, n_b = int(cfg.blocks.start[p]), int(cfg.blocks.size[p])
+    in_block = (jnp.arange(m) >= s_b) & (jnp.arange(m) < s_b + n_b)
+    first_empty = jnp.argmax(in_block & (sizes == 0))
+    keep = in_block & ((sizes > 0) | (jnp.arange(m) == first_empty))
+    return jnp.where(keep, temperature * jnp.where(sizes > 0, total, 0.0), -jnp.inf)
+
+
+class _Rows(NamedTuple):
+    """One sweep's constants, in sorted-position space (padded by ``pad`` rows for the chunked reads)."""
+
+    right: jax.Array  # [M, P] packed dense rows d_j
+    left: jax.Array  # [M, P] ω ∘ d_i
+    codes: jax.Array
+    numbers: jax.Array
+    codes_p: jax.Array
+    numbers_p: jax.Array
+    beta: jax.Array
+    rng_key: jax.Array
+
+
+class _Carry(NamedTuple):
+    """The sweep's loop state: labels by sorted position (padded), per-cluster sums and sizes, the blocks'
+    non-empty clusters (``active``, its inverse, their number), the categorical / numeric accumulator and
+    the counts."""
+
+    lab_p: jax.Array
+    sums: jax.Array
+    sizes: jax.Array
+    active_p: jax.Array
+    active_pos: jax.Array
+    nact: jax.Array
+    acc: jax.Array
+    n_cand: jax.Array
+    n_terms: jax.Array
+    n_nan: jax.Array
+
+
+def _remove(c: _Carry, p, s_b, v):
+    """Take position ``p`` (row ``v``) out of its cluster; an emptied cluster leaves the active prefix."""
+    c_old = c.lab_p[p]
+    new_size = c.sizes[c_old] - 1
+    sums = c.sums.at[c_old].set(jnp.where(new_size == 0, 0.0, c.sums[c_old] - v))
+    sizes = c.sizes.at[c_old].set(new_size)
+    na = c.nact[s_b]
+    slot, last = c.active_pos[c_old], s_b + na - 1
+    other = c.active_p[last]
+    emptied = new_size == 0
+    active_p = c.active_p.at[slot].set(jnp.where(emptied, other, c.active_p[slot]))
+    active_p = active_p.at[last].set(jnp.where(emptied, c_old, active_p[last]))
+    active_pos = c.active_pos.at[other].set(jnp.where(emptied, slot, c.active_pos[other]))
+    active_pos = active_pos.at[c_old].set(jnp.where(emptied, last, active_pos[c_old]))
+    return c._replace(sums=sums, sizes=sizes, active_p=active_p, active_pos=active_pos), na - emptied.astype(jnp.int32)
+
+
+def _member_step(cfg: SufficientConfig, rows: _Rows, lab_p, p, s_b, n_b, k, acc):
+    """Chunk ``k`` of the block's members: ``g(x_p, x_q)`` summed into each member's cluster."""
+    mc = cfg.member_chunk
+    q0 = s_b + k * mc
+    q = q0 + jnp.arange(mc, dtype=jnp.int32)
+    g = _member_terms(cfg, rows.codes[p], rows.numbers[p], jax.lax.dynamic_slice_in_dim(rows.codes_p, q0, mc),
+                      jax.lax.dynamic_slice_in_dim(rows.numbers_p, q0, mc))
+    ok = (q < s_b + n_b) & (q != p)
+    return acc.at[jnp.where(ok, jax.lax.dynamic_slice_in_dim(lab_p, q0, mc), cfg.blocks.num_mentions)].add(
+        jnp.where(ok, g, 0.0), mode="drop")
+
+
+def _candidate_step(cfg: SufficientConfig, rows: _Rows, c: _Carry, key, p, s_b, na, k, loop):
+    """Chunk ``k`` of the candidates (slots ``s_b .. s_b + na``): scores, Gumbel-max so far, ``acc`` reset."""
+    acc, best, best_c = loop
+    cb, has_g = cfg.candidate_chunk, cfg.has_member_terms
+    s0 = s_b + k * cb
+    slots = s0 + jnp.arange(cb, dtype=jnp.int32)
+    cl = jax.lax.dynamic_slice_in_dim(c.active_p, s0, cb)
+    ok = slots <= s_b + na
+    clc = jnp.where(ok, cl, 0)
+    score = rows.beta * (cfg.bias * c.sizes[clc].astype(jnp.float32) + c.sums[clc] @ rows.left[p]
+                         + (acc[clc] if has_g else 0.0))
+    score = jnp.where(c.sizes[clc] > 0, score, 0.0)
+    z = jnp.where(ok, score + jax.random.gumbel(jax.random.fold_in(key, k), (cb,)), -jnp.inf)
+    j = jnp.argmax(z)
+    better = z[j] > best
+    if has_g:
+        acc = acc.at[jnp.where(ok, cl, cfg.blocks.num_mentions)].set(0.0, mode="drop")
+    bad = jnp.any(ok & ~(score < jnp.inf))
+    return acc, jnp.where(better, z[j], best), jnp.where(bad, -1, jnp.where(better, cl[j], best_c))
+
+
+def _update(cfg: SufficientConfig, rows: _Rows, p, c: _Carry) -> _Carry:
+    """The exact Gibbs update of sorted position ``p``: remove, score the candidates, add to the drawn one."""
+    key = jax.random.fold_in(rows.rng_key, p)
+    s_b, n_b = cfg.start[p], cfg.size[p]
+    c_old = c.lab_p[p]
+    v = rows.right[p]
+    c, na = _remove(c, p, s_b, v)
+    acc = c.acc
+    if cfg.has_member_terms:  # categorical / numeric part: per block member, summed into its cluster
+        acc = jax.lax.fori_loop(0, (n_b + cfg.member_chunk - 1) // cfg.member_chunk,
+                                partial(_member_step, cfg, rows, c.lab_p, p, s_b, n_b), acc)
+    # candidates: the na non-empty clusters of the block + one empty (slot s_b + na)
+    n_chunks = (na + 1 + cfg.candidate_chunk - 1) // cfg.candidate_chunk
+    acc, _, c_new = jax.lax.fori_loop(0, n_chunks, partial(_candidate_step, cfg, rows, c, key, p, s_b, na),
+                                      (acc, jnp.float32(-jnp.inf), c_old))
+    nan = c_new < 0
+    c_new = jnp.where(nan, c_old, c_new)
+    # add p to its new cluster (an empty one becomes the block's last active cluster)
+    was_empty = c.sizes[c_new] == 0
+    return _Carry(c.lab_p.at[p].set(c_new), c.sums.at[c_new].add(v), c.sizes.at[c_new].add(1), c.active_p,
+                  c.active_pos, c.nact.at[s_b].set(na + was_empty.astype(jnp.int32)), acc, c.n_cand + na + 1,
+                  c.n_terms + (n_b - 1 if cfg.has_member_terms else 0), c.n_nan + nan.astype(jnp.int32))
+
+
+def _initial_carry(cfg: SufficientConfig, labels, right, pad: int) -> _Carry:
+    m = cfg.blocks.num_mentions
+    ids = jnp.arange(m, dtype=jnp.int32)
+    lab = labels[cfg.order]
+    sizes = jnp.zeros((m,), jnp.int32).at[lab].add(1)
+    empty = (sizes == 0).astype(jnp.int32)
+    active = jnp.lexsort((ids, empty, cfg.start)).astype(jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    return _Carry(jnp.concatenate([lab, jnp.zeros((pad,), jnp.int32)]),
+                  jnp.zeros((m, right.shape[1]), jnp.float32).at[lab].add(right), sizes,
+                  jnp.concatenate([active, jnp.zeros((pad,), jnp.int32)]),
+                  jnp.zeros((m,), jnp.int32).at[active].set(ids), jnp.zeros((m,), jnp.int32).at[cfg.start].add(1 - empty),
+                  jnp.zeros((m,), jnp.float32), zero, zero, zero)
+
+
+def sweep(cfg: SufficientConfig, rng_key, state: SufficientState, packed, temperature=1.0):
+    """One exact Gibbs sweep in sorted-position order (a block is a contiguous range, cluster ids are positions).
+
+    Returns ``(SufficientState, SufficientInfo)``; ``ValueError`` when ``packed["dense"]`` is not ``[M, P]``
+    or ``temperature <= 0``.
+    """
+    m = cfg.blocks.num_mentions
+    beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
+    dense = jnp.asarray(packed["dense"], jnp.float32)
+    if dense.ndim != 2 or dense.shape[0] != m:
+        raise ValueError(f"packed['dense'] must have shape ({m}, P); got {dense.shape}")
+    pad = max(cfg.candidate_chunk, cfg.member_chunk)
+    right = dense[cfg.order]
+    codes = jnp.asarray(packed["codes"], jnp.int32)[cfg.order]
+    numbers = jnp.asarray(packed["numbers"], jnp.float32)[cfg.order]
+    rows = _Rows(right, _left(cfg, right), codes, numbers,
+                 jnp.concatenate([codes, jnp.full((pad, codes.shape[1]), -1, jnp.int32)]),
+                 jnp.concatenate([numbers, jnp.full((pad, numbers.shape[1]), jnp.nan, jnp.float32)]), beta, rng_key)
+    out = jax.lax.fori_loop(0, m, partial(_update, cfg, rows), _initial_carry(cfg, state.labels, right, pad))
+    labels = jnp.zeros((m,), jnp.int32).at[cfg.order].set(out.lab_p[:m])
+    return SufficientState(labels), SufficientInfo(out.n_cand, out.n_terms, out.n_nan)
 
 
 def build_kernel(blocks: Blocks, kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
@@ -86,173 +332,46 @@ def build_kernel(blocks: Blocks, kinds: Mapping[str, str], weights: Mapping[str,
                  bias: float = 0.0, candidate_chunk: int = 32, member_chunk: int = 256):
     """Exact Gibbs sweep with per-cluster sums for the factor of ``packed_similarity(kinds, weights, ...)``.
 
-    Args:
-        blocks: :class:`~jaxsub.coreference.Blocks`.
-        kinds, weights, thresholds, scales, bias: the settings of
-            :func:`~jaxsub.coreference.packed_similarity` (the factor this sweep is exact for).
-        candidate_chunk: candidates scored per step of the streamed Gumbel-max (static).
-        member_chunk: block members per step of the categorical / numeric pass (static).
+    Parameters
+    ----------
+    blocks
+        :class:`~jaxsub.coreference.Blocks`.
+    kinds, weights, thresholds, scales, bias
+        The settings of :func:`~jaxsub.coreference.packed_similarity` (the factor this sweep is exact for).
+    candidate_chunk
+        Candidates scored per step of the streamed Gumbel-max (static, >= 1).
+    member_chunk
+        Block members per step of the categorical / numeric pass (static, >= 1).
 
-    Returns:
-        :class:`SufficientKernel` ``(step, log_conditional)``: ``step(rng_key, state, packed, temperature=1.0)
-        -> (state, SufficientInfo)`` with ``packed`` the output of ``packed_similarity(...).pack(mentions)``
-        and ``temperature`` the inverse temperature β.
+    Returns
+    -------
+    SufficientKernel
+        ``(step, log_conditional)``: ``step(rng_key, state, packed, temperature=1.0) -> (state,
+        SufficientInfo)`` with ``packed`` the output of ``packed_similarity(...).pack(mentions)`` and
+        ``temperature`` the inverse temperature β.
+
+    Raises
+    ------
+    ValueError
+        ``blocks`` not a :class:`~jaxsub.coreference.Blocks`, a chunk < 1, or a factor setting out of its
+        range (as :func:`~jaxsub.coreference.similarity_factor`).
     """
+    if not isinstance(blocks, Blocks):
+        raise ValueError(f"blocks must be a Blocks (from make_blocks); got {type(blocks).__name__}")
     candidate_chunk = check_int("candidate_chunk", candidate_chunk, low=1)
     member_chunk = check_int("member_chunk", member_chunk, low=1)
     items = _similarity_items(kinds, weights, thresholds, scales)
     vec = [it for it in items if it[1] in ("string", "tokens")]
     cat = [it for it in items if it[1] == "categorical"]
     num = [it for it in items if it[1] == "numeric"]
-    bias = float(bias)
-    w_cat = np.asarray([w for _, _, w, _, _ in cat], np.float32)
-    w_num = np.asarray([w for _, _, w, _, _ in num], np.float32)
-    s_num = np.asarray([sc for _, _, _, _, sc in num], np.float32)
-    m = blocks.num_mentions
-    order = jnp.asarray(blocks.order, jnp.int32)
-    start = jnp.asarray(blocks.start, jnp.int32)
-    bsize = jnp.asarray(blocks.size, jnp.int32)
-    ids = jnp.arange(m, dtype=jnp.int32)
-    cb, mc = candidate_chunk, member_chunk
-    pad = max(cb, mc)
-
-    def omega(dim):
-        return np.concatenate([np.repeat(np.float32([w for _, _, w, _, _ in vec]), dim),
-                               np.float32([-w * t for _, _, w, t, _ in vec])])
-
-    def member_terms(ci, ni, cj, nj):
-        """``g(x_i, x_j)`` for one i against a chunk of j (rows ``cj [B, C]``, ``nj [B, Q]``)."""
-        total = 0.0
-        if cat:
-            s = jnp.where(ci == cj, w_cat, -w_cat)
-            total = total + jnp.sum(jnp.where((ci >= 0) & (cj >= 0), s, 0.0), axis=-1)
-        if num:
-            s = w_num * (2.0 * jnp.exp(-jnp.abs(ni - nj) / s_num) - 1.0)
-            total = total + jnp.sum(jnp.where(jnp.isnan(ni) | jnp.isnan(nj), 0.0, s), axis=-1)
-        return total
-
-    def scores(state, packed, mention, temperature=1.0):
-        """Unnormalised log conditional of ``y_mention`` over cluster ids from the sufficient statistics."""
-        dense = jnp.asarray(packed["dense"], jnp.float32)
-        lab = jnp.asarray(state.labels, jnp.int32)
-        others = jnp.arange(m) != mention
-        sums = jnp.zeros((m, dense.shape[1]), jnp.float32).at[lab].add(jnp.where(others[:, None], dense, 0.0))
-        sizes = jnp.zeros((m,), jnp.int32).at[lab].add(others.astype(jnp.int32))
-        u = dense[mention] * omega((dense.shape[1] - len(vec)) // len(vec)) if vec else dense[mention]
-        total = bias * sizes.astype(jnp.float32) + sums @ u
-        if cat or num:
-            g = member_terms(jnp.asarray(packed["codes"])[mention], jnp.asarray(packed["numbers"])[mention],
-                             jnp.asarray(packed["codes"]), jnp.asarray(packed["numbers"]))
-            total = total + jnp.zeros((m,), jnp.float32).at[lab].add(jnp.where(others, g, 0.0))
-        p = int(blocks.position[mention])
-        s_b, n_b = int(blocks.start[p]), int(blocks.size[p])
-        in_block = (jnp.arange(m) >= s_b) & (jnp.arange(m) < s_b + n_b)
-        first_empty = jnp.argmax(in_block & (sizes == 0))
-        keep = in_block & ((sizes > 0) | (jnp.arange(m) == first_empty))
-        return jnp.where(keep, temperature * jnp.where(sizes > 0, total, 0.0), -jnp.inf)
-
-    def kernel(rng_key, state: SufficientState, packed, temperature=1.0):
-        beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)
-        dense = jnp.asarray(packed["dense"], jnp.float32)
-        if dense.ndim != 2 or dense.shape[0] != m:
-            raise ValueError(f"packed['dense'] must have shape ({m}, P); got {dense.shape}")
-        p_dim = dense.shape[1]
-        # everything in sorted-position space: a block is a contiguous range, cluster ids are positions
-        right = dense[order]
-        left = right * omega((p_dim - len(vec)) // len(vec)) if vec else right
-        codes = jnp.asarray(packed["codes"], jnp.int32)[order]
-        numbers = jnp.asarray(packed["numbers"], jnp.float32)[order]
-        codes_p = jnp.concatenate([codes, jnp.full((pad, codes.shape[1]), -1, jnp.int32)])
-        numbers_p = jnp.concatenate([numbers, jnp.full((pad, numbers.shape[1]), jnp.nan, jnp.float32)])
-        lab = state.labels[order]
-        sums = jnp.zeros((m, p_dim), jnp.float32).at[lab].add(right)
-        sizes = jnp.zeros((m,), jnp.int32).at[lab].add(1)
-        empty = (sizes == 0).astype(jnp.int32)
-        active = jnp.lexsort((ids, empty, start)).astype(jnp.int32)
-        active_p = jnp.concatenate([active, jnp.zeros((pad,), jnp.int32)])
-        active_pos = jnp.zeros((m,), jnp.int32).at[active].set(ids)
-        nact = jnp.zeros((m,), jnp.int32).at[start].add(1 - empty)
-        lab_p = jnp.concatenate([lab, jnp.zeros((pad,), jnp.int32)])
-        acc = jnp.zeros((m,), jnp.float32)
-        zero = jnp.zeros((), jnp.int32)
-        carry0 = (lab_p, sums, sizes, active_p, active_pos, nact, acc, zero, zero, zero)
-        has_g = bool(cat or num)
-
-        def update(p, carry):
-            lab_p, sums, sizes, active_p, active_pos, nact, acc, n_cand, n_terms, n_nan = carry
-            key = jax.random.fold_in(rng_key, p)
-            s_b, n_b = start[p], bsize[p]
-            c_old = lab_p[p]
-            # remove p from its cluster
-            v = right[p]
-            new_size = sizes[c_old] - 1
-            sums = sums.at[c_old].set(jnp.where(new_size == 0, 0.0, sums[c_old] - v))
-            sizes = sizes.at[c_old].set(new_size)
-            na = nact[s_b]
-            slot, last = active_pos[c_old], s_b + na - 1
-            other = active_p[last]
-            emptied = new_size == 0
-            active_p = active_p.at[slot].set(jnp.where(emptied, other, active_p[slot]))
-            active_p = active_p.at[last].set(jnp.where(emptied, c_old, active_p[last]))
-            active_pos = active_pos.at[other].set(jnp.where(emptied, slot, active_pos[other]))
-            active_pos = active_pos.at[c_old].set(jnp.where(emptied, last, active_pos[c_old]))
-            na = na - emptied.astype(jnp.int32)
-            # categorical / numeric part: per block member, summed into its cluster
-            if has_g:
-                ci, ni = codes[p], numbers[p]
-
-                def member_step(k, acc):
-                    q0 = s_b + k * mc
-                    q = q0 + jnp.arange(mc, dtype=jnp.int32)
-                    g = member_terms(ci, ni, jax.lax.dynamic_slice_in_dim(codes_p, q0, mc),
-                                     jax.lax.dynamic_slice_in_dim(numbers_p, q0, mc))
-                    ok = (q < s_b + n_b) & (q != p)
-                    return acc.at[jnp.where(ok, jax.lax.dynamic_slice_in_dim(lab_p, q0, mc), m)].add(
-                        jnp.where(ok, g, 0.0), mode="drop")
-
-                acc = jax.lax.fori_loop(0, (n_b + mc - 1) // mc, member_step, acc)
-            # candidates: the na non-empty clusters of the block + one empty (slot s_b + na)
-            u = left[p]
-
-            def cand_step(k, c):
-                acc, best, best_c = c
-                s0 = s_b + k * cb
-                slots = s0 + jnp.arange(cb, dtype=jnp.int32)
-                cl = jax.lax.dynamic_slice_in_dim(active_p, s0, cb)
-                ok = slots <= s_b + na
-                clc = jnp.where(ok, cl, 0)
-                score = beta * (bias * sizes[clc].astype(jnp.float32) + sums[clc] @ u + (acc[clc] if has_g else 0.0))
-                score = jnp.where(sizes[clc] > 0, score, 0.0)
-                z = jnp.where(ok, score + jax.random.gumbel(jax.random.fold_in(key, k), (cb,)), -jnp.inf)
-                j = jnp.argmax(z)
-                better = z[j] > best
-                if has_g:
-                    acc = acc.at[jnp.where(ok, cl, m)].set(0.0, mode="drop")
-                bad = jnp.any(ok & ~(score < jnp.inf))
-                return acc, jnp.where(better, z[j], best), jnp.where(bad, -1, jnp.where(better, cl[j], best_c))
-
-            na_removed = na
-            n_chunks = (na + 1 + cb - 1) // cb
-            acc, _, c_new = jax.lax.fori_loop(0, n_chunks, cand_step, (acc, jnp.float32(-jnp.inf), c_old))
-            nan = c_new < 0
-            c_new = jnp.where(nan, c_old, c_new)
-            # add p to its new cluster (an empty one becomes the block's last active cluster)
-            was_empty = sizes[c_new] == 0
-            sums = sums.at[c_new].add(v)
-            sizes = sizes.at[c_new].add(1)
-            na = na + was_empty.astype(jnp.int32)
-            nact = nact.at[s_b].set(na)
-            lab_p = lab_p.at[p].set(c_new)
-            n_cand = n_cand + na_removed + 1
-            n_terms = n_terms + (n_b - 1 if has_g else 0)
-            return lab_p, sums, sizes, active_p, active_pos, nact, acc, n_cand, n_terms, n_nan + nan.astype(jnp.int32)
-
-        out = jax.lax.fori_loop(0, m, update, carry0)
-        lab_sorted, n_cand, n_terms, n_nan = out[0][:m], out[7], out[8], out[9]
-        labels = jnp.zeros((m,), jnp.int32).at[order].set(lab_sorted)
-        return SufficientState(labels), SufficientInfo(n_cand, n_terms, n_nan)
-
-    return SufficientKernel(kernel, scores)
+    cfg = SufficientConfig(
+        blocks=blocks, order=jnp.asarray(blocks.order, jnp.int32), start=jnp.asarray(blocks.start, jnp.int32),
+        size=jnp.asarray(blocks.size, jnp.int32), vec_weights=tuple(w for _, _, w, _, _ in vec),
+        vec_thresholds=tuple(t for _, _, _, t, _ in vec), w_cat=np.asarray([w for _, _, w, _, _ in cat], np.float32),
+        w_num=np.asarray([w for _, _, w, _, _ in num], np.float32),
+        s_num=np.asarray([sc for _, _, _, _, sc in num], np.float32), bias=check_real("bias", bias),
+        candidate_chunk=candidate_chunk, member_chunk=member_chunk)
+    return SufficientKernel(partial(sweep, cfg), partial(log_conditional, cfg))
 
 
 class SufficientKernel(NamedTuple):
