@@ -1,4 +1,4 @@
-"""Extract the ```python blocks of README.md and docs/*.md, with their small-size directives.
+"""Extract the ```python blocks of README.md and every page under docs/ (guides included), with their small-size directives.
 
 A block runs as written. A block too long for the test suite may be preceded (on
 the line just above its opening fence, blank lines allowed) by an HTML comment,
@@ -81,8 +81,15 @@ def python_blocks(path: Path) -> list[DocBlock]:
     return blocks
 
 
+# Folders under docs/ that hold stored outputs, not pages.
+SKIP_DIRS = ("results",)
+
+
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    """README.md and every Markdown page under docs/ (docs/guides/, docs/api/, ... included)."""
+    docs = ROOT / "docs"
+    pages = [p for p in sorted(docs.rglob("*.md")) if not set(p.relative_to(docs).parts[:-1]) & set(SKIP_DIRS)]
+    return [ROOT / "README.md"] + pages
 
 
 def all_blocks() -> list[DocBlock]:

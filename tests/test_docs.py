@@ -1,4 +1,4 @@
-"""Every ```python block of README.md and docs/*.md runs as written (one test per block).
+"""Every ```python block of README.md and of the pages under docs/ runs as written (one test per block).
 
 Each block runs in its own subprocess (``python -c``), from a scratch folder, with
 this checkout first on ``PYTHONPATH``. Blocks too slow for the suite carry a
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from _docblocks import ROOT, SIZE_ENV, all_blocks, python_blocks
+from _docblocks import ROOT, SIZE_ENV, all_blocks, doc_files, python_blocks
 
 BLOCKS = all_blocks()
 TIMEOUT_S = 300  # generous for a loaded 2-core machine; blocks should take < 20 s when idle
@@ -42,8 +42,10 @@ def test_doc_block_runs(block, tmp_path):
 
 
 def test_every_doc_page_is_collected():
-    pages = {b.path.name for b in BLOCKS}
-    assert "README.md" in pages and "architecture.md" in pages
+    pages = {str(p.relative_to(ROOT)) for p in doc_files()}
+    assert {"README.md", "docs/architecture.md", "docs/index.md", "docs/getting-started.md"} <= pages
+    with_code = {str(b.path.relative_to(ROOT)) for b in BLOCKS}
+    assert {"README.md", "docs/architecture.md", "docs/getting-started.md"} <= with_code
 
 
 def test_directives_are_applied_and_checked(tmp_path):
