@@ -13,6 +13,7 @@ compile time separately: machines are noisy, so only ratios measured in one
 run are meaningful. ``python -m benchmarks [NAMES...] [--quick]`` prints each
 table and writes ``benchmarks/results/<name>.json``.
 """
+
 import ast
 import importlib
 import pkgutil

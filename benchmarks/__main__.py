@@ -8,6 +8,7 @@ average before and after the run), the commit and the date.
 ``python -m benchmarks.report`` turns the JSON files of ``docs/performance/`` into
 the performance page.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,11 @@ def commit_of(root: Path = ROOT) -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -102,7 +107,7 @@ def run_one(name: str, quick: bool, machine: dict) -> dict:
         ``load_average`` (``before`` and ``after``), ``wall_s`` and ``rows``.
     """
     module = load(name)
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     before = load_average()
     start = time.perf_counter()
     rows = module.run(quick=quick)
@@ -136,7 +141,9 @@ def main(argv=None) -> int:
     reg = registry()
     listing = "benchmarks:\n" + "\n".join(f"  {name:<16} {title(name)}" for name in reg)
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__, epilog=listing,
+        prog="python -m benchmarks",
+        description=__doc__,
+        epilog=listing,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")

@@ -1,9 +1,11 @@
 """Timing helpers: A/B comparison in one run, medians, compile time apart."""
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 

@@ -13,6 +13,7 @@ verbatim). Every ``OLD`` must occur in the block, so a directive that no longer
 matches fails instead of silently running the full size. ``<!-- doc-test skip: reason -->``
 skips a block (say why: e.g. it needs 8 devices or a dataset file).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,9 @@ class DocBlock(NamedTuple):
         if size == "small":
             for old, new in self.small:
                 if old not in code:
-                    raise AssertionError(f"{self.id}: doc-test directive {old!r} => {new!r} matches nothing in the block")
+                    raise AssertionError(
+                        f"{self.id}: doc-test directive {old!r} => {new!r} matches nothing in the block"
+                    )
                 code = code.replace(old, new)
         return code
 

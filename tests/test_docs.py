@@ -8,6 +8,7 @@ literal substitutions applied when ``JAXSUB_DOCS_SIZE=small`` (the default here)
 block verbatim. ``<!-- doc-test skip: reason -->`` skips a block. See
 ``tests/_docblocks.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,6 @@ import sys
 import time
 
 import pytest
-
 from _docblocks import ROOT, SIZE_ENV, all_blocks, doc_files, python_blocks
 
 BLOCKS = all_blocks()
@@ -32,7 +32,9 @@ def test_doc_block_runs(block, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.setdefault("MPLBACKEND", "Agg")
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     elapsed = time.perf_counter() - start
     assert result.returncode == 0, (
         f"{block.id} ({os.environ.get(SIZE_ENV, 'small')} sizes) failed after {elapsed:.1f} s:\n"
@@ -62,3 +64,73 @@ def test_directives_are_applied_and_checked(tmp_path):
     assert skipped.skip == "needs 8 devices"
     with pytest.raises(AssertionError, match="matches nothing"):
         stale.source("small")
+
+
+# --------------------------------------------------------------------------- the performance page
+
+
+def _snapshot(name, rows, **extra):
+    record = {
+        "benchmark": name,
+        "title": f"{name} title",
+        "quick": True,
+        "commit": "0123456789abcdef",
+        "date": "2026-01-01T00:00:00+00:00",
+        "machine": {"processor": "x86_64", "cpu_count": 2, "jax": "0.10.2", "devices": ["TFRT_CPU_0"]},
+        "load_average": {"before": [0.5, 0.5, 0.5], "after": [0.7, 0.6, 0.5]},
+        "wall_s": 12.0,
+        "rows": rows,
+    }
+    record.update(extra)
+    return record
+
+
+def test_report_tables_ratios_with_ranges(tmp_path):
+    from benchmarks import report
+
+    rows = [
+        {
+            "factor": "gauss",
+            "mode": "single",
+            "B": 64,
+            "N": 1_000_000,
+            "D": 10,
+            "draws": 1,
+            "eval_ratio": 45.5,
+            "data_ratio": 20.0,
+            "speedup": 4.0,
+            "exact_times": [4.0, 6.0, 9.0],
+            "racing_times": [2.0, 1.0, 1.0],
+        }
+    ]
+    page = report.render({"discrete": _snapshot("discrete", rows)}, tmp_path, plots=False)
+    # per-repeat ratios 2, 6, 9: median 6, range 2-9 (not the stored ratio of medians)
+    assert "**6×** (2–9)" in page
+    assert "commit `0123456789ab`" in page and "load average 0.5 → 0.7" in page and "2026-01-01" in page
+    for family in report.FAMILIES:
+        assert f"## {family.title}\n" in page
+    assert "`coreference`: no snapshot yet" in page
+
+
+def test_report_slugs_match_the_home_page_links():
+    from benchmarks import report
+
+    home = (ROOT / "docs" / "index.md").read_text()
+    for family in report.FAMILIES:
+        assert f"performance/index.md#{report.slug(family.title)}" in home
+
+
+def test_performance_page_is_generated_from_the_committed_snapshots(tmp_path):
+    from benchmarks import report
+
+    folder = ROOT / "docs" / "performance"
+    snapshots = report.load_snapshots(folder)
+    if not snapshots:
+        pytest.skip("no committed snapshot")
+    expected = report.render(snapshots, tmp_path, plots=False)
+    assert (folder / "index.md").read_text() == expected, "regenerate it: python -m benchmarks.report"
+    for name in snapshots:
+        for key in ("commit", "date", "machine", "load_average"):
+            assert key in snapshots[name], (
+                f"{name}.json lacks {key}: re-run python -m benchmarks --out docs/performance"
+            )
