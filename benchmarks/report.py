@@ -448,10 +448,36 @@ def anneal_lines(rows: list[dict]) -> list[Line]:
                     f"ticks {_n(r.get('anneal_ticks'))} vs {_n(r.get('prior_gibbs_ticks'))}",
                 )
             )
-        else:
-            line = _generic_line(r)
-            if line is not None:
-                out.append(line)
+        elif case == "crosscat_rows":
+            out.append(
+                Line(
+                    f"CrossCat row ticks, N = {_n(r.get('N'))}, {r.get('chains')} chain(s), {r.get('features')} columns",
+                    "–",
+                    "throughput",
+                    None,
+                    f"{_num(r.get('view_row_assignments_per_s'))} view-row assignments/s",
+                )
+            )
+        elif str(case).startswith("heldout per test row over seeds"):
+            out.append(
+                Line(
+                    f"CrossCat held-out log predictive per test row, {r.get('table')}, {r.get('budget_N')}N budget",
+                    "pylace at Anneal's seconds (peer)",
+                    f"Anneal − pylace, mean over {r.get('pairs')} seeds (± se)",
+                    None,
+                    f"{_num(r.get('diff_mean'), '+.2f')} ± {_num(r.get('diff_se'), '.2f')}",
+                )
+            )
+        elif str(case).startswith("jaxsub 1 chain / pylace"):
+            out.append(
+                Line(
+                    f"CrossCat row sweep, N = {_n(r.get('N'))}",
+                    "pylace, 1 state (peer)",
+                    "view-row assignments per CPU-second (jaxsub 1 chain / pylace)",
+                    scalar(r, "value"),
+                    "",
+                )
+            )
     return out
 
 
@@ -541,6 +567,10 @@ def load_snapshots(folder: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))}
 
 
+def _date(iso) -> str:
+    return str(iso).replace("T", " ").replace("+00:00", " UTC") if iso else "date not recorded"
+
+
 def provenance(record: dict) -> str:
     """One line: mode, machine, load average, commit and date of a snapshot.
 
@@ -560,13 +590,14 @@ def provenance(record: dict) -> str:
     load_text = f"load average {before[0]:.1f} → {after[0]:.1f}" if before and after else "load not recorded"
     cores = f"{m.get('cpu_count')} cores, " if m.get("cpu_count") else ""
     devices = ", ".join(sorted(set(m.get("devices", [])))[:2])
-    commit = str(record.get("commit", "unknown"))[:12]
+    full = str(record.get("commit", "unknown"))
+    commit = full[:12] + (" with uncommitted changes" if full.endswith("+dirty") else "")
     mode = "quick" if record.get("quick") else "full"
     wall = f", {record['wall_s']:.0f} s" if _finite(record.get("wall_s")) else ""
     return (
         f"`python -m benchmarks {record.get('benchmark')}{' --quick' if record.get('quick') else ''}` "
         f"({mode} mode{wall}): {m.get('processor') or m.get('platform', '?')}, {cores}JAX {m.get('jax', '?')} "
-        f"on {devices or '?'}; {load_text}; commit `{commit}`; {record.get('date', 'date not recorded')}."
+        f"on {devices or '?'}; {load_text}; commit `{commit}`; {_date(record.get('date'))}."
     )
 
 
@@ -605,6 +636,10 @@ def slug(title: str) -> str:
     return "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
 
 
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def plot_family(family: Family, lines: list[Line], out: Path) -> Path | None:
     """A horizontal bar chart of the family's ratios (median, range as error bars, log scale).
 
@@ -630,15 +665,16 @@ def plot_family(family: Family, lines: list[Line], out: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(shown) + 1.4))
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(shown) + 1.4))
     y = list(range(len(shown)))[::-1]
     med = [ln.ratio.median for ln in shown]
     low = [ln.ratio.median - ln.ratio.low if _finite(ln.ratio.low) else 0 for ln in shown]
     high = [ln.ratio.high - ln.ratio.median if _finite(ln.ratio.high) else 0 for ln in shown]
-    ax.barh(y, med, xerr=[low, high], color="#4c72b0", ecolor="#333333", capsize=3)
+    ax.errorbar(med, y, xerr=[low, high], fmt="o", color="#4c72b0", ecolor="#333333", capsize=3)
     ax.axvline(1.0, color="#c44e52", lw=1)
     ax.set_xscale("log")
-    ax.set_yticks(y, [f"{ln.workload[:60]} — {ln.measure[:40]}" for ln in shown], fontsize=7)
+    ax.set_yticks(y, [f"{_short(ln.workload)}\n{_short(ln.measure)}" for ln in shown], fontsize=7)
+    ax.set_ylim(-0.6, len(shown) - 0.4)
     ax.set_xlabel("ratio (median, range over repeats); 1 = the baseline")
     ax.set_title(family.title, fontsize=10)
     fig.tight_layout()

@@ -106,7 +106,7 @@ def test_report_tables_ratios_with_ranges(tmp_path):
     page = report.render({"discrete": _snapshot("discrete", rows)}, tmp_path, plots=False)
     # per-repeat ratios 2, 6, 9: median 6, range 2-9 (not the stored ratio of medians)
     assert "**6×** (2–9)" in page
-    assert "commit `0123456789ab`" in page and "load average 0.5 → 0.7" in page and "2026-01-01" in page
+    assert "commit `0123456789ab`" in page and "load average 0.5 → 0.7" in page and "2026-01-01 00:00:00 UTC" in page
     for family in report.FAMILIES:
         assert f"## {family.title}\n" in page
     assert "`coreference`: no snapshot yet" in page
