@@ -84,15 +84,9 @@ def python_blocks(path: Path) -> list[DocBlock]:
     return blocks
 
 
-# Folders under docs/ that hold stored outputs, not pages.
-SKIP_DIRS = ("results",)
-
-
 def doc_files() -> list[Path]:
     """README.md and every Markdown page under docs/ (docs/guides/, docs/api/, ... included)."""
-    docs = ROOT / "docs"
-    pages = [p for p in sorted(docs.rglob("*.md")) if not set(p.relative_to(docs).parts[:-1]) & set(SKIP_DIRS)]
-    return [ROOT / "README.md"] + pages
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 
 
 def all_blocks() -> list[DocBlock]:

@@ -47,7 +47,8 @@ def test_every_doc_page_is_collected():
     pages = {str(p.relative_to(ROOT)) for p in doc_files()}
     assert {"README.md", "docs/architecture.md", "docs/index.md", "docs/getting-started.md"} <= pages
     with_code = {str(b.path.relative_to(ROOT)) for b in BLOCKS}
-    assert {"README.md", "docs/architecture.md", "docs/getting-started.md"} <= with_code
+    assert {"README.md", "docs/architecture.md", "docs/getting-started.md", "docs/index.md"} <= with_code
+    assert any(page.startswith("docs/guides/") for page in with_code)
 
 
 def test_directives_are_applied_and_checked(tmp_path):
