@@ -78,7 +78,7 @@ def compare(
         i += 1
         b_args, c_args = args_for(baseline_args, i), args_for(candidate_args, i)
         # Rounds alternate A, B and B, A: the call right after the exact sampler was measured
-        # 1.14x slower (docs/discrete.md, Session 14), so neither side always takes that slot.
+        # 1.14x slower on the discrete benchmark, so neither side always takes that slot.
         if i % 2:
             base_times.append(time_call(baseline, *b_args))
             cand_times.append(time_call(candidate, *c_args))
