@@ -61,8 +61,10 @@ def compare(
     Returns
     -------
     Timing
-        ``baseline_s``, ``candidate_s`` (medians), ``speedup``, the first-call
-        times, ``repeats`` and the raw lists.
+        ``baseline_s``, ``candidate_s`` (medians), ``speedup`` (their ratio),
+        ``speedup_range`` (smallest and largest per-round ratio), the first-call
+        times, ``repeats`` and the raw lists. Keep ``speedup_range`` in a row and the
+        performance page shows the range beside the median.
     """
     if candidate_args is None:
         candidate_args = baseline_args
@@ -87,10 +89,12 @@ def compare(
             base_times.append(time_call(baseline, *b_args))
     base_med = statistics.median(base_times)
     cand_med = statistics.median(cand_times)
+    pairs = [b / c for b, c in zip(base_times, cand_times) if c > 0]
     return Timing(
         baseline_s=base_med,
         candidate_s=cand_med,
         speedup=base_med / cand_med if cand_med > 0 else float("inf"),
+        speedup_range=[min(pairs), max(pairs)] if pairs else [float("nan"), float("nan")],
         baseline_first_call_s=base_first,
         candidate_first_call_s=cand_first,
         repeats=len(base_times),

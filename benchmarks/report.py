@@ -193,7 +193,13 @@ def discrete_lines(rows: list[dict]) -> list[Line]:
             f", data read N/T {_num(r.get('data_ratio'))}×" if _finite(r.get("data_ratio")) else ""
         )
         out.append(
-            Line(workload, baseline, measure, paired(r, "exact_times", "racing_times") or scalar(r, "speedup"), work)
+            Line(
+                workload,
+                baseline,
+                measure,
+                paired(r, "exact_times", "racing_times") or scalar(r, "speedup", "speedup_range"),
+                work,
+            )
         )
     return out
 
@@ -358,7 +364,7 @@ def compress_lines(rows: list[dict]) -> list[Line]:
                     f"(a) gradient, {where}",
                     "full-data gradient",
                     "speed-up (full / compressed)",
-                    scalar(r, "speedup"),
+                    scalar(r, "speedup", "speedup_range"),
                     f"c = {_n(r.get('c'))} clusters (ρ = {_num(r.get('rho'))})",
                 )
             )
@@ -444,7 +450,7 @@ def anneal_lines(rows: list[dict]) -> list[Line]:
                     f"DP mixture fit, N = {_n(r.get('N'))}, {r.get('chains')} chains",
                     "Prior+Gibbs schedule",
                     "wall-clock (Prior+Gibbs / anneal)",
-                    scalar(r, "speedup"),
+                    scalar(r, "speedup", "speedup_range"),
                     f"ticks {_n(r.get('anneal_ticks'))} vs {_n(r.get('prior_gibbs_ticks'))}",
                 )
             )
@@ -503,7 +509,7 @@ def coreference_lines(rows: list[dict]) -> list[Line]:
                     f"one block, clusters of N_y = {_n(r['N_y'])}, D = {r['D']} candidates",
                     "exact Gibbs sweep",
                     "wall-clock (exact / racing)",
-                    scalar(r, "wallclock_ratio"),
+                    scalar(r, "wallclock_ratio", "speedup_range"),
                     evals,
                 )
             )
@@ -514,7 +520,7 @@ def coreference_lines(rows: list[dict]) -> list[Line]:
                     f"author mentions M = {_n(r['M'])}, {label}",
                     "exact Gibbs sweep",
                     "wall-clock (exact / this sweep)",
-                    scalar(r, "wallclock_ratio"),
+                    scalar(r, "wallclock_ratio", "speedup_range"),
                     evals,
                 )
             )
