@@ -108,6 +108,7 @@ def run_one(name: str, quick: bool, machine: dict) -> dict:
     """
     module = load(name)
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    commit = commit_of()  # the code measured: taken before the run, as edits may follow
     before = load_average()
     start = time.perf_counter()
     rows = module.run(quick=quick)
@@ -117,7 +118,7 @@ def run_one(name: str, quick: bool, machine: dict) -> dict:
         "title": getattr(module, "TITLE", ""),
         "quick": quick,
         "machine": machine,
-        "commit": commit_of(),
+        "commit": commit,
         "date": date,
         "load_average": {"before": before, "after": load_average()},
         "wall_s": round(wall, 1),
