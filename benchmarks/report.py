@@ -272,7 +272,7 @@ def arch_lines(rows: list[dict]) -> list[Line]:
     """
     out = []
     for r in rows:
-        if "ess_q_per_s_vs_exact" in r:
+        if "ess_q_per_s_vs_exact" in r and not str(r.get("sampler", "")).startswith("exact"):
             exact = next((x for x in rows if str(x.get("sampler", "")).startswith("exact")), {})
             e_ex, e_ra = exact.get("evals_per_sweep_per_chain"), r.get("evals_per_sweep_per_chain")
             work = f"evaluations exact / racing {e_ex / e_ra:.3g}×" if _finite(e_ex) and _finite(e_ra) and e_ra else ""
@@ -388,7 +388,7 @@ def compress_lines(rows: list[dict]) -> list[Line]:
                     f"{_num(r.get('rows_per_s'))} rows/s, c = {_n(r.get('c'))}",
                 )
             )
-        elif part == "e":
+        elif part == "e" and r.get("method") != "exact":
             out.append(
                 Line(
                     f"(e) time to posterior error ε, {where}, {r.get('method')}",
