@@ -305,9 +305,8 @@ def cgdsgld_lines(rows: list[dict]) -> list[Line]:
     for r in rows:
         what, part = str(r.get("what", "")), r.get("part")
         if "ratio" in r:
-            baseline = "`blackjax.sgld`" if part in ("a", "a0", "a'") else "the baseline of the row"
-            if part == "b":
-                baseline = "`jaxsub.dsgld`"
+            # (a*) DSGLD against blackjax.sgld; (b) and (d) CG-DSGLD against DSGLD (d: alpha 1 vs 0, same program)
+            baseline = "`blackjax.sgld`" if part in ("a", "a0", "a'") else "`jaxsub.dsgld`"
             dim = f", d = {r['dim']}" if "dim" in r else ""
             out.append(
                 Line(
