@@ -55,7 +55,10 @@ import numpy as np
 
 from benchmarks._common import compare
 from jaxsub import compress, datasets
-from jaxsub.compress._cluster import _repair, _search_settings, _stream_labels
+from jaxsub.compress.api import resolve_settings
+from jaxsub.compress.options import ClusterOptions
+from jaxsub.compress.repair import covariances, exact_stats, repair
+from jaxsub.compress.rules import stream_labels
 
 TITLE = "compress: rho vs greedy leader + repair, rows/s, gradient speed-up, end-to-end, shards, equal quality"
 
@@ -92,9 +95,9 @@ def _mnist(quick):
 
 
 def _leader_repair(x, delta):
-    search, method = _search_settings("auto", x.shape[1], {})
-    labels = _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False)
-    return _repair(x, labels, delta)[2].size
+    opts, method = resolve_settings("auto", x.shape[1], None)
+    labels = stream_labels(x, delta, method, np.random.default_rng(0), exact=False, opts=opts)
+    return repair(x, labels, delta)[2].size
 
 
 def _model(d, k):
@@ -531,30 +534,27 @@ def _partition(labels: np.ndarray) -> np.ndarray:
 
 
 def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
-    """A/B of a module setting of ``jaxsub.compress._cluster`` in one process (docs/compress.md,
-    session 11): ``flag`` set to each of ``values`` in turn (one warm-up call each, then ``rounds``
+    """A/B of a field of :class:`~jaxsub.compress.ClusterOptions` in one process (docs/compress.md):
+    ``cluster(x, delta, options=ClusterOptions(flag=value))`` for each of ``values`` in turn (one warm-up call each, then ``rounds``
     alternating rounds of ``cluster(x, delta)``); prints c, whether the partition equals the first
-    value's, CPU and wall medians and the median [range] of the per-round CPU ratios to the first. The session-11 prototypes'
-    flags live in commit 090ca31; run with ``OPENBLAS_NUM_THREADS=1`` as the docs did:
-    ``python -m benchmarks.compress ab mnist 0.2,0.3 _BLOCK_LEADERS False,True``."""
-    import jaxsub.compress._cluster as impl
-
-    if not hasattr(impl, flag):  # e.g. a prototype's flag on a commit without the prototype
-        raise ValueError(f"jaxsub.compress._cluster has no setting {flag!r}")
+    value's, CPU and wall medians and the median [range] of the per-round CPU ratios to the first. Run
+    with ``OPENBLAS_NUM_THREADS=1`` as the docs do:
+    ``python -m benchmarks.compress ab flights 0.02,0.05 greedy_pairs False,True``."""
+    if flag not in ClusterOptions._fields:
+        raise ValueError(f"ClusterOptions has no field {flag!r}; fields: {ClusterOptions._fields}")
+    options = {v: ClusterOptions(**{flag: v}) for v in values}
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
     print(f"load {_load():.1f}")
     for delta in radii:
         res = {v: [] for v in values}
         parts = {}
         for v in values:
-            setattr(impl, flag, v)
-            parts[v] = _partition(compress.cluster(x, delta).labels)
+            parts[v] = _partition(compress.cluster(x, delta, options=options[v]).labels)
         same = {v: bool(np.array_equal(parts[values[0]], parts[v])) for v in values}
         for _ in range(rounds):
             for v in values:
-                setattr(impl, flag, v)
                 t, w = time.process_time(), time.perf_counter()
-                cl = compress.cluster(x, delta)
+                cl = compress.cluster(x, delta, options=options[v])
                 res[v].append((time.process_time() - t, time.perf_counter() - w, cl.c))
                 assert cl.radii.max() <= delta
         base = np.array([r[0] for r in res[values[0]]])
@@ -570,43 +570,67 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
     print(f"load {_load():.1f}")
 
 
-def ab_revision(rev: str, name: str, radii, rounds: int = 7):
-    """A/B of ``cluster`` at git revision ``rev`` (its ``jaxsub/compress/_cluster.py`` loaded as a
-    separate module) against the working tree's, in one process (docs/compress.md, session 13):
-    a warm-up call each, then ``rounds`` rounds alternating which goes first; prints c, whether the
-    labels, centroids, radii, counts and covariances are identical, CPU and wall medians and the median [range] of the
-    per-round CPU and wall ratios new / old. ``python -m benchmarks.compress abrev a45f3a2 flights
-    0.02,0.05,0.1``."""
-    import subprocess
-    import types
+#: Child program of :func:`ab_revision`: times ``cluster`` of the ``jaxsub`` on its ``sys.path``.
+_REVISION_CHILD = """
+import json, sys, time
+import numpy as np
+from jaxsub import compress
+x = np.load(sys.argv[1]); out = []
+for delta in json.loads(sys.argv[2]):
+    cl = compress.cluster(x, delta)
+    times = []
+    for _ in range(int(sys.argv[3])):
+        t, w = time.process_time(), time.perf_counter()
+        compress.cluster(x, delta)
+        times.append((time.process_time() - t, time.perf_counter() - w))
+    np.savez(f"{sys.argv[4]}_{delta}.npz", labels=cl.labels, centroids=cl.centroids, radii=cl.radii, counts=cl.counts,
+             covariances=cl.covariances if cl.covariances is not None else np.zeros(0))
+    out.append(times)
+print(json.dumps(out))
+"""
 
-    src = subprocess.run(["git", "show", f"{rev}:jaxsub/compress/_cluster.py"], capture_output=True, text=True,
-                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
-    old = types.ModuleType(f"_cluster_{rev}")
-    exec(compile(src, f"_cluster_{rev}", "exec"), old.__dict__)
-    arms = {"old": old.cluster, "new": compress.cluster}
+
+def ab_revision(rev: str, name: str, radii, rounds: int = 7):
+    """A/B of ``cluster`` at git revision ``rev`` against the working tree's (docs/compress.md): the
+    revision's ``jaxsub/`` is extracted (``git archive``) to a temporary folder and timed in a child
+    process (a warm-up call, then ``rounds`` calls), the working tree's in this one; prints c, whether
+    the labels, centroids, radii, counts and covariances are identical, CPU and wall medians and their
+    ratios new / old. Run on an idle machine (the two arms do not alternate).
+    ``python -m benchmarks.compress abrev a45f3a2 flights 0.02,0.05,0.1``."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
     print(f"load {_load():.2f}")
-    for delta in radii:
-        out = {a: f(x, delta) for a, f in arms.items()}
-        same = all(np.array_equal(getattr(out["old"], k), getattr(out["new"], k))
-                   for k in ("labels", "centroids", "radii", "counts", "covariances"))
-        res = {a: [] for a in arms}
-        for r in range(rounds):
-            for a in (("old", "new") if r % 2 == 0 else ("new", "old")):
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", rev, "jaxsub"], capture_output=True, check=True, cwd=root).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        env = dict(os.environ, PYTHONPATH=tmp)
+        child = subprocess.run([sys.executable, "-c", _REVISION_CHILD, os.path.join(tmp, "x.npy"), json.dumps(list(radii)),
+                                str(rounds), os.path.join(tmp, "old")], capture_output=True, text=True, check=True, env=env)
+        old_times = json.loads(child.stdout.strip().splitlines()[-1])
+        for delta, times in zip(radii, old_times):
+            new = compress.cluster(x, delta)
+            with np.load(os.path.join(tmp, f"old_{delta}.npz")) as f:
+                old = dict(f)
+            same = all(np.array_equal(old[k], getattr(new, k) if getattr(new, k) is not None else np.zeros(0))
+                       for k in ("labels", "centroids", "radii", "counts", "covariances"))
+            res = []
+            for _ in range(rounds):
                 t, w = time.process_time(), time.perf_counter()
-                cl = arms[a](x, delta)
-                res[a].append((time.process_time() - t, time.perf_counter() - w))
+                cl = compress.cluster(x, delta)
+                res.append((time.process_time() - t, time.perf_counter() - w))
                 assert cl.radii.max() <= delta
-        cpu = {a: np.array([v[0] for v in res[a]]) for a in arms}
-        wall = {a: np.array([v[1] for v in res[a]]) for a in arms}
-        rc, rw = cpu["new"] / cpu["old"], wall["new"] / wall["old"]
-        print(f"{name} delta={delta}: c old {out['old'].c:,} new {out['new'].c:,}; labels, centroids, radii, counts, "
-              f"covariances identical: "
-              f"{same}; CPU s old {np.median(cpu['old']):.3f} new {np.median(cpu['new']):.3f}, ratio {np.median(rc):.3f} "
-              f"[{rc.min():.3f}, {rc.max():.3f}]; wall s old {np.median(wall['old']):.3f} new {np.median(wall['new']):.3f}, "
-              f"ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]; new {x.shape[0] / np.median(wall['new']):.3g} rows/s "
-              f"wall, {x.shape[0] / np.median(cpu['new']):.3g} per CPU-s", flush=True)
+            cpu_old, wall_old = np.median([v[0] for v in times]), np.median([v[1] for v in times])
+            cpu_new, wall_new = np.median([v[0] for v in res]), np.median([v[1] for v in res])
+            print(f"{name} delta={delta}: c old {old['counts'].size:,} new {new.c:,}; labels, centroids, radii, counts, "
+                  f"covariances identical: {same}; CPU s old {cpu_old:.3f} new {cpu_new:.3f}, ratio {cpu_new / cpu_old:.3f}; "
+                  f"wall s old {wall_old:.3f} new {wall_new:.3f}, ratio {wall_new / wall_old:.3f}; new "
+                  f"{x.shape[0] / wall_new:.3g} rows/s wall", flush=True)
     print(f"load {_load():.2f}")
 
 
@@ -656,77 +680,69 @@ def components(radii=(0.1, 0.2, 0.3)):
               f"{int((sizes == 1).sum()):,}, pairs within 2 delta {int(adj.sum()) // 2:,}")
 
 
-#: Phase functions of ``jaxsub.compress._cluster`` timed by :func:`phases` (inclusive, outermost call only).
-PHASES = ("_make_search", "_isolated", "_distinct_rows", "_neighbour_graph", "_merge_rounds", "_blocked_pass", "_chunk_bounds", "_screened_candidates", "_join_block", "_sequential",
-          "_set_gram", "_leader_pass", "_nearest_anchors", "_sequential_greedy", "_sequential_greedy_pairs", "_open_isolated",
-          "_trim", "_join_back", "_repair", "_covariances", "_stream_labels")
+#: Phase functions of the clustering timed by :func:`phases` (``module.function``; inclusive time).
+PHASES = ("neighbours.make_search", "screens.isolated", "merge_graph.distinct_rows", "merge_graph.neighbour_graph",
+          "merge.merge_rounds", "blocked.blocked_pass", "screens.chunk_bounds", "screens.screened_candidates",
+          "join.join_block", "sequential.sequential", "sequential.set_gram", "stream.leader_pass",
+          "neighbours.nearest_anchors", "sequential.sequential_greedy", "sequential.sequential_greedy_pairs",
+          "neighbours.open_isolated", "trim.trim", "trim.join_back", "repair.repair", "repair.covariances",
+          "rules.stream_labels")
+
+
+def _phase_times(profile) -> tuple[dict, dict]:
+    """Inclusive time and primitive call count of each of :data:`PHASES` in a ``cProfile`` profile
+    (``cProfile`` counts a recursive function's time once, at its outermost call)."""
+    import pstats
+
+    wanted = {tuple(k.split(".")): k for k in PHASES}
+    spent, calls = {}, {}
+    for (path, _, func), (cc, _, _, ct, _) in pstats.Stats(profile).stats.items():
+        key = wanted.get((os.path.splitext(os.path.basename(path))[0], func))
+        if key is not None and os.sep + "compress" + os.sep in path:
+            spent[key], calls[key] = ct, cc
+    return spent, calls
 
 
 def phases(name: str, radii, repeats: int = 3, clock: str = "wall", rule: str = "auto"):
-    """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md, session 13): inclusive
-    wall-clock timers around the phase functions of ``jaxsub.compress._cluster`` (the outermost call of
-    each, so recursion is not counted twice), one warm-up call, then ``repeats`` calls; the phases of
-    the call of median wall time are printed. ``clock="cpu"`` (session 14): the timers read the calling
-    thread's CPU clock instead (``time.thread_time``; with ``OPENBLAS_NUM_THREADS=1`` the call runs on
-    that thread, so the split does not move with the load of a shared machine). ``rule`` (session 16):
-    the clustering rule, e.g. ``merge``.
+    """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md): inclusive times of
+    the phase functions of ``jaxsub.compress`` read off ``cProfile`` (which adds its own overhead per
+    call: compare phases within a run, not with unprofiled calls), one warm-up call, then ``repeats``
+    calls; the phases of the call of median wall time are printed. ``clock="cpu"``: the profiler reads
+    the calling thread's CPU clock (``time.thread_time``; with ``OPENBLAS_NUM_THREADS=1`` the call runs
+    on that thread, so the split does not move with the load of a shared machine). ``rule``: the
+    clustering rule, e.g. ``merge``.
     ``python -m benchmarks.compress phases mnist 0.1,0.2,0.3 [REPEATS] [cpu] [RULE]``."""
-    import collections
-
-    import jaxsub.compress._cluster as impl
+    import cProfile
 
     x = {"mnist": _mnist, "flights": _flights, "cadata": _cadata}[name](False)[0]
-    acc, calls, depth = collections.defaultdict(float), collections.Counter(), collections.Counter()
     now = time.thread_time if clock == "cpu" else time.perf_counter
-
-    def wrap(key, f):
-        def timed(*a, **k):
-            if depth[key]:
-                return f(*a, **k)
-            depth[key] += 1
-            t = now()
-            try:
-                return f(*a, **k)
-            finally:
-                acc[key] += now() - t
-                calls[key] += 1
-                depth[key] -= 1
-        return timed
-
-    saved = {key: getattr(impl, key) for key in PHASES}
     print(f"load {_load():.2f}")
-    try:
+    for delta in radii:
+        compress.cluster(x, delta, rule=rule)
+        runs = []
+        for _ in range(repeats):
+            profile = cProfile.Profile(now)
+            t, tc, tn = time.perf_counter(), time.process_time(), now()
+            profile.enable()
+            cl = compress.cluster(x, delta, rule=rule)
+            profile.disable()
+            runs.append((time.perf_counter() - t, time.process_time() - tc, *_phase_times(profile), now() - tn))
+        walls = [r[0] for r in runs]
+        wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
+        print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
+              f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it")
         for key in PHASES:
-            setattr(impl, key, wrap(key, saved[key]))
-        for delta in radii:
-            compress.cluster(x, delta, rule=rule)
-            runs = []
-            for _ in range(repeats):
-                acc.clear()
-                calls.clear()
-                t, tc, tn = time.perf_counter(), time.process_time(), now()
-                cl = compress.cluster(x, delta, rule=rule)
-                runs.append((time.perf_counter() - t, time.process_time() - tc, dict(acc), dict(calls), now() - tn))
-            walls = [r[0] for r in runs]
-            wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
-            print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
-                  f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it")
-            wall = total
-            for key in PHASES:
-                if key in spent:
-                    print(f"    {key:22s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / wall:5.1f} %  ({num[key]} calls)")
-            if "_blocked_pass" in spent:
-                # two-core bound (docs/compress.md, session 14): the decision stream (the exact joins and
-                # the in-chunk stream less its Gram products) runs row after row on one core; even if
-                # every other part of the call split perfectly over two cores, the call takes at
-                # least serial + rest / 2
-                serial = spent.get("_join_block", 0.0) + spent.get("_sequential", 0.0) - spent.get("_set_gram", 0.0)
-                bound = serial + (wall - serial) / 2.0
-                print(f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(wall - serial) * 1e3:.1f} ms / 2 = "
-                      f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / wall:.2f} of the call)")
-    finally:
-        for key, f in saved.items():
-            setattr(impl, key, f)
+            if key in spent:
+                print(f"    {key:36s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / total:5.1f} %  ({num[key]} calls)")
+        if "blocked.blocked_pass" in spent:
+            # two-core bound: the decision stream (the exact joins and the in-chunk stream less its Gram
+            # products) runs row after row on one core; even if every other part of the call split
+            # perfectly over two cores, the call takes at least serial + rest / 2
+            serial = spent.get("join.join_block", 0.0) + spent.get("sequential.sequential", 0.0) - spent.get(
+                "sequential.set_gram", 0.0)
+            bound = serial + (total - serial) / 2.0
+            print(f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(total - serial) * 1e3:.1f} ms / 2 = "
+                  f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / total:.2f} of the call)")
     print(f"load {_load():.2f}")
 
 
@@ -758,7 +774,7 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
     from scipy.spatial import cKDTree
     from threadpoolctl import threadpool_limits
 
-    import jaxsub.compress._cluster as impl
+    from jaxsub.compress.neighbours import make_search
 
     now = time.thread_time if clock == "cpu" else time.perf_counter
     if clock == "cpu" and threads != 1:
@@ -775,13 +791,9 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
             stats = {}
 
             def screened():
-                saved, impl._BLAS_THREADS = impl._BLAS_THREADS, threads  # the oracle's factorisations too
-                t0 = now()
-                try:
-                    srch = impl._make_search(x, "projected", dict(dims=impl._PROJECTED_DIMS, candidates=4, eps=1.0),
-                                             np.random.default_rng(0), wide=True)
-                finally:
-                    impl._BLAS_THREADS = saved
+                t0 = now()  # the oracle's factorisations on `threads` BLAS threads too
+                srch = make_search(x, "projected", np.random.default_rng(0), wide=True,
+                                   opts=ClusterOptions(blas_threads=threads))
                 t1 = now()
 
                 def coords(v):
@@ -808,7 +820,7 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
                     diff = x[pr[s : s + 4096]] - cen[pc[s : s + 4096]]
                     within += int(np.count_nonzero(np.einsum("ij,ij->i", diff, diff) <= delta * delta))
                 t4 = now()
-                impl._exact_stats(x, labels, cen.shape[0])
+                exact_stats(x, labels, cen.shape[0])
                 t5 = now()
                 for key, v in (("pca", t1 - t0), ("projection", t2 - t1), ("screen", t3 - t2), ("verify", t4 - t3),
                                ("check", t5 - t4), ("total", t5 - t0)):
@@ -832,21 +844,20 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
                   f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms", flush=True)
         xf = _flights(False)[0]
         n = xf.shape[0]
-        saved_rows = impl._PARALLEL_QUERY_ROWS
-        if clock == "cpu":  # every query of the call on the calling thread, so its clock sees them
-            impl._PARALLEL_QUERY_ROWS = 1 << 62
+        # clock "cpu": every query of the call on the calling thread, so its clock sees them
+        call_opts = ClusterOptions(parallel_query_rows=1 << 62) if clock == "cpu" else ClusterOptions()
         for delta in (0.02, 0.05, 0.1):
-            cl = compress.cluster(xf, delta)
+            cl = compress.cluster(xf, delta, options=call_opts)
             cen, labels = cl.centroids, cl.labels
             stats = {}
 
             def oracle():
                 t0 = now()
-                cKDTree(cen).query(xf, k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=threads)
+                cKDTree(cen).query(xf, k=1, eps=call_opts.kdtree_eps, distance_upper_bound=delta, workers=threads)
                 t1 = now()
-                c2, cnt, _, _ = impl._exact_stats(xf, labels, cen.shape[0])
+                c2, cnt, _, _ = exact_stats(xf, labels, cen.shape[0])
                 t2 = now()
-                impl._covariances(xf, labels, c2, cnt)
+                covariances(xf, labels, c2, cnt, opts=call_opts)
                 t3 = now()
                 for key, v in (("query", t1 - t0), ("check", t2 - t1), ("covariances", t3 - t2), ("total", t3 - t0)):
                     stats.setdefault(key, []).append(v)
@@ -856,7 +867,7 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
             call = []
             for _ in range(repeats):
                 oracle()
-                call.append(_median_ms(lambda: compress.cluster(xf, delta), 1, now)[0])
+                call.append(_median_ms(lambda: compress.cluster(xf, delta, options=call_opts), 1, now)[0])
             tot, call = np.array(stats["total"]), np.array(call)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("query", "check", "covariances"))
@@ -864,20 +875,17 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
                   f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
                   f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
                   f"[{ratio.min():.2f}, {ratio.max():.2f}]", flush=True)
-        impl._PARALLEL_QUERY_ROWS = saved_rows
     print(f"load {_load():.2f}")
 
 
 def host_threads(repeats: int = 9):
     """The parts of ``cluster(flights, 0.02)`` that a second core can take without changing any output
-    (docs/compress.md, session 14), each timed alone on one vs two threads, alternating, in one process:
-    the covariances (``_covariances``, entries split over two host threads), an isolated-row self-query
+    (docs/compress.md), each timed alone on one vs two threads, alternating, in one process:
+    the covariances (``repair.covariances``, entries split over two host threads), an isolated-row self-query
     (``cKDTree.query(k=2)``, ``workers`` 1 vs 2) and a nearest-anchor query (``k=1``) of the sizes the
-    pass makes below ``_PARALLEL_QUERY_ROWS``. Prints wall and CPU medians [range] of the per-repeat
+    pass makes below ``ClusterOptions.parallel_query_rows``. Prints wall and CPU medians [range] of the per-repeat
     ratios two / one thread and whether the outputs are identical. ``python -m benchmarks.compress threads``."""
     from scipy.spatial import cKDTree
-
-    import jaxsub.compress._cluster as impl
 
     x = _flights(False)[0]
     delta = 0.02
@@ -887,21 +895,15 @@ def host_threads(repeats: int = 9):
     rows = np.sort(rng.choice(x.shape[0], 16384, replace=False))
     anchors = cl.centroids[rng.choice(cl.c, 12288, replace=False)]
     tree = cKDTree(anchors)
-    saved = impl._COV_THREADS
-
     def cov(t):
-        impl._COV_THREADS = t
-        try:
-            return impl._covariances(x, cl.labels, cl.centroids, cl.counts)
-        finally:
-            impl._COV_THREADS = saved
+        return covariances(x, cl.labels, cl.centroids, cl.counts, opts=ClusterOptions(cov_threads=t))
 
     cases = {
         "covariances (327,346 x 9, 45 entries)": lambda t: cov(t),
         "isolated-row self-query k=2, 6,144 rows": lambda t: cKDTree(x[sub]).query(
             x[sub], k=2, eps=0.0, distance_upper_bound=2 * delta, workers=t)[0],
         "nearest-anchor query k=1, 16,384 rows vs 12,288 anchors": lambda t: tree.query(
-            x[rows], k=1, eps=impl._KDTREE_EPS, distance_upper_bound=delta, workers=t)[1],
+            x[rows], k=1, eps=ClusterOptions().kdtree_eps, distance_upper_bound=delta, workers=t)[1],
     }
     print(f"load {_load():.2f}")
     for name, fn in cases.items():

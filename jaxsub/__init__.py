@@ -12,6 +12,7 @@ Four families, one module each (see ``docs/architecture.md``):
   Ghahramani 2016, §5.3).
 """
 from jaxsub import anneal, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
+from jaxsub import models
 from jaxsub import racing_gibbs as _racing_gibbs_module
 from jaxsub import racing_mh as _racing_mh_module
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_module
@@ -38,6 +39,7 @@ __all__ = [
     "datasets",
     "discrete",
     "dsgld",
+    "models",
     "racing_gibbs",
     "racing_mh",
     "run_chain",

@@ -18,21 +18,50 @@ library never calls ``jax.jit`` inside a sampler; :func:`run_chain` and
 :func:`run_chains` are *drivers* (like ``blackjax.util.run_inference_algorithm``)
 and compile the loop they run, afresh at each call (nothing is cached at module
 level). The full contract is in ``docs/architecture.md``.
+
+Problem flags
+-------------
+An ``Info`` field named in :data:`PROBLEM_FLAGS` (``has_nan`` set, ``is_finite`` unset,
+``bad_hyperparameter`` set) marks a step whose state is not a valid sample. The drivers
+count the steps that raised a flag and warn at the end of the run (``RuntimeWarning``,
+naming the flag and how many steps and chains); ``checked=True`` (or :func:`checked`
+around any step or sampler) raises instead, at the first flagged step, through
+:mod:`jax.experimental.checkify` (so it works under ``jit``).
+
+Checkpoints
+-----------
+With ``checkpoint_dir``, the drivers run the scan in chunks of ``checkpoint_every``
+steps and save after each chunk, atomically (:mod:`jaxsub.checkpoint`), the state, the
+stacked traces so far, the per-step problem flags and the step index; a call that finds
+a checkpoint of the same run resumes from it. The per-step keys are split from
+``rng_key`` once for the whole run, so the result is the same whatever the chunking
+and however often the run was interrupted.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import warnings
 from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from blackjax.base import SamplingAlgorithm
+from jax.experimental import checkify
 
+from jaxsub import checkpoint
 from jaxsub.types import ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["SamplingAlgorithm", "run_chain", "run_chains", "ChainTrace"]
+__all__ = ["PROBLEM_FLAGS", "SamplingAlgorithm", "run_chain", "run_chains", "ChainTrace", "checked", "problem_flags"]
+
+#: ``Info`` fields that mark a step whose state is not a valid sample, with the value that
+#: does: ``has_nan`` (NaN / impossible target met), ``is_finite`` (the new position is not
+#: finite), ``bad_hyperparameter`` (a traced hyperparameter out of its range).
+PROBLEM_FLAGS = (("has_nan", True), ("is_finite", False), ("bad_hyperparameter", True))
 
 
 class ChainTrace(NamedTuple):
@@ -66,21 +95,250 @@ def _step_fn(algorithm) -> Callable:
     return step
 
 
-def _recorder(transform: Callable | None, info_transform: Callable | None) -> Callable:
-    """``record(state, info) -> (kept_state, kept_info)``, the pair stored at each step."""
-    if transform is None and info_transform is None:
-        return lambda state, info: (state, info)
-    keep_state = transform if transform is not None else (lambda state, info: state)
-    keep_info = info_transform if info_transform is not None else (lambda state, info: None)
-    return lambda state, info: (keep_state(state, info), keep_info(state, info))
+def problem_flags(info) -> dict:
+    """The problem flags of one step's ``info``, each reduced to one boolean.
+
+    Parameters
+    ----------
+    info
+        A step's ``Info`` (a ``NamedTuple``; fields that are ``NamedTuple`` s are searched
+        too). Other pytrees have no flags.
+
+    Returns
+    -------
+    dict
+        ``{name: bool scalar}`` for every field of :data:`PROBLEM_FLAGS` found, True when
+        the step raised it (any element, for batched fields such as a Gibbs sweep's).
+    """
+    found = {}
+    if not hasattr(info, "_fields"):
+        return found
+    signals = dict(PROBLEM_FLAGS)
+    for name in info._fields:
+        value = getattr(info, name)
+        if name in signals and value is not None:
+            flag = jnp.asarray(value, bool)
+            found[name] = jnp.any(flag) if signals[name] else ~jnp.all(flag)
+        elif hasattr(value, "_fields"):
+            for sub, flag in problem_flags(value).items():
+                found[sub] = found[sub] | flag if sub in found else flag
+    return found
 
 
-def _scan_chunk(step, record, state, keys):
-    def one_step(carry, key):
-        new_state, info = step(key, carry)
-        return new_state, record(new_state, info)
+def _check_flags(out, step_index=None):
+    """``checkify.check`` that no problem flag is raised in ``out = (state, info)``."""
+    info = out[1] if isinstance(out, tuple) and len(out) == 2 else out
+    where = "" if step_index is None else " at step {step}"
+    kwargs = {} if step_index is None else {"step": step_index}
+    for name, flag in problem_flags(info).items():
+        checkify.check(~flag, f"info.{name} signals an invalid state{where}", **kwargs)
 
-    return jax.lax.scan(one_step, state, keys)
+
+def _call_and_check(fn, *args, **kwargs):
+    out = fn(*args, **kwargs)
+    _check_flags(out)
+    return out
+
+
+def checked(fn: Callable) -> Callable:
+    """Make a step or sampler raise when its ``info`` signals a problem.
+
+    ``checked(fn)(*args)`` calls ``fn(*args) -> (state, info)`` under
+    :func:`jax.experimental.checkify.checkify` with one check per problem flag of
+    ``info`` (:data:`PROBLEM_FLAGS`) and raises at once when one is set. ``fn`` may be
+    jitted: ``checked(jax.jit(sampler))(key, log_f0)`` raises for a NaN factor.
+
+    Parameters
+    ----------
+    fn
+        ``fn(*args, **kwargs) -> (state, info)`` (or ``-> info``).
+
+    Returns
+    -------
+    Callable
+        Same signature and outputs as ``fn``.
+
+    Raises
+    ------
+    jax.experimental.checkify.JaxRuntimeError
+        (when the returned function is called) naming the raised flag.
+    """
+    checkified = checkify.checkify(partial(_call_and_check, fn))
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        err, out = checkified(*args, **kwargs)
+        err.throw()
+        return out
+
+    return run
+
+
+def _step_fn(algorithm) -> Callable:
+    step = getattr(algorithm, "step", algorithm)
+    if not callable(step):
+        raise ValueError(
+            "algorithm must be a SamplingAlgorithm (with step(rng_key, state)) or a "
+            f"step(rng_key, state) -> (state, info) function; got {type(algorithm).__name__}"
+        )
+    return step
+
+
+class _Loop(NamedTuple):
+    """The static pieces of a driver's scan: the step, what to keep, whether to check."""
+
+    step: Callable
+    transform: Callable | None
+    info_transform: Callable | None
+    checked: bool
+
+
+def _record(loop: _Loop, state, info):
+    """``(kept_state, kept_info, flags)``, what is stored at each step."""
+    if loop.transform is None and loop.info_transform is None:
+        kept = (state, info)
+    else:
+        keep_state = state if loop.transform is None else loop.transform(state, info)
+        keep_info = None if loop.info_transform is None else loop.info_transform(state, info)
+        kept = (keep_state, keep_info)
+    return kept + (problem_flags(info),)
+
+
+def _one_step(loop: _Loop, carry, xs):
+    key, t = xs
+    new_state, info = loop.step(key, carry)
+    if loop.checked:
+        _check_flags((new_state, info), t)
+    return new_state, _record(loop, new_state, info)
+
+
+def _scan_chunk(loop: _Loop, state, keys, steps):
+    return jax.lax.scan(partial(_one_step, loop), state, (keys, steps))
+
+
+def _scan_chains(loop: _Loop, states, keys, steps):
+    """Chains: ``keys[t, c]`` (step-major); history comes back step-major too."""
+    final, hist = jax.vmap(partial(_scan_chunk, loop), in_axes=(0, 1, None))(states, keys, steps)
+    return final, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), hist)
+
+
+def _compile(loop: _Loop, scan: Callable) -> Callable:
+    """The jitted chunk ``(state, keys, steps) -> (state, history)``; raising when checked."""
+    if not loop.checked:
+        return jax.jit(partial(scan, loop))
+    checkified = jax.jit(checkify.checkify(partial(scan, loop)))
+
+    def run(state, keys, steps):
+        err, out = checkified(state, keys, steps)
+        err.throw()
+        return out
+
+    return run
+
+
+class _Checkpoints(NamedTuple):
+    """Where and how often a driver saves, and what identifies its run."""
+
+    directory: object
+    every: int
+    meta: dict
+
+
+def _fingerprint(tree) -> str:
+    digest = hashlib.sha1()
+    for leaf in jax.tree.leaves(tree):
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        arr = np.asarray(leaf)
+        digest.update(f"{arr.dtype}{arr.shape}".encode())
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _checkpoints(checkpoint_dir, checkpoint_every, driver, rng_key, initial_state, num_steps) -> _Checkpoints | None:
+    if checkpoint_dir is None:
+        return None
+    every = check_int("checkpoint_every", checkpoint_every, low=1)
+    meta = {"driver": driver, "num_steps": num_steps, "checkpoint_every": every,
+            "rng_key": _fingerprint(rng_key), "initial_state": _fingerprint(initial_state)}
+    return _Checkpoints(checkpoint_dir, every, meta)
+
+
+def _history_like(chunk_fn, state, keys, num_done: int):
+    """Zeros shaped like the history of the first ``num_done`` steps (for ``restore``)."""
+    _, one = jax.eval_shape(chunk_fn, state, keys[:1], jnp.zeros((1,), jnp.int32))
+    return jax.tree.map(lambda s: np.zeros((num_done,) + s.shape[1:], s.dtype), one)
+
+
+def _resume(ckpt: _Checkpoints | None, chunk_fn, state, keys):
+    """``(start, state, pieces)``: where a previous run of the same call stopped, if it did."""
+    if ckpt is None:
+        return 0, state, []
+    done = checkpoint.latest_step(ckpt.directory)
+    if done is None:
+        return 0, state, []
+    like = {"state": state, "history": _history_like(chunk_fn, state, keys, done)}
+    _, tree = checkpoint.restore(ckpt.directory, like, step=done, meta=ckpt.meta)
+    return done, tree["state"], [tree["history"]]
+
+
+def _concat(pieces):
+    return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=0), *pieces)
+
+
+def _chunk_size(num_steps: int, ckpt, progress_bar: bool, num_progress_updates) -> int:
+    if ckpt is not None:
+        return ckpt.every
+    if progress_bar:
+        return max(1, math.ceil(num_steps / check_int("num_progress_updates", num_progress_updates, low=1)))
+    return num_steps
+
+
+def _drive(chunk_fn, state, keys, ckpt, chunk: int, progress_bar: bool):
+    """Run the chunks from the last checkpoint on; ``(final_state, history)``, step-major."""
+    num_steps = keys.shape[0]
+    start, state, pieces = _resume(ckpt, chunk_fn, state, keys)
+    bar = _progress(num_steps, start) if progress_bar else None
+    for lo in range(start, num_steps, chunk):
+        hi = min(num_steps, lo + chunk)
+        state, hist = chunk_fn(state, keys[lo:hi], jnp.arange(lo, hi, dtype=jnp.int32))
+        jax.block_until_ready(state)
+        pieces.append(hist)
+        if ckpt is not None:
+            pieces = [_concat(pieces)]
+            checkpoint.save(ckpt.directory, hi, {"state": state, "history": pieces[0]}, meta=ckpt.meta)
+        if bar is not None:
+            bar.update(hi - lo)
+    if bar is not None:
+        bar.close()
+    if len(pieces) == 1:
+        return state, jax.tree.map(jnp.asarray, pieces[0])
+    return state, jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *pieces)
+
+
+def _progress(total: int, initial: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", leave=False)
+
+
+def _warn_problems(driver: str, flags: dict, chain_axis: bool) -> None:
+    """One ``RuntimeWarning`` per raised flag: how many steps (and chains) raised it."""
+    for name, raised in flags.items():
+        raised = np.asarray(raised)
+        total = int(raised.sum())
+        if total == 0:
+            continue
+        value = dict(PROBLEM_FLAGS)[name]
+        where = f"info.{name} was {value}"
+        if chain_axis:
+            per_chain = raised.reshape(raised.shape[0], -1).any(axis=1)
+            count = f"{total} of {raised.size} steps, in {int(per_chain.sum())} of {raised.shape[0]} chains"
+        else:
+            first = int(np.argmax(raised))
+            count = f"{total} of {raised.size} steps (first at step {first})"
+        warnings.warn(f"{driver}: {where} at {count}; those states are not valid samples", RuntimeWarning,
+                      stacklevel=3)
 
 
 def run_chain(
@@ -93,6 +351,9 @@ def run_chain(
     info_transform: Callable | None = None,
     progress_bar: bool = False,
     num_progress_updates: int = 20,
+    checked: bool = False,
+    checkpoint_dir=None,
+    checkpoint_every: int = 1000,
 ) -> ChainTrace:
     """Run one chain for ``num_steps`` steps with ``lax.scan`` (a jitted driver).
 
@@ -116,11 +377,25 @@ def run_chain(
         (``infos`` is ``None``).
     progress_bar
         Show a ``tqdm`` bar. The scan is then cut into ``num_progress_updates``
-        equal chunks, each one call of the same jitted function (at most two
-        compilations: full chunks and the last one), so the bar costs nothing
-        inside the loop.
+        equal chunks (or the checkpoint chunks), each one call of the same jitted
+        function (at most two compilations: full chunks and the last one), so the
+        bar costs nothing inside the loop.
     num_progress_updates
-        Number of chunks when ``progress_bar`` is true.
+        Number of chunks when ``progress_bar`` is true (and no ``checkpoint_dir``).
+    checked
+        Raise ``jax.experimental.checkify.JaxRuntimeError`` at the end of the chunk in
+        which a step first raised a problem flag (:data:`PROBLEM_FLAGS`), naming the
+        flag and the step, instead of warning at the end of the run.
+    checkpoint_dir
+        Folder for this run's checkpoints (``None``: none). The scan runs in chunks of
+        ``checkpoint_every`` steps; after each, the state, the traces so far and the step
+        index are saved atomically with :func:`jaxsub.checkpoint.save`. When the folder
+        already holds a checkpoint of this call (same ``num_steps``, ``checkpoint_every``,
+        ``rng_key`` and ``initial_state``), the run resumes from it and returns exactly what
+        an uninterrupted run returns.
+    checkpoint_every
+        Steps per chunk when ``checkpoint_dir`` is given (``>= 1``). Each save writes the
+        whole trace so far: keep the kept pytrees small (``transform``) on long runs.
 
     Returns
     -------
@@ -128,39 +403,46 @@ def run_chain(
         ``(final_state, states, infos)``, leaves of ``states``/``infos`` with a
         leading ``num_steps`` axis.
 
+    Raises
+    ------
+    ValueError
+        If ``num_steps``, ``num_progress_updates`` or ``checkpoint_every`` is not a positive
+        integer, ``algorithm`` has no step, or the checkpoint in ``checkpoint_dir`` was
+        written by a different run.
+
+    Warns
+    -----
+    RuntimeWarning
+        When some step raised a problem flag (and ``checked`` is false), with the
+        number of such steps and the first one.
+
     Examples
     --------
     >>> trace = run_chain(key, algo, algo.init(x0), 1000, transform=lambda s, i: s.position,
     ...                   info_transform=lambda s, i: i.is_accepted)
     """
     num_steps = check_int("num_steps", num_steps, low=1)
-    step = _step_fn(algorithm)
-    record = _recorder(transform, info_transform)
+    loop = _Loop(_step_fn(algorithm), transform, info_transform, bool(checked))
+    ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chain", rng_key, initial_state, num_steps)
+    chunk = _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates)
     keys = jax.random.split(rng_key, num_steps)
-    chunk_fn = jax.jit(partial(_scan_chunk, step, record))
-    if not progress_bar:
-        final_state, (states, infos) = chunk_fn(initial_state, keys)
-    else:
-        final_state, (states, infos) = _run_chunked(chunk_fn, initial_state, keys, num_progress_updates)
+    final_state, (states, infos, flags) = _drive(_compile(loop, _scan_chunk), initial_state, keys, ckpt, chunk,
+                                                 progress_bar)
+    _warn_problems("run_chain", flags, chain_axis=False)
     return ChainTrace(final_state, states, infos)
 
 
-def _run_chunked(chunk_fn, state, keys, num_chunks):
-    from tqdm.auto import tqdm
-
-    num_chunks = check_int("num_progress_updates", num_chunks, low=1)
-    num_steps = keys.shape[0]
-    chunk = max(1, math.ceil(num_steps / num_chunks))
-    pieces = []
-    with tqdm(total=num_steps, unit="step", leave=False) as bar:
-        for start in range(0, num_steps, chunk):
-            stop = min(num_steps, start + chunk)
-            state, hist = chunk_fn(state, keys[start:stop])
-            jax.block_until_ready(state)
-            pieces.append(hist)
-            bar.update(stop - start)
-    history = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *pieces)
-    return state, history
+def _num_chains(initial_states) -> int:
+    leaves = jax.tree.leaves(initial_states)
+    if not leaves:
+        raise ValueError("initial_states must be a non-empty pytree of batched arrays")
+    leading = {jnp.shape(leaf)[:1] for leaf in leaves}
+    if len(leading) != 1 or () in leading:
+        raise ValueError(
+            "initial_states must have one leading num_chains axis on every leaf "
+            f"(e.g. jax.vmap(algorithm.init)(positions)); got leading shapes {sorted(leading)}"
+        )
+    return jnp.shape(leaves[0])[0]
 
 
 def run_chains(
@@ -173,6 +455,9 @@ def run_chains(
     info_transform: Callable | None = None,
     progress_bar: bool = False,
     num_progress_updates: int = 20,
+    checked: bool = False,
+    checkpoint_dir=None,
+    checkpoint_every: int = 1000,
 ) -> ChainTrace:
     """Run independent chains in parallel: ``vmap`` over chains of a ``lax.scan``.
 
@@ -190,38 +475,35 @@ def run_chains(
         ``jax.vmap(algorithm.init)(positions)``.
     num_steps, transform, info_transform, progress_bar, num_progress_updates
         As in :func:`run_chain`.
+    checked, checkpoint_dir, checkpoint_every
+        As in :func:`run_chain` (one checkpoint holds every chain).
 
     Returns
     -------
     ChainTrace
         Leaves of ``states``/``infos`` have shape ``[num_chains, num_steps, ...]``
         (chains first, as ``blackjax.diagnostics`` expects).
+
+    Raises
+    ------
+    ValueError
+        As :func:`run_chain`, and if the leaves of ``initial_states`` do not share one
+        leading ``num_chains`` axis.
+
+    Warns
+    -----
+    RuntimeWarning
+        When some step raised a problem flag, with the number of steps and chains.
     """
     num_steps = check_int("num_steps", num_steps, low=1)
-    leaves = jax.tree.leaves(initial_states)
-    if not leaves:
-        raise ValueError("initial_states must be a non-empty pytree of batched arrays")
-    leading = {jnp.shape(leaf)[:1] for leaf in leaves}
-    if len(leading) != 1 or () in leading:
-        raise ValueError(
-            "initial_states must have one leading num_chains axis on every leaf "
-            f"(e.g. jax.vmap(algorithm.init)(positions)); got leading shapes {sorted(leading)}"
-        )
-    num_chains = jnp.shape(leaves[0])[0]
-    step = _step_fn(algorithm)
-    record = _recorder(transform, info_transform)
+    num_chains = _num_chains(initial_states)
+    loop = _Loop(_step_fn(algorithm), transform, info_transform, bool(checked))
+    ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chains", rng_key, initial_states, num_steps)
+    chunk = _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates)
     chain_keys = jax.random.split(rng_key, num_chains)
-    # keys[t, c]: step-major so that chunks for the progress bar slice axis 0.
+    # keys[t, c]: step-major so that chunks slice axis 0.
     keys = jax.vmap(lambda k: jax.random.split(k, num_steps), out_axes=1)(chain_keys)
-
-    def chunk(states, step_keys):
-        final, hist = jax.vmap(partial(_scan_chunk, step, record), in_axes=(0, 1))(states, step_keys)
-        return final, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), hist)
-
-    chunk_fn = jax.jit(chunk)
-    if not progress_bar:
-        final_state, history = chunk_fn(initial_states, keys)
-    else:
-        final_state, history = _run_chunked(chunk_fn, initial_states, keys, num_progress_updates)
-    states, infos = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
+    final_state, history = _drive(_compile(loop, _scan_chains), initial_states, keys, ckpt, chunk, progress_bar)
+    states, infos, flags = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
+    _warn_problems("run_chains", flags, chain_axis=True)
     return ChainTrace(final_state, states, infos)

@@ -121,3 +121,61 @@ def test_no_module_level_caches_and_gibbs_init_needs_no_default_key():
     kernel = an.build_kernel(model)
     st3, _ = jax.jit(kernel)(jax.random.key(1), st, an.encode(model, x))
     np.testing.assert_array_equal(st3.mixture.assignments, st2.mixture.assignments)
+
+
+def test_mixture_init_rejects_bad_labels_shapes_and_data():
+    """``init`` (and the ``collapsed_gibbs`` init built on it) checks concrete labels and data as ``fit`` does."""
+    x = np.column_stack([np.arange(6) % 3, np.linspace(-1.0, 1.0, 6)])
+    model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.NormalInverseChiSquared()])
+    enc = an.encode(model, x)
+    ok = an.init(jnp.zeros(6, jnp.int32), model, enc, 4)
+    assert int(ok.num_assigned) == 6
+    with pytest.raises(ValueError, match=r"position must hold labels in \[-1, 4\); got 4"):
+        an.init(jnp.asarray([0, 1, 2, 3, 4, 0]), model, enc, 4)
+    with pytest.raises(ValueError, match=r"position must hold labels in \[-1, 4\); got -2"):
+        an.init(np.asarray([0, 1, -2, 0, 0, 0]), model, enc, 4)
+    with pytest.raises(ValueError, match=r"position must have shape \[6\]"):
+        an.init(jnp.zeros(5, jnp.int32), model, enc, 4)
+    with pytest.raises(ValueError, match="position must hold integer labels"):
+        an.init(np.full(6, 0.5), model, enc, 4)
+    with pytest.raises(ValueError, match="data.real must be finite; found 1 NaN"):
+        an.init(None, model, enc._replace(real=enc.real.at[2, 0].set(jnp.nan)), 4)
+    with pytest.raises(ValueError, match=r"data.cat must hold labels in \[0, 3\)"):
+        an.init(None, model, enc._replace(cat=enc.cat.at[0, 0].set(7)), 4)
+    with pytest.raises(ValueError, match="capacity must be"):
+        an.init(None, model, enc, 0)
+    with pytest.raises(ValueError, match="'fifo' must be None"):
+        an.init(jnp.asarray([0, 0, -1, -1, -1, -1]), model, enc, 4, policy="fifo", rng_key=jax.random.key(0))
+    algo = an.collapsed_gibbs(model, x, capacity=4)
+    with pytest.raises(ValueError, match="position must hold labels"):
+        algo.init(jnp.full(6, 9, jnp.int32))
+    traced = jax.jit(algo.init)(jnp.zeros(6, jnp.int32))  # a traced position passes (checked before tracing)
+    assert int(traced.num_assigned) == 6
+
+
+def test_crosscat_init_rejects_bad_labels_shapes_and_data():
+    """``crosscat.init`` checks ``view_of``, ``z`` and the encoded data (named ``ValueError``s)."""
+    from jaxsub.anneal import crosscat as cc
+
+    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.BetaBernoulli(), an.NormalInverseChiSquared()))
+    enc = cc.encode_table(model, np.asarray([[0, 0.5], [1, np.nan], [1, -0.3]]))
+    z = np.full((3, 3), -1)
+    z[0] = [0, 1, 0]
+    st = cc.init(model, enc, 4, view_of=np.zeros(2, np.int32), z=z)
+    assert int(st.num_assigned) == 3
+    with pytest.raises(ValueError, match=r"z must hold labels in \[-1, 4\); got 4"):
+        cc.init(model, enc, 4, z=np.where(z == 1, 4, z))
+    with pytest.raises(ValueError, match=r"z must have shape \[3, 3\]"):
+        cc.init(model, enc, 4, z=z[:2])
+    with pytest.raises(ValueError, match=r"view_of must hold labels in \[0, 3\); got 3"):
+        cc.init(model, enc, 4, view_of=np.asarray([0, 3]))
+    with pytest.raises(ValueError, match=r"view_of must have shape \[2\]"):
+        cc.init(model, enc, 4, view_of=np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="data.real must be finite"):
+        cc.init(model, enc._replace(real=enc.real.at[0, 0].set(jnp.inf)), 4)
+    with pytest.raises(ValueError, match=r"data.cat must hold labels in \[-1, 2\)"):
+        cc.init(model, enc._replace(cat=enc.cat.at[0, 0].set(2)), 4)
+    with pytest.raises(ValueError, match="num_aux must be"):
+        cc.init(model, enc, 4, num_aux=0)
+    with pytest.raises(ValueError, match="'fifo' must assign no row or every row"):
+        cc.init(model, enc, 4, z=np.where(np.arange(3) == 2, -1, z), policy="fifo", rng_key=jax.random.key(0))

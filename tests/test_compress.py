@@ -5,14 +5,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_mean_matches, assert_variance_matches, variants
 from scipy.special import logsumexp
 
 import jaxsub
 from jaxsub import compress
-from jaxsub.compress import _cluster
-from jaxsub.compress._cluster import _exact_stats, _repair, _search_settings, _stream_labels, _trim
-
-from helpers import assert_mean_matches, assert_variance_matches, variants
+from jaxsub.compress.api import resolve_settings
+from jaxsub.compress.join import join_block
+from jaxsub.compress.neighbours import make_search
+from jaxsub.compress.options import GREEDY, ClusterOptions
+from jaxsub.compress.repair import covariances, exact_stats, repair
+from jaxsub.compress.rules import stream_labels
+from jaxsub.compress.screens import isolated
+from jaxsub.compress.sequential import sequential_greedy, sequential_greedy_pairs
+from jaxsub.compress.state import Clusters
+from jaxsub.compress.trim import trim as trim_members
 
 
 def _blobs(n=3000, d=4, centres=40, spread=0.02, seed=0):
@@ -70,9 +77,9 @@ def test_repair_splits_oversized_clusters_exactly():
     delta = 0.2
     labels = np.zeros(500, dtype=np.int64)  # one huge cluster: radius >> delta
     labels[::2] = 1
-    _, _, radii0, _ = _exact_stats(x, labels, 2)
+    _, _, radii0, _ = exact_stats(x, labels, 2)
     assert radii0.max() > delta
-    labels, centroids, counts, radii = _repair(x, labels, delta)
+    labels, centroids, counts, radii = repair(x, labels, delta)
     assert radii.max() <= delta and counts.sum() == 500
     dist = np.sqrt(((x - centroids[labels]) ** 2).sum(axis=1))
     assert dist.max() <= delta
@@ -398,19 +405,18 @@ def _isolation_stream():
     return x[rng.permutation(x.shape[0])], 0.1
 
 
-def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta(monkeypatch):
+def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta():
     x, delta = _isolation_stream()
     sq = np.einsum("ij,ij->i", x, x)
     d2 = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
     np.fill_diagonal(d2, np.inf)
     truly = d2.min(axis=1) > 4.0 * delta * delta * (1 + 1e-9)
-    search, method = _search_settings("projected", 784, {})
-    srch = _cluster._make_search(x, method, search, np.random.default_rng(0), wide=True)
+    opts, method = resolve_settings("projected", 784, ClusterOptions(isolation_block=256))  # several blocks: the symmetric sweep
+    srch = make_search(x, method, np.random.default_rng(0), wide=True, opts=opts)
     xc = x - srch.mean
     pw = xc @ srch.wide
     zw = np.column_stack([pw, np.sqrt(np.maximum(np.einsum("ij,ij->i", xc, xc) - np.einsum("ij,ij->i", pw, pw), 0.0))])
-    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)  # several blocks: the symmetric sweep
-    flagged = _cluster._isolated(x, zw, delta)
+    flagged = isolated(x, zw, delta, opts=opts)
     assert not np.any(flagged & ~truly)  # never a row with a neighbour within 2 delta
     assert truly.sum() >= 450 and flagged.sum() >= 0.95 * truly.sum()  # the screen is tight here
     # negative control: the rows of the pairs (a neighbour at 1.9 delta) are never flagged
@@ -418,27 +424,26 @@ def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta(mon
     assert pairs.size >= 140 and not flagged[pairs].any()
 
 
-def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compression(monkeypatch):
+def test_high_dimensional_stream_with_bulk_singletons_keeps_the_radius_and_compression():
     x, delta = _isolation_stream()
-    monkeypatch.setattr(_cluster, "_TRIM_MIN_ROWS", 512)  # the bulk screen runs on sets above this size
-    monkeypatch.setattr(_cluster, "_ISOLATION_BLOCK", 256)
-    cl = compress.cluster(x, delta)  # d = 784: the exact-join stream after the isolation screen
+    opts = ClusterOptions(trim_min_rows=512, isolation_block=256)  # the bulk screen runs on sets above 512 rows
+    cl = compress.cluster(x, delta, options=opts)  # d = 784: the exact-join stream after the isolation screen
     _check_clustering(x, cl, delta)
-    monkeypatch.setattr(_cluster, "_ISOLATION_MIN_FRACTION", 2.0)  # screen off: every row streamed
-    plain = compress.cluster(x, delta)  # the reference (its radius is covered by the other d = 784 tests)
+    off = opts._replace(isolation_min_fraction=2.0)  # screen off: every row streamed
+    plain = compress.cluster(x, delta, options=off)  # the reference (its radius is covered by the other d = 784 tests)
     # isolated rows are singletons either way; the streamed rest is clustered alike
     assert abs(cl.c - plain.c) <= 0.01 * plain.c, (cl.c, plain.c)
     assert cl.c <= 15 + 500 + 140
 
 
 def test_trim_makes_every_kept_cluster_fit_the_radius():
-    # _trim on a labelling that breaks the radius (the greedy leader pass, see the negative
+    # trim on a labelling that breaks the radius (the greedy leader pass, see the negative
     # control below): it drops members, and every kept cluster's exact radius is <= delta
     x, delta = _blobs(3000, 4, 40, 0.05, 3), 0.08
-    search, method = _search_settings("kdtree", 4, {})
-    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False))
-    assert _exact_stats(x, labels, num)[2].max() > delta
-    keep = _trim(x, np.arange(x.shape[0]), labels, delta)
+    opts, method = resolve_settings("kdtree", 4, None)
+    labels, num = _relabel_count(stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False))
+    assert exact_stats(x, labels, num)[2].max() > delta
+    keep = trim_members(x, np.arange(x.shape[0]), labels, delta, opts=ClusterOptions())
     assert 0 < np.count_nonzero(~keep) < x.shape[0] // 2
     for j in np.unique(labels[keep]):
         members = x[keep & (labels == j)]
@@ -475,9 +480,9 @@ def test_join_rule_spends_the_radius(name, rule):
     cl = compress.cluster(x, delta, rule=rule)
     _check_clustering(x, cl, delta)
     assert cl.c <= previous, (cl.c, previous)
-    search, method = _search_settings("auto", x.shape[1], {})
-    leader = _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False)
-    reference = _repair(x, leader, delta)[2].size
+    opts, method = resolve_settings("auto", x.shape[1], None)
+    leader = stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False)
+    reference = repair(x, leader, delta)[2].size
     assert cl.c <= 1.5 * reference, (cl.c, reference)
     # the clusters use the radius: the largest one is close to delta
     assert cl.radius > 0.5 * delta
@@ -506,26 +511,26 @@ def test_merge_rule_keeps_the_radius_on_adversarial_streams(name):
     np.testing.assert_array_equal(cl.labels, again.labels)  # deterministic
 
 
-def test_merge_rounds_decide_with_the_exact_post_merge_radius(monkeypatch):
+def test_merge_rounds_decide_with_the_exact_post_merge_radius():
     # the merge rounds' Gram identities give the exact post-merge radius: before the final check and
     # repair, every cluster of the rounds already has exact float64 radius <= delta (up to the float32
     # round-off the margin covers), and the radius is spent (largest radius close to delta)
     rng = np.random.default_rng(7)
     x = rng.uniform(-1, 1, (1500, 3))
     delta = 0.15
-    search, method = _search_settings("auto", 3, {})
-    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), rule="merge"))
-    radii = _exact_stats(x, labels, num)[2]
+    opts, method = resolve_settings("auto", 3, None)
+    labels, num = _relabel_count(stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, rule="merge"))
+    radii = exact_stats(x, labels, num)[2]
     assert radii.max() <= delta and radii.max() > 0.95 * delta
     # negative control: a rounds' limit above delta is caught by the exact recomputation
-    monkeypatch.setattr(_cluster, "_MARGIN", -0.2)
-    labels, num = _relabel_count(_stream_labels(x, delta, method, search, np.random.default_rng(0), rule="merge"))
-    assert _exact_stats(x, labels, num)[2].max() > delta
+    labels, num = _relabel_count(
+        stream_labels(x, delta, method, np.random.default_rng(0), rule="merge", opts=opts._replace(margin=-0.2)))
+    assert exact_stats(x, labels, num)[2].max() > delta
     # d = 784 (screened graph, float32 products)
     x = _blobs(800, 784, 200, 0.004, 8) / 30.0
-    search, method = _search_settings("auto", 784, {})
-    labels, num = _relabel_count(_stream_labels(x, 0.01, method, search, np.random.default_rng(0), rule="merge"))
-    assert _exact_stats(x, labels, num)[2].max() <= 0.01 * (1 + 1e-6)
+    opts, method = resolve_settings("auto", 784, None)
+    labels, num = _relabel_count(stream_labels(x, 0.01, method, np.random.default_rng(0), opts=opts, rule="merge"))
+    assert exact_stats(x, labels, num)[2].max() <= 0.01 * (1 + 1e-6)
 
 
 def test_merge_rule_counts_on_high_dimensional_data():
@@ -541,8 +546,8 @@ def test_merge_rule_counts_on_high_dimensional_data():
     _check_clustering(x, merge, delta)
     stream, blocked = compress.cluster(x, delta, rule="stream"), compress.cluster(x, delta, rule="blocked")
     assert merge.c <= min(stream.c, blocked.c), (merge.c, stream.c, blocked.c)
-    search, method = _search_settings("auto", 784, {})
-    reference = _repair(x, _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False), delta)[2].size
+    opts, method = resolve_settings("auto", 784, None)
+    reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[2].size
     assert merge.c <= 1.5 * reference, (merge.c, reference)
 
 
@@ -556,20 +561,18 @@ def test_merge_rule_counts_on_the_corpora(name):
     _check_clustering(x, cl, delta)
     assert cl.c <= previous, (cl.c, previous)
     if name != "line1":
-        search, method = _search_settings("auto", x.shape[1], {})
-        reference = _repair(x, _stream_labels(x, delta, method, search, np.random.default_rng(0), exact=False), delta)[2].size
+        opts, method = resolve_settings("auto", x.shape[1], None)
+        reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[2].size
         assert cl.c <= 1.5 * reference, (cl.c, reference)
 
 
-def test_merge_graph_threads_change_no_output(monkeypatch):
+def test_merge_graph_threads_change_no_output():
     # session 16: the neighbour graph's blocks and product batches on two host threads give the same
     # clustering bit for bit (each block and batch is computed by the same call whichever thread runs it)
     x, delta = _adversarial_streams()["d784"]
-    monkeypatch.setattr(_cluster, "_MERGE_BLOCK", 64)  # several blocks and batches
-    monkeypatch.setattr(_cluster, "_MERGE_BATCH", 256)
-    base = compress.cluster(x, delta, rule="merge")
-    monkeypatch.setattr(_cluster, "_GRAPH_THREADS", 2)
-    threaded = compress.cluster(x, delta, rule="merge")
+    opts = ClusterOptions(merge_block=64, merge_batch=256)  # several blocks and batches
+    base = compress.cluster(x, delta, rule="merge", options=opts)
+    threaded = compress.cluster(x, delta, rule="merge", options=opts._replace(graph_threads=2))
     for name in ("labels", "centroids", "radii", "counts"):
         np.testing.assert_array_equal(getattr(threaded, name), getattr(base, name))
 
@@ -588,26 +591,25 @@ def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
     return x[rng.permutation(x.shape[0])]
 
 
-def _greedy_stream(x, delta, pairs, monkeypatch):
-    monkeypatch.setattr(_cluster, "_GREEDY_PAIRS", pairs)
-    clusters = _cluster._Clusters(x.shape[1], x.shape[1], 16, lambda v: v)
+def _greedy_stream(x, delta, pairs):
+    clusters = Clusters(x.shape[1], x.shape[1], 16, lambda v: v)
     labels = np.full(x.shape[0], -1, np.int64)
-    ids = _cluster._sequential_greedy(x, np.arange(x.shape[0]), clusters, delta, _cluster._GREEDY, labels)
+    ids = sequential_greedy(x, np.arange(x.shape[0]), clusters, delta, GREEDY, labels, opts=ClusterOptions(greedy_pairs=pairs))
     return labels, ids, clusters
 
 
-def test_greedy_pair_stream_decides_as_the_plain_stream(monkeypatch):
+def test_greedy_pair_stream_decides_as_the_plain_stream():
     # the recursion's greedy stream decides only rows with an earlier row within 2 delta, among
-    # those rows' clusters (_sequential_greedy_pairs): on a sparse set it must give the plain
+    # those rows' clusters (sequential_greedy_pairs): on a sparse set it must give the plain
     # one-row-at-a-time stream's clusters, sums and anchors
     delta = 0.02
     x = _sparse_stream(delta=delta)
     rows = np.arange(x.shape[0])
-    taken = _cluster._sequential_greedy_pairs(
-        x, rows, _cluster._Clusters(5, 5, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64))
+    taken = sequential_greedy_pairs(
+        x, rows, Clusters(5, 5, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=ClusterOptions())
     assert taken is not None  # the pair path runs on this set
-    lab_pairs, ids_pairs, cl_pairs = _greedy_stream(x, delta, True, monkeypatch)
-    lab_plain, ids_plain, cl_plain = _greedy_stream(x, delta, False, monkeypatch)
+    lab_pairs, ids_pairs, cl_pairs = _greedy_stream(x, delta, True)
+    lab_plain, ids_plain, cl_plain = _greedy_stream(x, delta, False)
     np.testing.assert_array_equal(lab_pairs, lab_plain)
     np.testing.assert_array_equal(ids_pairs, ids_plain)
     joined = cl_plain.counts[ids_plain] > 1
@@ -617,11 +619,12 @@ def test_greedy_pair_stream_decides_as_the_plain_stream(monkeypatch):
     np.testing.assert_array_equal(cl_pairs.counts[ids_pairs], cl_plain.counts[ids_plain])
     # negative control: a dense set (every row near many others) is left to the plain stream
     dense = _blobs(600, 5, 3, 0.005, 7)
-    assert _cluster._sequential_greedy_pairs(
-        dense, np.arange(600), _cluster._Clusters(5, 5, 16, lambda v: v), delta, np.full(600, -1, np.int64)) is None
+    assert sequential_greedy_pairs(
+        dense, np.arange(600), Clusters(5, 5, 16, lambda v: v), delta, np.full(600, -1, np.int64),
+        opts=ClusterOptions()) is None
 
 
-def test_greedy_pair_stream_keeps_the_radius_and_the_count(monkeypatch):
+def test_greedy_pair_stream_keeps_the_radius_and_the_count():
     # end to end (leader + trim on 6,000 rows: tight blobs and scattered rows, whose recursion
     # streams sparse first blocks through the pair path): exact radius <= delta, and no more
     # clusters than with the plain stream
@@ -629,25 +632,20 @@ def test_greedy_pair_stream_keeps_the_radius_and_the_count(monkeypatch):
     x = np.vstack([_blobs(3000, 4, 40, 0.01, 44), rng.uniform(-1, 1, size=(3000, 4))])
     x = x[rng.permutation(x.shape[0])]
     delta = 0.05
-    calls = []
-    real = _cluster._sequential_greedy_pairs
-
-    def counted(*args):
-        out = real(*args)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(_cluster, "_sequential_greedy_pairs", counted)
-    cl = compress.cluster(x, delta, rule="trim")
+    opts = ClusterOptions()
+    # the greedy pass streams its first block (first_block rows) one row at a time: the pair path
+    # takes that set (it returns None for the sets it leaves to the plain stream)
+    first = np.arange(opts.first_block)
+    assert sequential_greedy_pairs(
+        x, first, Clusters(4, 4, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=opts) is not None
+    cl = compress.cluster(x, delta, rule="trim", options=opts)
     _check_clustering(x, cl, delta)
-    assert sum(calls) >= 2  # the pair path was taken
-    monkeypatch.setattr(_cluster, "_GREEDY_PAIRS", False)
-    plain = compress.cluster(x, delta, rule="trim")
+    plain = compress.cluster(x, delta, rule="trim", options=opts._replace(greedy_pairs=False))
     assert cl.c <= plain.c, (cl.c, plain.c)
 
 
-@pytest.mark.parametrize("mode", [_cluster._GREEDY, False])
-def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode, monkeypatch):
+@pytest.mark.parametrize("mode", [GREEDY, False])
+def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode):
     # the greedy joins (no radius check) sum each cluster's rows by one bincount per column, in
     # stream order, instead of sorting the rows into segments: the same floats, labels and anchors
     rng = np.random.default_rng(45)
@@ -656,11 +654,10 @@ def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode, monkeypatc
     cid = rng.integers(0, 150, size=rows.size)
     out = []
     for flag in (False, True):
-        monkeypatch.setattr(_cluster, "_GREEDY_BINCOUNT", flag)
-        clusters = _cluster._Clusters(6, 6, 16, lambda v: v)
+        clusters = Clusters(6, 6, 16, lambda v: v)
         clusters.open(x[:200], np.ones(200, np.int64), np.zeros(200))
         labels = np.full(3000, -1, np.int64)
-        taken = _cluster._join_block(x, rows, cid, clusters, 0.1, mode, labels, np.arange(0))
+        taken = join_block(x, rows, cid, clusters, 0.1, mode, labels, np.arange(0), opts=ClusterOptions(greedy_bincount=flag))
         assert taken.all()
         out.append((labels, clusters.sums[:200].copy(), clusters.counts[:200].copy(), clusters.anchor[:200].copy()))
     for a, b in zip(*out):
@@ -675,14 +672,14 @@ def test_greedy_leader_reference_is_a_leader_clustering():
     # negative control for the comparison above: the reference (exact=False) really is the
     # greedy leader pass, every row within delta of its cluster's first row, radii up to 2 delta
     x = _blobs(3000, 4, 40, 0.05, 3)
-    search, method = _search_settings("kdtree", 4, {})
-    labels = _stream_labels(x, 0.08, method, search, np.random.default_rng(0), exact=False)
+    opts, method = resolve_settings("kdtree", 4, None)
+    labels = stream_labels(x, 0.08, method, np.random.default_rng(0), opts=opts, exact=False)
     first = {}
     for i, lab in enumerate(labels):
         first.setdefault(lab, i)
     leaders = np.array([first[lab] for lab in labels])
     assert np.all(np.linalg.norm(x - x[leaders], axis=1) <= 0.08)
-    _, _, radii, _ = _exact_stats(x, *_relabel_count(labels))
+    _, _, radii, _ = exact_stats(x, *_relabel_count(labels))
     assert radii.max() > 0.08  # greedy leader alone breaks the radius: the repair is needed
 
 
@@ -704,24 +701,20 @@ def test_host_thread_settings_change_no_output(monkeypatch):
     # session 14: the covariances split over two host threads and the k-d-tree queries and isolated-row
     # self-queries on every core give the same labels, centroids, radii and covariances, bit for bit
     x = _blobs(12000, 5, 300, 0.02, 7)
-    monkeypatch.setattr(_cluster, "_COV_THREADS", 1)  # the one-thread reference
-    monkeypatch.setattr(_cluster, "_ISOLATED_PARALLEL_ROWS", None)
-    monkeypatch.setattr(_cluster, "_PARALLEL_QUERY_ROWS", 1 << 62)
-    base = compress.cluster(x, 0.05)
-    monkeypatch.setattr(_cluster, "_PARALLEL_QUERY_ROWS", 0)
-    monkeypatch.setattr(_cluster, "_COV_THREADS", 2)
-    monkeypatch.setattr(_cluster, "_COV_THREAD_MIN", 0)
-    monkeypatch.setattr(_cluster, "_ISOLATED_PARALLEL_ROWS", 0)
+    # the one-thread reference
+    base = compress.cluster(x, 0.05, options=ClusterOptions(cov_threads=1, isolated_parallel_rows=None,
+                                                            parallel_query_rows=1 << 62))
+    threads = ClusterOptions(parallel_query_rows=0, cov_threads=2, cov_thread_min=0, isolated_parallel_rows=0)
     import concurrent.futures as cf
 
     calls, pool = [], cf.ThreadPoolExecutor
     monkeypatch.setattr(cf, "ThreadPoolExecutor", lambda *a, **k: calls.append(a) or pool(*a, **k))
-    threaded = compress.cluster(x, 0.05)
+    threaded = compress.cluster(x, 0.05, options=threads)
     assert calls  # the threaded covariances ran
     for name in ("labels", "centroids", "radii", "counts", "covariances"):
         np.testing.assert_array_equal(getattr(threaded, name), getattr(base, name))
     # negative control: a covariance entry dropped by one thread is seen by the comparison above
-    cov = _cluster._covariances(x, base.labels, base.centroids, base.counts)
+    cov = covariances(x, base.labels, base.centroids, base.counts, opts=ClusterOptions(cov_threads=1))
     cov[:, 0, 1] = 0.0
     assert not np.array_equal(cov, base.covariances)
 

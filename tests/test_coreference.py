@@ -92,7 +92,7 @@ def test_hybrid_fixed_schedule_conditional_within_delta_of_exact_tv():
     """The hybrid update with the engine's single-test schedule (``race_schedule="fixed"``: one
     elimination test after m1 = 10 draws with the one-stage quantile, then the surviving arms on all
     N = 128 indices): decisions within δ, TV within δ, negative control (slow: the option is not a
-    default; measured not to pay on author mentions, docs/coreference.md session 12)."""
+    default; measured not to pay on author mentions, docs/coreference.md)."""
     _check_racing_conditional("hybrid_fixed", widths=(), batch_size=1)
 
 
@@ -125,7 +125,7 @@ def _check_racing_conditional(schedule, widths, batch_size):
     new_states, infos = draw(jax.random.split(jax.random.key(1), n_draws))
     assert int(infos.num_races.sum()) == n_draws and int(infos.num_nan.sum()) == 0
     # each race's decision = the exact Gumbel-max decision under the same noise, w.p. >= 1 - delta
-    # (issue 12, item 1: with small arms summed exactly; the slow negative control races them all)
+    # (with small arms summed exactly; the slow negative control races them all)
     errors, checked = int(infos.num_errors.sum()), int(infos.num_checked.sum())
     assert checked == n_draws and errors / checked <= _binomial_upper(delta, checked)
     labels = np.asarray(state.labels)
@@ -280,11 +280,11 @@ def test_cost_model_updates_exactly_where_a_race_cannot_pay():
     blocks, state, mentions, _ = _ragged_problem(seed=1)
     # the rule at its boundary: mention 0 of block 0 (K = 119, small arms of 39 members, 2 raced arms,
     # m1 = 10) is expected to save 119 - (39 + 2 + 40) = 38 evaluations; at width 16 the cost is F itself
-    assert co.sampler.race_costs(38.0, (16, 70)) == (38.0, 38.0 * (38 + 70) / (38 + 16))
-    assert co.sampler.race_costs(38.0, (2, 4)) == (38.0, 38.0)  # narrower races are not cheaper (session 12)
-    pays = functools.partial(co.sampler._race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0,
+    assert co.options.race_costs(38.0, (16, 70)) == (38.0, 38.0 * (38 + 70) / (38 + 16))
+    assert co.options.race_costs(38.0, (2, 4)) == (38.0, 38.0)  # narrower races are not cheaper
+    pays = functools.partial(co.options.race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0,
                              first_batch_size=10)
-    assert bool(pays(co.sampler.race_costs(38.0, (16,)))) and not bool(pays(co.sampler.race_costs(38.5, (16,))))
+    assert bool(pays(co.options.race_costs(38.0, (16,)))) and not bool(pays(co.options.race_costs(38.5, (16,))))
     # the race side of the boundary is compiled into every racing test here (RACE: F = 38, mention 0 races).
     # Static part: no update of the class K <= 128 can save more than 128 - (1 + 40) = 87 evaluations, so
     # with F = 88 the class is compiled without racing code: the exact sweep's labels and counts (same keys)

@@ -17,6 +17,12 @@ import jaxsub.anneal as an
 from helpers import assert_discrete_matches
 from test_anneal import _while_bodies, fast_xla_compile  # noqa: F401  (autouse fixture)
 from jaxsub.anneal import crosscat as cc
+from jaxsub.anneal.crosscat import copy_avoidance, score_cache
+from jaxsub.anneal.crosscat import hypers as cc_hypers
+from jaxsub.anneal.crosscat import partitions as cc_partitions
+from jaxsub.anneal.crosscat import rows as cc_rows
+from jaxsub.anneal.crosscat import scores as cc_scores
+from jaxsub.anneal.crosscat import views as cc_views
 from jaxsub.anneal import exact
 
 FEATS = (an.DirichletCategorical(3, 0.5), an.BetaBernoulli(0.5, 0.5), an.NormalInverseChiSquared(0.0, 1.0, 2.0, 1.0))
@@ -147,7 +153,7 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
 
 
 def test_feature_sweep_on_the_subsample_window_only_leaves_the_exact_posterior_invariant():
-    """``feature_sweep(width=w)`` (the moves on the first ``w`` rows of the subsample window, :func:`cc._compact`):
+    """``feature_sweep(width=w)`` (the moves on the first ``w`` rows of the subsample window, :func:`~jaxsub.anneal.crosscat.features._compact`):
     the 4 rows of DATA are the assigned subsample of a 7-row table (rows 0, 2, 3, 5; rows 1, 4, 6 unassigned,
     with other values and a missing cell), ``w = 5 < N = 7`` (one unassigned row inside the window): starting from
     exact draws, the (feature partition, row partition of feature 0's view) of the assigned rows is still the
@@ -298,7 +304,7 @@ def test_new_view_mh_acceptance_matches_direct_formula():
     seen = set()
     num = st.view_of.shape[0]
     lp_before = {}  # reference log joint of each starting state (the same for the three features)
-    cat_prop = jax.jit(jax.vmap(lambda k, s, j: cc._new_view_proposal(k, s, (0, j), model=model, data=enc),
+    cat_prop = jax.jit(jax.vmap(lambda k, s, j: cc_views._new_view_proposal(k, s, (0, j), model=model, data=enc),
                                 in_axes=(0, 0, None)))  # features 0 and 1 (categorical): one compile, j traced
     for f in range(3):
         keys = jax.random.split(jax.random.key(f), num)
@@ -340,9 +346,9 @@ def test_new_view_mh_acceptance_with_a_proposal_drawn_under_other_hyperparameter
 
     def prop(k, s, f):
         k1, k2 = jax.random.split(k)
-        z, sz, ok = cc._draw_partitions(k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q),
+        z, sz, ok = cc_partitions._draw_partitions(k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q),
                                         s.sizes.shape[1])
-        return cc._new_view_proposal(k1, s, f, model=model, data=enc,
+        return cc_views._new_view_proposal(k1, s, f, model=model, data=enc,
                                      fresh=(z[0], sz[0], ok[0], jnp.float32(a_q), jnp.float32(d_q)))
 
     seen = set()
@@ -371,7 +377,7 @@ def test_new_view_mh_acceptance_with_a_proposal_drawn_under_other_hyperparameter
 
 
 def partial_proposal(model, enc, f):
-    return lambda k, s: cc._new_view_proposal(k, s, f, model=model, data=enc)
+    return lambda k, s: cc_views._new_view_proposal(k, s, f, model=model, data=enc)
 
 
 def _rows(vo, z):
@@ -391,7 +397,7 @@ def test_non_uniform_dirichlet_predictive_matches_numerical_integration():
     c = np.array([1, 0, 2])
     from scipy.stats import beta as beta_dist
 
-    pred = jax.jit(lambda lvl: cc._cat_pred(model, st.hypers, st.cat_counts, lvl)[0, 0])
+    pred = jax.jit(lambda lvl: cc_scores._cat_pred(model, st.hypers, st.cat_counts, lvl)[0, 0])
     for lvl in range(3):
         got = float(pred(jnp.asarray([lvl])))
         a = beta + c  # posterior Dirichlet; its theta_l marginal is Beta(a_l, A - a_l): E[theta_l] by quadrature
@@ -461,7 +467,7 @@ def test_parallel_crp_partition_draw_matches_the_eppf_and_the_capacity_flag():
     index = {tuple(p): i for i, p in enumerate(parts)}
     probs = np.exp([exact.log_eppf(np.bincount(p), alpha, 0.0) for p in parts])
     probs /= probs.sum()
-    draw = jax.jit(lambda k, cap: cc._draw_crp_partitions(k, order, jnp.asarray(m, jnp.int32), jnp.full((3,), alpha,
+    draw = jax.jit(lambda k, cap: cc_partitions._draw_crp_partitions(k, order, jnp.asarray(m, jnp.int32), jnp.full((3,), alpha,
                                                                                                        jnp.float32), cap),
                    static_argnums=1)
     z, sizes, ok = jax.vmap(lambda k: draw(k, 8))(jax.random.split(jax.random.key(3), 4000))
@@ -563,16 +569,16 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
         def body(t, carry):
             s, cache = carry
             u = cc.tick_words(jax.random.fold_in(jax.random.key(5), t), s.z.shape[0])
-            s, w, _, cache = cc._row_plan(u, s, codes[t], 1.0, model=model, data=enc, cache=cache)
-            return cc._apply_row_writes(s, w), cache
+            s, w, _, cache = cc_rows._row_plan(u, s, codes[t], 1.0, model=model, data=enc, cache=cache)
+            return copy_avoidance._apply_row_writes(s, w), cache
 
-        return jax.lax.fori_loop(0, codes.shape[0], body, (s, cc._score_cache(s)))
+        return jax.lax.fori_loop(0, codes.shape[0], body, (s, score_cache._score_cache(s)))
 
     for view_of in ([0, 0, 0], [0, 1, 2], [1, 0, 1]):
         s, cache = run(jnp.asarray(view_of, jnp.int32))
         assert int(s.num_assigned) == DATA.shape[0] and not bool(s.halted)
-        cache = cc._fresh_cache(s, cache)  # the last add's NIX cluster is refreshed lazily (with the next removal)
-        ref = cc._score_cache(s)
+        cache = score_cache._fresh_cache(s, cache)  # the last add's NIX cluster is refreshed lazily (with the next removal)
+        ref = score_cache._score_cache(s)
         chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
         chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
     # the cached Student-t predictive parameters give the NIX marginal ratio p(X + x) / p(X) (Murphy 2007, eq. 171)
@@ -583,7 +589,7 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
         stats = jnp.asarray([len(v), v.sum(), (v * v).sum()], jnp.float32)
         lm = lambda w: mx.nix_log_marginal(nix, jnp.asarray([len(w)]), jnp.asarray([[w.sum(), (w * w).sum()]]))  # noqa: E731
         for x in (-1.0, 0.5, 4.0):
-            got = cc._t_logpdf(cc._nix_pred_params(nix, stats)[None, None], jnp.asarray([x]), jnp.asarray([True]))
+            got = cc_scores._t_logpdf(cc_scores._nix_pred_params(nix, stats)[None, None], jnp.asarray([x]), jnp.asarray([True]))
             want = lm(np.append(v, np.float32(x))) - lm(v)
             np.testing.assert_allclose(float(got[0, 0]), float(want), rtol=0, atol=2e-4)
 
@@ -592,8 +598,8 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
 def test_hyper_grid_gibbs_matches_exact_conditionals(capacity, labels):
     """Per-level Dirichlet pseudo-count and the row alpha: draws follow the enumerated grid conditionals.
     Capacity 12 with clusters in slots 0, 5, 10: the Dirichlet loop runs on the 8 largest slots only
-    (``_HYPER_WIDTHS``), which must hold the occupied ones wherever they sit."""
-    assert (capacity > min(cc._HYPER_WIDTHS)) == (capacity == 12)
+    (``HYPER_WIDTHS``), which must hold the occupied ones wherever they sit."""
+    assert (capacity > min(cc_hypers.HYPER_WIDTHS)) == (capacity == 12)
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(3, 1.0),))
     x = np.array([[0.0], [0.0], [0.0], [2.0], [1.0], [2.0]])
     enc = cc.encode_table(model, x)
@@ -778,9 +784,9 @@ def _hyper_step_table(seed: int, n: int):
 
 def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(monkeypatch):
     """``resample_hypers`` evaluates the Dirichlet-level and NIX grid conditionals on the largest ``width`` cluster
-    slots of each feature (``_HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..19 of a capacity-20
+    slots of each feature (``HYPER_WIDTHS``): with 4 occupied clusters scattered over slots 3..19 of a capacity-20
     view, 100 hyper steps draw the same Dirichlet pseudo-counts and NIX parameters as the full-capacity
-    evaluation (``_HYPER_WIDTHS = ()``) from the same keys (negative control: the first 8 slots without the sort
+    evaluation (``widths=()``) from the same keys (negative control: the first 8 slots without the sort
     lose clusters 11, 15 and 19, and the draws differ)."""
     model, enc, rng, n = _hyper_step_table(seed=0, n=40)
     z = np.full((3, n), -1)
@@ -789,20 +795,19 @@ def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(
     grids = cc.default_crosscat_grids(model)
     keys = jax.random.split(jax.random.key(3), 100)
 
-    def draws():
-        out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(keys)
+    def draws(widths=cc_hypers.HYPER_WIDTHS):
+        out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids, widths=widths).hypers))(
+            keys)
         return np.asarray(out.cat_prior), np.asarray(out.nix)
 
     short = draws()
-    monkeypatch.setattr(cc, "_HYPER_WIDTHS", ())
-    full = draws()
+    full = draws(())
     np.testing.assert_array_equal(short[0], full[0])
     np.testing.assert_array_equal(short[1], full[1])
     assert len(np.unique(short[0])) > 3 and len(np.unique(short[1][:, 0, 0])) > 3  # the draws do vary
     # negative control: truncating to the first 8 slots without sorting drops occupied clusters
-    monkeypatch.setattr(cc, "_HYPER_WIDTHS", (8,))
-    monkeypatch.setattr(cc.jnp, "argsort", lambda a, axis=-1: jnp.broadcast_to(jnp.arange(a.shape[axis]), a.shape))
-    wrong = draws()
+    monkeypatch.setattr(jnp, "argsort", lambda a, axis=-1: jnp.broadcast_to(jnp.arange(a.shape[axis]), a.shape))
+    wrong = draws((8,))
     assert np.mean(wrong[0] != full[0]) > 0.05 and np.mean(wrong[1] != full[1]) > 0.05
 
 
@@ -831,7 +836,7 @@ def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws()
     zs[1, 0] = rng.permutation(np.arange(n) % 12)  # 12 clusters: width 16 = the capacity
     init = jax.jit(jax.vmap(lambda zz: cc.init(model, enc, 16, view_of=jnp.zeros(2, jnp.int32), z=zz)))
     st = init(jnp.asarray(zs))
-    occ = cc._occupied_bound(model, st)
+    occ = cc_hypers._occupied_bound(model, st)
     np.testing.assert_array_equal(np.asarray(occ), [12, 12])
     grids = cc.default_crosscat_grids(model)
     keys = jax.random.split(jax.random.key(5), 20 * 2).reshape(20, 2)
@@ -848,7 +853,7 @@ def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws()
     assert len(np.unique(np.asarray(together.cat_prior))) > 3  # the draws do vary
     one = jax.make_jaxpr(jax.vmap(step, in_axes=(0, 0, None)))(keys[0], st, occ)
     assert _has_cond(one.jaxpr)
-    per_chain = jnp.stack([cc._occupied_bound(model, jax.tree.map(lambda a: a[c], st)) for c in range(2)])
+    per_chain = jnp.stack([cc_hypers._occupied_bound(model, jax.tree.map(lambda a: a[c], st)) for c in range(2)])
     batched = jax.make_jaxpr(jax.vmap(step))(keys[0], st, per_chain)
     assert not _has_cond(batched.jaxpr)
 
@@ -862,14 +867,14 @@ def test_prefix_sum_is_xla_cpu_cumsum_bit_for_bit():
         pytest.skip("the bit-for-bit claim is about XLA:CPU's cumsum")
     rng = np.random.default_rng(0)
     cumsum = jax.jit(lambda x: jnp.cumsum(x, -1))
-    ours = jax.jit(cc._prefix_sum)
+    ours = jax.jit(an.moves._prefix_sum)
     differs = 0
     for n in (1, 5, 16, 20, 64, 100, 300):
         x = jnp.asarray((np.exp(rng.normal(0, 5, (3, 4, n))) * (rng.random((3, 4, n)) > 0.3)).astype(np.float32))
         want = np.asarray(cumsum(x))
         np.testing.assert_array_equal(np.asarray(ours(x)), want)
-        np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(cc._prefix_sum))(x)), want)
-        differs += int(np.any(np.asarray(jax.jit(lambda v: cc._prefix_sum(v, block=8))(x)) != want))
+        np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(an.moves._prefix_sum))(x)), want)
+        differs += int(np.any(np.asarray(jax.jit(lambda v: an.moves._prefix_sum(v, block=8))(x)) != want))
     assert differs >= 3  # n = 20, 64, 100, 300 have more than one block of 8 and float sums that depend on the order
 
 
@@ -882,7 +887,7 @@ def test_first_true_is_argmax_of_a_boolean_array():
         b[0, 0] = False
         b[0, 1] = True
         for axis in (-1, 1, 0):
-            np.testing.assert_array_equal(np.asarray(cc._first_true(jnp.asarray(b), axis=axis)),
+            np.testing.assert_array_equal(np.asarray(an.moves._first_true(jnp.asarray(b), axis=axis)),
                                           np.asarray(jnp.argmax(jnp.asarray(b), axis=axis)))
 
 

@@ -30,15 +30,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxsub"
 DRIVERS = {
     "jaxsub/base.py": {"run_chain", "run_chains"},
     "jaxsub/anneal/kernels.py": {"fit"},  # capacity growth between compiled sweeps
-    "jaxsub/compress/_cluster.py": {"cluster", "cluster_supervised"},  # host-side Algorithm 1
     "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
-    "jaxsub/coreference/sampler.py": {"fit"},  # annealed sweeps driven from the host
+    "jaxsub/coreference/fit.py": {"fit"},  # annealed sweeps driven from the host
 }
 
 #: Host-side driver modules whose module-level functions are compiled with ``jax.jit`` and
 #: static arguments (issue 15's sanctioned pattern: JAX owns that cache, keyed by the static
 #: arguments; nothing the library holds changes results). Only ``fit``-style drivers call them.
-MODULE_JIT_DRIVERS = {"jaxsub/anneal/driver.py", "jaxsub/anneal/crosscat.py"}
+MODULE_JIT_DRIVERS = {"jaxsub/anneal/driver.py", "jaxsub/anneal/crosscat/fit.py"}
 COMPILERS = {"jit", "pmap", "pjit"}
 CACHES = {"cache", "lru_cache"}
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add", "remove", "discard"}

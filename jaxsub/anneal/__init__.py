@@ -14,7 +14,7 @@ Quick start::
     import jax, jaxsub.anneal as an
     model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.BetaBernoulli()])
     sched = an.linear_anneal(num_rows=len(x), num_assignments=4 * len(x))
-    result = an.fit(jax.random.key(0), x, model, sched, num_chains=8, test_data=x_test)
+    result = an.fit(jax.random.key(0), x, model, sched, test_data=x_test, options=an.FitOptions(num_chains=8))
     result.trace.heldout            # [checkpoints, chains] held-out log predictive
     result.state.mixture.assignments  # [chains, N] final partition
 
@@ -52,14 +52,16 @@ Kernels (:mod:`jaxsub.anneal.sweep`)
     data, capacity)`` (:mod:`jaxsub.anneal.moves`) is its ``init``: BlackJAX's module
     contract holds for :mod:`jaxsub.anneal.sweep`.
 Driver (:mod:`jaxsub.anneal.driver`, host side)
-    ``fit(key, data, model, schedule, ...) -> FitResult(state, trace, labels, heldout_rows)``
+    ``fit(key, data, model, schedule, *, test_data=None, initial_assignments=None, cache=None,
+    options=None, **overrides) -> FitResult(state, trace, labels, heldout_rows)``, the tuning knobs
+    in ``FitOptions`` (:mod:`jaxsub.anneal.options`; keyword overrides replace its fields)
     (``labels``: compact ``0..K-1``), ``SweepCache`` (compiled sweeps, owned by the caller),
     ``heldout_rows`` / ``heldout_score``, ``compact_labels``, ``diagnose`` (R-hat across
     chains on cluster counts / held-out / log joint; flags stuck chains).
 CrossCat (:mod:`jaxsub.anneal.crosscat`)
     ``CrossCatModel(view_prior, row_prior, features)``, ``encode_table`` (NaN = missing),
     ``row_tick``, ``feature_gibbs`` (Algorithm 8 over views), ``new_view_mh`` (new feature
-    set from the PY prior), ``resample_hypers``, ``build_sweep``, ``fit``; queries
+    set from the PY prior), ``resample_hypers``, ``build_sweep``, ``fit`` (``FitOptions``); queries
     ``heldout_rows``, ``predictive_samples``, ``depends_on``.
 Two-urn model (:mod:`jaxsub.anneal.two_urns`)
     ``run_schedule`` (block Gibbs on the counts, any ADD_PRIOR+GIBBS schedule with blocks),
@@ -73,7 +75,7 @@ slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` d
 the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
 ``max_capacity``.
 """
-from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, schedules, sweep, two_urns
+from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, options, schedules, sweep, two_urns
 from jaxsub.anneal.driver import (
     Diagnostics,
     FitResult,
@@ -85,6 +87,7 @@ from jaxsub.anneal.driver import (
     heldout_rows,
     heldout_score,
 )
+from jaxsub.anneal.options import FitOptions
 from jaxsub.anneal.moves import AnnealState, TickInfo, init, resample_hypers, tick
 # the package re-exports the kernel and the SamplingAlgorithm constructor; BlackJAX's sampler module (init,
 # build_kernel, as_top_level_api) is jaxsub.anneal.sweep, so its as_top_level_api is not re-exported here

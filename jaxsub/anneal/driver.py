@@ -26,15 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsub.anneal import mixture as mx
-from jaxsub.anneal.model import EncodedData, HyperGrids, MixtureModel, default_grids, encode, init_hypers
-from jaxsub.anneal.moves import AnnealState, check_sweep_growth, init
+from jaxsub.anneal import resume
+from jaxsub.anneal.model import EncodedData, MixtureModel, encode, init_hypers
+from jaxsub.anneal.moves import AnnealState, init
+from jaxsub.anneal.options import FitOptions, fit_options
 from jaxsub.anneal.schedules import Schedule
 from jaxsub.anneal.sweep import build_sweep, schedule_windows
 from jaxsub.types import PRNGKey
-from jaxsub.validation import check_int, check_real
+from jaxsub.validation import check_real
 
 __all__ = [
     "Diagnostics",
+    "FitOptions",
     "FitResult",
     "FitTrace",
     "SweepCache",
@@ -188,11 +191,120 @@ class FitResult(NamedTuple):
 
 
 
-def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_chains: int = 1,
-        capacity: int = 64, max_capacity: int = 4096, grids: HyperGrids | str | None = "default",
-        test_data=None, num_checkpoints: int = 10, span: int | None = None, initial_assignments=None,
-        dtype=jnp.float32, progress_bar: bool = False, cache: SweepCache | None = None,
-        hyper_min_rows: int | None = None, sweep_growth: float = 0.0) -> FitResult:
+class _Run(NamedTuple):
+    """The validated inputs of one :func:`fit` call (host side)."""
+
+    model: MixtureModel
+    schedule: Schedule
+    options: FitOptions
+    enc: EncodedData
+    test: EncodedData | None
+    cache: SweepCache
+
+
+def _prepare(data, model, schedule, test_data, cache, options, overrides) -> _Run:
+    """Validate ``fit``'s arguments (``ValueError`` naming the culprit) and encode the data."""
+    if not isinstance(schedule, Schedule):
+        raise ValueError(f"schedule must be a jaxsub.anneal.Schedule; got {type(schedule).__name__}")
+    if schedule.blocks is not None and np.any(schedule.blocks != 1):
+        raise ValueError("schedule has blocks > 1 (block Gibbs, e.g. anneal_stepsize): fit moves one row per tick; "
+                         "use jaxsub.anneal.two_urns.run_schedule")
+    dtype = overrides["dtype"] if "dtype" in overrides else (options or FitOptions()).dtype
+    enc = encode(model, data, dtype)
+    n = enc.cat.shape[0]
+    o = fit_options(options, overrides, model, n, len(schedule))
+    if schedule.num_rows != n:
+        raise ValueError(f"schedule is for {schedule.num_rows} rows but data has {n}")
+    test = encode(model, test_data, o.dtype) if test_data is not None else None
+    return _Run(model, schedule, o, enc, test, SweepCache() if cache is None else cache)
+
+
+def _check_initial_assignments(run: _Run, initial_assignments):
+    """``initial_assignments`` as ``[chains, N]`` int32 labels (or ``None``), validated against the schedule."""
+    o, schedule, n = run.options, run.schedule, run.enc.cat.shape[0]
+    if schedule.initial_size > 0 and initial_assignments is None:
+        raise ValueError("initial_assignments are required for a schedule with initial_size > 0")
+    if initial_assignments is None:
+        return None
+    z = np.asarray(initial_assignments)
+    z = np.broadcast_to(z, (o.num_chains, n)) if z.ndim == 1 else z
+    if z.shape != (o.num_chains, n):
+        raise ValueError(f"initial_assignments must have shape [{n}] or [{o.num_chains}, {n}]; got {z.shape}")
+    if int(z.max()) >= o.capacity:
+        raise ValueError(f"initial_assignments use label {int(z.max())} >= capacity {o.capacity}")
+    sizes = (z >= 0).sum(axis=1)
+    if np.any(sizes != schedule.initial_size):
+        raise ValueError(f"initial_assignments assign {sizes.tolist()} rows; the schedule expects {schedule.initial_size}")
+    if schedule.policy == "fifo" and schedule.initial_size not in (0, n):
+        raise ValueError("a 'fifo' schedule can only start empty or from a full assignment")
+    return jnp.asarray(z, jnp.int32)
+
+
+def _initial_states(rng_key, run: _Run, assignments):
+    """The chains' initial states and their sweep keys."""
+    o = run.options
+    k_init, k_run = jax.random.split(rng_key)
+    init_keys = jax.random.split(k_init, o.num_chains)
+    chain_keys = jax.random.split(k_run, o.num_chains)
+    states = _init_chains_jit(init_keys, assignments, run.enc, init_hypers(run.model, o.dtype), model=run.model,
+                              capacity=o.capacity, policy=run.schedule.policy, dtype=o.dtype)
+    return states, chain_keys
+
+
+def _compiled_sweep(run: _Run, states, chain_keys, windows, min_rows):
+    """The compiled sweep for these shapes from ``run.cache`` (compiled now if missing): ``(exe, seconds)``."""
+    o, schedule = run.options, run.schedule
+    sig = (run.model, schedule.policy, o.span, schedule.energy_ramp, o.grids, o.sweep_growth,
+           tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, run.enc))))
+    if sig in run.cache.executables:
+        return run.cache.executables[sig], 0.0
+    static = dict(model=run.model, policy=schedule.policy, span=o.span, energy_ramp=schedule.energy_ramp,
+                  grids=o.grids)
+    if o.sweep_growth:
+        static["sweep_growth"] = o.sweep_growth
+    t0 = time.perf_counter()
+    run.cache.executables[sig] = _sweep_jit.lower(states, chain_keys, windows, run.enc, min_rows, **static).compile()
+    return run.cache.executables[sig], time.perf_counter() - t0
+
+
+def _grow_if_halted(run: _Run, states, capacity: int):
+    """Double the capacity of halted chains' states (host side) or raise ``CapacityError``: ``(states, capacity)``."""
+    if not bool(np.any(np.asarray(states.halted))):
+        return states, capacity
+    if capacity >= run.options.max_capacity:
+        raise mx.CapacityError(
+            f"a chain needs more than max_capacity={run.options.max_capacity} clusters at tick "
+            f"{int(np.asarray(states.cursor).min())}; raise max_capacity (or capacity)")
+    capacity = min(2 * capacity, run.options.max_capacity)
+    return mx.grow(states, capacity)._replace(halted=jnp.zeros((run.options.num_chains,), bool)), capacity
+
+
+def _trace_row(run: _Run, states, elapsed: float, capacity: int):
+    """``(row, heldout rows [chains, T] or None)``: one trace entry (the fields of :class:`FitTrace` in order)."""
+    ncl, lj = _chain_stats(states, model=run.model)
+    rows_t = _heldout_rows_jit(run.model, states, run.test) if run.test is not None else None
+    held = np.asarray(jnp.sum(rows_t, axis=-1)) if rows_t is not None else np.full(run.options.num_chains, np.nan)
+    h = states.mixture.hypers
+    row = (np.asarray(states.cursor).copy(), np.asarray(states.num_assigned), np.asarray(ncl), np.asarray(lj), held,
+           np.asarray(h.alpha), np.asarray(h.discount), elapsed, capacity)
+    return row, rows_t
+
+
+def _result(states, rows: list, rows_t, compile_seconds: float) -> FitResult:
+    cols = list(zip(*rows))
+    trace = FitTrace(
+        tick=np.stack(cols[0]), num_assigned=np.stack(cols[1]), num_clusters=np.stack(cols[2]),
+        log_joint=np.stack(cols[3]), heldout=np.stack(cols[4]), alpha=np.stack(cols[5]),
+        discount=np.stack(cols[6]), seconds=np.asarray(cols[7]), compile_seconds=compile_seconds,
+        capacity=np.asarray(cols[8]),
+    )
+    labels = compact_labels(np.asarray(states.mixture.assignments))
+    return FitResult(states, trace, labels, None if rows_t is None else np.asarray(rows_t))
+
+
+def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, test_data=None,
+        initial_assignments=None, cache: SweepCache | None = None, options: FitOptions | None = None,
+        **overrides) -> FitResult:
     """Run a subsample schedule on ``num_chains`` independent chains (vmap) and trace scores.
 
     Parameters
@@ -205,172 +317,119 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, num_
     model
         :class:`MixtureModel`.
     schedule
-        :class:`Schedule` with ``schedule.num_rows == N``.
-    num_chains
-        Independent chains, run together with ``vmap``.
-    capacity, max_capacity
-        Initial number of cluster slots and the most ``fit`` may grow to. A chain that
-        needs a new cluster while all slots are full halts; ``fit`` then doubles the
-        capacity (outside jit, one recompilation) and resumes it exactly; beyond
-        ``max_capacity`` it raises :class:`~jaxsub.anneal.mixture.CapacityError`.
-    grids
-        :class:`HyperGrids` for the once-per-cycle hyperparameter Gibbs step,
-        ``"default"`` (:func:`default_grids`) or ``None`` (fixed hyperparameters).
+        :class:`Schedule` with ``schedule.num_rows == N`` (one row per tick: no blocks).
     test_data
-        Optional held-out rows (same layout as ``data``): scored at every checkpoint.
-    num_checkpoints
-        The schedule is run in this many compiled spans; the trace has one entry per span.
-    span
-        Ticks per compiled span (overrides ``num_checkpoints``). Compiled sweeps are keyed
-        by ``(model, policy, span, energy_ramp, grids)`` and array shapes in ``cache``, so
-        runs that share a span and a cache (e.g. schedules of different lengths on the same
-        data) compile once.
+        Optional held-out rows (same layout as ``data``): scored at every trace entry.
     initial_assignments
-        ``[N]`` or ``[num_chains, N]`` starting labels (required when ``schedule.initial_size > 0``).
-    dtype
-        Float dtype of statistics and scores.
-    progress_bar
-        Show a tqdm bar over spans.
+        ``[N]`` or ``[num_chains, N]`` starting labels in ``[0, capacity)`` (``-1``: unassigned), required when
+        ``schedule.initial_size > 0``.
     cache
         A :class:`SweepCache` to reuse compiled sweeps across calls (default: a new one).
-    hyper_min_rows
-        Hyperparameter steps start only once the subsample holds this many rows
-        (default ``min(N, 100)``). On a subsample of a few rows ``p(alpha | partition)``
-        is almost flat (for ``n = 1`` it *is* the hyperprior), so hyper steps there draw
-        alpha from its wide log-uniform grid prior; a large alpha then seeds
-        ``~alpha log(1 + n/alpha)`` clusters that confirm it (measured on the
-        ``docs/anneal.md`` quickstart: 1 to 219 clusters and alpha = 74 across 8 chains
-        with 0, 3 to 17 with 100). The full-data phase, and hence the invariant
-        distribution, is unchanged.
-    sweep_growth
-        0 (default: off) or a factor > 1: the hyper step runs after a tick that completes a cycle
-        through the subsample and, with a factor, also each time the subsample has grown by it
-        since the last step (:func:`~jaxsub.anneal.moves.moves_due`). A schedule that only adds
-        rows (``linear_anneal(N, N)``, the adding phase of Sequential+Gibbs) completes no cycle,
-        so by default its hyperparameters stay where ``hyper_min_rows`` rows put them. Off by
-        default for the mixture: on 100,000 military rows (DP and PY, 1N and 2N, 3 keys x 4
-        chains) ``sweep_growth=2`` moved the held-out score per row by -0.018 ... +0.014 nats,
-        inside the chains' spread (docs/anneal.md, session 16). CrossCat's ``fit`` defaults to 2,
-        where the feature moves it also triggers decide the 1N score.
+    options
+        :class:`~jaxsub.anneal.options.FitOptions` (default: its defaults); keyword ``overrides`` replace its
+        fields (``num_chains``, ``capacity``, ``grids``, ``num_checkpoints``, ``hyper_min_rows``, ...).
 
     Returns
     -------
     FitResult
         ``(state, trace, labels, heldout_rows)``; check convergence with :func:`diagnose`.
+
+    Raises
+    ------
+    CapacityError
+        (:class:`~jaxsub.anneal.mixture.CapacityError`) a chain needs more than ``max_capacity`` clusters.
+    ValueError
+        A table the model rejects, a schedule for another ``N`` or with blocks, initial assignments of the wrong
+        shape, size or labels, an option out of range (:func:`~jaxsub.anneal.options.fit_options`), or a
+        checkpoint in ``checkpoint_dir`` written by a different run.
+    TypeError
+        An unknown option.
     """
-    num_chains = check_int("num_chains", num_chains, low=1)
-    capacity = check_int("capacity", capacity, low=1)
-    max_capacity = check_int("max_capacity", max_capacity, low=capacity)
-    num_checkpoints = check_int("num_checkpoints", num_checkpoints, low=1)
-    if not isinstance(schedule, Schedule):
-        raise ValueError(f"schedule must be a jaxsub.anneal.Schedule; got {type(schedule).__name__}")
-    if schedule.blocks is not None and np.any(schedule.blocks != 1):
-        raise ValueError("schedule has blocks > 1 (block Gibbs, e.g. anneal_stepsize): fit moves one row per tick; "
-                         "use jaxsub.anneal.two_urns.run_schedule")
-    enc = encode(model, data, dtype)
-    n = enc.cat.shape[0]
-    hyper_min_rows = min(n, 100) if hyper_min_rows is None else check_int("hyper_min_rows", hyper_min_rows, low=0)
-    if schedule.num_rows != n:
-        raise ValueError(f"schedule is for {schedule.num_rows} rows but data has {n}")
-    if model.is_finite:
-        capacity = max_capacity = len(model.prior.weights)
-    if isinstance(grids, str):
-        if grids != "default":
-            raise ValueError(f"grids must be a HyperGrids, 'default' or None; got {grids!r}")
-        grids = default_grids(model)
-    test = encode(model, test_data, dtype) if test_data is not None else None
-    hypers = init_hypers(model, dtype)
-    k_init, k_run = jax.random.split(rng_key)
-    init_keys = jax.random.split(k_init, num_chains)
-    chain_keys = jax.random.split(k_run, num_chains)
-    if schedule.initial_size > 0 and initial_assignments is None:
-        raise ValueError("initial_assignments are required for a schedule with initial_size > 0")
-    if initial_assignments is not None:
-        z = np.asarray(initial_assignments)
-        z = np.broadcast_to(z, (num_chains, n)) if z.ndim == 1 else z
-        if z.shape != (num_chains, n):
-            raise ValueError(f"initial_assignments must have shape [{n}] or [{num_chains}, {n}]; got {z.shape}")
-        if int(z.max()) >= capacity:
-            raise ValueError(f"initial_assignments use label {int(z.max())} >= capacity {capacity}")
-        sizes = (z >= 0).sum(axis=1)
-        if np.any(sizes != schedule.initial_size):
-            raise ValueError(f"initial_assignments assign {sizes.tolist()} rows; the schedule expects {schedule.initial_size}")
-        if schedule.policy == "fifo" and schedule.initial_size not in (0, n):
-            raise ValueError("a 'fifo' schedule can only start empty or from a full assignment")
-        states = _init_chains_jit(init_keys, jnp.asarray(z, jnp.int32), enc, hypers, model=model, capacity=capacity,
-                                  policy=schedule.policy, dtype=dtype)
-    else:
-        states = _init_chains_jit(init_keys, None, enc, hypers, model=model, capacity=capacity,
-                                  policy=schedule.policy, dtype=dtype)
-    num_ticks = len(schedule)
-    span = math.ceil(num_ticks / num_checkpoints) if span is None else check_int("span", span, low=1)
-    codes = np.asarray(schedule.codes)
-    cache = SweepCache() if cache is None else cache
-    static = dict(model=model, policy=schedule.policy, span=span, energy_ramp=schedule.energy_ramp, grids=grids)
-    sweep_growth = check_sweep_growth(sweep_growth)
-    if sweep_growth:
-        static["sweep_growth"] = sweep_growth
-    min_rows = jnp.asarray(hyper_min_rows, jnp.int32)  # traced: one compiled sweep for every hyper_min_rows
-    compile_seconds = 0.0
-
-    def get_sweep(windows):
-        nonlocal compile_seconds
-        sig = (model, schedule.policy, span, schedule.energy_ramp, grids, sweep_growth,
-               tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, enc))))
-        if sig not in cache.executables:
-            t0 = time.perf_counter()
-            cache.executables[sig] = _sweep_jit.lower(states, chain_keys, windows, enc, min_rows, **static).compile()
-            compile_seconds += time.perf_counter() - t0
-        return cache.executables[sig]
-
-    rows = []
-    elapsed = 0.0
-    bar = None
-    if progress_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_ticks, unit="tick", leave=False, desc=schedule.name)
-    done = 0
-    while True:
-        windows = jnp.asarray(schedule_windows(codes, np.asarray(states.cursor), span))
-        sweep = get_sweep(windows)
-        t0 = time.perf_counter()
-        states = sweep(states, chain_keys, windows, enc, min_rows)
-        jax.block_until_ready(states)
-        elapsed += time.perf_counter() - t0
-        cursor = np.asarray(states.cursor)
-        if bool(np.any(np.asarray(states.halted))):
-            if capacity >= max_capacity:
-                raise mx.CapacityError(
-                    f"a chain needs more than max_capacity={max_capacity} clusters at tick {int(cursor.min())}; "
-                    "raise max_capacity (or capacity)"
-                )
-            capacity = min(2 * capacity, max_capacity)
-            states = mx.grow(states, capacity)._replace(halted=jnp.zeros((num_chains,), bool))
-        ncl, lj = _chain_stats(states, model=model)
-        rows_t = _heldout_rows_jit(model, states, test) if test is not None else None
-        held = np.asarray(jnp.sum(rows_t, axis=-1)) if test is not None else np.full(num_chains, np.nan)
-        h = states.mixture.hypers
-        rows.append((cursor.copy(), np.asarray(states.num_assigned), np.asarray(ncl), np.asarray(lj), held,
-                     np.asarray(h.alpha), np.asarray(h.discount), elapsed, capacity))
+    run = _prepare(data, model, schedule, test_data, cache, options, overrides)
+    assignments = _check_initial_assignments(run, initial_assignments)
+    states, chain_keys = _initial_states(rng_key, run, assignments)
+    meta = _meta(rng_key, run, assignments)
+    progress = _Progress(states, run.options.capacity, [], None, 0.0, 0.0)
+    restored = resume.restore(run.options.checkpoint_dir, partial(_checkpoint_like, run, states), meta=meta)
+    if restored is not None:
+        progress = _from_checkpoint(restored[1])
+    bar = _progress_bar(run.options, schedule)
+    while not (progress.rows and _finished(run, progress)):
+        progress = _step(run, progress, chain_keys)
+        if run.options.checkpoint_dir is not None and (
+                len(progress.rows) % run.options.checkpoint_every == 0 or _finished(run, progress)):
+            resume.save(run.options.checkpoint_dir, len(progress.rows), _checkpoint_tree(progress),
+                        capacity=progress.capacity, num_entries=len(progress.rows), meta=meta)
         if bar is not None:
-            bar.update(int(cursor.min()) - done)
-            done = int(cursor.min())
-        if int(cursor.min()) >= num_ticks:
-            break
+            bar.update(int(progress.rows[-1][0].min()) - bar.n)
     if bar is not None:
         bar.close()
-    cols = list(zip(*rows))
-    trace = FitTrace(
-        tick=np.stack(cols[0]), num_assigned=np.stack(cols[1]), num_clusters=np.stack(cols[2]),
-        log_joint=np.stack(cols[3]), heldout=np.stack(cols[4]), alpha=np.stack(cols[5]),
-        discount=np.stack(cols[6]), seconds=np.asarray(cols[7]), compile_seconds=compile_seconds,
-        capacity=np.asarray(cols[8]),
-    )
-    labels = compact_labels(np.asarray(states.mixture.assignments))
-    return FitResult(states, trace, labels, None if rows_t is None else np.asarray(rows_t))
+    return _result(progress.states, progress.rows, progress.rows_t, progress.compile_seconds)
 
 
+class _Progress(NamedTuple):
+    """Where a :func:`fit` run stands after some spans (what a checkpoint holds)."""
+
+    states: AnnealState  # batched
+    capacity: int
+    rows: list  # trace entries, the fields of FitTrace in order
+    rows_t: object  # [chains, T] held-out rows of the last entry, or None
+    elapsed: float
+    compile_seconds: float
+
+
+def _finished(run: _Run, p: _Progress) -> bool:
+    return int(np.asarray(p.states.cursor).min()) >= len(run.schedule)
+
+
+def _step(run: _Run, p: _Progress, chain_keys) -> _Progress:
+    """One compiled span of every chain, capacity growth, and its trace entry."""
+    windows = jnp.asarray(schedule_windows(np.asarray(run.schedule.codes), np.asarray(p.states.cursor),
+                                           run.options.span))
+    min_rows = jnp.asarray(run.options.hyper_min_rows, jnp.int32)  # traced: one compiled sweep for every value
+    sweep, comp = _compiled_sweep(run, p.states, chain_keys, windows, min_rows)
+    t0 = time.perf_counter()
+    states = jax.block_until_ready(sweep(p.states, chain_keys, windows, run.enc, min_rows))
+    elapsed = p.elapsed + time.perf_counter() - t0
+    states, capacity = _grow_if_halted(run, states, p.capacity)
+    row, rows_t = _trace_row(run, states, elapsed, capacity)
+    return _Progress(states, capacity, p.rows + [row], rows_t, elapsed, p.compile_seconds + comp)
+
+
+def _meta(rng_key, run: _Run, assignments) -> dict:
+    """What a checkpoint must match: the run's key, data, model, schedule, test data and draw-changing options."""
+    o = run.options._replace(checkpoint_dir=None, checkpoint_every=1, progress_bar=False)
+    s = run.schedule
+    return {"driver": "jaxsub.anneal.fit",
+            "run": resume.fingerprint(rng_key, run.enc, run.test, assignments, repr(run.model), s.codes, s.policy,
+                                      s.energy_ramp, s.num_rows, s.initial_size, repr(o))}
+
+
+def _checkpoint_tree(p: _Progress) -> dict:
+    tree = {"states": p.states, "trace": resume.stack_rows(p.rows), "clock": np.asarray([p.elapsed, p.compile_seconds])}
+    if p.rows_t is not None:
+        tree["rows_t"] = p.rows_t
+    return tree
+
+
+def _checkpoint_like(run: _Run, states, capacity: int, num_entries: int) -> dict:
+    """The structure, shapes and dtypes of a checkpoint of ``num_entries`` trace entries at ``capacity``."""
+    row, rows_t = _trace_row(run, states, 0.0, run.options.capacity)
+    return _checkpoint_tree(_Progress(mx.grow(states, capacity), capacity, [row] * num_entries, rows_t, 0.0, 0.0))
+
+
+def _from_checkpoint(tree: dict) -> _Progress:
+    rows = resume.unstack_rows(tree["trace"])
+    return _Progress(tree["states"], int(rows[-1][8]), rows, tree.get("rows_t"), float(tree["clock"][0]),
+                     float(tree["clock"][1]))
+
+
+def _progress_bar(options: FitOptions, schedule: Schedule):
+    if not options.progress_bar:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=len(schedule), unit="tick", leave=False, desc=schedule.name)
 
 
 # --------------------------------------------------------------------------- diagnostics

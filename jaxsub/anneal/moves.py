@@ -32,8 +32,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsub.anneal import mixture as mx
+from jaxsub.anneal.checks import check_data_finite, check_labels, is_concrete
 from jaxsub.anneal.model import (
     BetaBernoulli,
     DirichletCategorical,
@@ -46,6 +48,7 @@ from jaxsub.anneal.model import (
 )
 from jaxsub.subsample import bits_to_uniform
 from jaxsub.types import PRNGKey
+from jaxsub.validation import check_int
 
 __all__ = ["AnnealState", "TickInfo", "check_sweep_growth", "init", "moves_due", "resample_hypers", "tick"]
 
@@ -162,9 +165,25 @@ def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng
     Returns
     -------
     AnnealState
+
+    Raises
+    ------
+    ValueError
+        ``capacity < 1``, an unknown ``policy``, ``position`` not of shape ``[N]`` or (when concrete) holding
+        labels outside ``[-1, capacity)``, data (when concrete) with non-finite reals or level codes outside the
+        model's, a ``"fifo"`` start that is neither empty nor a full assignment, or ``"fifo"`` without ``rng_key``.
     """
     assignments = position
     n = data.cat.shape[0]
+    capacity = check_int("capacity", capacity, low=1)
+    if policy not in ("random", "fifo"):
+        raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
+    check_data_finite("data.real", data.real)
+    check_labels("data.cat", data.cat, data.cat.shape, 0, max(model.total_levels, 1))
+    if assignments is not None:
+        check_labels("position", assignments, (n,), -1, capacity)
+        if policy == "fifo" and is_concrete(assignments) and 0 < int(np.sum(np.asarray(assignments) >= 0)) < n:
+            raise ValueError("position for policy 'fifo' must be None (empty) or assign every row")
     if hypers is None:
         hypers = init_hypers(model, dtype)
     if assignments is None:

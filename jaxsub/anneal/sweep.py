@@ -14,7 +14,7 @@ or the user) compiles.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,55 +68,81 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     runs once the subsample has grown by that factor since the last one (:func:`~jaxsub.anneal.moves.moves_due`).
     Not jitted here (the caller jits).
     """
-    do_hyper = grids is not None and not grids.empty
-    growth = check_sweep_growth(sweep_growth)
+    config = SweepConfig(model, policy, span, energy_ramp, grids if grids is not None and not grids.empty else None,
+                         check_sweep_growth(sweep_growth))
+    return partial(_sweep, config, hyper_min_rows)
 
-    def one_tick(state, u, window, base, data):
-        cur = state.cursor
-        raw = window[jnp.clip(cur - base, 0, span - 1)].astype(jnp.int32)
-        past = (cur - base >= span) | (raw < 0)  # -1 pads the window past the schedule's end
-        code = jnp.where(past, 0, raw)
-        if energy_ramp > 0:
-            beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / energy_ramp)
-        else:
-            beta = 1.0
-        new, writes, _ = _tick_plan(u, state, code, beta, model=model, data=data, policy=policy)
-        new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
-        need = moves_due(new.since_hyper, new.num_assigned, new.swept, growth) & ~new.halted
-        need = need & (new.num_assigned >= hyper_min_rows)
-        return new, writes, need
 
-    def span_uniforms(chain_key, cursor):
-        # uniforms of ticks cursor .. cursor + span - 1 of one chain, drawn in one batch
-        ticks = cursor + jnp.arange(span, dtype=jnp.int32)
-        return jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(chain_key, t), (TICK_WORDS,), jnp.uint32))(ticks)
+class SweepConfig(NamedTuple):
+    """The static configuration of a mixture schedule sweep (:func:`build_sweep`); ``grids`` ``None``: no hyper step."""
 
-    def sweep(states, chain_keys, windows, data):
-        base = states.cursor
-        uniforms = jax.vmap(span_uniforms, out_axes=1)(chain_keys, base)  # [span, chains, TICK_WORDS] uint32
-        hyper_keys = jax.vmap(lambda k: jax.random.split(k)[1])(chain_keys)
+    model: MixtureModel
+    policy: str
+    span: int
+    energy_ramp: int
+    grids: HyperGrids | None
+    sweep_growth: float
 
-        def body(carry, u):
-            states, pending = carry
-            # the previous tick's [N]-array writes first, then this tick's reads (no copies)
-            states = jax.vmap(_apply_writes)(states, pending)
-            states, pending, need = jax.vmap(one_tick, in_axes=(0, 0, 0, 0, None))(states, u, windows, base, data)
-            if do_hyper:
-                def run_hyper(st):
-                    k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
-                    hyp = jax.vmap(partial(_gated_hypers, model=model, grids=grids))(k_hyp, st.mixture, need)
-                    return st._replace(mixture=st.mixture._replace(hypers=hyp),
-                                       since_hyper=jnp.where(need, 0, st.since_hyper),
-                                       swept=jnp.where(need, st.num_assigned, st.swept))
 
-                states = jax.lax.cond(jnp.any(need), run_hyper, lambda st: st, states)
-            return (states, pending), None
+def _one_tick(config: SweepConfig, hyper_min_rows, state, u, window, base, data):
+    """One chain's tick: ``(state, writes, need)`` (``need``: the hyper step is due)."""
+    c = config
+    cur = state.cursor
+    raw = window[jnp.clip(cur - base, 0, c.span - 1)].astype(jnp.int32)
+    past = (cur - base >= c.span) | (raw < 0)  # -1 pads the window past the schedule's end
+    code = jnp.where(past, 0, raw)
+    if c.energy_ramp > 0:
+        beta = jnp.minimum(1.0, (cur.astype(jnp.float32) + 1.0) / c.energy_ramp)
+    else:
+        beta = 1.0
+    new, writes, _ = _tick_plan(u, state, code, beta, model=c.model, data=data, policy=c.policy)
+    new = new._replace(cursor=jnp.where(past, cur, new.cursor))  # past the end: stay
+    need = moves_due(new.since_hyper, new.num_assigned, new.swept, c.sweep_growth) & ~new.halted
+    need = need & (new.num_assigned >= hyper_min_rows)
+    return new, writes, need
 
-        pending = jax.vmap(partial(_noop_writes, policy=policy))(states)
-        (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
-        return jax.vmap(_apply_writes)(states, pending)
 
-    return sweep
+def _span_uniforms(span: int, chain_key, cursor):
+    """The random words of ticks ``cursor .. cursor + span - 1`` of one chain, drawn in one batch."""
+    ticks = cursor + jnp.arange(span, dtype=jnp.int32)
+    return jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(chain_key, t), (TICK_WORDS,), jnp.uint32))(ticks)
+
+
+def _run_hyper(config: SweepConfig, hyper_keys, need, st):
+    k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
+    hyp = jax.vmap(partial(_gated_hypers, model=config.model, grids=config.grids))(k_hyp, st.mixture, need)
+    return st._replace(mixture=st.mixture._replace(hypers=hyp), since_hyper=jnp.where(need, 0, st.since_hyper),
+                       swept=jnp.where(need, st.num_assigned, st.swept))
+
+
+def _keep(st):
+    return st
+
+
+def _sweep_body(config: SweepConfig, hyper_min_rows, hyper_keys, windows, base, data, carry, u):
+    states, pending = carry
+    # the previous tick's [N]-array writes first, then this tick's reads (no copies)
+    states = jax.vmap(_apply_writes)(states, pending)
+    states, pending, need = jax.vmap(partial(_one_tick, config, hyper_min_rows), in_axes=(0, 0, 0, 0, None))(
+        states, u, windows, base, data)
+    if config.grids is not None:
+        states = jax.lax.cond(jnp.any(need), partial(_run_hyper, config, hyper_keys, need), _keep, states)
+    return (states, pending), None
+
+
+def _second_key(k):
+    return jax.random.split(k)[1]
+
+
+def _sweep(config: SweepConfig, hyper_min_rows, states, chain_keys, windows, data):
+    """``span`` ticks of every chain under ``config``: see :func:`build_sweep`."""
+    base = states.cursor
+    uniforms = jax.vmap(partial(_span_uniforms, config.span), out_axes=1)(chain_keys, base)  # [span, chains, words]
+    hyper_keys = jax.vmap(_second_key)(chain_keys)
+    body = partial(_sweep_body, config, hyper_min_rows, hyper_keys, windows, base, data)
+    pending = jax.vmap(partial(_noop_writes, policy=config.policy))(states)
+    (states, pending), _ = jax.lax.scan(body, (states, pending), uniforms)
+    return jax.vmap(_apply_writes)(states, pending)
 
 
 def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int, dtype=np.int8) -> np.ndarray:
@@ -129,6 +155,12 @@ def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int, dtype=np
 
 
 # --------------------------------------------------------------------------- SamplingAlgorithm
+def _cycle_hypers(model: MixtureModel, grids: HyperGrids, k_hyp, st: AnnealState) -> AnnealState:
+    """The hyperparameter step after a full cycle of the full-data Gibbs kernel."""
+    mixture = resample_hypers(k_hyp, st.mixture, model=model, grids=grids)
+    return st._replace(mixture=mixture, since_hyper=jnp.zeros_like(st.since_hyper))
+
+
 def build_kernel(model: MixtureModel, grids: HyperGrids | None = None) -> Callable:
     """Full-data random-scan collapsed Gibbs kernel ``kernel(rng_key, state, data) -> (state, info)``.
 
@@ -145,12 +177,7 @@ def build_kernel(model: MixtureModel, grids: HyperGrids | None = None) -> Callab
         state, info = tick(k_tick, state, GIBBS, 1.0, model=model, data=data, policy="random")
         if do_hyper:
             need = (state.since_hyper >= state.num_assigned) & ~state.halted
-
-            def run_hyper(st):
-                mixture = resample_hypers(k_hyp, st.mixture, model=model, grids=grids)
-                return st._replace(mixture=mixture, since_hyper=jnp.zeros_like(st.since_hyper))
-
-            state = jax.lax.cond(need, run_hyper, lambda st: st, state)
+            state = jax.lax.cond(need, partial(_cycle_hypers, model, grids, k_hyp), _keep, state)
         return state, info
 
     return kernel

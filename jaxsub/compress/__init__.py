@@ -21,9 +21,10 @@ posterior with any BlackJAX algorithm.
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
-from jaxsub.compress._cluster import METHODS, RULES, Clustering, cluster, cluster_supervised
-from jaxsub.compress._scale import cluster_shards, cluster_stream, sharded_logdensity
-from jaxsub.compress._posterior import (
+from jaxsub.compress.api import cluster, cluster_supervised
+from jaxsub.compress.clustering import Clustering
+from jaxsub.compress.options import METHODS, RULES, ClusterOptions
+from jaxsub.compress.posterior import (
     PosteriorError,
     Pseudodata,
     RadiusChoice,
@@ -34,10 +35,12 @@ from jaxsub.compress._posterior import (
     posterior_error,
     pseudodata,
 )
+from jaxsub.compress.scale import cluster_shards, cluster_stream, sharded_logdensity
 
 __all__ = [
     "METHODS",
     "RULES",
+    "ClusterOptions",
     "Clustering",
     "PosteriorError",
     "Pseudodata",

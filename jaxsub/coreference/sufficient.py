@@ -27,7 +27,8 @@ References:
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -73,7 +74,9 @@ def init(position, blocks: Blocks) -> SufficientState:
     """State from cluster labels (``None``: every mention alone), as :func:`jaxsub.coreference.init`."""
     if position is None:
         return SufficientState(jnp.asarray(blocks.position, jnp.int32))
-    from jaxsub.coreference.sampler import init as _coref_init  # validates the labels against the blocks
+    from jaxsub.coreference.state import (
+        init as _coref_init,  # validates the labels against the blocks
+    )
 
     return SufficientState(_coref_init(position, blocks).labels)
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsub.racing.exact import exact_sums
-from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, check_beta
+from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, flag_invalid
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
@@ -115,13 +115,14 @@ def gumbel_max(
             weights = weights + (noise if beta is None else noise / jnp.asarray(beta, log_f0.dtype))
         nan = jnp.isnan(weights) | (weights == jnp.inf)
         possible = (weights > -jnp.inf) & ~nan
-        x = jnp.argmax(jnp.where(possible, weights, -jnp.inf)).astype(jnp.int32)
+        has_nan = jnp.any(nan) | ~jnp.any(possible) | beta_is_bad(beta)
+        x = flag_invalid(jnp.argmax(jnp.where(possible, weights, -jnp.inf)), has_nan)
         info = RacingInfo(
             num_evaluations=jnp.asarray(N * D, jnp.int32),
             num_data_used=jnp.asarray(N, jnp.int32),
             num_stages=jnp.asarray(1, jnp.int32),
             is_exact=jnp.asarray(True),
-            has_nan=jnp.any(nan) | ~jnp.any(possible),
+            has_nan=has_nan,
             num_alive=jnp.sum(possible, dtype=jnp.int32),
         )
         return x, info

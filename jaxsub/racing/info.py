@@ -15,10 +15,23 @@ import numpy as np
 from jaxsub.types import Array
 from jaxsub.validation import check_int
 
-__all__ = ["MAX_EVALUATIONS", "RacingInfo", "check_beta", "check_reward_range", "check_sizes"]
+__all__ = [
+    "INVALID_STATE",
+    "MAX_EVALUATIONS",
+    "RacingInfo",
+    "check_beta",
+    "check_reward_range",
+    "check_sizes",
+    "flag_invalid",
+]
 
 #: Largest N * D whose evaluation count fits the int32 counters of ``RacingInfo``.
 MAX_EVALUATIONS = 2**31 - 1
+
+#: The state every :mod:`jaxsub.discrete` sampler returns with ``info.has_nan`` set: ``-1``
+#: is no state in ``[0, D)``, so a flagged draw cannot pass for a sample (indexing with it
+#: is the caller's bug; ``jnp.where(info.has_nan, old, x)`` is the intended use).
+INVALID_STATE = -1
 
 
 class RacingInfo(NamedTuple):
@@ -38,8 +51,9 @@ class RacingInfo(NamedTuple):
     is_exact
         True when the decision used all ``N`` data (exact means).
     has_nan
-        True when a NaN / ``+inf`` reward or ``log_f0`` was met, or no state had
-        positive probability: the returned state is then *not* a valid sample.
+        True when a NaN / ``+inf`` reward or ``log_f0`` was met, no state had
+        positive probability, or a traced ``beta`` was not ``> 0``: the returned
+        state is then :data:`INVALID_STATE` (``-1``), not a sample.
     num_alive
         Arms still in the race when it stopped (1, unless it ran to ``T = N``).
     """
@@ -50,6 +64,31 @@ class RacingInfo(NamedTuple):
     is_exact: Array
     has_nan: Array
     num_alive: Array
+
+
+def flag_invalid(x: Array, has_nan: Array) -> Array:
+    """``x`` where the draw is valid, :data:`INVALID_STATE` where ``has_nan`` is set.
+
+    Parameters
+    ----------
+    x
+        The drawn state(s), int32.
+    has_nan
+        The draw's problem flag(s), same shape as ``x``.
+
+    Returns
+    -------
+    Array
+        ``jnp.where(has_nan, INVALID_STATE, x)`` as int32.
+    """
+    return jnp.where(has_nan, INVALID_STATE, x).astype(jnp.int32)
+
+
+def beta_is_bad(beta) -> Array:
+    """True where a (possibly traced) inverse temperature is not ``> 0`` (NaN included); False for ``None``."""
+    if beta is None:
+        return jnp.asarray(False)
+    return ~(jnp.asarray(beta) > 0)
 
 
 def check_beta(beta, gumbel_noise: bool = True):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsub.racing.control_variates import as_control_variate
-from jaxsub.racing.info import RacingInfo, check_reward_range, check_sizes
+from jaxsub.racing.info import RacingInfo, check_reward_range, check_sizes, flag_invalid
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int, check_real
@@ -152,6 +152,7 @@ def lil_ucb(
         return sample_with_delta(rng_key, log_f0, delta)
 
     def sample_with_delta(rng_key, log_f0, delta):
+        delta = jnp.asarray(delta)
         delta_l = delta / 5.0  # heuristic setting of Jamieson et al. (2014), §5
         log_f0 = jnp.asarray(log_f0)
         if log_f0.shape != (D,) or not jnp.issubdtype(log_f0.dtype, jnp.floating):
@@ -179,6 +180,7 @@ def lil_ucb(
         r0 = rewards(idx0.reshape(-1)).reshape(D, b, D)
         r0 = jnp.diagonal(r0, axis1=0, axis2=2).T  # [D, b]: arm i's own rewards
         bad0 = jnp.any(jnp.isnan(r0) | (r0 == jnp.inf), axis=1) | jnp.isnan(offset) | (offset == jnp.inf)
+        bad0 = bad0 | ~((delta > 0) & (delta < 1))  # a traced delta out of range
         alive0 = (offset > -jnp.inf) & jnp.all(r0 > -jnp.inf, axis=1) & ~bad0
         mean0 = jnp.where(alive0, jnp.mean(jnp.where(alive0[:, None], r0, 0), axis=1), 0).astype(dtype)
         state = _UCBState(
@@ -241,15 +243,16 @@ def lil_ucb(
         state = state._replace(stop=stop, winner=winner)
         state = jax.lax.while_loop(lambda s: ~s.stop, body, state)
         num_eval = jnp.sum(state.pulls, dtype=jnp.int32)
+        has_nan = state.has_nan | ~jnp.any(state.alive)
         info = RacingInfo(
             num_evaluations=num_eval,
             num_data_used=jnp.max(state.pulls),
             num_stages=state.steps,
             is_exact=jnp.all(state.pulls >= N),
-            has_nan=state.has_nan | ~jnp.any(state.alive),
+            has_nan=has_nan,
             num_alive=jnp.sum(state.alive, dtype=jnp.int32),
         )
-        return state.winner, info
+        return flag_invalid(state.winner, has_nan), info
 
     # Lower-level entry point with a traceable delta (one compiled sampler for many deltas).
     return LilUCBSampler(sample, sample_with_delta)

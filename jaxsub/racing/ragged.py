@@ -54,7 +54,7 @@ import numpy as np
 from jax.scipy.special import ndtri
 
 from jaxsub.racing.bounds import SCHEDULES, race_schedule
-from jaxsub.racing.info import RacingInfo, check_beta
+from jaxsub.racing.info import RacingInfo, beta_is_bad, check_beta, flag_invalid
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int
@@ -183,7 +183,7 @@ def racing_ragged(
         arm_delta = jnp.asarray(delta, dtype) / D
         z = ndtri(1.0 - arm_delta / jnp.maximum(tested, 1).astype(dtype))
         alive0 = (offset > -jnp.inf) & ~jnp.isnan(offset)
-        bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
+        bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf)) | beta_is_bad(beta) | ~((jnp.asarray(delta) > 0) & (jnp.asarray(delta) < 1))
         zeros = jnp.zeros((D,), dtype)
         # state: (count, mean, m2, alive, done, has_nan, evals, stage)
         s0 = (
@@ -248,7 +248,7 @@ def racing_ragged(
             s = jax.lax.while_loop(lambda s, last=last: ~s[4] & (s[7] <= last), make_body(csize), s)
         count, mean, m2, alive, done, has_nan, evals, stage = s
         mu, t_i = estimates(count, mean, alive)
-        x = jnp.argmax(mu).astype(jnp.int32)
+        x = flag_invalid(jnp.argmax(mu), has_nan | ~jnp.any(alive))
         info = RacingInfo(
             num_evaluations=evals,
             num_data_used=jnp.max(jnp.where(alive, t_i, 0)).astype(jnp.int32),

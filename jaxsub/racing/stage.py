@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxsub.racing.compaction import alive_first
 from jaxsub.racing.elimination import eliminate, estimates
-from jaxsub.racing.info import RacingInfo
+from jaxsub.racing.info import RacingInfo, beta_is_bad, flag_invalid
 from jaxsub.subsample import NUM_ROUNDS, permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
@@ -93,7 +93,7 @@ def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[
     # Per-datum share of log f0 + eps (eq. 3); the gap is compared on the mean scale.
     offset_mean = offset / N
     alive0 = offset > -jnp.inf  # False for -inf and NaN
-    bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
+    bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf)) | beta_is_bad(beta)
     if cv is None:
         h_mean = None
     else:
@@ -346,8 +346,8 @@ def first_stage(cfg, states: RaceState, ctxs: RaceCtx) -> RaceState:
 def finish(cfg, state: RaceState, c: RaceCtx) -> tuple[Array, RacingInfo]:
     """The decision ``argmax_i mu_i`` over the survivors and the :class:`RacingInfo` (rows, not blocks)."""
     D, N, block_size, num_rows = cfg.num_states, cfg.num_data, cfg.block_size, cfg.num_rows
-    x = jnp.argmax(estimates(state.mean_d, state.alive, c)).astype(jnp.int32)
     no_state = ~jnp.any(state.alive)
+    x = flag_invalid(jnp.argmax(estimates(state.mean_d, state.alive, c)), state.has_nan | no_state)
     num_evaluations, num_used = state.num_evaluations, state.count
     if block_size > 1:  # counts in rows: blocks x B, capped at N (and N D)
         num_used = jnp.minimum(num_used * block_size, num_rows).astype(jnp.int32)

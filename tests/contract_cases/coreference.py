@@ -46,4 +46,4 @@ def _crf_similarity_case():
 
 
 CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case,
-         "coreference.crf_similarity": _crf_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.sampler
+         "coreference.crf_similarity": _crf_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.kernel

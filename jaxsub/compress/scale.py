@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Iterable
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
-from jaxsub.compress._cluster import Clustering, _as_features, cluster
+from jaxsub.compress.api import cluster
+from jaxsub.compress.clustering import Clustering, as_features
 from jaxsub.types import LogDensityFn, LogLikelihoodFn, LogPriorFn
 from jaxsub.validation import check_int, check_real
 
@@ -88,7 +90,7 @@ def cluster_shards(shards, radius: float, *, standardize: bool = False, workers:
     if isinstance(shards, jax.Array):
         pieces = sorted(shards.addressable_shards, key=lambda s: s.index[0].start or 0)
         shards = [np.asarray(s.data) for s in pieces]
-    shards = [_as_features(s, f"shards[{i}]") for i, s in enumerate(shards)]
+    shards = [as_features(s, f"shards[{i}]") for i, s in enumerate(shards)]
     if not shards:
         raise ValueError("shards must hold at least one shard")
     if len({s.shape[1] for s in shards}) != 1:
@@ -129,7 +131,7 @@ def _cluster_process_shards(x: jax.Array, radius, standardize, workers, kwargs) 
     """
     pieces = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
     starts = [int(p.index[0].start or 0) for p in pieces]
-    local = [_as_features(np.asarray(p.data), f"shard at row {st}") for p, st in zip(pieces, starts)]
+    local = [as_features(np.asarray(p.data), f"shard at row {st}") for p, st in zip(pieces, starts)]
     k, d = len(local), local[0].shape[1]
     scale = 1.0
     if standardize:
@@ -192,7 +194,7 @@ def cluster_stream(
     check_real("radius", radius, low=0.0)
     parts, width, total, scale2 = [], None, 0, 0.0
     for k, chunk in enumerate(chunks):
-        arr = _as_features(chunk, f"chunk {k}")
+        arr = as_features(chunk, f"chunk {k}")
         if width is not None and arr.shape[1] != width:
             raise ValueError(f"chunk {k} has {arr.shape[1]} columns; earlier chunks have {width}")
         width = arr.shape[1]

@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsub.compress._cluster import Clustering
+from jaxsub.compress.clustering import Clustering
 from jaxsub.types import LogDensityFn, LogLikelihoodFn, LogPriorFn
 from jaxsub.validation import check_int, check_real
 
-__all__ = ["Pseudodata", "pseudodata", "PosteriorError", "RadiusChoice", "logdensity", "kl_bound", "gaussian_kl", "posterior_error", "choose_radius"]
+__all__ = ["PosteriorError", "Pseudodata", "RadiusChoice", "choose_radius", "gaussian_kl", "kl_bound", "logdensity", "posterior_error", "pseudodata"]
 
 
 class Pseudodata(NamedTuple):
@@ -243,8 +243,8 @@ def _second_order_logdensity(logprior_fn, loglikelihood_fn, clustering_or_pseudo
         base = loglikelihood_fn(position, datum(vj, label))
 
         def curvature(a):
-            g = lambda t: loglikelihood_fn(position, datum(vj + t * a, label))  # noqa: E731
-            first = lambda t: jax.jvp(g, (t,), (jnp.ones_like(t),))[1]  # noqa: E731
+            g = lambda t: loglikelihood_fn(position, datum(vj + t * a, label))
+            first = lambda t: jax.jvp(g, (t,), (jnp.ones_like(t),))[1]
             return jax.jvp(first, (jnp.zeros((), dtype),), (jnp.ones((), dtype),))[1]
 
         return base + 0.5 * jnp.sum(jax.vmap(curvature, in_axes=1)(aj))
@@ -515,12 +515,12 @@ def choose_radius(
         raise ValueError("radii must hold at least one radius")
     flat0, unravel = ravel_pytree(position)
     exact = logdensity(logprior_fn, loglikelihood_fn, data)
-    exact_flat = lambda f: exact(unravel(f))  # noqa: E731
+    exact_flat = lambda f: exact(unravel(f))
     tried, errors, counts = [], [], []
     for r in radii:
         cl = cluster_fn(r)
         comp = logdensity(logprior_fn, loglikelihood_fn, cl, second_order=second_order)
-        neg = lambda f: -comp(unravel(f))  # noqa: E731
+        neg = lambda f: -comp(unravel(f))
         _, hessian, exact_grad = _laplace_check(neg, exact_flat, flat0, newton_steps)
         cov = jnp.linalg.inv(hessian)
         shift = cov @ exact_grad
