@@ -1,9 +1,11 @@
 """Timing helpers: A/B comparison in one run, medians, compile time apart."""
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 
@@ -59,8 +61,10 @@ def compare(
     Returns
     -------
     Timing
-        ``baseline_s``, ``candidate_s`` (medians), ``speedup``, the first-call
-        times, ``repeats`` and the raw lists.
+        ``baseline_s``, ``candidate_s`` (medians), ``speedup`` (their ratio),
+        ``speedup_range`` (smallest and largest per-round ratio), the first-call
+        times, ``repeats`` and the raw lists. Keep ``speedup_range`` in a row and the
+        performance page shows the range beside the median.
     """
     if candidate_args is None:
         candidate_args = baseline_args
@@ -76,7 +80,7 @@ def compare(
         i += 1
         b_args, c_args = args_for(baseline_args, i), args_for(candidate_args, i)
         # Rounds alternate A, B and B, A: the call right after the exact sampler was measured
-        # 1.14x slower (docs/discrete.md, Session 14), so neither side always takes that slot.
+        # 1.14x slower on the discrete benchmark, so neither side always takes that slot.
         if i % 2:
             base_times.append(time_call(baseline, *b_args))
             cand_times.append(time_call(candidate, *c_args))
@@ -85,10 +89,12 @@ def compare(
             base_times.append(time_call(baseline, *b_args))
     base_med = statistics.median(base_times)
     cand_med = statistics.median(cand_times)
+    pairs = [b / c for b, c in zip(base_times, cand_times) if c > 0]
     return Timing(
         baseline_s=base_med,
         candidate_s=cand_med,
         speedup=base_med / cand_med if cand_med > 0 else float("inf"),
+        speedup_range=[min(pairs), max(pairs)] if pairs else [float("nan"), float("nan")],
         baseline_first_call_s=base_first,
         candidate_first_call_s=cand_first,
         repeats=len(base_times),

