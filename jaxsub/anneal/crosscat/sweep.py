@@ -90,6 +90,15 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     at ~20, 40, 80, ... rows. It changes when the moves run (a function of the tick counters, not of the state's
     values), not what they do: each move still leaves the current subsample's posterior invariant.
 
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    span, energy_ramp, grids, num_aux, hyper_min_rows, feature_moves, feature_min_rows, policy, blocked
+        As above; ``energy_ramp``: ticks over which the likelihood temperature rises to 1 (0: none).
+    feature_widths, sweep_growth, hyper_widths
+        As above.
+
     Returns
     -------
     Callable
