@@ -97,7 +97,11 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     """
     config = SweepConfig(model, policy, span, energy_ramp, grids if grids is not None and not grids.empty else None,
                          check_sweep_growth(sweep_growth))
-    return partial(_sweep, config, hyper_min_rows)
+
+    def sweep(states, chain_keys, windows, data):
+        return _sweep(config, hyper_min_rows, states, chain_keys, windows, data)
+
+    return sweep
 
 
 class SweepConfig(NamedTuple):
