@@ -24,7 +24,7 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   (1,000 rows, 2 chains in 2 threads, budgets 1, 3, 10, 30 N; quick: 1, 3), Anneal vs pylace at the same
   seconds on the same split; ``heldout per test row over seeds``: the same comparison over 10 key / seed pairs
   (quick: 4) at 1, 3, 10 N (quick: 1, 3), alternating in one process (one seed pair is within seed noise at 1N
-  and 3N, docs/anneal.md session 14); then the issue's targets read off the rows.
+  and 3N, docs/anneal.md); then the held-out targets read off the rows.
 
 Everything runs on the default JAX device (``jax.devices()[0]``, CPU or an accelerator); data come
 from ``jaxsub.datasets``.
@@ -117,7 +117,7 @@ class NumpyGibbs:
 
 
 def run(*, quick: bool = False) -> list[dict]:
-    sizes = (10_000, 100_000) if quick else (10_000, 1_000_000)  # <= 3 min in all (the coordinator's rule)
+    sizes = (10_000, 100_000) if quick else (10_000, 1_000_000)  # <= 3 min in all
     steps = 20_000
     np_steps = 2_000 if quick else 10_000
     capacity, num_init = 64, 40
@@ -185,7 +185,7 @@ def run(*, quick: bool = False) -> list[dict]:
     rows += _tick_cost()
     rows += _pylace_rows(quick)
     rows += _heldout_vs_pylace(quick)
-    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/anneal.md, session 15)
+    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/anneal.md)
     rows += _heldout_seeds(quick)
     rows += _targets(rows)
     return rows
@@ -249,7 +249,7 @@ def _tick_cost(ticks: int = 20_000):
 
 
 def _heldout_vs_pylace(quick):
-    """The issue's held-out target on the largest table: ``experiments/crosscat_anneal`` on its flights subset
+    """The held-out target on the largest table: ``experiments/crosscat_anneal`` on its flights subset
     (1,000 rows x 11 columns, 2 chains in 2 threads, budgets 1, 3, 10, 30 N; quick: 1 and 3 N), pylace (2 states)
     at the Anneal run's seconds on the same split. The hfi and gss points: the experiment (``subsets=True``)."""
     try:
@@ -281,7 +281,7 @@ _SEED_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 300, 12, 0), "gss (categori
 
 
 def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)", sweep_growth=None):
-    """The held-out comparison over seeds (docs/anneal.md, sessions 14-15): on the experiment's split of each budget
+    """The held-out comparison over seeds (docs/anneal.md): on the experiment's split of each budget
     of ``table`` (its subsets mode: hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11, the Anneal run's split),
     ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``100 + k`` (2 chains in 2 threads,
     the experiment's settings) then pylace (2 states) with seed ``100 + k`` for jaxsub's sampling seconds of that
@@ -517,7 +517,7 @@ def _pylace_rows(quick, seconds=5.0):
 
 
 def _targets(rows):
-    """The issue's benchmark targets, read off the rows above (wall-clock; CPU-second figure beside it)."""
+    """The benchmark targets, read off the rows above (wall-clock; CPU-second figure beside it)."""
     cc_all = [r for r in rows if r.get("case") == "crosscat_rows"]
     if not cc_all:
         return []
@@ -632,7 +632,7 @@ def _crosscat(quick):
     return out
 
 
-if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md, session 15)
+if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md)
     import argparse
     import json
     import os

@@ -179,3 +179,33 @@ def test_crosscat_init_rejects_bad_labels_shapes_and_data():
         cc.init(model, enc, 4, num_aux=0)
     with pytest.raises(ValueError, match="'fifo' must assign no row or every row"):
         cc.init(model, enc, 4, z=np.where(np.arange(3) == 2, -1, z), policy="fifo", rng_key=jax.random.key(0))
+
+
+def test_fit_options_are_validated_before_any_compile():
+    """``FitOptions`` (record or keyword overrides) of both drivers: unknown names, bad records, bad values."""
+    from jaxsub.anneal import crosscat as cc
+
+    x = np.column_stack([np.arange(6) % 3, np.arange(6) % 2])
+    model = an.MixtureModel(an.CRP(1.0), [an.DirichletCategorical(3), an.BetaBernoulli()])
+    sched = an.linear_anneal(6, 12)
+    key = jax.random.key(0)
+    with pytest.raises(TypeError, match="unexpected option"):
+        an.fit(key, x, model, sched, bogus=1)
+    with pytest.raises(ValueError, match="options must be a jaxsub.anneal.FitOptions"):
+        an.fit(key, x, model, sched, options=cc.FitOptions())
+    with pytest.raises(ValueError, match="checkpoint_every must be"):
+        an.fit(key, x, model, sched, options=an.FitOptions(checkpoint_every=0))
+    with pytest.raises(ValueError, match="num_chains must be"):
+        an.fit(key, x, model, sched, options=an.FitOptions(num_chains=2), num_chains=0)  # the override wins
+    with pytest.raises(ValueError, match="sweep_growth must be"):
+        an.fit(key, x, model, sched, sweep_growth=0.5)
+    cmodel = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.DirichletCategorical(3), an.BetaBernoulli()))
+    with pytest.raises(TypeError, match="unexpected option"):
+        cc.fit(key, x, cmodel, sched, initial_assignments=None)
+    with pytest.raises(ValueError, match="hyper_widths must be strictly increasing"):
+        cc.fit(key, x, cmodel, sched, options=cc.FitOptions(hyper_widths=(8, 4)))
+    with pytest.raises(ValueError, match="time_budget must be"):
+        cc.fit(key, x, cmodel, sched, time_budget=-1.0)
+    with pytest.raises(ValueError, match="feature_moves must be a bool"):
+        cc.fit(key, x, cmodel, sched, feature_moves=1)
+    assert an.FitOptions().num_checkpoints == 10 and cc.FitOptions().sweep_growth == 2.0

@@ -115,8 +115,8 @@ def _exact_observable(parts, states, probs):
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square.
 
-    ``feature_gibbs`` and ``new_view_mh`` alone are slow-only (session 9 moved ``feature_gibbs`` there to pay
-    for the FIFO tests): the fast suite checks their composition in ``feature_sweep`` (the path ``fit`` runs:
+    ``feature_gibbs`` and ``new_view_mh`` alone are slow-only (``feature_gibbs`` moved there to pay for the
+    FIFO tests): the fast suite checks their composition in ``feature_sweep`` (the path ``fit`` runs:
     Algorithm 8 then the MH for every feature) by the same chi-square, and the MH acceptance ratio against
     the direct formula (two tests below)."""
     model = _model(kind)

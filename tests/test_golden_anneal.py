@@ -40,8 +40,8 @@ def _mixture_case(prior):
     x = _mixture_table()
     model = an.MixtureModel(prior, [an.DirichletCategorical(3), an.BetaBernoulli(), an.NormalInverseChiSquared()])
     sched = an.linear_anneal(num_rows=20, num_assignments=60)
-    return an.fit(jax.random.key(11), x[:20], model, sched, num_chains=3, capacity=8, test_data=x[20:],
-                  num_checkpoints=3, hyper_min_rows=5)
+    return an.fit(jax.random.key(11), x[:20], model, sched, test_data=x[20:],
+                  options=an.FitOptions(num_chains=3, capacity=8, num_checkpoints=3, hyper_min_rows=5))
 
 
 def _crosscat_table(seed=5, n=22):
@@ -60,8 +60,8 @@ def _crosscat_case(schedule_of, **kwargs):
     model = cc.CrossCatModel(an.PitmanYor(1.0, 0.2), an.CRP(1.0),
                              (an.BetaBernoulli(), an.DirichletCategorical(3), an.NormalInverseChiSquared(),
                               an.BetaBernoulli(), an.NormalInverseChiSquared()))
-    return cc.fit(jax.random.key(7), t[:18], model, schedule_of(18), num_chains=2, capacity=8, test_data=t[18:],
-                  num_checkpoints=2, hyper_min_rows=6, **kwargs)
+    options = cc.FitOptions(num_chains=2, capacity=8, num_checkpoints=2, hyper_min_rows=6)._replace(**kwargs)
+    return cc.fit(jax.random.key(7), t[:18], model, schedule_of(18), test_data=t[18:], options=options)
 
 
 CASES = {

@@ -82,6 +82,21 @@ def heldout_rows(model: MixtureModel, state, test: EncodedData, batch_size: int 
 
     ``state`` is an :class:`~jaxsub.anneal.moves.AnnealState` or a
     :class:`~jaxsub.anneal.mixture.MixtureState`, possibly with a leading chain axis.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state
+        Possibly batched state.
+    test
+        Held-out rows as :class:`~jaxsub.anneal.model.EncodedData`.
+    batch_size
+        Rows per ``lax.map`` step.
+
+    Returns
+    -------
+    jnp.ndarray
     """
     mixture = state.mixture if hasattr(state, "mixture") else state
     fn = lambda m: mx.heldout_log_predictive(model, m, test, batch_size)  # noqa: E731
@@ -91,7 +106,18 @@ def heldout_rows(model: MixtureModel, state, test: EncodedData, batch_size: int 
 
 
 def heldout_score(model: MixtureModel, state, test: EncodedData, batch_size: int = 8192) -> jnp.ndarray:
-    """Summed held-out log predictive of ``test`` (:func:`heldout_rows` summed over rows)."""
+    """Summed held-out log predictive of ``test`` (:func:`heldout_rows` summed over rows).
+
+    Parameters
+    ----------
+    model, state, test, batch_size
+        As for :func:`heldout_rows`.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[chains]`` (or a scalar unbatched).
+    """
     return jnp.sum(heldout_rows(model, state, test, batch_size), axis=-1)
 
 
@@ -115,6 +141,16 @@ def compact_labels(assignments) -> np.ndarray:
 
     Works on ``[N]`` or ``[chains, N]`` arrays (host side, NumPy). Two assignment
     vectors describe the same partition iff their compact labels are equal.
+
+    Parameters
+    ----------
+    assignments
+        ``[N]`` or ``[chains, N]`` slot ids (``-1``: unassigned).
+
+    Returns
+    -------
+    np.ndarray
+        int32 compact labels of the same shape.
     """
     z = np.asarray(assignments)
     if z.ndim == 2:
@@ -496,15 +532,27 @@ def diagnose(trace: FitTrace, *, window: float = 0.5, rhat_threshold: float = 1.
     of them found the good mode: a majority of stuck chains cannot be detected this way
     (their R-hat still flags disagreement).
 
-    Args:
-        trace: :class:`FitTrace` with at least 2 chains.
-        window: fraction of the last checkpoints to use, in ``(0, 1]``.
-        rhat_threshold: R-hat above this fails ``converged``.
-        num_test_rows: divide held-out sums by this to report per-row scores (optional).
-        gap: the outlier multiplier above.
+    Parameters
+    ----------
+    trace
+        :class:`FitTrace` with at least 2 chains.
+    window
+        Fraction of the last checkpoints to use, in ``(0, 1]``.
+    rhat_threshold
+        R-hat above this fails ``converged``.
+    num_test_rows
+        Divide held-out sums by this to report per-row scores (optional).
+    gap
+        The outlier multiplier above.
 
-    Returns:
-        :class:`Diagnostics`.
+    Returns
+    -------
+    Diagnostics
+
+    Raises
+    ------
+    ValueError
+        ``window`` outside ``(0, 1]``, ``rhat_threshold <= 1``, ``gap <= 0`` or fewer than 2 chains.
     """
     window = check_real("window", window, low=0.0, high=1.0, high_closed=True)
     rhat_threshold = check_real("rhat_threshold", rhat_threshold, low=1.0)

@@ -91,7 +91,23 @@ class MixtureState(NamedTuple):
 
 def empty_state(model: MixtureModel, num_rows: int, capacity: int, hypers: Hypers | None = None,
                 dtype=jnp.float32) -> MixtureState:
-    """A state with no row assigned (the start of Sequential and Anneal schedules)."""
+    """A state with no row assigned (the start of Sequential and Anneal schedules).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    num_rows, capacity
+        ``N`` and the number of cluster slots (static).
+    hypers
+        Initial hyperparameters (default :func:`~jaxsub.anneal.model.init_hypers`).
+    dtype
+        Float dtype of the real sums.
+
+    Returns
+    -------
+    MixtureState
+    """
     num_rows = check_int("num_rows", num_rows, low=1)
     capacity = check_int("capacity", capacity, low=1)
     if model.is_finite and capacity != len(model.prior.weights):
@@ -115,6 +131,25 @@ def state_from_assignments(model: MixtureModel, data: EncodedData, assignments, 
 
     Works under ``jit``/``vmap`` (``capacity`` is static); labels must lie in
     ``[-1, capacity)``.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    data
+        The :class:`~jaxsub.anneal.model.EncodedData`.
+    assignments
+        ``[N]`` labels in ``[-1, capacity)``.
+    capacity
+        Number of cluster slots (static).
+    hypers
+        Hyperparameters (default :func:`~jaxsub.anneal.model.init_hypers`).
+    dtype
+        Float dtype of the real sums.
+
+    Returns
+    -------
+    MixtureState
     """
     if hypers is None:
         hypers = init_hypers(model, dtype)
@@ -135,7 +170,18 @@ def state_from_assignments(model: MixtureModel, data: EncodedData, assignments, 
 
 
 def num_clusters(state: MixtureState) -> jnp.ndarray:
-    """Number of non-empty clusters."""
+    """Number of non-empty clusters.
+
+    Parameters
+    ----------
+    state
+        One chain's :class:`MixtureState`.
+
+    Returns
+    -------
+    jnp.ndarray
+        Int scalar.
+    """
     return jnp.sum(state.sizes > 0, axis=-1)
 
 
@@ -165,6 +211,21 @@ def add(state: MixtureState, data: EncodedData, row, cluster, gate=True) -> Mixt
     """Add ``row`` (currently unassigned) to slot ``cluster``. ``gate=False`` makes it a no-op.
 
     O(num_features): a few scatter updates, no O(N) or O(capacity) work.
+
+    Parameters
+    ----------
+    state
+        One chain's :class:`MixtureState`.
+    data
+        The :class:`~jaxsub.anneal.model.EncodedData`.
+    row, cluster
+        Row index and capacity slot (int scalars, may be traced).
+    gate
+        Bool scalar; ``False`` makes the call a no-op.
+
+    Returns
+    -------
+    MixtureState
     """
     cat, real = _row(data, row)
     g = jnp.asarray(gate)
@@ -186,6 +247,21 @@ def remove(state: MixtureState, data: EncodedData, row, gate=True) -> MixtureSta
 
     The exact inverse of :func:`add` on the integer statistics; real sums are
     restored up to floating-point round-off.
+
+    Parameters
+    ----------
+    state
+        One chain's :class:`MixtureState`.
+    data
+        The :class:`~jaxsub.anneal.model.EncodedData`.
+    row
+        Row index (int scalar, may be traced).
+    gate
+        Bool scalar; ``False`` makes the call a no-op.
+
+    Returns
+    -------
+    MixtureState
     """
     cat, real = _row(data, row)
     k_raw = state.assignments[row]
@@ -232,6 +308,15 @@ def predictive_log_scores(model: MixtureModel, state: MixtureState, cat_row, rea
         ``[num_cat_features]`` global level indices of the row (``EncodedData.cat[i]``).
     real_row
         ``[num_real_features]`` real values of the row.
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state
+        One chain's :class:`MixtureState`.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[capacity]`` log predictives.
     """
     h = state.hypers
     dt = h.nix.dtype if h.nix.size else h.cat_prior.dtype
@@ -263,6 +348,24 @@ def assign_logits(model: MixtureModel, state: MixtureState, cat_row, real_row, b
     For a :class:`Finite` prior every slot ``k`` gets ``log w_k + beta log p(x | X_k)``.
     ``beta`` tempers the likelihood (1 = exact Gibbs; < 1 = energy annealing),
     ``prior_only`` drops it (a draw from the partition prior).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state
+        One chain's :class:`MixtureState`.
+    cat_row, real_row
+        The row's global level indices and real values (a row of ``EncodedData``).
+    beta
+        Likelihood temperature (default 1).
+    prior_only
+        Bool; drop the likelihood.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[capacity]`` log weights.
     """
     h = state.hypers
     dt = h.alpha.dtype
@@ -294,6 +397,20 @@ def log_partition_prior(model: MixtureModel, sizes, alpha, discount) -> jnp.ndar
 
     ``alpha``/``discount`` may carry a leading grid axis ``[G]`` (then ``[G]`` is returned).
     For :class:`Finite`: ``sum_k n_k log w_k`` (assignments, i.e. labelled partitions).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel` (its prior's kind).
+    sizes
+        ``[capacity]`` cluster sizes (0 for empty slots).
+    alpha, discount
+        Scalars or ``[G]`` grids.
+
+    Returns
+    -------
+    jnp.ndarray
+        Scalar (or ``[G]``) log probability.
     """
     dt = jnp.asarray(alpha).dtype
     n_k = sizes.astype(dt)
@@ -365,7 +482,20 @@ def cluster_log_marginals(model: MixtureModel, state: MixtureState) -> jnp.ndarr
 
 
 def log_joint(model: MixtureModel, state: MixtureState) -> jnp.ndarray:
-    """``log p(pi_S, X_S)``: partition prior plus collapsed likelihood of the current subsample."""
+    """``log p(pi_S, X_S)``: partition prior plus collapsed likelihood of the current subsample.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state
+        One chain's :class:`MixtureState`.
+
+    Returns
+    -------
+    jnp.ndarray
+        Scalar log joint.
+    """
     h = state.hypers
     return log_partition_prior(model, state.sizes, h.alpha, h.discount) + cluster_log_marginals(model, state)
 
@@ -377,6 +507,22 @@ def heldout_log_predictive(model: MixtureModel, state: MixtureState, test: Encod
     ``p(x_t | ...) = sum_k (n_k - d)/(n + alpha) p(x_t | X_k) + (alpha + K d)/(n + alpha) p(x_t)``
     (for :class:`Finite`: ``sum_k w_k p(x_t | X_k)``). Sum the result over test rows for the
     paper's score. Rows are processed ``batch_size`` at a time (``lax.map``) to bound memory.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state
+        One chain's :class:`MixtureState`.
+    test
+        Held-out rows as :class:`~jaxsub.anneal.model.EncodedData`.
+    batch_size
+        Rows per ``lax.map`` step (static).
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[T]`` log predictive of each test row.
     """
     h = state.hypers
     dt = h.alpha.dtype
@@ -415,6 +561,22 @@ def grow(state, new_capacity: int):
     Works on a :class:`MixtureState` or any NamedTuple with a ``mixture`` field;
     leading batch (chain) axes are kept. Occupied slots keep their index, so
     ``assignments`` stay valid; new slots are empty.
+
+    Parameters
+    ----------
+    state
+        :class:`MixtureState` or a state with a ``mixture`` field, possibly batched.
+    new_capacity
+        The new number of slots, at least the current one.
+
+    Returns
+    -------
+    The state with ``new_capacity`` slots.
+
+    Raises
+    ------
+    ValueError
+        ``new_capacity`` below the current capacity.
     """
     if hasattr(state, "mixture"):
         return state._replace(mixture=grow(state.mixture, new_capacity))

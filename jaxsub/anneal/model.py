@@ -241,7 +241,19 @@ class Hypers(NamedTuple):
 
 
 def init_hypers(model: MixtureModel, dtype=jnp.float32) -> Hypers:
-    """The hyperparameters written in ``model`` as a :class:`Hypers` pytree."""
+    """The hyperparameters written in ``model`` as a :class:`Hypers` pytree.
+
+    Parameters
+    ----------
+    model
+        The :class:`MixtureModel`.
+    dtype
+        Float dtype.
+
+    Returns
+    -------
+    Hypers
+    """
     prior = model.prior
     alpha = prior.alpha if not isinstance(prior, Finite) else 1.0
     discount = prior.discount if not isinstance(prior, Finite) else 0.0
@@ -321,6 +333,17 @@ def default_grids(model: MixtureModel, *, num: int = 24) -> HyperGrids:
     discount: ``0, 0.05, ..., 0.9`` for Pitman-Yor only; Dirichlet/Beta pseudo-counts:
     ``logspace(-1, 1.5)``; NIX (for standardised data): ``mu0`` in ``[-3, 3]``,
     ``kappa0, sigma2`` in ``logspace(-2, 2)``, ``nu0`` in ``logspace(-1, 2)``.
+
+    Parameters
+    ----------
+    model
+        The :class:`MixtureModel` (which grids apply).
+    num
+        Points per grid.
+
+    Returns
+    -------
+    HyperGrids
     """
     is_py = isinstance(model.prior, PitmanYor)
     has = lambda t: any(isinstance(f, t) for f in model.features)  # noqa: E731
@@ -379,6 +402,10 @@ def encode(model: MixtureModel, data, dtype=jnp.float32) -> EncodedData:
     ValueError
         If the number of columns differs from the number of features, a categorical
         or Bernoulli column holds non-integer or out-of-range values, or a value is NaN/inf.
+
+    Returns
+    -------
+    EncodedData
     """
     if isinstance(data, EncodedData):
         return data

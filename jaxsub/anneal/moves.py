@@ -238,7 +238,7 @@ def _uniform_index_hl(hi, lo, m):
 def _first_true(b, axis: int = -1):
     """``jnp.argmax(b, axis)`` of a boolean array (the first ``True``; 0 when there is none) as a ``min`` over
     ``where(b, index, n)``: the same integers, but a plain reduction that XLA:CPU vectorises instead of the
-    (value, index) pair reduction of ``argmax`` (~5x cheaper on ``[8, 12, 64]``, session 13, docs/anneal.md)."""
+    (value, index) pair reduction of ``argmax`` (~5x cheaper on ``[8, 12, 64]``, docs/anneal.md)."""
     n = b.shape[axis]
     shape = [1] * b.ndim
     shape[axis] = n
@@ -251,8 +251,8 @@ def _prefix_sum(x, block: int = 16):
 
     ``jnp.cumsum`` lowers to a ``reduce_window`` that XLA:CPU rewrites into blocks of 16 (a left-to-right running
     sum within each block, plus the running sum of the block totals); that still costs O(16 n) per row and,
-    under ``vmap`` over chains, ~1.4 us per chain of a CrossCat tick (``[V, C]`` = 12 x 64: session 13, second
-    helper, docs/anneal.md). This is the same sums in the same order as unrolled adds (so the draws of the
+    under ``vmap`` over chains, ~1.4 us per chain of a CrossCat tick (``[V, C]`` = 12 x 64,
+    docs/anneal.md). This is the same sums in the same order as unrolled adds (so the draws of the
     samplers are unchanged; checked against ``jnp.cumsum`` for n = 5 ... 512 in ``tests/test_crosscat.py``)."""
     n = x.shape[-1]
 
@@ -289,6 +289,28 @@ def tick(rng_key: PRNGKey, state: AnnealState, code, beta, *, model: MixtureMode
     ``"fifo"`` the next in the cycle; its cluster is drawn from eq. (star) with the
     likelihood raised to ``beta`` (bit 2: likelihood ignored, a prior draw).
     Costs O(capacity x num_features), independent of N.
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key of this tick.
+    state
+        One chain's :class:`AnnealState`.
+    code
+        The tick code (int scalar, may be traced).
+    beta
+        Likelihood temperature.
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    data
+        The :class:`~jaxsub.anneal.model.EncodedData`.
+    policy
+        ``"random"`` or ``"fifo"`` (static).
+
+    Returns
+    -------
+    tuple
+        ``(AnnealState, TickInfo)``; a chain that must open a cluster with every slot full halts.
     """
     bits = jax.random.bits(rng_key, (TICK_WORDS,), jnp.uint32)
     return _tick_uniforms(bits, state, code, beta, model=model, data=data, policy=policy)
@@ -482,6 +504,22 @@ def resample_hypers(rng_key: PRNGKey, mixture: mx.MixtureState, *, model: Mixtur
     drawn from ``p(h_g | rest) propto p(pi | alpha, d)`` (alpha, d: :func:`log_partition_prior`)
     or ``propto prod_k p(X_k | h_g, rest)`` (feature hyperparameters: Dirichlet-multinomial
     or NIX marginals). Cost O(G x capacity x levels), independent of N.
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    mixture
+        One chain's :class:`~jaxsub.anneal.mixture.MixtureState`.
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    grids
+        :class:`~jaxsub.anneal.model.HyperGrids`; a ``None`` grid keeps its hyperparameter fixed.
+
+    Returns
+    -------
+    MixtureState
+        With new ``hypers``.
     """
     h = mixture.hypers
     dt = h.alpha.dtype

@@ -173,7 +173,22 @@ class Schedule:
 
 
 def prior_gibbs(num_rows: int, num_gibbs: int, *, policy: str = "random") -> Schedule:
-    """Prior+Gibbs: ``N`` prior draws (ADD_PRIOR), then ``num_gibbs`` full-data Gibbs ticks."""
+    """Prior+Gibbs: ``N`` prior draws (ADD_PRIOR), then ``num_gibbs`` full-data Gibbs ticks.
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    num_gibbs
+        Full-data Gibbs ticks after the prior draws.
+    policy
+        Row policy, ``"random"`` or ``"fifo"``.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
+    """
     n = check_int("num_rows", num_rows, low=1)
     g = check_int("num_gibbs", num_gibbs, low=0)
     codes = np.concatenate([np.full(n, ADD_PRIOR, np.int8), np.full(g, GIBBS, np.int8)])
@@ -181,7 +196,22 @@ def prior_gibbs(num_rows: int, num_gibbs: int, *, policy: str = "random") -> Sch
 
 
 def sequential_gibbs(num_rows: int, num_assignments: int, *, policy: str = "random") -> Schedule:
-    """Sequential+Gibbs: ``N`` sequential Gibbs adds, then ``num_assignments - N`` Gibbs ticks."""
+    """Sequential+Gibbs: ``N`` sequential Gibbs adds, then ``num_assignments - N`` Gibbs ticks.
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    num_assignments
+        Total assignments, at least ``N``.
+    policy
+        Row policy, ``"random"`` or ``"fifo"``.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
+    """
     n = check_int("num_rows", num_rows, low=1)
     t = check_int("num_assignments", num_assignments, low=n)
     codes = np.concatenate([np.full(n, ADD, np.int8), np.full(t - n, GIBBS, np.int8)])
@@ -198,6 +228,22 @@ def linear_anneal(num_rows: int, num_assignments: int, *, policy: str = "random"
     every tick is one Gibbs assignment, the size grows linearly from 0 to N,
     and the last ``~T/N`` ticks run on all data. ``final_gibbs`` appends
     extra full-data Gibbs ticks.
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    num_assignments
+        ``T >= N``.
+    policy
+        Row policy, ``"random"`` or ``"fifo"``.
+    final_gibbs
+        Full-data Gibbs ticks appended.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
     """
     n = check_int("num_rows", num_rows, low=1)
     t_total = check_int("num_assignments", num_assignments, low=n)
@@ -219,6 +265,22 @@ def simulated_annealing(num_rows: int, num_gibbs: int, *, policy: str = "random"
     ``num_gibbs`` full-data Gibbs ticks whose likelihood is raised to
     ``beta = min(1, t / (ramp_fraction * num_gibbs))`` (linear in the tick
     counter, which includes the ``N`` prior ticks).
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    num_gibbs
+        Tempered full-data Gibbs ticks.
+    policy
+        Row policy, ``"random"`` or ``"fifo"``.
+    ramp_fraction
+        Fraction of the Gibbs ticks over which ``beta`` rises to 1.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
     """
     n = check_int("num_rows", num_rows, low=1)
     g = check_int("num_gibbs", num_gibbs, low=1)
@@ -239,6 +301,20 @@ def anneal_stepsize(num_rows: int, num_gibbs: int, *, final_gibbs: int = 0) -> S
     The paper calls it "only of theoretical interest"; it runs on the two-urn model
     (:func:`jaxsub.anneal.two_urns.run_schedule`) and in CrossCat's ``fit`` (handfuls of rows
     sharing the picked row's cluster in each view, :func:`jaxsub.anneal.crosscat.block_tick`).
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    num_gibbs
+        ``T``, the block Gibbs ticks.
+    final_gibbs
+        Single-row Gibbs ticks appended.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
     """
     n = check_int("num_rows", num_rows, low=1)
     g = check_int("num_gibbs", num_gibbs, low=1)
@@ -282,6 +358,24 @@ def loom(num_rows: int, *, extra_passes: float = 500.0, small: int = 4000, big: 
     ``P`` is re-evaluated whenever the subsample reaches a new largest size (so it only
     decreases and every stretch of constant ``P`` grows the subsample); evaluating it at the
     current size instead can cycle forever at a size where ``P`` changes.
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    extra_passes
+        ``P0``.
+    small, big
+        Loom's ``S`` and ``B`` sizes.
+    accelerate
+        Follow :func:`loom_extra_passes` (default) or keep ``P = extra_passes``.
+    final_gibbs
+        Full-data Gibbs ticks appended.
+
+    Returns
+    -------
+    Schedule
+        Tick codes (and row policy) as data.
     """
     n = check_int("num_rows", num_rows, low=1)
     p0 = check_real("extra_passes", extra_passes, low=0.0, low_closed=True)

@@ -67,10 +67,41 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     so one compiled sweep serves every value). ``sweep_growth`` (static float, 0: off): the hyper step also
     runs once the subsample has grown by that factor since the last one (:func:`~jaxsub.anneal.moves.moves_due`).
     Not jitted here (the caller jits).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    policy
+        The schedule's row policy.
+    span
+        Ticks per call.
+    energy_ramp
+        Ticks over which the likelihood temperature rises to 1 (0: none).
+    grids
+        :class:`~jaxsub.anneal.model.HyperGrids` or ``None``.
+    hyper_min_rows
+        Subsample size from which the hyper step runs.
+    sweep_growth
+        0 or a factor > 1.
+
+    Returns
+    -------
+    Callable
+        ``sweep(states, chain_keys, windows, data) -> states``.
+
+    Raises
+    ------
+    ValueError
+        A ``sweep_growth`` that is neither 0 nor a real > 1.
     """
     config = SweepConfig(model, policy, span, energy_ramp, grids if grids is not None and not grids.empty else None,
                          check_sweep_growth(sweep_growth))
-    return partial(_sweep, config, hyper_min_rows)
+
+    def sweep(states, chain_keys, windows, data):
+        return _sweep(config, hyper_min_rows, states, chain_keys, windows, data)
+
+    return sweep
 
 
 class SweepConfig(NamedTuple):
@@ -169,6 +200,18 @@ def build_kernel(model: MixtureModel, grids: HyperGrids | None = None) -> Callab
     resampled (:func:`jaxsub.anneal.moves.resample_hypers`) after every ``N`` steps.
     ``state`` is an :class:`~jaxsub.anneal.moves.AnnealState` built by :func:`init` with
     every row assigned, ``data`` the :class:`~jaxsub.anneal.model.EncodedData`.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel` (structure).
+    grids
+        :class:`~jaxsub.anneal.model.HyperGrids` or ``None`` (fixed hyperparameters).
+
+    Returns
+    -------
+    Callable
+        ``kernel(rng_key, state, data) -> (AnnealState, TickInfo)``.
     """
     do_hyper = grids is not None and not grids.empty
 
@@ -201,6 +244,23 @@ def as_top_level_api(model: MixtureModel, data, capacity: int, *, grids: HyperGr
     ValueError
         ``capacity < 1``, a Finite prior with ``capacity`` != its number of components,
         or a data table that does not match ``model`` (see :func:`~jaxsub.anneal.model.encode`).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    data
+        ``[N, num_features]`` table or :class:`~jaxsub.anneal.model.EncodedData`.
+    capacity
+        Cluster slots (static).
+    grids
+        :class:`~jaxsub.anneal.model.HyperGrids` or ``None`` (fixed hyperparameters).
+    dtype
+        Float dtype of statistics.
+
+    Returns
+    -------
+    SamplingAlgorithm
     """
     capacity = check_int("capacity", capacity, low=1)
     if model.is_finite and capacity != len(model.prior.weights):

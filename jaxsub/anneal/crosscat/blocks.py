@@ -83,6 +83,24 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     shrinks the blocks to 1 and its final single-row passes are what reach the posterior. Needs every row
     assigned (otherwise the state is returned unchanged, ``cursor`` advanced); O(V N + F N) work.
     Returns ``(state, overflow)``: a view with no empty slot for a new cluster halts the chain before any change.
+
+    Parameters
+    ----------
+    u
+        ``[4 + V]`` uint32 random words (:func:`tick_words`).
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    data
+        Its :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+    block
+        The handful size (int scalar, may be traced).
+
+    Returns
+    -------
+    tuple
+        ``(CrossCatState, overflow)``.
     """
     V, n_rows = state.z.shape
     C = state.sizes.shape[1]

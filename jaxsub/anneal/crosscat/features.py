@@ -67,7 +67,27 @@ def _check_widths(widths) -> tuple:
 def width_ladder(num_rows: int, start: int = 32, factor: int = 4) -> tuple:
     """Widths ``start, start * factor, ...`` below ``num_rows`` for ``feature_widths`` (each one compiles a copy of
     the feature sweep; the moves on a subsample of ``m > start`` rows then cost ``O(width)`` with ``width <
-    factor * m``, not ``O(num_rows)``)."""
+    factor * m``, not ``O(num_rows)``).
+
+    Parameters
+    ----------
+    num_rows
+        ``N``.
+    start
+        The first width.
+    factor
+        Ratio of successive widths, at least 2.
+
+    Returns
+    -------
+    tuple
+        The widths, increasing.
+
+    Raises
+    ------
+    ValueError
+        ``num_rows < 1``, ``start < 1`` or ``factor < 2``.
+    """
     num_rows = check_int("num_rows", num_rows, low=1)
     start = check_int("start", start, low=1)
     factor = check_int("factor", factor, low=2)
@@ -97,6 +117,30 @@ def feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=No
     subsample rather than the ``N`` rows of the table; same law (the prior-partition draws take other random
     words than at full width). ``ok`` is False (and the returned state is not to be used) when ``width <
     num_assigned``.
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    data
+        Its :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+    num_aux
+        Auxiliary empty views of Algorithm 8 (static).
+    grids
+        :class:`~jaxsub.anneal.crosscat.CrossCatGrids` of the hyper step after the moves, or ``None`` (none).
+    trip
+        Bound on the subsample size for the prior-partition loop (above).
+    width
+        Rows of the subsample window the moves run on (static, above).
+
+    Returns
+    -------
+    tuple
+        ``(CrossCatState, ok)``.
     """
     if width is not None and width < state.order.shape[0]:
         state_c, data_c, rows = _compact(state, data, width)

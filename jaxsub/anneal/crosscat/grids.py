@@ -63,7 +63,19 @@ class CrossCatGrids:
 
 
 def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids:
-    """Log-spaced grids: alphas ``[0.1, 30]``, discounts ``0..0.6`` (PY only), Dirichlet ``[0.05, 10]``, NIX."""
+    """Log-spaced grids: alphas ``[0.1, 30]``, discounts ``0..0.6`` (PY only), Dirichlet ``[0.05, 10]``, NIX.
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel` (which grids apply).
+    num
+        Points per alpha, Dirichlet and NIX grid.
+
+    Returns
+    -------
+    CrossCatGrids
+    """
     has_real = bool(model.real_idx)
     return CrossCatGrids(
         view_alpha=tuple(np.logspace(-1, 1.5, num)),
@@ -95,31 +107,37 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     the ``mu0``, ``kappa0`` and ``nu0`` weights and leaves the ``sigma2`` points unweighted (log-uniform over
     ``var * [0.01, 10]``, as the default's): lace's ``sigma2`` prior (mode ``var / (log n + 1)``) gives the tight
     clusters of nearly discrete reals (``sigma2`` ~0.01-0.03 var) weights of -10 to -75 nats. A modelling choice
-    (it changes the target posterior), opt-in. Measured against the default grids (paired keys, docs/anneal.md,
-    sessions 14-15): ``style="weights"`` +0.19 nats per held-out row at 1N and -2.33 at 30N on the flights subset;
-    with ``sigma2_weight=False`` +0.16 / -0.44 there and +0.16 / +0.97 / +2.78 / +1.14 at 1 / 3 / 10 / 30N on the
-    hfi subset (session 14's keys); on keys 100-109 (session 15) +0.22 / +0.42 / +0.36 / +0.66 on hfi and +0.07 /
-    -0.01 / +0.33 / +0.23 on flights (each within 2 se): not the default. The grids are shared by every real column (a tuple per parameter), so the columns must share their
-    centre and scale: pass standardised reals (``mean`` / ``var`` are pooled over the real columns). Other grids
+    (it changes the target posterior), opt-in: against the default grids on paired keys neither style gains beyond
+    2 standard errors of the held-out score (docs/anneal.md), so neither is the default. The grids are shared by every real column (a tuple per
+    parameter), so the columns must share their centre and scale: pass standardised reals (``mean`` / ``var`` are pooled over the real columns). Other grids
     are the default's.
 
-    Args:
-        model: the :class:`CrossCatModel` (a model without real features gets the default grids).
-        data: the training rows, ``[N, F]`` (NaN = missing), real columns standardised.
-        num: points per grid, ``>= 2``.
-        style: ``"quantiles"`` or ``"weights"`` (above).
-        sigma2_weight: ``style="weights"`` only: weight the ``sigma2`` points by lace's ``sigma2`` hyperprior
-            (``True``, the default) or leave them unweighted (``False``: ``nix_logprior[3]`` is ``None``).
+    Parameters
+    ----------
+    model
+        The :class:`CrossCatModel` (a model without real features gets the default grids).
+    data
+        The training rows, ``[N, F]`` (NaN = missing), real columns standardised.
+    num
+        Points per grid, ``>= 2``.
+    style
+        ``"quantiles"`` or ``"weights"`` (above).
+    sigma2_weight
+        ``style="weights"`` only: weight the ``sigma2`` points by lace's ``sigma2`` hyperprior (``True``, the
+        default) or leave them unweighted (``False``: ``nix_logprior[3]`` is ``None``).
 
-    Returns:
-        :class:`CrossCatGrids`.
+    Returns
+    -------
+    CrossCatGrids
 
-    Raises:
-        ValueError: for a table the model rejects, an unknown ``style``, ``num < 2``, a ``sigma2_weight`` that is
-            not a bool, ``sigma2_weight=False`` with ``style="quantiles"`` (its ``sigma2`` grid *is* the
-            hyperprior's quantiles: there is no weight to drop), a real column with fewer than 2 observed cells
-            or a constant one, or real columns whose means differ by more than 0.5 pooled sd or whose variances
-            differ by more than a factor of 4 (standardise them first).
+    Raises
+    ------
+    ValueError
+        For a table the model rejects, an unknown ``style``, ``num < 2``, a ``sigma2_weight`` that is
+        not a bool, ``sigma2_weight=False`` with ``style="quantiles"`` (its ``sigma2`` grid *is* the
+        hyperprior's quantiles: there is no weight to drop), a real column with fewer than 2 observed cells
+        or a constant one, or real columns whose means differ by more than 0.5 pooled sd or whose variances
+        differ by more than a factor of 4 (standardise them first).
     """
     from scipy import stats
 

@@ -64,7 +64,17 @@ class CrossCatModel:
 
 
 class CrossCatData(NamedTuple):
-    """``cat`` ``[N, Fc]`` int32 levels (-1 missing); ``real`` ``[N, Fr]`` (0 where missing); ``real_obs`` mask."""
+    """``cat`` ``[N, Fc]`` int32 levels (-1 missing); ``real`` ``[N, Fr]`` (0 where missing); ``real_obs`` mask.
+
+    Attributes
+    ----------
+    cat
+        ``[N, Fc]`` int32 levels of the categorical features, -1 where missing.
+    real
+        ``[N, Fr]`` real features, 0 where missing.
+    real_obs
+        ``[N, Fr]`` bool, observed cells of the real features.
+    """
 
     cat: jnp.ndarray
     real: jnp.ndarray
@@ -74,8 +84,24 @@ class CrossCatData(NamedTuple):
 def encode_table(model: CrossCatModel, data, dtype=jnp.float32) -> CrossCatData:
     """Validate a ``[N, F]`` table (NaN = missing) against ``model``.
 
-    Raises ``ValueError`` for a wrong shape, a non-numeric table, an all-missing column,
-    non-integer or out-of-range categorical codes, or infinite reals.
+    Parameters
+    ----------
+    model
+        The :class:`CrossCatModel` (column ``f`` modelled by ``model.features[f]``).
+    data
+        ``[N, F]`` numeric table (NaN = missing), or a :class:`CrossCatData` (returned as is).
+    dtype
+        Float dtype of the real columns.
+
+    Returns
+    -------
+    CrossCatData
+
+    Raises
+    ------
+    ValueError
+        A wrong shape, a non-numeric table, an all-missing column, non-integer or out-of-range categorical codes,
+        or infinite reals.
     """
     if isinstance(data, CrossCatData):
         return data
@@ -113,7 +139,19 @@ def encode_table(model: CrossCatModel, data, dtype=jnp.float32) -> CrossCatData:
 # --------------------------------------------------------------------------- state
 class CrossCatHypers(NamedTuple):
     """``view_alpha, view_d``: feature partition; ``row_alpha, row_d`` ``[V]``; ``cat_prior`` ``[Fc, L]``
-    (per-level Dirichlet pseudo-counts, 1 on padding levels, masked); ``nix`` ``[Fr, 4]``."""
+    (per-level Dirichlet pseudo-counts, 1 on padding levels, masked); ``nix`` ``[Fr, 4]``.
+
+    Attributes
+    ----------
+    view_alpha, view_d
+        The view partition's PY parameters.
+    row_alpha, row_d
+        ``[V]`` each view's row-partition PY parameters.
+    cat_prior
+        ``[Fc, L]`` Dirichlet pseudo-counts.
+    nix
+        ``[Fr, 4]`` ``(mu0, kappa0, nu0, sigma2)``.
+    """
 
     view_alpha: jnp.ndarray
     view_d: jnp.ndarray
@@ -134,6 +172,11 @@ class CrossCatState(NamedTuple):
     ``order[(head + i) % N], i < num_assigned`` of a fixed shuffled cycle; ``cursor``, ``since_hyper``,
     ``halted`` as in :class:`~jaxsub.anneal.moves.AnnealState`; ``swept`` the subsample size at the chain's last
     feature / hyper step (its ``num_assigned`` at :func:`init`; :func:`build_sweep` ``sweep_growth``).
+
+    Attributes
+    ----------
+    view_of, z, sizes, cat_counts, real_stats, hypers, order, num_assigned, cursor, since_hyper, halted, head, swept
+        As above.
     """
 
     view_of: jnp.ndarray
@@ -165,6 +208,21 @@ def _level_mask(model):
 
 
 def init_hypers(model: CrossCatModel, num_views: int, dtype=jnp.float32) -> CrossCatHypers:
+    """The hyperparameters written in ``model``: its priors' ``(alpha, d)`` in every view and its features'.
+
+    Parameters
+    ----------
+    model
+        The :class:`CrossCatModel`.
+    num_views
+        View slots ``V``.
+    dtype
+        Float dtype.
+
+    Returns
+    -------
+    CrossCatHypers
+    """
     cp = np.ones((len(model.cat_idx), model.max_levels))
     for j, i in enumerate(model.cat_idx):
         pc = model.features[i].pseudo_counts()
@@ -303,6 +361,22 @@ def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
     Occupied slots keep their index, so every label in ``z`` stays valid; the new slots are
     empty (zero sizes and statistics). Leading batch (chain) axes are kept; ``halted`` is
     left as it is (the caller clears it to resume).
+
+    Parameters
+    ----------
+    state
+        A :class:`CrossCatState`, possibly with leading chain axes.
+    new_capacity
+        The new number of slots per view, at least the current one.
+
+    Returns
+    -------
+    CrossCatState
+
+    Raises
+    ------
+    ValueError
+        ``new_capacity`` below the current capacity.
     """
     cap = state.sizes.shape[-1]
     new_capacity = check_int("new_capacity", new_capacity, low=cap)

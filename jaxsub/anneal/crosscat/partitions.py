@@ -134,7 +134,22 @@ def _prior_partition(key, state, alpha, d):
 
 def prior_view_partition(rng_key: PRNGKey, model: CrossCatModel, num_aux: int = 1) -> jnp.ndarray:
     """``[F]`` view labels of the features drawn from the view prior ``PY(alpha_v, d_v)`` (sequential seating
-    in column order; labels ``0..K-1`` in order of first appearance, ``K <= F < F + num_aux`` view slots)."""
+    in column order; labels ``0..K-1`` in order of first appearance, ``K <= F < F + num_aux`` view slots).
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    num_aux
+        Auxiliary view slots (``F + num_aux`` slots in all).
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[F]`` int32 view labels.
+    """
     F = model.num_features
     dt = jnp.float32
     z, _, _ = _draw_partitions(rng_key, jnp.arange(F, dtype=jnp.int32), jnp.asarray(F, jnp.int32),

@@ -13,7 +13,22 @@ __all__ = ["depends_on", "heldout_rows", "predictive_samples"]
 
 
 def heldout_rows(model: CrossCatModel, state: CrossCatState, test: CrossCatData) -> jnp.ndarray:
-    """``[T]`` held-out log predictive per test row: ``sum_v log sum_c w_vc p(x_v | X_vc)`` (missing cells skipped)."""
+    """``[T]`` held-out log predictive per test row: ``sum_v log sum_c w_vc p(x_v | X_vc)`` (missing cells skipped).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    test
+        Held-out rows as :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[T]`` log predictive of each test row.
+    """
     V = state.z.shape[0]
     nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
     h = state.hypers
@@ -32,6 +47,22 @@ def predictive_samples(rng_key: PRNGKey, model: CrossCatModel, state: CrossCatSt
 
     Per view: a cluster from eq. (star) prior weights; per feature: a level from
     ``(beta_l + c_l)/(B + n)`` or a real from the NIX posterior Student-t.
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    num_samples
+        Rows to draw (static).
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[num_samples, F]`` (categorical levels as floats).
     """
     h = state.hypers
     V = state.z.shape[0]
@@ -66,7 +97,18 @@ def predictive_samples(rng_key: PRNGKey, model: CrossCatModel, state: CrossCatSt
 
 
 def depends_on(view_of) -> np.ndarray:
-    """``[F, F]`` fraction of samples (rows of ``view_of`` ``[S, F]``) in which two features share a view."""
+    """``[F, F]`` fraction of samples (rows of ``view_of`` ``[S, F]``) in which two features share a view.
+
+    Parameters
+    ----------
+    view_of
+        ``[S, F]`` (or ``[..., F]``) view labels of the features in ``S`` samples.
+
+    Returns
+    -------
+    np.ndarray
+        ``[F, F]`` co-assignment frequencies.
+    """
     v = np.asarray(view_of)
     v = v.reshape(-1, v.shape[-1])
     return (v[:, :, None] == v[:, None, :]).mean(axis=0)

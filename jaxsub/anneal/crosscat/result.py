@@ -19,7 +19,13 @@ class CrossCatFit(NamedTuple):
 
     ``view_labels`` ``[chains, F]`` and ``row_labels`` ``[chains, F, N]`` (each feature's row partition, that
     of its view) are compact: ``0..K-1`` in order of first appearance (:func:`jaxsub.anneal.compact_labels`),
-    ``-1`` for rows not in the subsample."""
+    ``-1`` for rows not in the subsample.
+
+    Attributes
+    ----------
+    state, heldout, heldout_rows, num_views, num_clusters, seconds, compile_seconds, trace_capacity, log_joint
+        As above.
+    """
 
     state: CrossCatState
     heldout: np.ndarray
@@ -43,7 +49,26 @@ class CrossCatFit(NamedTuple):
 
 def diagnose(fit_result: CrossCatFit, *, num_test_rows: int | None = None, **kwargs) -> _driver.Diagnostics:
     """R-hat across chains (mean clusters per view, held-out score, log joint) and stuck chains, as
-    :func:`jaxsub.anneal.diagnose` for the mixture ``fit`` (same rule and keyword arguments, which it validates)."""
+    :func:`jaxsub.anneal.diagnose` for the mixture ``fit`` (same rule and keyword arguments, which it validates).
+
+    Parameters
+    ----------
+    fit_result
+        A :class:`CrossCatFit` with at least 2 chains.
+    num_test_rows
+        Divide held-out sums by this to report per-row scores (optional).
+    **kwargs
+        ``window``, ``rhat_threshold``, ``gap`` of :func:`jaxsub.anneal.diagnose`.
+
+    Returns
+    -------
+    jaxsub.anneal.Diagnostics
+
+    Raises
+    ------
+    ValueError
+        A result without a ``log_joint`` trace, or the settings :func:`jaxsub.anneal.diagnose` rejects.
+    """
     r = fit_result
     if r.log_joint is None:
         raise ValueError("fit_result has no log_joint trace (build it with crosscat.fit)")

@@ -128,7 +128,20 @@ TICK_WORDS = 4  # uint32 words of a row tick before its per-view cluster draws (
 
 
 def tick_words(rng_key: PRNGKey, num_views: int) -> jnp.ndarray:
-    """The ``[TICK_WORDS + num_views]`` uint32 random words one :func:`row_tick` / :func:`block_tick` consumes."""
+    """The ``[TICK_WORDS + num_views]`` uint32 random words one :func:`row_tick` / :func:`block_tick` consumes.
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key of the tick.
+    num_views
+        View slots ``V``.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[TICK_WORDS + num_views]`` uint32.
+    """
     return jax.random.bits(rng_key, (TICK_WORDS + num_views,), jnp.uint32)
 
 
@@ -145,6 +158,28 @@ def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data:
     :func:`build_sweep` the label/order writes are deferred so that they happen in place).
     ``policy="fifo"`` (a state from ``init(..., policy="fifo")``): remove the oldest row of the window,
     add the next row of the cycle (words 0-3 unused).
+
+    Parameters
+    ----------
+    u
+        ``[4 + V]`` uint32 random words (:func:`tick_words`).
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    data
+        Its :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+    code
+        The tick code (int scalar, may be traced).
+    beta
+        Likelihood temperature.
+    policy
+        ``"random"`` or ``"fifo"`` (static).
+
+    Returns
+    -------
+    tuple
+        ``(CrossCatState, overflow)``.
     """
     new, writes, overflow, _ = _row_plan(u, state, code, beta, model=model, data=data, policy=policy)
     return _apply_row_writes(new, writes), overflow

@@ -128,7 +128,20 @@ def _feature_marginals(model, state):
 
 
 def log_joint(model: CrossCatModel, state: CrossCatState) -> jnp.ndarray:
-    """``log p(view partition, row partitions, X_S)`` of the current subsample (hypers fixed)."""
+    """``log p(view partition, row partitions, X_S)`` of the current subsample (hypers fixed).
+
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+
+    Returns
+    -------
+    jnp.ndarray
+        Scalar log joint.
+    """
     h = state.hypers
     V = state.z.shape[0]
     nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)

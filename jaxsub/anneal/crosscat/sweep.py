@@ -90,6 +90,15 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     at ~20, 40, 80, ... rows. It changes when the moves run (a function of the tick counters, not of the state's
     values), not what they do: each move still leaves the current subsample's posterior invariant.
 
+    Parameters
+    ----------
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    span, energy_ramp, grids, num_aux, hyper_min_rows, feature_moves, feature_min_rows, policy, blocked
+        As above; ``energy_ramp``: ticks over which the likelihood temperature rises to 1 (0: none).
+    feature_widths, sweep_growth, hyper_widths
+        As above.
+
     Returns
     -------
     Callable
@@ -102,10 +111,15 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         ``span < 1``, ``energy_ramp < 0``, ``num_aux < 1``, an unknown ``policy``, ``feature_widths`` that are not
         strictly increasing positive ints, or a ``sweep_growth`` that is neither 0 nor > 1.
     """
-    return partial(sweep, sweep_config(
+    config = sweep_config(
         model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux, hyper_min_rows=hyper_min_rows,
         feature_moves=feature_moves, feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
-        feature_widths=feature_widths, sweep_growth=sweep_growth, hyper_widths=hyper_widths))
+        feature_widths=feature_widths, sweep_growth=sweep_growth, hyper_widths=hyper_widths)
+
+    def run_sweep(states, chain_keys, windows, data):
+        return sweep(config, states, chain_keys, windows, data)
+
+    return run_sweep
 
 
 def sweep_config(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,

@@ -103,6 +103,28 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     slots' row hyperparameters (:func:`feature_sweep` draws them for all features in one loop);
     default: drawn here with ``rng_key``. ``noise``: optional pre-drawn standard Gumbel ``[V]`` for the view
     draw (:func:`feature_sweep` draws all features' noise in one call; default: from ``rng_key``).
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    data
+        Its :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+    f
+        The feature (above).
+    num_aux
+        Auxiliary empty views (static).
+    fresh, noise
+        Optional pre-drawn partitions and Gumbel noise (above).
+
+    Returns
+    -------
+    tuple
+        ``(CrossCatState, ok)``.
     """
     V = state.z.shape[0]
     h = state.hypers
@@ -207,6 +229,26 @@ def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatMod
     ``fresh``: optional pre-drawn proposal partition ``(z [N], sizes [C], ok, alpha_q, d_q)`` (see
     :func:`_new_view_proposal`); default: drawn here from the target slot's PY prior. ``noise``: optional
     pre-drawn ``(u_move, u_accept, gumbel [V])`` (default: from ``rng_key``).
+
+    Parameters
+    ----------
+    rng_key
+        PRNG key.
+    state
+        One chain's :class:`~jaxsub.anneal.crosscat.CrossCatState`.
+    model
+        The :class:`~jaxsub.anneal.crosscat.CrossCatModel`.
+    data
+        Its :class:`~jaxsub.anneal.crosscat.CrossCatData`.
+    f
+        The feature: a column index or ``(kind, j)`` as for :func:`feature_gibbs`.
+    fresh, noise
+        Optional pre-drawn proposal partition and random numbers (above).
+
+    Returns
+    -------
+    tuple
+        ``(CrossCatState, accepted)``.
     """
     k_prop, k_acc = jax.random.split(rng_key)
     if noise is None:
