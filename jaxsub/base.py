@@ -222,14 +222,11 @@ def _scan_chains(loop: _Loop, states, keys, steps):
     return final, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), hist)
 
 
-def _compile(loop: _Loop, scan: Callable) -> Callable:
-    """The jitted chunk ``(state, keys, steps) -> (state, history)``; raising when checked."""
-    if not loop.checked:
-        return jax.jit(partial(scan, loop))
-    checkified = jax.jit(checkify.checkify(partial(scan, loop)))
+def _throwing(checkified: Callable) -> Callable:
+    """``checkified(*args) -> (err, out)`` as a function returning ``out`` and raising ``err``."""
 
-    def run(state, keys, steps):
-        err, out = checkified(state, keys, steps)
+    def run(*args):
+        err, out = checkified(*args)
         err.throw()
         return out
 
@@ -264,20 +261,20 @@ def _checkpoints(checkpoint_dir, checkpoint_every, driver, rng_key, initial_stat
     return _Checkpoints(checkpoint_dir, every, meta)
 
 
-def _history_like(chunk_fn, state, keys, num_done: int):
+def _history_like(scan, state, keys, num_done: int):
     """Zeros shaped like the history of the first ``num_done`` steps (for ``restore``)."""
-    _, one = jax.eval_shape(chunk_fn, state, keys[:1], jnp.zeros((1,), jnp.int32))
+    _, one = jax.eval_shape(checkify.checkify(scan), state, keys[:1], jnp.zeros((1,), jnp.int32))[1]
     return jax.tree.map(lambda s: np.zeros((num_done,) + s.shape[1:], s.dtype), one)
 
 
-def _resume(ckpt: _Checkpoints | None, chunk_fn, state, keys):
+def _resume(ckpt: _Checkpoints | None, scan, state, keys):
     """``(start, state, pieces)``: where a previous run of the same call stopped, if it did."""
     if ckpt is None:
         return 0, state, []
     done = checkpoint.latest_step(ckpt.directory)
     if done is None:
         return 0, state, []
-    like = {"state": state, "history": _history_like(chunk_fn, state, keys, done)}
+    like = {"state": state, "history": _history_like(scan, state, keys, done)}
     _, tree = checkpoint.restore(ckpt.directory, like, step=done, meta=ckpt.meta)
     return done, tree["state"], [tree["history"]]
 
@@ -294,10 +291,12 @@ def _chunk_size(num_steps: int, ckpt, progress_bar: bool, num_progress_updates) 
     return num_steps
 
 
-def _drive(chunk_fn, state, keys, ckpt, chunk: int, progress_bar: bool):
-    """Run the chunks from the last checkpoint on; ``(final_state, history)``, step-major."""
+def _drive(chunk_fn, scan, state, keys, ckpt, chunk: int, progress_bar: bool):
+    """Run the chunks from the last checkpoint on; ``(final_state, history)``, step-major.
+
+    ``chunk_fn`` is the compiled ``scan(state, keys, steps)``."""
     num_steps = keys.shape[0]
-    start, state, pieces = _resume(ckpt, chunk_fn, state, keys)
+    start, state, pieces = _resume(ckpt, scan, state, keys)
     bar = _progress(num_steps, start) if progress_bar else None
     for lo in range(start, num_steps, chunk):
         hi = min(num_steps, lo + chunk)
@@ -426,8 +425,9 @@ def run_chain(
     ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chain", rng_key, initial_state, num_steps)
     chunk = _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates)
     keys = jax.random.split(rng_key, num_steps)
-    final_state, (states, infos, flags) = _drive(_compile(loop, _scan_chunk), initial_state, keys, ckpt, chunk,
-                                                 progress_bar)
+    scan = partial(_scan_chunk, loop)
+    chunk_fn = _throwing(jax.jit(checkify.checkify(scan))) if loop.checked else jax.jit(scan)
+    final_state, (states, infos, flags) = _drive(chunk_fn, scan, initial_state, keys, ckpt, chunk, progress_bar)
     _warn_problems("run_chain", flags, chain_axis=False)
     return ChainTrace(final_state, states, infos)
 
@@ -503,7 +503,9 @@ def run_chains(
     chain_keys = jax.random.split(rng_key, num_chains)
     # keys[t, c]: step-major so that chunks slice axis 0.
     keys = jax.vmap(lambda k: jax.random.split(k, num_steps), out_axes=1)(chain_keys)
-    final_state, history = _drive(_compile(loop, _scan_chains), initial_states, keys, ckpt, chunk, progress_bar)
+    scan = partial(_scan_chains, loop)
+    chunk_fn = _throwing(jax.jit(checkify.checkify(scan))) if loop.checked else jax.jit(scan)
+    final_state, history = _drive(chunk_fn, scan, initial_states, keys, ckpt, chunk, progress_bar)
     states, infos, flags = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
     _warn_problems("run_chains", flags, chain_axis=True)
     return ChainTrace(final_state, states, infos)
