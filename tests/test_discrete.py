@@ -752,3 +752,33 @@ def test_exact_pass_cost_auto_by_number_of_states():
     assert switch(100) == switch(100, exact_pass_cost=0.0625) == 6 and switch(100, exact_pass_cost=0.25) == 8
     with pytest.raises(ValueError, match="exact_pass_cost"):
         discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 3)), 3, 100, delta=0.1, exact_pass_cost="fast")
+
+
+# --------------------------------------------------------------------------- data vs num_data
+
+
+@pytest.mark.parametrize("which", ["racing", "racing_batch", "gumbel_max", "lil_ucb"])
+def test_num_data_is_checked_against_the_data(rng_key, which):
+    """``num_data=2000`` on 1,000 rows used to run (the gather clamps: row 999 counted ~1,000 times)."""
+    table = reward_table([0.3, 0.4, 0.3], 1000, 0.01, seed=3).astype(np.float32)
+    fn = factor_fn(table)
+    make = dict(
+        racing=lambda **kw: discrete.racing(fn, 3, delta=0.1, **kw),
+        racing_batch=lambda **kw: discrete.racing_batch(lambda idx, p: fn(idx), 3, delta=0.1, **kw),
+        gumbel_max=lambda **kw: discrete.gumbel_max(fn, 3, **kw),
+        lil_ucb=lambda **kw: discrete.lil_ucb(fn, 3, delta=0.1, reward_range=1.0, **kw),
+    )[which]
+    with pytest.raises(ValueError, match=r"num_data must equal the rows of data.*num_data=2000 and 1000 rows"):
+        make(num_data=2000, data=table)
+    with pytest.raises(ValueError, match="num_data is required when data is not given"):
+        make()
+    bad = table.copy()
+    bad[5, 1] = np.inf
+    with pytest.raises(ValueError, match="data must be finite; leaf 0 has 1 NaN/inf"):
+        make(data=bad)
+    sampler = make(data=table)  # N derived from the data
+    if which == "gumbel_max":
+        _, info = sampler(rng_key, jnp.zeros(3, jnp.float32))
+        assert int(info.num_data_used) == 1000
+    same = make(num_data=1000, data={"rows": table})
+    assert callable(same)

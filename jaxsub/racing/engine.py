@@ -110,6 +110,7 @@ from jaxsub.racing.config import (
     build_config,
     race_options,
 )
+from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
 from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
@@ -188,9 +189,10 @@ class RacingBatchSampler:
 def racing(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
     delta: float,
+    data=None,
     options: RaceOptions | None = None,
     **option_values,
 ) -> RacingSampler:
@@ -205,7 +207,14 @@ def racing(
     num_states
         D >= 2.
     num_data
-        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``).
+        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``): the number
+        of data ``log_factor_fn`` indexes; optional when ``data`` is given.
+    data
+        Optional: the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        When given, ``num_data`` may be omitted (it is the leading axis) and must equal it
+        otherwise; NaN / inf in the data raises. Without it, ``num_data`` must equal the
+        number of rows ``log_factor_fn`` indexes: it cannot be checked (a gather past the
+        last row reads that row again).
     delta
         Error level in (0, 1): the total-variation distance to ``p`` is at most
         ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
@@ -237,13 +246,15 @@ def racing(
     ------
     ValueError
         Bad configuration: delta not in (0, 1), first_batch_size < 2 or > N,
-        D < 2, unknown bound/variance, EBS without reward_range, N * D too large.
+        D < 2, unknown bound/variance, EBS without reward_range, N * D too large,
+        ``num_data`` not the rows of ``data``, non-finite ``data``.
 
     References
     ----------
     Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
     """
     opts = race_options(options, option_values, "racing")
+    num_data = resolve_num_data(num_data, data, low=2)
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
@@ -271,9 +282,10 @@ def racing(
 def racing_batch(
     log_factor_fn: Callable[[Array, object], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
     delta: float,
+    data=None,
     options: RaceOptions | None = None,
     **option_values,
 ) -> RacingBatchSampler:
@@ -294,7 +306,7 @@ def racing_batch(
         one draw's target, ``params`` being that draw's slice of the ``params``
         pytree passed to ``sample_batch`` (e.g. the chain's current state in a
         Gibbs sweep). It is ``vmap``-ed over groups of draws.
-    num_states, num_data, delta
+    num_states, num_data, delta, data
         As in :func:`racing`.
     options, **option_values
         The fields of :class:`~jaxsub.racing.config.RaceOptions`, as in :func:`racing`, with the
@@ -322,6 +334,7 @@ def racing_batch(
     Pass them as ``params`` instead.
     """
     opts = race_options(options, option_values, "racing_batch")
+    num_data = resolve_num_data(num_data, data, low=2)
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=True)
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)

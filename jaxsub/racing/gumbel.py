@@ -12,6 +12,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact import exact_sums
 from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, flag_invalid
 from jaxsub.types import Array, PRNGKey
@@ -46,8 +47,9 @@ def _check_sub_block(sub_block):
 def gumbel_max(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
+    data=None,
     block_size: int = 32768,
     gumbel_noise: bool = True,
     sub_block: int | None = None,
@@ -61,7 +63,13 @@ def gumbel_max(
     num_states
         D >= 2.
     num_data
-        N >= 1.
+        N >= 1, the number of data ``log_factor_fn`` indexes; optional when ``data`` is given.
+    data
+        Optional: the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        When given, ``num_data`` may be omitted (it is the leading axis) and must equal it
+        otherwise; NaN / inf in the data raises. Without it, ``num_data`` must equal the
+        number of rows ``log_factor_fn`` indexes: it cannot be checked (a gather past the
+        last row reads that row again).
     block_size
         Data per block (memory ``block_size x D``); a ``lax.scan`` runs over
         ``ceil(N / block_size)`` blocks, the last one masked.
@@ -89,12 +97,18 @@ def gumbel_max(
         ``is_exact = True`` and ``has_nan`` set when a NaN/``+inf`` factor or
         ``log_f0`` entry is met, or every state has probability 0.
 
+    Raises
+    ------
+    ValueError
+        D < 2, N < 1, N * D beyond the int32 counters, bad ``block_size`` / ``sub_block``,
+        ``num_data`` not the rows of ``data``, non-finite ``data``.
+
     References
     ----------
     Chen & Ghahramani (2016), eq. 2; Papandreou & Yuille (2011).
     """
     num_states = check_int("num_states", num_states, low=2)
-    num_data = check_int("num_data", num_data, low=1)
+    num_data = resolve_num_data(num_data, data, low=1)
     if num_states * num_data > MAX_EVALUATIONS:
         raise ValueError(f"num_states * num_data must be <= {MAX_EVALUATIONS}; got {num_states} * {num_data}")
     block_size = min(check_int("block_size", block_size, low=1), num_data)
