@@ -132,7 +132,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         del rng_key
         state = init(position)
         check_surrogate_dim(surrogates, state.position)
-        dsgld.check_position(logprior_fn, loglikelihood_fn, jax.tree.map(lambda x: x[0, 0], data), state.position)
+        dsgld.check_position(logprior_fn, loglikelihood_fn, dsgld.first_datum(data), state.position)
         return state
 
     def step_fn(rng_key: PRNGKey, state: CGDSGLDState):

@@ -110,8 +110,19 @@ def promote_position(position: ArrayLikeTree) -> ArrayTree:
     return jax.tree.map(promote, position)
 
 
+def first_datum(data: ArrayTree) -> ArrayTree:
+    """Shape and dtype of one datum of the padded ``[S, N_max, ...]`` data (no gather: the data
+    may be sharded over devices)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x)[2:], x.dtype), data)
+
+
 def _shapes(tree) -> str:
-    return str(jax.tree.map(lambda x: f"{jnp.shape(x)} {jnp.result_type(x)}", tree))
+    def describe(x):
+        shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+        dtype = x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
+        return f"{shape} {dtype}"
+
+    return str(jax.tree.map(describe, tree))
 
 
 def check_position(logprior_fn: Callable, loglikelihood_fn: Callable, datum: ArrayTree, position: ArrayLikeTree) -> None:
@@ -122,7 +133,7 @@ def check_position(logprior_fn: Callable, loglikelihood_fn: Callable, datum: Arr
     logprior_fn, loglikelihood_fn
         The model: both must return a scalar for ``position`` (and one ``datum``).
     datum
-        One datum (a row of the data).
+        One datum (a row of the data), or its ``jax.ShapeDtypeStruct`` s.
     position
         One chain's position.
 
@@ -363,7 +374,7 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
         state = init(position)
-        check_position(logprior_fn, loglikelihood_fn, jax.tree.map(lambda x: x[0, 0], data), state.position)
+        check_position(logprior_fn, loglikelihood_fn, first_datum(data), state.position)
         return state
 
     def step_fn(rng_key: PRNGKey, state: DSGLDState):

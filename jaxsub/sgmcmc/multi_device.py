@@ -456,7 +456,7 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
             from jaxsub.sgmcmc.cg_dsgld import check_surrogate_dim
             check_surrogate_dim(surrogates, one)
         state = functions.init(position)
-        dsgld.check_position(logprior_fn, loglikelihood_fn, jax.tree.map(lambda x: x[0, 0], inputs.data), one)
+        dsgld.check_position(logprior_fn, loglikelihood_fn, dsgld.first_datum(inputs.data), one)
         return state
 
     def step_fn(rng_key: PRNGKey, state: MultiDeviceState):
