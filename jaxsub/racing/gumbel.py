@@ -25,10 +25,29 @@ def exact_log_weights(log_factor_fn, num_states: int, num_data: int, log_f0: Arr
                       sub_block: int | None = None):
     """``log f0(i) + sum_n log f_n(i)`` up to a constant common to all states.
 
-    Returns the (unnormalised) log-probabilities, ``-inf`` for states with a zero
-    factor, and ``NaN`` for states with a NaN / ``+inf`` factor. ``softmax`` of
-    it is the exact ``p``. Evaluates all ``N x D`` factors in blocks (``sub_block``: as for
-    :func:`gumbel_max`).
+    Evaluates all ``N x D`` factors in blocks.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``, as for :func:`gumbel_max`.
+    num_states, num_data
+        ``D >= 1`` and ``N >= 1``.
+    log_f0
+        ``[D]`` float array, ``log f0``.
+    block_size, sub_block
+        As for :func:`gumbel_max`.
+
+    Returns
+    -------
+    Array
+        ``[D]`` unnormalised log-probabilities: ``-inf`` for states with a zero factor, ``NaN``
+        for states with a NaN / ``+inf`` factor. ``softmax`` of it is the exact ``p``.
+
+    Raises
+    ------
+    ValueError
+        If a size is not a positive integer.
     """
     num_states = check_int("num_states", num_states, low=1)
     num_data = check_int("num_data", num_data, low=1)

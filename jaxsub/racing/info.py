@@ -95,7 +95,24 @@ def check_beta(beta, gumbel_noise: bool = True):
     """Validate ``beta``, the inverse temperature (traceable): ``None`` or ``> 0`` (``inf`` allowed: the MAP).
 
     A concrete value is checked (scalar, or ``[B]`` for batches); a traced one
-    passes through. Raises ``ValueError`` naming ``beta``.
+    passes through (the samplers then flag a value not ``> 0`` in ``info.has_nan``).
+
+    Parameters
+    ----------
+    beta
+        ``None``, a scalar or a ``[B]`` array.
+    gumbel_noise
+        Whether the sampler adds Gumbel noise (``beta`` scales it, so it needs it).
+
+    Returns
+    -------
+    ``beta``, unchanged.
+
+    Raises
+    ------
+    ValueError
+        Naming ``beta``, when it is concrete and not ``> 0``, has more than one dimension,
+        or is given with ``gumbel_noise=False``.
     """
     if beta is None:
         return None

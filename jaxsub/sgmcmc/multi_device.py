@@ -161,7 +161,19 @@ class MultiDeviceFunctions(NamedTuple):
 
 
 def positions_by_chain(position: ArrayTree, chain_id: Array) -> ArrayTree:
-    """Reorder ``[..., S, C, ...]`` positions (e.g. a trace ``[T, S, C, ...]``) to ``[..., S·C, ...]`` by chain id."""
+    """Reorder ``[..., S, C, ...]`` positions (e.g. a trace ``[T, S, C, ...]``) to ``[..., S·C, ...]`` by chain id.
+
+    Parameters
+    ----------
+    position
+        Pytree with leaves ``[..., S, C, ...]`` (the device layout).
+    chain_id
+        ``int32 [..., S, C]``: the chain in each slot (``MultiDeviceState.chain_id``).
+
+    Returns
+    -------
+    The pytree with leaves ``[..., S·C, ...]``, chain ``i`` at index ``i``.
+    """
     chain_id = jnp.asarray(chain_id)
     lead = chain_id.ndim - 2
     flat_ids = chain_id.reshape(chain_id.shape[:lead] + (-1,))
@@ -182,6 +194,15 @@ def draws_by_chain(states: MultiDeviceState) -> ArrayTree:
     ``draws_by_chain(trace.states)`` has leaves ``[S·C, T, ...]``, chain ``i`` in row ``i``,
     the layout of ``jaxsub.run_chains`` and ``blackjax.diagnostics``. Post-processing on the
     host: device-sharded traces are gathered first (a sort may not run over a sharded axis).
+
+    Parameters
+    ----------
+    states
+        The stacked :class:`MultiDeviceState` of a trace (leaves ``[T, S, C, ...]``).
+
+    Returns
+    -------
+    The positions by chain, leaves ``[S·C, T, ...]``.
     """
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(states)):
         states = jax.device_get(states)
@@ -193,7 +214,19 @@ def bytes_per_round(position: ArrayLikeTree, num_shards: int, chains_per_shard: 
     """Bytes that cross devices in one round (chain states and ids), worst case and expected.
 
     A slot whose shift is 0 moves nothing; otherwise each of its ``S`` chains
-    moves once. Expected = worst × (S-1)/S. ``position`` is one chain's position.
+    moves once. Expected = worst × (S-1)/S.
+
+    Parameters
+    ----------
+    position
+        One chain's position.
+    num_shards, chains_per_shard
+        ``S`` and ``C``.
+
+    Returns
+    -------
+    dict
+        ``bytes_per_chain`` (position and 4-byte chain id), ``worst`` and ``expected`` bytes.
     """
     per_chain = sum(int(np.size(x)) * np.dtype(jnp.asarray(x).dtype).itemsize for x in jax.tree.leaves(position)) + 4
     worst = per_chain * num_shards * chains_per_shard

@@ -169,6 +169,11 @@ def minibatch_indices(rng_key: PRNGKey, batch_size: int, num_items: Array) -> Ar
         the sampler is built).
     num_items
         Population size ``N_s`` (scalar integer array, ``1 <= N_s < 2^32``).
+
+    Returns
+    -------
+    Array
+        ``int32 [batch_size]`` distinct indices in ``[0, num_items)``.
     """
     round_keys = permutation_round_keys(rng_key)
     positions = jnp.arange(batch_size, dtype=jnp.uint32)
