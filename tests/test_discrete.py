@@ -606,7 +606,7 @@ def test_exported():
         assert callable(getattr(discrete, name))
 
 
-# --------------------------------------------------------------------------- block sampling units (issue 16, item 3)
+# --------------------------------------------------------------------------- block sampling units
 
 #: Today's per-row race (block_size=1), pinned: draws and counts of 16 keys on a small problem,
 #: recorded before block sampling existed. B = 1 must reproduce them bit for bit.
@@ -697,7 +697,7 @@ def test_block_size_bad_configuration():
 
 def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypatch):
     """With ``block_size > 1`` the exact pass reads rows in order through the per-row
-    functions (session 13) instead of block sums, and with ``log_factor_states_fn`` evaluates
+    functions instead of block sums, and with ``log_factor_states_fn`` evaluates
     the survivors at its own finer ladder (here levels 4 and 2): the decision of a race that
     takes the pass is the same exact argmax, so draws and counts equal the old pass's draw for draw, with
     a short last block (N = 1000, B = 7), compacted arms (``log_factor_states_fn``) and a
@@ -722,7 +722,7 @@ def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypat
         return out
 
     rows = run()
-    # The reference: the pass as before session 13 (block sums, the race's compaction levels only).
+    # The reference: the A/B variant of the pass (block sums, the race's compaction levels only).
     monkeypatch.setattr(exact_pass, "ROW_PASS", False)
     monkeypatch.setattr(exact_pass, "PASS_LADDER", False)
     blocks = run()
@@ -734,7 +734,7 @@ def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypat
 
 
 def test_exact_pass_cost_auto_by_number_of_states():
-    """``exact_pass_cost="auto"`` (default): 0.25 below 64 states, 1/16 from 64 (session 13);
+    """``exact_pass_cost="auto"`` (default): 0.25 below 64 states, 1/16 from 64;
     an explicit value or None is kept, and a bad string is a ValueError naming the option."""
     from jaxsub.racing.config import RaceOptions, build_config, resolve_exact_pass_cost
 

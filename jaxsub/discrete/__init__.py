@@ -1,6 +1,6 @@
 """Discrete sampling as a multi-armed bandit (Chen & Ghahramani, ICML 2016): the public samplers.
 
-The code lives in :mod:`jaxsub.racing` (issue 16: one home for the racing family);
+The code lives in :mod:`jaxsub.racing` (one home for the racing family);
 this namespace keeps its public functions.
 
 Draw ``x ~ p(x) ∝ f0(x) prod_{n=1..N} f_n(x)`` over ``D`` states while

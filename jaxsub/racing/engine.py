@@ -381,7 +381,7 @@ def loop_specs(cfg: RaceConfig) -> list:
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
         # The pass reads chunks of max_block_size rows, but never more than the population: a
         # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
-        # 16384 rows made one race cost ~100 exact draws; session 10).
+        # 16384 rows made one race cost ~100 exact draws).
         chunk = pass_chunk(cfg)
         loops += level_loops(pass_levels(cfg), in_pass, lambda k: functools.partial(pass_body, cfg, chunk, k))
     return loops
@@ -421,9 +421,9 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
         rng_keys, log_f0s, params, coef_a, coef_b, beta
     )
     if B > cfg.group_size:
-        # Many draws: rounds over the unfinished ones (session 10 measured no gain from the
+        # Many draws: rounds over the unfinished ones (measured: no gain from the
         # straight-line first stage at B = 256, N = 1e6 -- 0.96x, a longer compile -- since
-        # those races run many stages; see docs/discrete.md "Session 10").
+        # those races run many stages; see docs/discrete.md).
         return jax.vmap(functools.partial(finish, cfg))(_run_rounds(loops, states, ctxs, cfg.group_size), ctxs)
     # At most one group (e.g. 16 MH chains): the first stage of every race as straight-line
     # code, then the few undecided races one at a time; most races are decided by their first

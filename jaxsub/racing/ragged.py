@@ -123,7 +123,7 @@ def racing_ragged(
         Largest chunk of positions read per loop iteration (memory ``chunk x D``).
     schedule
         ``"doubling"`` (default: each arm's ``T_{i,t} = min(m1 2^(t-1), N_i)``) or ``"fixed"``
-        (session 12; as :func:`jaxsub.discrete.racing`'s): one elimination test after
+        (as :func:`jaxsub.discrete.racing`'s): one elimination test after
         ``min(m1, N_i)`` data of each arm, then the surviving arms read their whole
         populations. Two stage loops to compile instead of one per chunk size, and one
         test per arm, so ``z_i = Phi^{-1}(1 - delta / D)`` (the Bonferroni rule above with
