@@ -180,7 +180,25 @@ def check_layout(data: ArrayTree, batch_size: int, shard_size: int | None) -> No
 
 
 def resolve_shard_probs(shard_probs: Any, sizes: np.ndarray) -> np.ndarray:
-    """Validate ``shard_probs`` (default ``∝ N_s``); every entry must be > 0 (the estimator divides by ``f_s``)."""
+    """Validate ``shard_probs`` (default ``∝ N_s``); every entry must be > 0 (the estimator divides by ``f_s``).
+
+    Parameters
+    ----------
+    shard_probs
+        ``None`` or a probability vector of length ``S``.
+    sizes
+        The shard sizes ``N_s``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``f``, float64, strictly positive, summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If ``shard_probs`` is not a probability vector of length ``S`` or has a zero entry.
+    """
     if shard_probs is None:
         return sizes / sizes.sum()
     probs = check_probability_vector("shard_probs", shard_probs, size=sizes.shape[0])
