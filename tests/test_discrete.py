@@ -782,3 +782,17 @@ def test_num_data_is_checked_against_the_data(rng_key, which):
         assert int(info.num_data_used) == 1000
     same = make(num_data=1000, data={"rows": table})
     assert callable(same)
+
+
+def test_factor_shape_is_checked_at_construction():
+    """A factor built for 4 states, handed to a 3-state sampler, used to fail only inside the first race."""
+    table = jnp.zeros((100, 4), jnp.float32)
+    fn = lambda idx: table[idx]  # noqa: E731
+    for make in (lambda: discrete.racing(fn, 3, 100, delta=0.1), lambda: discrete.gumbel_max(fn, 3, 100),
+                 lambda: discrete.lil_ucb(fn, 3, 100, delta=0.1, reward_range=1.0)):
+        with pytest.raises(ValueError, match=r"log_factor_fn\(indices of shape \(2,\)\) must return shape \[m, D\] = \(2, 3\)"):
+            make()
+    with pytest.raises(ValueError, match=r"must return shape \[m, D\] = \(2, 3\)"):
+        discrete.racing_ragged(lambda idx: table[idx[:, 0]], 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="log_factor_fn failed on int32 indices of shape"):
+        discrete.racing(lambda idx: table[idx] @ jnp.ones(5), 3, 100, delta=0.1)

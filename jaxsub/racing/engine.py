@@ -112,9 +112,10 @@ from jaxsub.racing.config import (
 )
 from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
-from jaxsub.racing.info import RacingInfo, check_beta
+from jaxsub.racing.info import RacingInfo, check_beta, check_factor_fn
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
+from jaxsub.validation import check_int
 
 __all__ = [
     "DEFAULT_EXACT_PASS_COST",
@@ -255,6 +256,7 @@ def racing(
     """
     opts = race_options(options, option_values, "racing")
     num_data = resolve_num_data(num_data, data, low=2)
+    check_factor_fn(log_factor_fn, check_int("num_states", num_states, low=2), (2,))
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)

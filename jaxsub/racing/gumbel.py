@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact import exact_sums
-from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, flag_invalid
+from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, check_factor_fn, flag_invalid
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
@@ -132,8 +132,7 @@ def gumbel_max(
         raise ValueError(f"num_states * num_data must be <= {MAX_EVALUATIONS}; got {num_states} * {num_data}")
     block_size = min(check_int("block_size", block_size, low=1), num_data)
     sub_block = _check_sub_block(sub_block)
-    if not callable(log_factor_fn):
-        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    check_factor_fn(log_factor_fn, num_states, (min(2, num_data),))
     D, N = num_states, num_data
 
     def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:

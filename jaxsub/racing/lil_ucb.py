@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from jaxsub.racing.control_variates import as_control_variate
 from jaxsub.racing.data import resolve_num_data
-from jaxsub.racing.info import RacingInfo, check_reward_range, check_sizes, flag_invalid
+from jaxsub.racing.info import RacingInfo, check_factor_fn, check_reward_range, check_sizes, flag_invalid
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int, check_real
@@ -161,6 +161,7 @@ def lil_ucb(
     else:
         sigma_spec, factor = check_reward_range(scale, num_states, required=True), 1.0
     cv = as_control_variate(control_variate)
+    check_factor_fn(log_factor_fn, num_states, (2,))
     D, N, b = num_states, num_data, batch_size
     bonus_coef = (1.0 + beta) * (1.0 + math.sqrt(epsilon)) * math.sqrt(2.0 * (1.0 + epsilon))
 

@@ -54,7 +54,7 @@ import numpy as np
 from jax.scipy.special import ndtri
 
 from jaxsub.racing.bounds import SCHEDULES, race_schedule
-from jaxsub.racing.info import RacingInfo, beta_is_bad, check_beta, flag_invalid
+from jaxsub.racing.info import RacingInfo, beta_is_bad, check_beta, check_factor_fn, flag_invalid
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int
@@ -148,8 +148,7 @@ def racing_ragged(
     first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
     n_max = check_int("max_population", max_population, low=first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
-    if not callable(log_factor_fn):
-        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    check_factor_fn(log_factor_fn, D, (2, D))
     check_hyperparameter("delta", delta, low=0.0, high=1.0)
     gumbel_noise, exact = bool(gumbel_noise), bool(exact)
     schedule = check_choice("schedule", schedule, SCHEDULES)
