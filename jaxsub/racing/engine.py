@@ -115,7 +115,6 @@ from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
 from jaxsub.racing.info import RacingInfo, check_beta, check_factor_fn
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
-from jaxsub.validation import check_int
 
 __all__ = [
     "DEFAULT_EXACT_PASS_COST",
@@ -256,8 +255,8 @@ def racing(
     """
     opts = race_options(options, option_values, "racing")
     num_data = resolve_num_data(num_data, data, low=2)
-    check_factor_fn(log_factor_fn, check_int("num_states", num_states, low=2), (2,))
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
+    check_factor_fn(log_factor_fn, cfg.num_states, (2,))
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
     single = functools.partial(run_single, cfg, loops)

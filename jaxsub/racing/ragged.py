@@ -148,10 +148,12 @@ def racing_ragged(
     first_batch_size = check_int("first_batch_size", first_batch_size, low=2)
     n_max = check_int("max_population", max_population, low=first_batch_size)
     max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
-    check_factor_fn(log_factor_fn, D, (2, D))
+    if not callable(log_factor_fn):
+        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
     check_hyperparameter("delta", delta, low=0.0, high=1.0)
     gumbel_noise, exact = bool(gumbel_noise), bool(exact)
     schedule = check_choice("schedule", schedule, SCHEDULES)
+    check_factor_fn(log_factor_fn, D, (2, D))
     sizes = np.asarray(race_schedule(n_max, first_batch_size, schedule), np.int32)
     plan = _chunk_plan(sizes.tolist(), first_batch_size, max_block_size)
     num_stages = len(sizes)
