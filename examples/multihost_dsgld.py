@@ -16,7 +16,13 @@ One process with all 8 devices (the reference; same keys, same draws)::
     python examples/multihost_dsgld.py --num-processes 1 --local-devices 8 --out ref.npz
 
 On real hosts use each host's address for ``--coordinator`` (process 0's) and
-drop ``--local-devices`` (accelerators are discovered). Run from the
+drop ``--local-devices`` (accelerators are discovered).
+
+Long runs survive being killed: with ``--checkpoint-dir DIR`` the rounds run in chunks of
+``--checkpoint-every`` rounds and after each chunk every process saves (atomically,
+:mod:`jaxsub.checkpoint`) the gathered chain states and draws so far in ``DIR/process-<i>``;
+started again with the same arguments, the run resumes from the newest checkpoint and
+gives the same draws as an uninterrupted run (the per-round keys are split once). Run from the
 repository root (``python -m``-style path: the script adds it to ``sys.path``).
 """
 from __future__ import annotations
@@ -38,7 +44,61 @@ def parse(argv=None):
     p.add_argument("--local-steps", type=int, default=20)
     p.add_argument("--chains-per-shard", type=int, default=2)
     p.add_argument("--out", default=None, help="process 0 writes the draws here (.npz)")
+    p.add_argument("--init-timeout", type=int, default=300,
+                   help="seconds to wait for the other processes to join (and for a dead peer to be noticed)")
+    p.add_argument("--checkpoint-dir", default=None, help="save and resume here (one folder per process)")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="rounds per checkpoint")
     return p.parse_args(argv)
+
+
+def place(tree, mesh, spec):
+    """Host NumPy arrays (the same on every process) as global arrays sharded over ``mesh``."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    sharding = NamedSharding(mesh, spec)
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx]), tree)
+
+
+def gather(tree):
+    """Global arrays as host NumPy arrays on every process."""
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)), tree)
+
+
+def run_rounds(run, state, keys, inputs, mesh, *, checkpoint_dir, every, meta):
+    """All rounds in chunks; with ``checkpoint_dir``, save after each chunk and resume from the newest.
+
+    Returns the host arrays ``(positions [rounds, S, C, ...], chain_ids [rounds, S, C])``.
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    from jaxsub import checkpoint
+
+    num_rounds = keys.shape[0]
+    host_state = gather(state)
+    history = jax.tree.map(lambda x: np.zeros((0,) + x.shape, x.dtype), (host_state.position, host_state.chain_id))
+    start, folder = 0, None
+    if checkpoint_dir is not None:
+        folder = Path(checkpoint_dir) / f"process-{jax.process_index()}"
+        done = checkpoint.latest_step(folder)
+        if done is not None:
+            like = {"state": host_state, "history": jax.tree.map(lambda x: np.zeros((done,) + x.shape[1:], x.dtype), history)}
+            start, tree = checkpoint.restore(folder, like, meta=meta)
+            state, history = place(tree["state"], mesh, P("shards")), tree["history"]
+    chunk = num_rounds if folder is None else every
+    for lo in range(start, num_rounds, chunk):
+        hi = min(num_rounds, lo + chunk)
+        state, hist = run(state, keys[lo:hi], inputs)
+        history = jax.tree.map(lambda a, b: np.concatenate([a, b]), history, gather(hist))
+        if folder is not None:
+            checkpoint.save(folder, hi, {"state": gather(state), "history": history}, meta=meta)
+    return history
 
 
 def main(argv=None):
@@ -51,10 +111,12 @@ def main(argv=None):
 
     if args.num_processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id)
+        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+                                   initialization_timeout=args.init_timeout,
+                                   heartbeat_timeout_seconds=max(10, args.init_timeout // 3),
+                                   shutdown_timeout_seconds=args.init_timeout)
     import jax.numpy as jnp
     import numpy as np
-    from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jaxsub
@@ -94,12 +156,13 @@ def main(argv=None):
             s, _ = functions.kernel(k, s, logprior, loglik, inputs, 1e-4)
             return s, (s.position, s.chain_id)
 
-        return jax.lax.scan(one, state, keys)[1]
+        return jax.lax.scan(one, state, keys)
 
     # the same per-round keys as jaxsub.run_chain(jax.random.key(42), ...) would use
-    positions, chain_ids = run(state, jax.random.split(jax.random.key(42), args.rounds), inputs)
-    positions = multihost_utils.process_allgather(positions, tiled=True)
-    chain_ids = multihost_utils.process_allgather(chain_ids, tiled=True)
+    meta = {"rounds": args.rounds, "local_steps": args.local_steps, "chains_per_shard": args.chains_per_shard,
+            "devices": jax.device_count(), "checkpoint_every": args.checkpoint_every}
+    positions, chain_ids = run_rounds(run, state, jax.random.split(jax.random.key(42), args.rounds), inputs, mesh,
+                                      checkpoint_dir=args.checkpoint_dir, every=args.checkpoint_every, meta=meta)
     draws = np.asarray(jaxsub.sgmcmc.positions_by_chain(jnp.asarray(positions), jnp.asarray(chain_ids)))
     total = sizes.sum()
     exact_mean = (sizes[:, None] * means).sum(0) / (total + 0.2)

@@ -24,9 +24,10 @@ Problem flags
 An ``Info`` field named in :data:`PROBLEM_FLAGS` (``has_nan`` set, ``is_finite`` unset,
 ``bad_hyperparameter`` set) marks a step whose state is not a valid sample. The drivers
 count the steps that raised a flag and warn at the end of the run (``RuntimeWarning``,
-naming the flag and how many steps and chains); ``checked=True`` (or :func:`checked`
-around any step or sampler) raises instead, at the first flagged step, through
-:mod:`jax.experimental.checkify` (so it works under ``jit``).
+naming the flag and how many steps and chains); with ``checked=True`` they raise
+:class:`InvalidStateError` instead, naming the first flagged step. :func:`checked` wraps
+any step or sampler so that it raises through :mod:`jax.experimental.checkify` (it works
+on jitted functions).
 
 Checkpoints
 -----------
@@ -56,7 +57,16 @@ from jaxsub import checkpoint
 from jaxsub.types import ArrayLikeTree, PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["PROBLEM_FLAGS", "SamplingAlgorithm", "run_chain", "run_chains", "ChainTrace", "checked", "problem_flags"]
+__all__ = [
+    "PROBLEM_FLAGS",
+    "ChainTrace",
+    "InvalidStateError",
+    "SamplingAlgorithm",
+    "checked",
+    "problem_flags",
+    "run_chain",
+    "run_chains",
+]
 
 #: ``Info`` fields that mark a step whose state is not a valid sample, with the value that
 #: does: ``has_nan`` (NaN / impossible target met), ``is_finite`` (the new position is not
@@ -125,13 +135,11 @@ def problem_flags(info) -> dict:
     return found
 
 
-def _check_flags(out, step_index=None):
+def _check_flags(out):
     """``checkify.check`` that no problem flag is raised in ``out = (state, info)``."""
     info = out[1] if isinstance(out, tuple) and len(out) == 2 else out
-    where = "" if step_index is None else " at step {step}"
-    kwargs = {} if step_index is None else {"step": step_index}
     for name, flag in problem_flags(info).items():
-        checkify.check(~flag, f"info.{name} signals an invalid state{where}", **kwargs)
+        checkify.check(~flag, f"info.{name} signals an invalid state")
 
 
 def _call_and_check(fn, *args, **kwargs):
@@ -162,6 +170,11 @@ def checked(fn: Callable) -> Callable:
     ------
     jax.experimental.checkify.JaxRuntimeError
         (when the returned function is called) naming the raised flag.
+
+    Notes
+    -----
+    Checkify cannot transform a ``vmap`` of a ``while_loop`` (e.g. ``jax.vmap`` of a race);
+    the drivers' ``checked=True`` reads the recorded flags instead and has no such limit.
     """
     checkified = checkify.checkify(partial(_call_and_check, fn))
 
@@ -185,12 +198,11 @@ def _step_fn(algorithm) -> Callable:
 
 
 class _Loop(NamedTuple):
-    """The static pieces of a driver's scan: the step, what to keep, whether to check."""
+    """The static pieces of a driver's scan: the step and what to keep."""
 
     step: Callable
     transform: Callable | None
     info_transform: Callable | None
-    checked: bool
 
 
 def _record(loop: _Loop, state, info):
@@ -204,36 +216,38 @@ def _record(loop: _Loop, state, info):
     return kept + (problem_flags(info),)
 
 
-def _one_step(loop: _Loop, carry, xs):
-    key, t = xs
+def _one_step(loop: _Loop, carry, key):
     new_state, info = loop.step(key, carry)
-    if loop.checked:
-        _check_flags((new_state, info), t)
     return new_state, _record(loop, new_state, info)
 
 
-def _scan_chunk(loop: _Loop, state, keys, steps):
-    return jax.lax.scan(partial(_one_step, loop), state, (keys, steps))
+def _scan_chunk(loop: _Loop, state, keys):
+    return jax.lax.scan(partial(_one_step, loop), state, keys)
 
 
-def _scan_chains(loop: _Loop, states, keys, steps):
+def _scan_chains(loop: _Loop, states, keys):
     """Chains: ``keys[t, c]`` (step-major); history comes back step-major too."""
-    final, hist = jax.vmap(partial(_scan_chunk, loop), in_axes=(0, 1, None))(states, keys, steps)
+    final, hist = jax.vmap(partial(_scan_chunk, loop), in_axes=(0, 1))(states, keys)
     return final, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), hist)
 
 
-def _compile(loop: _Loop, scan: Callable) -> Callable:
-    """The jitted chunk ``(state, keys, steps) -> (state, history)``; raising when checked."""
-    if not loop.checked:
-        return jax.jit(partial(scan, loop))
-    checkified = jax.jit(checkify.checkify(partial(scan, loop)))
+class InvalidStateError(RuntimeError):
+    """A driver run with ``checked=True`` met a step whose ``info`` raised a problem flag."""
 
-    def run(state, keys, steps):
-        err, out = checkified(state, keys, steps)
-        err.throw()
-        return out
 
-    return run
+def _raise_problems(driver: str, flags: dict, first_step: int) -> None:
+    """``InvalidStateError`` naming the first flagged step (and its chains) of a chunk, if any."""
+    for name, raised in flags.items():
+        raised = np.asarray(raised)
+        if not raised.any():
+            continue
+        per_step = raised.reshape(raised.shape[0], -1)
+        t = int(np.argmax(per_step.any(axis=1)))
+        chains = "" if raised.ndim == 1 else f" (chains {np.flatnonzero(per_step[t]).tolist()})"
+        raise InvalidStateError(
+            f"{driver}: info.{name} was {dict(PROBLEM_FLAGS)[name]} at step {first_step + t}{chains}: "
+            "that state is not a valid sample"
+        )
 
 
 class _Checkpoints(NamedTuple):
@@ -266,7 +280,7 @@ def _checkpoints(checkpoint_dir, checkpoint_every, driver, rng_key, initial_stat
 
 def _history_like(chunk_fn, state, keys, num_done: int):
     """Zeros shaped like the history of the first ``num_done`` steps (for ``restore``)."""
-    _, one = jax.eval_shape(chunk_fn, state, keys[:1], jnp.zeros((1,), jnp.int32))
+    _, one = jax.eval_shape(chunk_fn, state, keys[:1])
     return jax.tree.map(lambda s: np.zeros((num_done,) + s.shape[1:], s.dtype), one)
 
 
@@ -294,15 +308,29 @@ def _chunk_size(num_steps: int, ckpt, progress_bar: bool, num_progress_updates) 
     return num_steps
 
 
-def _drive(chunk_fn, state, keys, ckpt, chunk: int, progress_bar: bool):
-    """Run the chunks from the last checkpoint on; ``(final_state, history)``, step-major."""
-    num_steps = keys.shape[0]
+class _Run(NamedTuple):
+    """How a driver runs its chunks: its name, the chunk length, checkpoints, checks, bar."""
+
+    driver: str
+    chunk: int
+    checkpoints: _Checkpoints | None
+    checked: bool
+    progress_bar: bool
+
+
+def _drive(run: _Run, chunk_fn, state, keys):
+    """Run the chunks from the last checkpoint on; ``(final_state, history)``, step-major.
+
+    ``chunk_fn(state, keys) -> (state, (kept_states, kept_infos, flags))`` is the compiled scan."""
+    num_steps, ckpt = keys.shape[0], run.checkpoints
     start, state, pieces = _resume(ckpt, chunk_fn, state, keys)
-    bar = _progress(num_steps, start) if progress_bar else None
-    for lo in range(start, num_steps, chunk):
-        hi = min(num_steps, lo + chunk)
-        state, hist = chunk_fn(state, keys[lo:hi], jnp.arange(lo, hi, dtype=jnp.int32))
+    bar = _progress(num_steps, start) if run.progress_bar else None
+    for lo in range(start, num_steps, run.chunk):
+        hi = min(num_steps, lo + run.chunk)
+        state, hist = chunk_fn(state, keys[lo:hi])
         jax.block_until_ready(state)
+        if run.checked:
+            _raise_problems(run.driver, hist[2], lo)
         pieces.append(hist)
         if ckpt is not None:
             pieces = [_concat(pieces)]
@@ -383,9 +411,12 @@ def run_chain(
     num_progress_updates
         Number of chunks when ``progress_bar`` is true (and no ``checkpoint_dir``).
     checked
-        Raise ``jax.experimental.checkify.JaxRuntimeError`` at the end of the chunk in
-        which a step first raised a problem flag (:data:`PROBLEM_FLAGS`), naming the
-        flag and the step, instead of warning at the end of the run.
+        Raise :class:`InvalidStateError` at the end of the chunk (the whole run, or a
+        checkpoint or progress chunk) in which a step first raised a problem flag
+        (:data:`PROBLEM_FLAGS`), naming the flag and the step, instead of warning at the
+        end of the run. (The flags are read from the recorded trace, so every step works,
+        including those :func:`checked`'s checkify cannot transform, e.g. a ``vmap`` of a
+        ``while_loop``.)
     checkpoint_dir
         Folder for this run's checkpoints (``None``: none). The scan runs in chunks of
         ``checkpoint_every`` steps; after each, the state, the traces so far and the step
@@ -409,6 +440,8 @@ def run_chain(
         If ``num_steps``, ``num_progress_updates`` or ``checkpoint_every`` is not a positive
         integer, ``algorithm`` has no step, or the checkpoint in ``checkpoint_dir`` was
         written by a different run.
+    InvalidStateError
+        With ``checked=True``, when a step raised a problem flag.
 
     Warns
     -----
@@ -422,12 +455,12 @@ def run_chain(
     ...                   info_transform=lambda s, i: i.is_accepted)
     """
     num_steps = check_int("num_steps", num_steps, low=1)
-    loop = _Loop(_step_fn(algorithm), transform, info_transform, bool(checked))
+    loop = _Loop(_step_fn(algorithm), transform, info_transform)
     ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chain", rng_key, initial_state, num_steps)
-    chunk = _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates)
+    run = _Run("run_chain", _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates), ckpt, bool(checked),
+               progress_bar)
     keys = jax.random.split(rng_key, num_steps)
-    final_state, (states, infos, flags) = _drive(_compile(loop, _scan_chunk), initial_state, keys, ckpt, chunk,
-                                                 progress_bar)
+    final_state, (states, infos, flags) = _drive(run, jax.jit(partial(_scan_chunk, loop)), initial_state, keys)
     _warn_problems("run_chain", flags, chain_axis=False)
     return ChainTrace(final_state, states, infos)
 
@@ -497,13 +530,14 @@ def run_chains(
     """
     num_steps = check_int("num_steps", num_steps, low=1)
     num_chains = _num_chains(initial_states)
-    loop = _Loop(_step_fn(algorithm), transform, info_transform, bool(checked))
+    loop = _Loop(_step_fn(algorithm), transform, info_transform)
     ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chains", rng_key, initial_states, num_steps)
-    chunk = _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates)
+    run = _Run("run_chains", _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates), ckpt, bool(checked),
+               progress_bar)
     chain_keys = jax.random.split(rng_key, num_chains)
     # keys[t, c]: step-major so that chunks slice axis 0.
     keys = jax.vmap(lambda k: jax.random.split(k, num_steps), out_axes=1)(chain_keys)
-    final_state, history = _drive(_compile(loop, _scan_chains), initial_states, keys, ckpt, chunk, progress_bar)
+    final_state, history = _drive(run, jax.jit(partial(_scan_chains, loop)), initial_states, keys)
     states, infos, flags = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), history)
     _warn_problems("run_chains", flags, chain_axis=True)
     return ChainTrace(final_state, states, infos)

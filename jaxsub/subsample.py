@@ -414,7 +414,19 @@ def _permute(round_keys: Array, x: Array, dom: _Domain, *, slots: int | None = N
 
 
 def permutation_round_keys(rng_key: PRNGKey) -> Array:
-    """Derive the ``NUM_ROUNDS`` uint32 round keys of the bijection from a PRNG key."""
+    """Derive the ``NUM_ROUNDS`` uint32 round keys of the bijection from a PRNG key.
+
+    Parameters
+    ----------
+    rng_key
+        A PRNG key.
+
+    Returns
+    -------
+    Array
+        ``uint32 [NUM_ROUNDS]``, reusable in :func:`permutation_indices` and
+        :func:`dynamic_permutation_indices` for the same permutation.
+    """
     return jax.random.bits(rng_key, (NUM_ROUNDS,), dtype=jnp.uint32)
 
 
@@ -469,8 +481,22 @@ def dynamic_permutation_indices(rng_key: PRNGKey | Array, positions: Array, num_
     domain chosen from the traced ``N`` (``a ~ sqrt(N)``, no radix search), so
     the values differ from :func:`permutation_indices` with the same key. Used
     where ``N`` changes inside a jitted loop (shard sizes, cluster sizes in a
-    Gibbs sweep). ``num_items`` must be in ``[1, 2^32 - 1]``; positions outside
-    ``[0, N)`` are clipped. Returns ``int32`` indices.
+    Gibbs sweep).
+
+    Parameters
+    ----------
+    rng_key
+        A PRNG key or the round keys of :func:`permutation_round_keys`.
+    positions
+        Integer array of positions, any shape; those outside ``[0, N)`` are clipped.
+    num_items
+        ``N`` in ``[1, 2^32 - 1]``, a (traced) integer scalar.
+
+    Returns
+    -------
+    Array
+        ``int32`` indices in ``[0, N)``, the shape of ``positions``; distinct positions map
+        to distinct indices.
     """
     if jnp.issubdtype(jnp.asarray(rng_key).dtype, jnp.uint32) and jnp.shape(rng_key) == (NUM_ROUNDS,):
         round_keys = jnp.asarray(rng_key, jnp.uint32)
@@ -481,9 +507,23 @@ def dynamic_permutation_indices(rng_key: PRNGKey | Array, positions: Array, num_
 
 
 def bits_to_uniform(words, dtype=jnp.float32):
-    """Uniforms in ``[0, 1)`` from uint32 words, as :func:`jax.random.uniform` builds them (float32: the top 23
-    bits as the mantissa of a number in ``[1, 2)``, minus 1). The one home of this map (racing MH's fused
-    draws and the annealing ticks use it)."""
+    """Uniforms in ``[0, 1)`` from uint32 words, as :func:`jax.random.uniform` builds them.
+
+    Float32: the top 23 bits as the mantissa of a number in ``[1, 2)``, minus 1. The one home
+    of this map (racing MH's fused draws and the annealing ticks use it).
+
+    Parameters
+    ----------
+    words
+        ``uint32`` array, any shape.
+    dtype
+        Output float dtype (the value is computed in float32 and cast).
+
+    Returns
+    -------
+    Array
+        Uniforms in ``[0, 1)``, the shape of ``words``.
+    """
     words = jnp.asarray(words, jnp.uint32)
     f = jax.lax.bitcast_convert_type((words >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
     return f.astype(dtype)

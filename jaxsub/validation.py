@@ -99,11 +99,27 @@ def check_hyperparameter(
     ``jax.jit``, ``jax.vmap`` or ``jax.grad``, e.g. a step-size sweep) cannot be
     inspected and is returned as it is. Use it for ``step_size``, ``delta``,
     temperatures and the like; use :func:`check_real` / :func:`check_int` for
-    static settings (sizes, counts, names), which must be concrete.
+    static settings (sizes, counts, names), which must be concrete. A sampler that
+    accepts a traced value reports it out of range in its ``info`` (e.g.
+    ``bad_hyperparameter``), since it cannot raise.
+
+    Parameters
+    ----------
+    name
+        Name of the parameter, used in the error message.
+    value
+        The value received (concrete or traced).
+    low, high, low_closed, high_closed
+        The interval, as in :func:`check_real`.
 
     Returns
     -------
     ``value``, unchanged (not converted to ``float``, so arrays keep their dtype).
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is concrete and not a finite real in the interval.
     """
     import jax
 
@@ -117,6 +133,20 @@ def check_int(
     name: str, value: Any, *, low: int | None = None, high: int | None = None
 ) -> int:
     """Check that ``value`` is an integer in the closed range ``[low, high]``.
+
+    Parameters
+    ----------
+    name
+        Name of the parameter, used in the error message.
+    value
+        The value received (Python or NumPy integer).
+    low, high
+        Inclusive bounds; ``None`` means unbounded on that side.
+
+    Returns
+    -------
+    int
+        The value as a Python ``int``.
 
     Raises
     ------
@@ -134,6 +164,19 @@ def check_int(
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     """Check that ``value`` is one of ``choices``.
+
+    Parameters
+    ----------
+    name
+        Name of the parameter, used in the error message.
+    value
+        The value received.
+    choices
+        The allowed values.
+
+    Returns
+    -------
+    ``value``, unchanged.
 
     Raises
     ------
@@ -164,6 +207,12 @@ def check_probability_vector(name: str, probs: Any, *, size: int | None = None, 
     Returns
     -------
     The probabilities as a float64 NumPy array.
+
+    Raises
+    ------
+    ValueError
+        If the vector is not 1-D, has another length, holds negative or non-finite
+        entries, or does not sum to 1.
     """
     arr = np.asarray(probs, dtype=np.float64)
     if arr.ndim != 1:
@@ -182,9 +231,26 @@ def check_finite_array(name: str, value: Any, *, ndim: int | None = None, min_ro
 
     Use on data handed to a constructor or a preprocessing function (outside jit).
 
+    Parameters
+    ----------
+    name
+        Name of the parameter, used in the error message.
+    value
+        Array-like data.
+    ndim
+        Required number of dimensions, if any.
+    min_rows
+        Smallest allowed length of the leading axis.
+
     Returns
     -------
     The array as NumPy (no copy when possible).
+
+    Raises
+    ------
+    ValueError
+        If the array is not numeric, has another number of dimensions, too few rows, or
+        holds NaN / inf.
     """
     arr = np.asarray(value)
     if not np.issubdtype(arr.dtype, np.number):

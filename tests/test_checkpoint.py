@@ -230,3 +230,31 @@ def test_meta_mismatch_refuses_to_resume(tmp_path):
         mod["run"](tmp_path, every=EVERY // 2)
     with pytest.raises(ValueError, match="checkpoint_every must be an integer"):
         mod["run"](tmp_path, every=0)
+
+
+def test_checked_run_with_checkpoints_resumes_and_keeps_flags(tmp_path):
+    """``checked=True`` and the warning's flag counts survive a resume (flags are checkpointed)."""
+    from typing import NamedTuple
+
+    class Info(NamedTuple):
+        has_nan: jax.Array
+
+    def step(key, state):
+        new = state + jax.random.uniform(key)
+        return new, Info(new > 1e9)
+
+    full = jaxsub.run_chain(jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True,
+                            checkpoint_dir=tmp_path / "a", checkpoint_every=6)
+    (tmp_path / "a" / "ckpt-000000000020.npz").unlink()
+    again = jaxsub.run_chain(jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True,
+                             checkpoint_dir=tmp_path / "a", checkpoint_every=6)
+    _assert_same(full, again)
+
+    def flagged(key, state):
+        return state + 1, Info(state + 1 <= 4)  # steps 0..3 flagged, all in the first chunk
+
+    jaxsub.run_chain(jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b", checkpoint_every=5)
+    (tmp_path / "b" / "ckpt-000000000010.npz").unlink()
+    with pytest.warns(RuntimeWarning, match="at 4 of 10 steps"):
+        jaxsub.run_chain(jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b",
+                         checkpoint_every=5)

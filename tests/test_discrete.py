@@ -576,9 +576,8 @@ def test_other_bad_configurations():
     sample = discrete.racing(_fn, 3, 100, delta=0.1)
     with pytest.raises(ValueError, match="log_f0"):
         sample(jax.random.key(0), jnp.zeros(4))
-    bad_shape = discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 2)), 3, 100, delta=0.1)
-    with pytest.raises(ValueError, match="shape"):
-        bad_shape(jax.random.key(0), jnp.zeros(3))
+    with pytest.raises(ValueError, match="shape"):  # at construction (jax.eval_shape of the factor)
+        discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 2)), 3, 100, delta=0.1)
 
 
 def test_options_declared_once_keywords_or_record():
@@ -606,7 +605,7 @@ def test_exported():
         assert callable(getattr(discrete, name))
 
 
-# --------------------------------------------------------------------------- block sampling units (issue 16, item 3)
+# --------------------------------------------------------------------------- block sampling units
 
 #: Today's per-row race (block_size=1), pinned: draws and counts of 16 keys on a small problem,
 #: recorded before block sampling existed. B = 1 must reproduce them bit for bit.
@@ -697,7 +696,7 @@ def test_block_size_bad_configuration():
 
 def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypatch):
     """With ``block_size > 1`` the exact pass reads rows in order through the per-row
-    functions (session 13) instead of block sums, and with ``log_factor_states_fn`` evaluates
+    functions instead of block sums, and with ``log_factor_states_fn`` evaluates
     the survivors at its own finer ladder (here levels 4 and 2): the decision of a race that
     takes the pass is the same exact argmax, so draws and counts equal the old pass's draw for draw, with
     a short last block (N = 1000, B = 7), compacted arms (``log_factor_states_fn``) and a
@@ -722,7 +721,7 @@ def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypat
         return out
 
     rows = run()
-    # The reference: the pass as before session 13 (block sums, the race's compaction levels only).
+    # The reference: the A/B variant of the pass (block sums, the race's compaction levels only).
     monkeypatch.setattr(exact_pass, "ROW_PASS", False)
     monkeypatch.setattr(exact_pass, "PASS_LADDER", False)
     blocks = run()
@@ -734,7 +733,7 @@ def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypat
 
 
 def test_exact_pass_cost_auto_by_number_of_states():
-    """``exact_pass_cost="auto"`` (default): 0.25 below 64 states, 1/16 from 64 (session 13);
+    """``exact_pass_cost="auto"`` (default): 0.25 below 64 states, 1/16 from 64;
     an explicit value or None is kept, and a bad string is a ValueError naming the option."""
     from jaxsub.racing.config import RaceOptions, build_config, resolve_exact_pass_cost
 
@@ -752,3 +751,47 @@ def test_exact_pass_cost_auto_by_number_of_states():
     assert switch(100) == switch(100, exact_pass_cost=0.0625) == 6 and switch(100, exact_pass_cost=0.25) == 8
     with pytest.raises(ValueError, match="exact_pass_cost"):
         discrete.racing(lambda idx: jnp.zeros((idx.shape[0], 3)), 3, 100, delta=0.1, exact_pass_cost="fast")
+
+
+# --------------------------------------------------------------------------- data vs num_data
+
+
+@pytest.mark.parametrize("which", ["racing", "racing_batch", "gumbel_max", "lil_ucb"])
+def test_num_data_is_checked_against_the_data(rng_key, which):
+    """``num_data=2000`` on 1,000 rows used to run (the gather clamps: row 999 counted ~1,000 times)."""
+    table = reward_table([0.3, 0.4, 0.3], 1000, 0.01, seed=3).astype(np.float32)
+    fn = factor_fn(table)
+    make = dict(
+        racing=lambda **kw: discrete.racing(fn, 3, delta=0.1, **kw),
+        racing_batch=lambda **kw: discrete.racing_batch(lambda idx, p: fn(idx), 3, delta=0.1, **kw),
+        gumbel_max=lambda **kw: discrete.gumbel_max(fn, 3, **kw),
+        lil_ucb=lambda **kw: discrete.lil_ucb(fn, 3, delta=0.1, reward_range=1.0, **kw),
+    )[which]
+    with pytest.raises(ValueError, match=r"num_data must equal the rows of data.*num_data=2000 and 1000 rows"):
+        make(num_data=2000, data=table)
+    with pytest.raises(ValueError, match="num_data is required when data is not given"):
+        make()
+    bad = table.copy()
+    bad[5, 1] = np.inf
+    with pytest.raises(ValueError, match="data must be finite; leaf 0 has 1 NaN/inf"):
+        make(data=bad)
+    sampler = make(data=table)  # N derived from the data
+    if which == "gumbel_max":
+        _, info = sampler(rng_key, jnp.zeros(3, jnp.float32))
+        assert int(info.num_data_used) == 1000
+    same = make(num_data=1000, data={"rows": table})
+    assert callable(same)
+
+
+def test_factor_shape_is_checked_at_construction():
+    """A factor built for 4 states, handed to a 3-state sampler, used to fail only inside the first race."""
+    table = jnp.zeros((100, 4), jnp.float32)
+    fn = lambda idx: table[idx]  # noqa: E731
+    for make in (lambda: discrete.racing(fn, 3, 100, delta=0.1), lambda: discrete.gumbel_max(fn, 3, 100),
+                 lambda: discrete.lil_ucb(fn, 3, 100, delta=0.1, reward_range=1.0)):
+        with pytest.raises(ValueError, match=r"log_factor_fn\(indices of shape \(2,\)\) must return shape \[m, D\] = \(2, 3\)"):
+            make()
+    with pytest.raises(ValueError, match=r"must return shape \[m, D\] = \(2, 3\)"):
+        discrete.racing_ragged(lambda idx: table[idx[:, 0]], 3, 100, delta=0.1)
+    with pytest.raises(ValueError, match="log_factor_fn failed on int32 indices of shape"):
+        discrete.racing(lambda idx: table[idx] @ jnp.ones(5), 3, 100, delta=0.1)

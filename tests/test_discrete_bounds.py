@@ -91,7 +91,7 @@ def test_b_normal_bad_arguments(args, match):
 
 
 def test_per_stage_eliminations_follow_the_exact_crossing_law(rng_key):
-    """Tests with power (issue 16): the stage at which Racing-Normal eliminates an arm, checked stage
+    """Tests with power: the stage at which Racing-Normal eliminates an arm, checked stage
     by stage against the exact law of the Gaussian walk's first crossing of ``B_Normal``.
 
     Two arms with equal means (rewards 0 and a standardised finite population: the pairwise
@@ -186,7 +186,7 @@ def test_fixed_schedule_single_test_rate_and_negative_control(rng_key):
 
 
 def test_skew_guard_waived_beyond_the_cantelli_gap():
-    """Session 11: the skewness guard (no elimination while the stage mean's skewness g_T
+    """The skewness guard (no elimination while the stage mean's skewness g_T
     exceeds ``skew_guard``) is waived only for gaps beyond ``k / B`` thresholds, where
     Cantelli's inequality bounds the error at the stage's share of delta for any reward
     distribution: k = sqrt(t* (D - 1) / delta - 1). Checked on the elimination rule itself,

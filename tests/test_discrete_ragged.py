@@ -146,7 +146,7 @@ def test_beta_infinity_gives_the_map_state():
 
 
 def test_ragged_fixed_schedule_single_test_rate_and_negative_controls():
-    """Session 12: ``racing_ragged(..., schedule="fixed")``: one elimination test per arm after
+    """``racing_ragged(..., schedule="fixed")``: one elimination test per arm after
     ``min(m1, N_i)`` of its data, at ``z = Phi^-1(1 - delta / D)`` (Bonferroni with one tested stage),
     then the survivors read their whole populations; two stage loops.
 

@@ -16,7 +16,7 @@ from jax.experimental import checkify
 
 import jaxsub
 from jaxsub import discrete
-from jaxsub.base import checked
+from jaxsub.base import InvalidStateError, checked
 from jaxsub.racing.info import INVALID_STATE
 
 N, D = 200, 3
@@ -101,7 +101,7 @@ class _Info(NamedTuple):
 
 
 def _flagging_step(bad_steps):
-    """A counter whose info flags the steps in ``bad_steps`` (per chain: state = counter)."""
+    """A counter whose info flags the steps whose new state is in ``bad_steps``."""
     bad = jnp.asarray(bad_steps)
 
     def step(key, state):
@@ -130,7 +130,7 @@ def test_run_chains_warns_with_chain_count(rng_key):
 
 
 def test_run_chain_checked_raises_at_step(rng_key):
-    with pytest.raises(checkify.JaxRuntimeError, match="has_nan signals an invalid state at step 3"):
+    with pytest.raises(InvalidStateError, match=r"run_chain: info.has_nan was True at step 3: "):
         jaxsub.run_chain(rng_key, _flagging_step([4, 8]), jnp.asarray(0), 10, checked=True)
     trace = jaxsub.run_chain(rng_key, _flagging_step([40]), jnp.asarray(0), 10, checked=True)
     assert int(trace.final_state) == 10
@@ -149,3 +149,21 @@ def test_racing_gibbs_chain_with_nan_warns(rng_key):
     with pytest.warns(RuntimeWarning, match="at 5 of 5 steps"):
         trace = jaxsub.run_chain(rng_key, step, jnp.asarray(1, jnp.int32), 5)
     np.testing.assert_array_equal(trace.infos.has_nan, True)
+
+
+def test_run_chains_checked_raises_and_racing_chains_check(rng_key):
+    starts = jnp.asarray([0, 100, 200])
+    with pytest.raises(InvalidStateError, match=r"run_chains: info.has_nan was True at step 3 \(chains \[0\]\)"):
+        jaxsub.run_chains(rng_key, _flagging_step([4, 8]), starts, 10, checked=True)
+    with pytest.raises(InvalidStateError, match="at step 7"):  # the first flagged step of a later chunk
+        jaxsub.run_chain(rng_key, _flagging_step([8]), jnp.asarray(0), 10, checked=True, progress_bar=True,
+                         num_progress_updates=4)
+    # A step with a while_loop (a race) under vmap over chains: checkified per chain.
+    sample = discrete.racing(_fn(_table()), D, N, delta=0.1)
+
+    def step(key, state):
+        x, info = sample(key, jnp.zeros(D, jnp.float32))
+        return x, info
+
+    trace = jaxsub.run_chains(rng_key, step, jnp.zeros(2, jnp.int32), 3, checked=True)
+    assert trace.states.shape == (2, 3)

@@ -752,3 +752,79 @@ def test_many_clients_partial_participation_targets_the_posterior():
     draws = np.asarray(jaxsub.sgmcmc.draws_by_chain(trace.states))[:, 50:]  # [chains, steps, 2]
     assert draws.shape == (num_shards, 350, 2)
     assert_mean_matches(draws, post_mean)
+
+
+# ---------------------------------------------------------------- positions, layouts, traced hyperparameters
+
+
+def test_integer_position_is_promoted_and_wrong_shape_named():
+    """An integer start used to fail inside the step ("dtype argument to normal must be a float")."""
+    shards = blob_shards()
+    algo = jaxsub.dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2)
+    state = algo.init(jnp.zeros(2, jnp.int32))
+    assert state.position.dtype == jnp.result_type(float)
+    new, info = jax.jit(algo.step)(jax.random.key(0), state)
+    assert bool(info.is_finite) and new.position.shape == (2,)
+    with pytest.raises(ValueError, match=r"position does not fit the model: position \(3,\) float32, datum \(2,\) float32; TypeError"):
+        algo.init(jnp.zeros(3))
+    bad_prior = jaxsub.dsgld(lambda t: t, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2)
+    with pytest.raises(ValueError, match=r"logprior_fn\(position\) must return a scalar"):
+        bad_prior.init(jnp.zeros(2))
+    cg = jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2,
+                         surrogates=exact_surrogates(shards))
+    assert cg.init(jnp.zeros(2, jnp.int32)).position.dtype == jnp.result_type(float)
+    md = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5,
+                                    local_steps=2)
+    assert md.init(jnp.zeros((4, 2), jnp.int32)).position.dtype == jnp.result_type(float)
+    with pytest.raises(ValueError, match="position does not fit the model"):
+        md.init(jnp.zeros((4, 3)))
+
+
+def test_traced_bad_hyperparameters_are_flagged_and_warned():
+    shards = make_shards(blob_shards())
+    kernel = dsgld_module.build_kernel(batch_size=5, local_steps=2)
+    probs = jnp.asarray(shards.sizes / shards.sizes.sum(), jnp.float32)
+    state = dsgld_module.init(jnp.zeros(2))
+
+    def step(eps):
+        return lambda key, s: kernel(key, s, gaussian_logprior, gaussian_loglik, jnp.asarray(shards.data),
+                                     jnp.asarray(shards.sizes), probs, eps)
+
+    _, info = jax.jit(lambda eps: step(eps)(jax.random.key(0), state))(-1e-3)
+    assert bool(info.bad_hyperparameter)
+    _, info = jax.jit(lambda eps: step(eps)(jax.random.key(0), state))(1e-3)
+    assert not bool(info.bad_hyperparameter)
+    with pytest.warns(RuntimeWarning, match="info.bad_hyperparameter was True at 4 of 4 steps"):
+        jaxsub.run_chain(jax.random.key(1), step(jnp.asarray(-1e-3)), state, 4)
+    cg_kernel = jaxsub.sgmcmc.cg_dsgld.build_kernel(batch_size=5, local_steps=2)
+    arrays = conducive_arrays(exact_surrogates(blob_shards()), np.asarray(probs))
+    _, info = cg_kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(shards.data),
+                        jnp.asarray(shards.sizes), probs, arrays, 1e-3, jnp.asarray(-0.5))
+    assert bool(info.bad_hyperparameter)
+    functions = jaxsub.sgmcmc.multi_device_kernel(num_shards=4, chains_per_shard=1, batch_size=5, local_steps=2)
+    inputs = functions.make_inputs(blob_shards())
+    _, info = functions.kernel(jax.random.key(0), functions.init(jnp.zeros((4, 2))), gaussian_logprior,
+                               gaussian_loglik, inputs, jnp.asarray(jnp.nan))
+    assert bool(info.bad_hyperparameter)
+
+
+def test_kernel_refuses_another_data_layout():
+    equal = make_shards([x[:20] for x in blob_shards()])
+    kernel = dsgld_module.build_kernel(batch_size=5, local_steps=2, shard_size=20)
+    other = make_shards([x[:24] for x in blob_shards()])
+    probs = jnp.full((4,), 0.25, jnp.float32)
+    state = dsgld_module.init(jnp.zeros(2))
+    kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(equal.data),
+           jnp.asarray(equal.sizes), probs, 1e-3)
+    with pytest.raises(ValueError, match="built for shards of 20 rows"):
+        kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(other.data),
+               jnp.asarray(other.sizes), probs, 1e-3)
+    small = dsgld_module.build_kernel(batch_size=30, local_steps=2)
+    with pytest.raises(ValueError, match="batch_size = 30 exceeds the data's rows per shard"):
+        small(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(equal.data),
+              jnp.asarray(equal.sizes), probs, 1e-3)
+    four = jaxsub.sgmcmc.multi_device_kernel(num_shards=4, chains_per_shard=1, batch_size=5, local_steps=2)
+    three = jaxsub.sgmcmc.multi_device_kernel(num_shards=3, chains_per_shard=1, batch_size=5, local_steps=2)
+    with pytest.raises(ValueError, match="leading num_shards = 4 axis"):
+        four.kernel(jax.random.key(0), four.init(jnp.zeros((4, 2))), gaussian_logprior, gaussian_loglik,
+                    three.make_inputs(blob_shards()[:3]), 1e-3)

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -62,6 +63,52 @@ def test_eight_devices_equal_one_device_and_only_chains_move():
         assert shifts.shape == (8, 2) and len(np.unique(shifts)) > 1
 
 
+def _start(cmd, log_dir: Path, name: str):
+    """A subprocess writing to files (a full pipe would block it while its peers are polled)."""
+    out, err = open(log_dir / f"{name}.out", "w"), open(log_dir / f"{name}.err", "w")
+    proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=err, text=True)
+    out.close()
+    err.close()
+    proc.log = (log_dir / f"{name}.out", log_dir / f"{name}.err")
+    return proc
+
+
+def _wait_all(procs: dict, timeout: float) -> None:
+    """Wait for every process; the first to fail (or the deadline) stops the others and fails the
+    test with that process's stderr, so a dead peer never leaves the test waiting on the living."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            codes = {name: p.poll() for name, p in procs.items()}
+            failed = [name for name, code in codes.items() if code not in (None, 0)]
+            if failed:
+                name = failed[0]
+                pytest.fail(f"{name} exited with status {codes[name]} (its peers were stopped):\n"
+                            f"{procs[name].log[1].read_text()[-3000:]}")
+            if all(code == 0 for code in codes.values()):
+                return
+            if time.monotonic() > deadline:
+                running = [name for name, code in codes.items() if code is None]
+                pytest.fail(f"still running after {timeout:g} s: {running}")
+            time.sleep(0.1)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
+
+def test_wait_all_fails_fast_when_a_peer_dies(tmp_path):
+    """A peer that dies stops the wait at once, with its error; its partner is killed."""
+    procs = {"dead": _start([sys.executable, "-c", "import sys; sys.exit('peer failed: boom')"], tmp_path, "dead"),
+             "waiting": _start([sys.executable, "-c", "import time; time.sleep(120)"], tmp_path, "waiting")}
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="(?s)dead exited with status 1.*peer failed: boom"):
+        _wait_all(procs, timeout=120)
+    assert time.monotonic() - start < 30
+    assert procs["waiting"].poll() is not None
+
+
 def _free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -74,19 +121,15 @@ def test_two_processes_equal_one_process(tmp_path):
     script = str(ROOT / "examples" / "multihost_dsgld.py")
     common = ["--rounds", "8", "--local-steps", "5"]
     port = _free_port()
-    procs = [
-        subprocess.Popen([sys.executable, script, "--num-processes", "2", "--process-id", str(i),
-                          "--coordinator", f"127.0.0.1:{port}", "--out", str(tmp_path / "multi.npz"), *common],
-                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = {
+        f"process {i}": _start([sys.executable, script, "--num-processes", "2", "--process-id", str(i),
+                                "--coordinator", f"127.0.0.1:{port}", "--init-timeout", "60",
+                                "--out", str(tmp_path / "multi.npz"), *common], tmp_path, f"process{i}")
         for i in (0, 1)
-    ]
-    single = subprocess.run([sys.executable, script, "--num-processes", "1", "--local-devices", "8",
-                             "--out", str(tmp_path / "single.npz"), *common],
-                            env=_env(), capture_output=True, text=True, timeout=300)
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    assert single.returncode == 0, single.stderr[-3000:]
+    }
+    procs["single"] = _start([sys.executable, script, "--num-processes", "1", "--local-devices", "8",
+                              "--out", str(tmp_path / "single.npz"), *common], tmp_path, "single")
+    _wait_all(procs, timeout=300)
     multi, ref = np.load(tmp_path / "multi.npz"), np.load(tmp_path / "single.npz")
     assert int(multi["process_count"]) == 2 and int(ref["process_count"]) == 1
     assert int(multi["device_count"]) == int(ref["device_count"]) == 8

@@ -24,7 +24,6 @@ def run_batched(cond, body, states, ctxs, group_size: int):
     finished draws. Under plain ``vmap`` every draw would pay for the slowest.
     Results are those of the single-draw loop for each draw.
     """
-    B = jax.tree.leaves(states)[0].shape[0]
     g = group_size
     body_g = jax.vmap(body)
     cond_b = jax.vmap(cond)

@@ -50,6 +50,23 @@ def doubling_schedule(num_data: int, first_batch_size: int) -> tuple[int, ...]:
 
     ``T_t = m1 * 2^(t-1)`` clipped to ``N``, with ``t* = ceil(log2(N / m1)) + 1``
     so that ``T_t* = N`` (Alg. 1 and §3.3 of the paper).
+
+    Parameters
+    ----------
+    num_data
+        ``N >= 1``.
+    first_batch_size
+        ``m1`` in ``[1, N]``.
+
+    Returns
+    -------
+    tuple of int
+        ``(T_1, ..., T_t*)``, increasing, ending at ``N``.
+
+    Raises
+    ------
+    ValueError
+        If ``num_data`` or ``first_batch_size`` is out of range.
     """
     n = check_int("num_data", num_data, low=1)
     m1 = check_int("first_batch_size", first_batch_size, low=1, high=n)
@@ -256,7 +273,29 @@ def racing_coefficients(
     where ``delta' = delta / (D - 1)`` (pairwise) or ``delta / D`` (marginal).
     ``schedule="fixed"`` (:func:`fixed_schedule`): one tested stage at ``T_1 = m1``, so
     ``B_Normal`` is the single-stage quantile ``Phi^-1(1 - delta')`` and EBS's ``delta'' = delta'``.
-    Returns float64 arrays of length ``t* - 1``.
+
+    Parameters
+    ----------
+    delta
+        Error level in (0, 1).
+    num_states, num_data, first_batch_size
+        ``D >= 2``, ``N >= 2`` and ``m1`` in ``[2, N]``.
+    bound
+        ``"normal"`` or ``"ebs"``.
+    variance
+        ``"pairwise"`` or ``"marginal"`` (sets ``delta'``).
+    schedule
+        ``"doubling"`` or ``"fixed"``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(a, b)``, float64 arrays of length ``t* - 1`` (the tested stages).
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of range or not one of its choices.
     """
     delta = check_real("delta", delta, low=0.0, high=1.0)
     num_states, num_data, first_batch_size = check_sizes(num_states, num_data, first_batch_size)

@@ -55,8 +55,8 @@ DEFAULT_MAX_BLOCK = 16384
 DEFAULT_EXACT_PASS_COST = 0.25
 
 #: ``exact_pass_cost="auto"`` (the default of :class:`RaceOptions`): ``DEFAULT_EXACT_PASS_COST``
-#: below ``LARGE_D_PASS`` states, ``LARGE_D_EXACT_PASS_COST`` from it. Measured (session 13,
-#: benchmarks/discrete.py, B = 64, A/B in one process): at D = 100 the race before the switch
+#: below ``LARGE_D_PASS`` states, ``LARGE_D_EXACT_PASS_COST`` from it. Measured
+#: (benchmarks/discrete.py, B = 64, A/B in one process): at D = 100 the race before the switch
 #: runs with up to D // 4 = 25 arms per row (7.5 ns per row) while the exact pass over the few
 #: survivors (its own compaction ladder) costs 1-2 ns per row, so switching at m_t >= N / 16
 #: instead of N / 4 made a draw 1.34x (Gaussian, N = 1e6) and 1.59x (logistic, N = 2.5e5)
@@ -71,7 +71,7 @@ def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
         return DEFAULT_EXACT_PASS_COST if num_states < LARGE_D_PASS else LARGE_D_EXACT_PASS_COST
     return exact_pass_cost
 
-#: Default ``skew_guard`` (issue 16, item 7). Racing-Normal assumes each stage mean
+#: Default ``skew_guard``. Racing-Normal assumes each stage mean
 #: is Normal; with skewed rewards (heavy-tailed residuals) a race that stops after
 #: the first batch is wrong more often than delta. With the guard, the threshold
 #: is the Cornish-Fisher quantile ``B + g_T (B^2 - 1) / 6`` of the stage mean,
@@ -165,7 +165,7 @@ class RaceOptions(NamedTuple):
         of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
         chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
     block_size
-        B >= 1, the sampling unit (issue 16, item 3). With ``B > 1`` the race
+        B >= 1, the sampling unit. With ``B > 1`` the race
         samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the
         population is the ``ceil(N / B)`` blocks, the reward of a block is the
         sum of its rows' rewards; a last block of ``N mod B`` rows is summed over

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree
 
-__all__ = ["batch_loglikelihood", "data_fingerprint", "gather", "num_data_of"]
+__all__ = ["batch_loglikelihood", "data_fingerprint", "gather", "num_data_of", "resolve_num_data"]
 
 
 def num_data_of(data: ArrayLikeTree) -> int:
@@ -25,6 +25,55 @@ def num_data_of(data: ArrayLikeTree) -> int:
             f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}"
         )
     return sizes.pop()
+
+
+def resolve_num_data(num_data, data, *, low: int = 1) -> int:
+    """``N`` for a sampler that reads data through a closure: ``num_data``, or ``data``'s rows.
+
+    The discrete samplers index the data only through ``log_factor_fn(indices)``, and a gather
+    past the last row clamps silently (row ``N - 1`` would count many times). Passing the data
+    lets the constructor derive ``N`` and check it.
+
+    Parameters
+    ----------
+    num_data
+        ``N``, or ``None`` to take it from ``data``.
+    data
+        ``None``, or the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        Concrete floating leaves must be finite.
+    low
+        Smallest allowed ``N``.
+
+    Returns
+    -------
+    int
+        ``N``.
+
+    Raises
+    ------
+    ValueError
+        If neither is given, ``num_data`` differs from ``data``'s leading axis, the leaves of
+        ``data`` do not share one, ``data`` holds NaN / inf, or ``N < low``.
+    """
+    from jaxsub.validation import check_int
+
+    if data is None:
+        if num_data is None:
+            raise ValueError("num_data is required when data is not given (it must equal the rows log_factor_fn indexes)")
+        return check_int("num_data", num_data, low=low)
+    rows = num_data_of(data)
+    if num_data is not None and check_int("num_data", num_data, low=low) != rows:
+        raise ValueError(
+            f"num_data must equal the rows of data (the leading axis log_factor_fn indexes); got num_data={num_data} "
+            f"and {rows} rows (indices past the last row would read it again)"
+        )
+    for i, leaf in enumerate(jax.tree.leaves(data)):
+        if isinstance(leaf, jax.core.Tracer) or not np.issubdtype(np.asarray(leaf).dtype, np.floating):
+            continue
+        bad = int(np.size(leaf) - np.count_nonzero(np.isfinite(np.asarray(leaf))))
+        if bad:
+            raise ValueError(f"data must be finite; leaf {i} has {bad} NaN/inf value(s)")
+    return check_int("num_data", rows, low=low)
 
 
 def data_fingerprint(data: ArrayLikeTree) -> tuple | None:

@@ -6,7 +6,7 @@
     pairwise:  mu_x - mu_i > G(delta/(D-1), T, sigma_{x,i}, C_x + C_i)
 
 with ``G(T_t, sigma, C) = a_t sigma + b_t C`` (:func:`jaxsub.racing.racing_coefficients`),
-and for Racing-Normal the skewness guard (issue 16, item 7): the Cornish-Fisher threshold
+and for Racing-Normal the skewness guard: the Cornish-Fisher threshold
 and no elimination while the stage mean's skewness exceeds ``skew_guard``.
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from jaxsub.types import Array
 __all__ = ["SKEW_WAIVER", "cantelli_waiver", "eliminate", "estimates", "skew_factor"]
 
 #: Gaps larger than this many thresholds are decided whatever the skewness (see ``eliminate``):
-#: the cap of :func:`cantelli_waiver` (sessions 8-10 used this constant alone).
+#: the cap of :func:`cantelli_waiver`.
 SKEW_WAIVER = 100.0
 
 
 def cantelli_waiver(delta: float, num_states: int, num_stages: int, pairwise: bool, b_threshold: float) -> float:
-    """Gap, in Normal thresholds, beyond which the skewness guard is waived (session 11).
+    """Gap, in Normal thresholds, beyond which the skewness guard is waived.
 
     The guard stops Racing-Normal from trusting the Normal quantile ``B`` when the stage
     mean is visibly skewed. A gap beyond ``k sigma_T`` with ``k = sqrt(1 / delta_s - 1)`` is a
@@ -37,7 +37,7 @@ def cantelli_waiver(delta: float, num_states: int, num_stages: int, pairwise: bo
     race's error within ``delta`` without the Normal assumption (given the variance, as the
     Normal rule itself). The threshold ``a_t sigma = B sigma_T`` (times the Cornish-Fisher
     factor >= 1), so the waiver is ``k / B``, capped at :data:`SKEW_WAIVER`. Measured on the
-    logistic racing-MH benchmark (docs/racing_kernels.md, Session 11): the guard held 7.8% of
+    logistic racing-MH benchmark (docs/racing_kernels.md): the guard held 7.8% of
     the races past their first stage, at a waiver of 100; at this waiver (~6) 0.6%.
     """
     pairs = num_states - 1 if pairwise else num_states
@@ -53,7 +53,7 @@ def estimates(mean_d: Array, alive: Array, c) -> Array:
 
 
 def skew_factor(cfg, m2_diag: Array, m3: Array, best: Array, T: Array) -> tuple[Array, Array]:
-    """Skewness guard (issue 16, item 7): ``(factor [D], allowed [D])`` for each pair (best, i).
+    """Skewness guard: ``(factor [D], allowed [D])`` for each pair (best, i).
 
     ``g = max(|skew_best|, |skew_i|)`` of the arms' (centred) rewards, ``g_T = g / sqrt(T)``
     the skewness of their mean. The normal threshold ``B`` becomes the Cornish-Fisher

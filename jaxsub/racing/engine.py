@@ -110,8 +110,9 @@ from jaxsub.racing.config import (
     build_config,
     race_options,
 )
+from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact_pass import pass_body, pass_chunk, pass_levels
-from jaxsub.racing.info import RacingInfo, check_beta
+from jaxsub.racing.info import RacingInfo, check_beta, check_factor_fn
 from jaxsub.racing.stage import finish, first_stage, has_first_stage, init_race, stage_body
 from jaxsub.types import Array, PRNGKey
 
@@ -188,9 +189,10 @@ class RacingBatchSampler:
 def racing(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
     delta: float,
+    data=None,
     options: RaceOptions | None = None,
     **option_values,
 ) -> RacingSampler:
@@ -205,7 +207,14 @@ def racing(
     num_states
         D >= 2.
     num_data
-        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``).
+        N >= 2 (use :func:`pad_populations` when arms have different ``N_i``): the number
+        of data ``log_factor_fn`` indexes; optional when ``data`` is given.
+    data
+        Optional: the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        When given, ``num_data`` may be omitted (it is the leading axis) and must equal it
+        otherwise; NaN / inf in the data raises. Without it, ``num_data`` must equal the
+        number of rows ``log_factor_fn`` indexes: it cannot be checked (a gather past the
+        last row reads that row again).
     delta
         Error level in (0, 1): the total-variation distance to ``p`` is at most
         ``delta`` (Prop. 1; under the normal assumption for ``bound="normal"``).
@@ -237,14 +246,17 @@ def racing(
     ------
     ValueError
         Bad configuration: delta not in (0, 1), first_batch_size < 2 or > N,
-        D < 2, unknown bound/variance, EBS without reward_range, N * D too large.
+        D < 2, unknown bound/variance, EBS without reward_range, N * D too large,
+        ``num_data`` not the rows of ``data``, non-finite ``data``.
 
     References
     ----------
     Chen & Ghahramani (2016), Alg. 1, eqs. 6-9 and 12, §3.4.
     """
     opts = race_options(options, option_values, "racing")
+    num_data = resolve_num_data(num_data, data, low=2)
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
+    check_factor_fn(log_factor_fn, cfg.num_states, (2,))
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
     single = functools.partial(run_single, cfg, loops)
@@ -271,9 +283,10 @@ def racing(
 def racing_batch(
     log_factor_fn: Callable[[Array, object], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
     delta: float,
+    data=None,
     options: RaceOptions | None = None,
     **option_values,
 ) -> RacingBatchSampler:
@@ -294,7 +307,7 @@ def racing_batch(
         one draw's target, ``params`` being that draw's slice of the ``params``
         pytree passed to ``sample_batch`` (e.g. the chain's current state in a
         Gibbs sweep). It is ``vmap``-ed over groups of draws.
-    num_states, num_data, delta
+    num_states, num_data, delta, data
         As in :func:`racing`.
     options, **option_values
         The fields of :class:`~jaxsub.racing.config.RaceOptions`, as in :func:`racing`, with the
@@ -322,6 +335,7 @@ def racing_batch(
     Pass them as ``params`` instead.
     """
     opts = race_options(options, option_values, "racing_batch")
+    num_data = resolve_num_data(num_data, data, low=2)
     cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=True)
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
@@ -368,7 +382,7 @@ def loop_specs(cfg: RaceConfig) -> list:
         in_pass = lambda s: ~s.done & s.exact_pass  # noqa: E731
         # The pass reads chunks of max_block_size rows, but never more than the population: a
         # chunk past N would evaluate only masked rows (at N = 100, D = 20, a default chunk of
-        # 16384 rows made one race cost ~100 exact draws; session 10).
+        # 16384 rows made one race cost ~100 exact draws).
         chunk = pass_chunk(cfg)
         loops += level_loops(pass_levels(cfg), in_pass, lambda k: functools.partial(pass_body, cfg, chunk, k))
     return loops
@@ -408,9 +422,9 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
         rng_keys, log_f0s, params, coef_a, coef_b, beta
     )
     if B > cfg.group_size:
-        # Many draws: rounds over the unfinished ones (session 10 measured no gain from the
+        # Many draws: rounds over the unfinished ones (measured: no gain from the
         # straight-line first stage at B = 256, N = 1e6 -- 0.96x, a longer compile -- since
-        # those races run many stages; see docs/discrete.md "Session 10").
+        # those races run many stages; see docs/discrete.md).
         return jax.vmap(functools.partial(finish, cfg))(_run_rounds(loops, states, ctxs, cfg.group_size), ctxs)
     # At most one group (e.g. 16 MH chains): the first stage of every race as straight-line
     # code, then the few undecided races one at a time; most races are decided by their first

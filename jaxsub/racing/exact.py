@@ -1,6 +1,6 @@
 """Exact sums of the log factors: blocked, relative to a per-datum reference, Kahan-compensated.
 
-One routine for every exact path of the racing family (issue 16): ``gumbel_max``, the
+One routine for every exact path of the racing family: ``gumbel_max``, the
 kernels' ``exact=True`` decisions and the racing engine's exact pass all add
 ``sum_n (log f_n(i) - ref_n)`` in blocks, with :func:`relative_block_sum` for a block and
 :func:`kahan_add` between blocks.
@@ -19,8 +19,8 @@ __all__ = ["SUB_BLOCK", "TRANSPOSED_SUM_MAX_K", "exact_sums", "kahan_add", "rela
 TRANSPOSED_SUM_MAX_K = 32
 
 #: Rows per step of :func:`exact_sums`' inner accumulation loop: the recommended ``sub_block`` of
-#: :func:`jaxsub.racing.gumbel_max` under ``jax.vmap`` over many draws (measured, docs/racing_kernels.md
-#: session 10): a block whose size is a multiple of it, and larger, is read ``SUB_BLOCK`` rows at a
+#: :func:`jaxsub.racing.gumbel_max` under ``jax.vmap`` over many draws (measured, docs/racing_kernels.md):
+#: a block whose size is a multiple of it, and larger, is read ``SUB_BLOCK`` rows at a
 #: time into a ``[D, SUB_BLOCK]`` running sum (one elementwise kernel per step), so that the
 #: factors of a block are never materialised. Under ``jax.vmap`` over B draws a whole block's
 #: factors would be a ``[B, D, block]`` array written to memory and read back by the reduction

@@ -20,12 +20,12 @@ __all__ = ["PASS_ROWS", "pass_body", "pass_chunk", "pass_levels", "switch_stage_
 #: the user's per-row functions; ``jaxsub.racing.gumbel_max`` reads blocks of 32768 rows).
 PASS_ROWS = 32768
 
-#: Whether the pass reads rows (``block_size > 1``); False: block sums, as before session 13 (A/B only).
+#: Whether the pass reads rows (``block_size > 1``); False: block sums (kept for A/B measurements only).
 ROW_PASS = True
 
 
 #: Whether the pass has its own finer compaction ladder (:func:`pass_levels`); False: the race's
-#: levels, as before session 13 (A/B only).
+#: levels (kept for A/B measurements only).
 PASS_LADDER = True
 
 

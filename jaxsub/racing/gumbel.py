@@ -12,8 +12,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxsub.racing.data import resolve_num_data
 from jaxsub.racing.exact import exact_sums
-from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, flag_invalid
+from jaxsub.racing.info import MAX_EVALUATIONS, RacingInfo, beta_is_bad, check_beta, check_factor_fn, flag_invalid
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
@@ -24,10 +25,29 @@ def exact_log_weights(log_factor_fn, num_states: int, num_data: int, log_f0: Arr
                       sub_block: int | None = None):
     """``log f0(i) + sum_n log f_n(i)`` up to a constant common to all states.
 
-    Returns the (unnormalised) log-probabilities, ``-inf`` for states with a zero
-    factor, and ``NaN`` for states with a NaN / ``+inf`` factor. ``softmax`` of
-    it is the exact ``p``. Evaluates all ``N x D`` factors in blocks (``sub_block``: as for
-    :func:`gumbel_max`).
+    Evaluates all ``N x D`` factors in blocks.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``, as for :func:`gumbel_max`.
+    num_states, num_data
+        ``D >= 1`` and ``N >= 1``.
+    log_f0
+        ``[D]`` float array, ``log f0``.
+    block_size, sub_block
+        As for :func:`gumbel_max`.
+
+    Returns
+    -------
+    Array
+        ``[D]`` unnormalised log-probabilities: ``-inf`` for states with a zero factor, ``NaN``
+        for states with a NaN / ``+inf`` factor. ``softmax`` of it is the exact ``p``.
+
+    Raises
+    ------
+    ValueError
+        If a size is not a positive integer.
     """
     num_states = check_int("num_states", num_states, low=1)
     num_data = check_int("num_data", num_data, low=1)
@@ -46,8 +66,9 @@ def _check_sub_block(sub_block):
 def gumbel_max(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
+    data=None,
     block_size: int = 32768,
     gumbel_noise: bool = True,
     sub_block: int | None = None,
@@ -61,7 +82,13 @@ def gumbel_max(
     num_states
         D >= 2.
     num_data
-        N >= 1.
+        N >= 1, the number of data ``log_factor_fn`` indexes; optional when ``data`` is given.
+    data
+        Optional: the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        When given, ``num_data`` may be omitted (it is the leading axis) and must equal it
+        otherwise; NaN / inf in the data raises. Without it, ``num_data`` must equal the
+        number of rows ``log_factor_fn`` indexes: it cannot be checked (a gather past the
+        last row reads that row again).
     block_size
         Data per block (memory ``block_size x D``); a ``lax.scan`` runs over
         ``ceil(N / block_size)`` blocks, the last one masked.
@@ -72,7 +99,7 @@ def gumbel_max(
         ``jax.vmap`` over many draws pass :data:`jaxsub.racing.exact.SUB_BLOCK` (1024): each
         block is then read ``sub_block`` rows at a time into a running sum, so the batch never
         writes a ``[B, D, block_size]`` array of factors to memory (XLA:CPU's reduction does not
-        fuse its producer). Measured (N = 2^20, 2 cores, docs/racing_kernels.md session 10):
+        fuse its producer). Measured (N = 2^20, 2 cores, docs/racing_kernels.md):
         ms per draw under ``jax.vmap`` 5.4 -> 1.6 (D = 10, B = 256) and 71 -> 24 (D = 100,
         B = 32), below one draw at a time (3.7 and ~25); one draw alone gets ~1 ms slower at
         D = 10 (per-step cost of the inner loop). Same sums up to float rounding (the additions
@@ -89,18 +116,23 @@ def gumbel_max(
         ``is_exact = True`` and ``has_nan`` set when a NaN/``+inf`` factor or
         ``log_f0`` entry is met, or every state has probability 0.
 
+    Raises
+    ------
+    ValueError
+        D < 2, N < 1, N * D beyond the int32 counters, bad ``block_size`` / ``sub_block``,
+        ``num_data`` not the rows of ``data``, non-finite ``data``.
+
     References
     ----------
     Chen & Ghahramani (2016), eq. 2; Papandreou & Yuille (2011).
     """
     num_states = check_int("num_states", num_states, low=2)
-    num_data = check_int("num_data", num_data, low=1)
+    num_data = resolve_num_data(num_data, data, low=1)
     if num_states * num_data > MAX_EVALUATIONS:
         raise ValueError(f"num_states * num_data must be <= {MAX_EVALUATIONS}; got {num_states} * {num_data}")
     block_size = min(check_int("block_size", block_size, low=1), num_data)
     sub_block = _check_sub_block(sub_block)
-    if not callable(log_factor_fn):
-        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    check_factor_fn(log_factor_fn, num_states, (min(2, num_data),))
     D, N = num_states, num_data
 
     def sample(rng_key: PRNGKey, log_f0: Array, beta=None) -> tuple[Array, RacingInfo]:

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_EVALUATIONS",
     "RacingInfo",
     "check_beta",
+    "check_factor_fn",
     "check_reward_range",
     "check_sizes",
     "flag_invalid",
@@ -95,7 +96,24 @@ def check_beta(beta, gumbel_noise: bool = True):
     """Validate ``beta``, the inverse temperature (traceable): ``None`` or ``> 0`` (``inf`` allowed: the MAP).
 
     A concrete value is checked (scalar, or ``[B]`` for batches); a traced one
-    passes through. Raises ``ValueError`` naming ``beta``.
+    passes through (the samplers then flag a value not ``> 0`` in ``info.has_nan``).
+
+    Parameters
+    ----------
+    beta
+        ``None``, a scalar or a ``[B]`` array.
+    gumbel_noise
+        Whether the sampler adds Gumbel noise (``beta`` scales it, so it needs it).
+
+    Returns
+    -------
+    ``beta``, unchanged.
+
+    Raises
+    ------
+    ValueError
+        Naming ``beta``, when it is concrete and not ``> 0``, has more than one dimension,
+        or is given with ``gumbel_noise=False``.
     """
     if beta is None:
         return None
@@ -106,6 +124,42 @@ def check_beta(beta, gumbel_noise: bool = True):
         if arr.ndim > 1 or np.any(~(arr > 0)):
             raise ValueError(f"beta must be > 0 (inverse temperature; inf gives the MAP state); got {beta!r}")
     return beta
+
+
+def check_factor_fn(log_factor_fn, num_states: int, index_shape: tuple) -> None:
+    """Check once, at construction, that ``log_factor_fn`` maps indices to ``[m, D]`` rewards.
+
+    The function is traced on abstract ``int32`` indices (``jax.eval_shape``: nothing runs), so a
+    factor built for another number of states fails here, naming the shapes, rather than
+    inside the first compiled race.
+
+    Parameters
+    ----------
+    log_factor_fn
+        ``log_factor_fn(indices) -> Array[m, D]``.
+    num_states
+        ``D``.
+    index_shape
+        Shape of the probe indices: ``(m,)``, or ``(m, D)`` for per-arm indices.
+
+    Raises
+    ------
+    ValueError
+        If ``log_factor_fn`` is not callable, fails on such indices, or returns another shape.
+    """
+    if not callable(log_factor_fn):
+        raise ValueError(f"log_factor_fn must be callable; got {log_factor_fn!r}")
+    try:
+        out = jax.eval_shape(log_factor_fn, jax.ShapeDtypeStruct(index_shape, jnp.int32))
+    except Exception as err:  # any failure of the user's function on int32 indices
+        raise ValueError(
+            f"log_factor_fn failed on int32 indices of shape {index_shape}: {type(err).__name__}: {err}"
+        ) from err
+    expected = (index_shape[0], num_states)
+    if getattr(out, "shape", None) != expected:
+        raise ValueError(
+            f"log_factor_fn(indices of shape {index_shape}) must return shape [m, D] = {expected}; got {out}"
+        )
 
 
 def check_sizes(num_states, num_data, first_batch_size):

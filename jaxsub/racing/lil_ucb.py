@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxsub.racing.control_variates import as_control_variate
-from jaxsub.racing.info import RacingInfo, check_reward_range, check_sizes, flag_invalid
+from jaxsub.racing.data import resolve_num_data
+from jaxsub.racing.info import RacingInfo, check_factor_fn, check_reward_range, check_sizes, flag_invalid
 from jaxsub.subsample import permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int, check_real
@@ -72,9 +73,10 @@ class LilUCBSampler:
 def lil_ucb(
     log_factor_fn: Callable[[Array], Array],
     num_states: int,
-    num_data: int,
+    num_data: int | None = None,
     *,
     delta: float,
+    data=None,
     reward_range=None,
     scale=None,
     epsilon: float = 0.01,
@@ -91,10 +93,17 @@ def lil_ucb(
     log_factor_fn
         ``log_factor_fn(indices) -> Array[m, D]`` as for :func:`jaxsub.discrete.racing`.
     num_states, num_data
-        D >= 2 and N >= 2.
+        D >= 2 and N >= 2 (``num_data``: the number of data ``log_factor_fn`` indexes;
+        optional when ``data`` is given).
     delta
         Confidence parameter in (0, 1). Following the heuristic setting of
         Jamieson et al. (2014, §5) the bound uses ``delta / 5``.
+    data
+        Optional: the pytree of arrays (leading axis ``N``) that ``log_factor_fn`` indexes.
+        When given, ``num_data`` may be omitted (it is the leading axis) and must equal it
+        otherwise; NaN / inf in the data raises. Without it, ``num_data`` must equal the
+        number of rows ``log_factor_fn`` indexes: it cannot be checked (a gather past the
+        last row reads that row again).
     reward_range
         C (scalar or ``[D]``); the sub-Gaussian scale is ``sigma = C / 2`` as in
         the paper's §5.1 (a variable in a range of length C is C/2-sub-Gaussian).
@@ -124,12 +133,19 @@ def lil_ucb(
         ``num_data_used = max_i T_i`` (each arm has its own indices), ``is_exact``
         means every arm was fully evaluated).
 
+    Raises
+    ------
+    ValueError
+        Bad sizes, ``delta`` not in (0, 1), ``epsilon`` / ``beta`` / ``stopping_ratio`` not
+        > 0, ``batch_size`` not in [1, N], not exactly one of ``reward_range`` / ``scale``
+        (finite, >= 0), ``num_data`` not the rows of ``data``, non-finite ``data``.
+
     References
     ----------
     Jamieson, Malloy, Nowak & Bubeck, "lil'UCB: an optimal exploration algorithm
     for multi-armed bandits", COLT 2014 (Fig. 1, §5); Chen & Ghahramani (2016), §3.2.
     """
-    num_states, num_data, _ = check_sizes(num_states, num_data, 2)
+    num_states, num_data, _ = check_sizes(num_states, resolve_num_data(num_data, data, low=2), 2)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     epsilon = check_real("epsilon", epsilon, low=0.0, low_closed=False)
     beta = check_real("beta", beta, low=0.0, low_closed=False)
@@ -145,6 +161,7 @@ def lil_ucb(
     else:
         sigma_spec, factor = check_reward_range(scale, num_states, required=True), 1.0
     cv = as_control_variate(control_variate)
+    check_factor_fn(log_factor_fn, num_states, (2,))
     D, N, b = num_states, num_data, batch_size
     bonus_coef = (1.0 + beta) * (1.0 + math.sqrt(epsilon)) * math.sqrt(2.0 * (1.0 + epsilon))
 

@@ -1,4 +1,4 @@
-"""Reward populations: blocks of consecutive rows (issue 16, item 3) and padded ragged arms (§5.3).
+"""Reward populations: blocks of consecutive rows and padded ragged arms (§5.3).
 
 * :func:`blocked` -- the population of ``racing(..., block_size=B)``: the ``ceil(N / B)``
   blocks of ``B`` consecutive rows, the reward of a block being the sum of its rows'

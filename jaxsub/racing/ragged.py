@@ -54,7 +54,7 @@ import numpy as np
 from jax.scipy.special import ndtri
 
 from jaxsub.racing.bounds import SCHEDULES, race_schedule
-from jaxsub.racing.info import RacingInfo, beta_is_bad, check_beta, flag_invalid
+from jaxsub.racing.info import RacingInfo, beta_is_bad, check_beta, check_factor_fn, flag_invalid
 from jaxsub.subsample import dynamic_permutation_indices, permutation_round_keys
 from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_choice, check_hyperparameter, check_int
@@ -123,7 +123,7 @@ def racing_ragged(
         Largest chunk of positions read per loop iteration (memory ``chunk x D``).
     schedule
         ``"doubling"`` (default: each arm's ``T_{i,t} = min(m1 2^(t-1), N_i)``) or ``"fixed"``
-        (session 12; as :func:`jaxsub.discrete.racing`'s): one elimination test after
+        (as :func:`jaxsub.discrete.racing`'s): one elimination test after
         ``min(m1, N_i)`` data of each arm, then the surviving arms read their whole
         populations. Two stage loops to compile instead of one per chunk size, and one
         test per arm, so ``z_i = Phi^{-1}(1 - delta / D)`` (the Bonferroni rule above with
@@ -153,6 +153,7 @@ def racing_ragged(
     check_hyperparameter("delta", delta, low=0.0, high=1.0)
     gumbel_noise, exact = bool(gumbel_noise), bool(exact)
     schedule = check_choice("schedule", schedule, SCHEDULES)
+    check_factor_fn(log_factor_fn, D, (2, D))
     sizes = np.asarray(race_schedule(n_max, first_batch_size, schedule), np.int32)
     plan = _chunk_plan(sizes.tolist(), first_batch_size, max_block_size)
     num_stages = len(sizes)

@@ -51,7 +51,8 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
     step_size, exploration=1.0) -> (state, info)`` with ``arrays`` a
     :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` from ``conducive_arrays(surrogates, shard_probs)``
     (which fixes ``f``; the structure, full / diagonal / low rank, is read from the arrays' shapes),
-    ``step_size`` ε and ``exploration`` α (both may be traced). The shard's arrays are gathered
+    ``step_size`` ε and ``exploration`` α (both may be traced; out of range they set
+    ``info.bad_hyperparameter``). The shard's arrays are gathered
     and scaled by α once per round, not once per local step.
     """
 
@@ -62,11 +63,13 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
             local = shard_arrays(arrays, shard, exploration)
             return lambda position: apply_conducive(position, local)
 
+        dsgld.check_layout(data, batch_size, shard_size)
         new_position, info = dsgld.shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data,
                                                shard_sizes, shard_probs, step_size, conducive, batch_size=batch_size,
                                                local_steps=local_steps, return_local_positions=return_local_positions,
                                                static_shard_size=shard_size)
-        return CGDSGLDState(new_position), info
+        return CGDSGLDState(new_position), info._replace(
+            bad_hyperparameter=dsgld.bad_hyperparameters(step_size, exploration))
 
     return kernel
 
@@ -101,6 +104,14 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     -------
     SamplingAlgorithm
         ``init(position)``, ``step(rng_key, state) -> (state, info)``; ``info.shard`` is the shard visited.
+        ``init`` promotes integer positions and checks them against the model and the surrogates.
+
+    Raises
+    ------
+    ValueError
+        As :func:`jaxsub.sgmcmc.dsgld.as_top_level_api`, and surrogates that do not match the
+        shards, ``exploration`` < 0 (when concrete); from ``init``: a position of another
+        dimension than the surrogates', or one the model does not accept.
 
     References
     ----------
@@ -119,8 +130,10 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
-        check_surrogate_dim(surrogates, position)
-        return init(position)
+        state = init(position)
+        check_surrogate_dim(surrogates, state.position)
+        dsgld.check_position(logprior_fn, loglikelihood_fn, dsgld.first_datum(data), state.position)
+        return state
 
     def step_fn(rng_key: PRNGKey, state: CGDSGLDState):
         return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, arrays, step_size,

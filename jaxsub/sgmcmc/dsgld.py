@@ -42,8 +42,8 @@ from jaxsub.sgmcmc.shards import check_batch_size, check_finite_shards, make_sha
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int, check_probability_vector
 
-__all__ = ["DSGLDState", "DSGLDInfo", "init", "build_kernel", "as_top_level_api",
-           "shard_gradient_estimator", "local_round", "shard_round", "resolve_shard_probs"]
+__all__ = ["DSGLDState", "DSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_position",
+           "promote_position", "shard_gradient_estimator", "local_round", "shard_round", "resolve_shard_probs"]
 
 
 class DSGLDState(NamedTuple):
@@ -64,20 +64,141 @@ class DSGLDInfo(NamedTuple):
         axis ``local_steps``) when ``return_local_positions=True``, else ``None``.
     is_finite
         Whether the new position is finite (NaN/inf signals a too-large step size).
+    bad_hyperparameter
+        Whether a (traced) hyperparameter was out of range: ``step_size`` not ``> 0`` or,
+        for CG-DSGLD, ``exploration`` not ``>= 0`` (NaN included). The drivers warn on it.
     """
 
     shard: Array
     local_positions: ArrayTree | None
     is_finite: Array
+    bad_hyperparameter: Array = False
 
 
 def init(position: ArrayLikeTree) -> DSGLDState:
-    """The initial state: the position (any pytree; the shard is drawn anew every round)."""
-    return DSGLDState(position)
+    """The initial state: the position (the shard is drawn anew every round).
+
+    Parameters
+    ----------
+    position
+        Any pytree of arrays; integer and boolean leaves are promoted to the default float
+        dtype (:func:`promote_position`: SGLD adds Gaussian noise to every entry).
+
+    Returns
+    -------
+    DSGLDState
+    """
+    return DSGLDState(promote_position(position))
+
+
+def promote_position(position: ArrayLikeTree) -> ArrayTree:
+    """``position`` with integer and boolean leaves cast to the default float dtype.
+
+    Parameters
+    ----------
+    position
+        Pytree of arrays or scalars.
+
+    Returns
+    -------
+    The pytree, floating leaves unchanged (same dtype), others as ``jnp.result_type(float)``.
+    """
+    def promote(x):
+        x = jnp.asarray(x)
+        return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
+
+    return jax.tree.map(promote, position)
+
+
+def first_datum(data: ArrayTree) -> ArrayTree:
+    """Shape and dtype of one datum of the padded ``[S, N_max, ...]`` data (no gather: the data
+    may be sharded over devices)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x)[2:], x.dtype), data)
+
+
+def _shapes(tree) -> str:
+    def describe(x):
+        shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+        dtype = x.dtype if hasattr(x, "dtype") else jnp.result_type(x)
+        return f"{shape} {dtype}"
+
+    return str(jax.tree.map(describe, tree))
+
+
+def check_position(logprior_fn: Callable, loglikelihood_fn: Callable, datum: ArrayTree, position: ArrayLikeTree) -> None:
+    """Check once, by tracing shapes only (``jax.eval_shape``), that ``position`` fits the model.
+
+    Parameters
+    ----------
+    logprior_fn, loglikelihood_fn
+        The model: both must return a scalar for ``position`` (and one ``datum``).
+    datum
+        One datum (a row of the data), or its ``jax.ShapeDtypeStruct`` s.
+    position
+        One chain's position.
+
+    Raises
+    ------
+    ValueError
+        Naming ``position``, its shapes and the datum's, when a model function fails on them
+        or returns something other than a scalar.
+    """
+    try:
+        outs = {"logprior_fn(position)": jax.eval_shape(logprior_fn, position),
+                "loglikelihood_fn(position, datum)": jax.eval_shape(loglikelihood_fn, position, datum)}
+    except Exception as err:  # any failure of the user's model on these shapes
+        raise ValueError(
+            f"position does not fit the model: position {_shapes(position)}, datum {_shapes(datum)}; "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    for call, out in outs.items():
+        if getattr(out, "shape", None) != ():
+            raise ValueError(f"{call} must return a scalar; got {out} for position {_shapes(position)}")
+
+
+def bad_hyperparameters(step_size, exploration=None) -> Array:
+    """True when a (traced) ``step_size`` is not ``> 0`` or ``exploration`` is not ``>= 0``."""
+    bad = ~(jnp.asarray(step_size) > 0)
+    if exploration is not None:
+        bad = bad | ~(jnp.asarray(exploration) >= 0)
+    return bad
+
+
+def check_layout(data: ArrayTree, batch_size: int, shard_size: int | None) -> None:
+    """``ValueError`` when the padded ``[S, N_max, ...]`` data do not match the kernel's static structure."""
+    leaves = jax.tree.leaves(data)
+    if not leaves or any(jnp.ndim(x) < 2 for x in leaves):
+        raise ValueError(f"data must be the padded [S, N_max, ...] pytree (Shards.data); got {_shapes(data)}")
+    n_max = jnp.shape(leaves[0])[1]
+    if batch_size > n_max:
+        raise ValueError(f"batch_size = {batch_size} exceeds the data's rows per shard ({n_max})")
+    if shard_size is not None and n_max != shard_size:
+        raise ValueError(
+            f"the kernel was built for shards of {shard_size} rows (shard_size) but the data have {n_max} rows "
+            "per shard: build it for this layout"
+        )
 
 
 def resolve_shard_probs(shard_probs: Any, sizes: np.ndarray) -> np.ndarray:
-    """Validate ``shard_probs`` (default ``∝ N_s``); every entry must be > 0 (the estimator divides by ``f_s``)."""
+    """Validate ``shard_probs`` (default ``∝ N_s``); every entry must be > 0 (the estimator divides by ``f_s``).
+
+    Parameters
+    ----------
+    shard_probs
+        ``None`` or a probability vector of length ``S``.
+    sizes
+        The shard sizes ``N_s``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``f``, float64, strictly positive, summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If ``shard_probs`` is not a probability vector of length ``S`` or has a zero entry.
+    """
     if shard_probs is None:
         return sizes / sizes.sum()
     probs = check_probability_vector("shard_probs", shard_probs, size=sizes.shape[0])
@@ -179,16 +300,19 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
     ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs, step_size)
     -> (DSGLDState, DSGLDInfo)`` where ``data`` is the padded ``[S, N_max, ...]`` pytree
     (``Shards.data``), ``shard_sizes`` ``int32 [S]``, ``shard_probs`` ``[S]`` (strictly
-    positive, sums to 1) and ``step_size`` the paper's ε (may be traced).
+    positive, sums to 1) and ``step_size`` the paper's ε (may be traced; out of range it sets
+    ``info.bad_hyperparameter``). ``data`` with another number of rows per shard than
+    ``shard_size``, or fewer than ``batch_size``, raises ``ValueError`` when traced.
     """
 
     def kernel(rng_key: PRNGKey, state: DSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
                data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size) -> tuple[DSGLDState, DSGLDInfo]:
+        check_layout(data, batch_size, shard_size)
         new_position, info = shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data, shard_sizes,
                                          shard_probs, step_size, None, batch_size=batch_size,
                                          local_steps=local_steps, return_local_positions=return_local_positions,
                                          static_shard_size=shard_size)
-        return DSGLDState(new_position), info
+        return DSGLDState(new_position), info._replace(bad_hyperparameter=bad_hyperparameters(step_size))
 
     return kernel
 
@@ -247,6 +371,15 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     -------
     SamplingAlgorithm
         ``init(position) -> DSGLDState``, ``step(rng_key, state) -> (DSGLDState, DSGLDInfo)``.
+        ``init`` promotes integer positions to floats and checks the position against the
+        model once (:func:`check_position`).
+
+    Raises
+    ------
+    ValueError
+        Non-finite or inconsistent shards, ``step_size`` not > 0 (when concrete),
+        ``batch_size`` not in ``[1, min_s N_s]``, ``local_steps`` < 1, bad ``shard_probs``;
+        from ``init``: a position the model does not accept.
     """
     shards, step_size, batch_size, local_steps, probs = validate_config(
         shards, step_size, batch_size, local_steps, shard_probs)
@@ -258,7 +391,9 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
-        return init(position)
+        state = init(position)
+        check_position(logprior_fn, loglikelihood_fn, first_datum(data), state.position)
+        return state
 
     def step_fn(rng_key: PRNGKey, state: DSGLDState):
         return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, step_size)

@@ -100,6 +100,8 @@ class MultiDeviceInfo(NamedTuple):
         the ``f_d / max f`` coin came up); idle chains keep their position.
     participating
         ``[S]``: the devices that were active this round.
+    bad_hyperparameter
+        Whether a (traced) ``step_size`` was not ``> 0`` or ``exploration`` not ``>= 0``.
     """
 
     chain_id: Array
@@ -108,6 +110,7 @@ class MultiDeviceInfo(NamedTuple):
     is_finite: Array
     acted: Array
     participating: Array
+    bad_hyperparameter: Array = False
 
 
 class MultiDeviceInputs(NamedTuple):
@@ -158,7 +161,19 @@ class MultiDeviceFunctions(NamedTuple):
 
 
 def positions_by_chain(position: ArrayTree, chain_id: Array) -> ArrayTree:
-    """Reorder ``[..., S, C, ...]`` positions (e.g. a trace ``[T, S, C, ...]``) to ``[..., S·C, ...]`` by chain id."""
+    """Reorder ``[..., S, C, ...]`` positions (e.g. a trace ``[T, S, C, ...]``) to ``[..., S·C, ...]`` by chain id.
+
+    Parameters
+    ----------
+    position
+        Pytree with leaves ``[..., S, C, ...]`` (the device layout).
+    chain_id
+        ``int32 [..., S, C]``: the chain in each slot (``MultiDeviceState.chain_id``).
+
+    Returns
+    -------
+    The pytree with leaves ``[..., S·C, ...]``, chain ``i`` at index ``i``.
+    """
     chain_id = jnp.asarray(chain_id)
     lead = chain_id.ndim - 2
     flat_ids = chain_id.reshape(chain_id.shape[:lead] + (-1,))
@@ -179,6 +194,15 @@ def draws_by_chain(states: MultiDeviceState) -> ArrayTree:
     ``draws_by_chain(trace.states)`` has leaves ``[S·C, T, ...]``, chain ``i`` in row ``i``,
     the layout of ``jaxsub.run_chains`` and ``blackjax.diagnostics``. Post-processing on the
     host: device-sharded traces are gathered first (a sort may not run over a sharded axis).
+
+    Parameters
+    ----------
+    states
+        The stacked :class:`MultiDeviceState` of a trace (leaves ``[T, S, C, ...]``).
+
+    Returns
+    -------
+    The positions by chain, leaves ``[S·C, T, ...]``.
     """
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(states)):
         states = jax.device_get(states)
@@ -190,7 +214,19 @@ def bytes_per_round(position: ArrayLikeTree, num_shards: int, chains_per_shard: 
     """Bytes that cross devices in one round (chain states and ids), worst case and expected.
 
     A slot whose shift is 0 moves nothing; otherwise each of its ``S`` chains
-    moves once. Expected = worst × (S-1)/S. ``position`` is one chain's position.
+    moves once. Expected = worst × (S-1)/S.
+
+    Parameters
+    ----------
+    position
+        One chain's position.
+    num_shards, chains_per_shard
+        ``S`` and ``C``.
+
+    Returns
+    -------
+    dict
+        ``bytes_per_chain`` (position and 4-byte chain id), ``worst`` and ``expected`` bytes.
     """
     per_chain = sum(int(np.size(x)) * np.dtype(jnp.asarray(x).dtype).itemsize for x in jax.tree.leaves(position)) + 4
     worst = per_chain * num_shards * chains_per_shard
@@ -253,7 +289,17 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
     -------
     MultiDeviceFunctions
         Use this form under ``jax.distributed.initialize`` (multi-host) and for large data
-        (``examples/multihost_dsgld.py``): the data are a jit argument.
+        (``examples/multihost_dsgld.py``): the data are a jit argument. ``kernel`` refuses
+        (``ValueError`` when traced) inputs or a state made for another ``S``, ``C`` or fewer
+        rows per shard than ``batch_size``; a traced ``step_size`` / ``exploration`` out of
+        range sets ``info.bad_hyperparameter``.
+
+    Raises
+    ------
+    ValueError
+        ``num_shards``, ``chains_per_shard``, ``batch_size``, ``local_steps`` < 1,
+        ``participating`` not in ``[1, S]``, a mesh without ``axis_name`` or whose axis has
+        another size than ``S``.
     """
     S = check_int("num_shards", num_shards, low=1)
     C = check_int("chains_per_shard", chains_per_shard, low=1)
@@ -305,6 +351,7 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
                 f"position must have a leading chain axis of size num_shards * chains_per_shard = {S * C}; "
                 f"got leaf shapes {[np.shape(x) for x in leaves]}"
             )
+        position = dsgld.promote_position(position)
         ids = jnp.arange(S * C, dtype=jnp.int32).reshape(S, C)
         if mesh is None:  # traceable: jax.vmap(init) over batches of chains works
             pos = jax.tree.map(lambda x: jnp.reshape(jnp.asarray(x), (S, C) + jnp.shape(x)[1:]), position)
@@ -321,6 +368,7 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
 
     def kernel(rng_key: PRNGKey, state: MultiDeviceState, logprior_fn: Callable, loglikelihood_fn: Callable,
                inputs: MultiDeviceInputs, step_size, exploration=1.0) -> tuple[MultiDeviceState, MultiDeviceInfo]:
+        _check_inputs(inputs, state, S, C, batch_size)
         key_shift, key_local, key_part = jax.random.split(rng_key, 3)
         shifts = jax.random.randint(key_shift, (C,), 0, S, dtype=jnp.int32)
         active = _participation(key_part, S, m)
@@ -374,7 +422,8 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
             new_pos, new_ids, local, finite, acted = sharded_body(
                 key_local, state.position, state.chain_id, shifts, active, inputs.data, inputs.shard_sizes,
                 inputs.shard_probs, inputs.act_probs, arrays, jnp.asarray(step_size), jnp.asarray(exploration))
-        info = MultiDeviceInfo(state.chain_id, shifts, local, finite, acted, active)
+        info = MultiDeviceInfo(state.chain_id, shifts, local, finite, acted, active,
+                               dsgld.bad_hyperparameters(step_size, None if arrays is None else exploration))
         return MultiDeviceState(new_pos, new_ids), info
 
     return MultiDeviceFunctions(init, kernel, make_inputs)
@@ -415,7 +464,15 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
         ``init(position)`` takes leaves with a leading ``S·C`` chain axis and returns a
         :class:`MultiDeviceState`; ``step(rng_key, state) -> (MultiDeviceState, MultiDeviceInfo)``
         runs one round of all chains. ``jaxsub.run_chain`` over it and :func:`draws_by_chain`
-        on the trace's states give ``[chains, steps, ...]`` draws.
+        on the trace's states give ``[chains, steps, ...]`` draws. ``init`` promotes integer
+        positions to floats and checks one chain's position against the model.
+
+    Raises
+    ------
+    ValueError
+        Bad static settings (as :func:`multi_device_kernel` and ``make_inputs``), ``step_size``
+        not > 0 or ``exploration`` < 0 when concrete; from ``init``: positions without the
+        ``S·C`` chain axis, or that the model (or the surrogates) do not accept.
     """
     shards = make_shards(shards)
     step_size = check_hyperparameter("step_size", step_size, low=0.0)
@@ -427,15 +484,31 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
         del rng_key
+        one = dsgld.promote_position(jax.tree.map(lambda x: x[0], position))
         if surrogates is not None:
             from jaxsub.sgmcmc.cg_dsgld import check_surrogate_dim
-            check_surrogate_dim(surrogates, jax.tree.map(lambda x: x[0], position))
-        return functions.init(position)
+            check_surrogate_dim(surrogates, one)
+        state = functions.init(position)
+        dsgld.check_position(logprior_fn, loglikelihood_fn, dsgld.first_datum(inputs.data), one)
+        return state
 
     def step_fn(rng_key: PRNGKey, state: MultiDeviceState):
         return functions.kernel(rng_key, state, logprior_fn, loglikelihood_fn, inputs, step_size, exploration)
 
     return SamplingAlgorithm(init_fn, step_fn)
+
+
+def _check_inputs(inputs: MultiDeviceInputs, state: MultiDeviceState, S: int, C: int, batch_size: int) -> None:
+    """``ValueError`` when the inputs or the state were made for another layout than the kernel's."""
+    leaves = jax.tree.leaves(inputs.data)
+    if not leaves or any(jnp.ndim(x) < 2 or jnp.shape(x)[0] != S for x in leaves):
+        raise ValueError(f"inputs.data must have a leading num_shards = {S} axis (make_inputs of this kernel); "
+                         f"got leaf shapes {[jnp.shape(x) for x in leaves]}")
+    if batch_size > jnp.shape(leaves[0])[1]:
+        raise ValueError(f"batch_size = {batch_size} exceeds the data's rows per shard ({jnp.shape(leaves[0])[1]})")
+    if jnp.shape(state.chain_id) != (S, C):
+        raise ValueError(f"state was made for chain_id shape {jnp.shape(state.chain_id)}; this kernel has "
+                         f"(num_shards, chains_per_shard) = {(S, C)}")
 
 
 def _is_placed(x, mesh, spec) -> bool:

@@ -169,6 +169,11 @@ def minibatch_indices(rng_key: PRNGKey, batch_size: int, num_items: Array) -> Ar
         the sampler is built).
     num_items
         Population size ``N_s`` (scalar integer array, ``1 <= N_s < 2^32``).
+
+    Returns
+    -------
+    Array
+        ``int32 [batch_size]`` distinct indices in ``[0, num_items)``.
     """
     round_keys = permutation_round_keys(rng_key)
     positions = jnp.arange(batch_size, dtype=jnp.uint32)
@@ -181,6 +186,19 @@ def shard_gather(data: ArrayTree, shard: Array, indices: Array) -> ArrayTree:
     The ``[S, N_max, ...]`` leaves are viewed as ``[S·N_max, ...]`` (a free reshape) and gathered at
     ``shard·N_max + indices``: a one-axis gather, which XLA:CPU runs markedly faster than the
     two-axis gather ``x[shard, indices]`` (about 1.3x per SGLD step at d = 50 in benchmarks/cgdsgld.py).
+
+    Parameters
+    ----------
+    data
+        The padded ``[S, N_max, ...]`` pytree (``Shards.data``).
+    shard
+        ``int32`` scalar, the shard.
+    indices
+        ``int32 [m]`` rows of that shard.
+
+    Returns
+    -------
+    The rows, leaves ``[m, ...]``.
     """
 
     def gather(x):
@@ -203,6 +221,16 @@ def check_finite_shards(shards: Shards) -> None:
     Leaves that are not fully addressable from this process (a global array spanning
     other hosts, see ``examples/multihost_dsgld.py``) cannot be read here and are
     skipped: each host should check its own rows.
+
+    Parameters
+    ----------
+    shards
+        A :class:`Shards`.
+
+    Raises
+    ------
+    ValueError
+        Naming the leaf and the number of non-finite values.
     """
     mask = shards.mask
     for i, leaf in enumerate(jax.tree.leaves(shards.data)):

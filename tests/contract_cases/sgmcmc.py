@@ -49,7 +49,7 @@ def _multi_device_kernel_case():
 
 CASES = {name: (lambda name=name: _sgmcmc_case(name)) for name in ("dsgld", "cg_dsgld")}
 CASES["sgmcmc.multi_device"] = _multi_device_case
-try:  # the discovering contract test (issue 14) checks NamedTuple-of-functions constructors by type
+try:  # the discovering contract test checks NamedTuple-of-functions constructors by type
     from contract_cases import discover_constructors  # noqa: F401
 except ImportError:  # the older test calls .step on every case: a NamedTuple of functions has none
     pass
