@@ -121,7 +121,7 @@ def _build(kind, data, N, D, block_size=1):
     cv = None
     if kind == "gauss+cv":
         y, mus = data
-        cv = discrete.taylor_control_variate(_loglik, mus, y)
+        cv = discrete.data_taylor_control_variate(_loglik, mus, y)
     exact = discrete.gumbel_max(fn, D, N)
     race = discrete.racing(
         fn, D, N, delta=DELTA, control_variate=cv,
@@ -171,7 +171,7 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
 
     def cv_for(mus, data):
         y, ym, ycov = data
-        return discrete.taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov)
+        return discrete.data_taylor_control_variate(_loglik, mus, y, data_mean=ym, data_cov=ycov)
 
     def build(shift, data):
         y = data[0]

@@ -96,7 +96,7 @@ def _racing_row(m, repeats: int) -> dict:
     runs = {}
     for name, logprior_fn, loglikelihood_fn in (("hand", hand_logprior, hand_loglikelihood),
                                                 ("adapter", m.logprior_fn, m.loglikelihood_fn)):
-        cv = jaxsub.racing_mh.taylor_control_variate(loglikelihood_fn, m.data, fit.position)
+        cv = jaxsub.racing_mh.parameter_taylor_control_variate(loglikelihood_fn, m.data, fit.position)
         states = jax.vmap(lambda p, f=logprior_fn: jaxsub.racing_mh.init(p, f))(starts)
         runs[name] = (jax.jit(partial(racing_steps, logprior_fn, loglikelihood_fn, m.data, kernel, proposal, cv)),
                       states)

@@ -233,7 +233,7 @@ def sghmc_runner(problem, key, chunk_steps):
 def racing_mh_runner(problem, key, chunk_steps):
     start = time.perf_counter()
     m, fit = problem.model, problem.fit
-    cv = jaxsub.racing_mh.taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
+    cv = jaxsub.racing_mh.parameter_taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
     kernel = jaxsub.racing_mh.build_batched_kernel(m.data.shape[0], delta=0.05, group_size=16)
     proposal = jaxsub.racing_mh.gaussian_random_walk(fit.step_size)
     states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, m.logprior_fn))(_starts(problem, key, 16))

@@ -13,7 +13,7 @@ Five families, one subpackage each (see ``docs/architecture.md``):
 * :mod:`jaxsub.coreference` -- racing Gibbs over pairwise-factor clusterings (Chen &
   Ghahramani 2016, §5.3).
 """
-from jaxsub import anneal, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
+from jaxsub import anneal, checkpoint, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
 from jaxsub import models
 from jaxsub.arviz import to_arviz
 from jaxsub.racing import gibbs as _racing_gibbs_module
@@ -24,7 +24,7 @@ from jaxsub.racing import sgld_mh as _sgld_racing_mh_module
 from jaxsub import racing_gibbs as _racing_gibbs_alias, racing_mh as _racing_mh_alias  # noqa: F401
 from jaxsub import sgld_racing_mh as _sgld_racing_mh_alias  # noqa: F401
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
-from jaxsub.base import ChainTrace, SamplingAlgorithm, run_chain, run_chains
+from jaxsub.base import ChainTrace, InvalidStateError, SamplingAlgorithm, checked, run_chain, run_chains
 
 __version__ = "0.2.0"
 
@@ -40,9 +40,12 @@ cg_dsgld = _TopLevelAPI(sgmcmc.cg_dsgld)
 
 __all__ = [
     "ChainTrace",
+    "InvalidStateError",
     "SamplingAlgorithm",
     "anneal",
     "cg_dsgld",
+    "checked",
+    "checkpoint",
     "compress",
     "coreference",
     "datasets",

@@ -47,5 +47,4 @@ __all__ = [
     "mh_decision",
     "pair_cv",
     "parameter_taylor_control_variate",
-    "taylor_control_variate",
 ]

@@ -338,7 +338,7 @@ def test_mh_mode_without_gumbel_noise(rng_key, control_variate):
 
     def one(key, pair, lu):
         fn = lambda idx: loglik(pair[None, :], yj[idx][:, None])  # noqa: E731
-        cv = discrete.taylor_control_variate(loglik, pair, yj) if control_variate else None
+        cv = discrete.data_taylor_control_variate(loglik, pair, yj) if control_variate else None
         # max_block_size=TEST_BLOCK: two chunk sizes (50, 200) instead of four, fewer loops to compile
         sample = discrete.racing(fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv, max_block_size=TEST_BLOCK)
         return sample(key, jnp.stack([lu, jnp.zeros((), jnp.float32)]))
@@ -366,7 +366,7 @@ def test_taylor_control_variate_mean_and_zero_variance_for_gaussian(rng_key):
     def loglik(theta, yn):
         return -0.5 * jnp.sum((yn - theta) ** 2)
 
-    cv = discrete.taylor_control_variate(loglik, thetas, y)
+    cv = discrete.data_taylor_control_variate(loglik, thetas, y)
     h_all = np.asarray(cv.fn(jnp.arange(N)), np.float64)
     np.testing.assert_allclose(np.asarray(cv.mean), h_all.mean(axis=0), rtol=1e-4, atol=1e-4)
     l_all = np.asarray(jax.vmap(lambda th: jax.vmap(lambda yn: loglik(th, yn))(y), out_axes=1)(thetas))
@@ -601,7 +601,7 @@ def test_options_declared_once_keywords_or_record():
 
 def test_exported():
     assert jaxsub.discrete is discrete
-    for name in ("gumbel_max", "racing", "lil_ucb", "b_normal", "taylor_control_variate", "pad_populations"):
+    for name in ("gumbel_max", "racing", "lil_ucb", "b_normal", "data_taylor_control_variate", "pad_populations"):
         assert callable(getattr(discrete, name))
 
 

@@ -232,7 +232,7 @@ def _agrees(draws, reference, min_ess=200.0):
 def test_racing_mh_with_taylor_control_variate_agrees_with_nuts(glm, reference):
     m = glm
     center = jnp.asarray(reference.mean, jnp.float32)
-    cv = jaxsub.racing_mh.taylor_control_variate(m.loglikelihood_fn, m.data, center)
+    cv = jaxsub.racing_mh.parameter_taylor_control_variate(m.loglikelihood_fn, m.data, center)
     algo = jaxsub.racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05, step_size=_step_scale(reference),
                             control_variate=cv)
     key = jax.random.key(11)

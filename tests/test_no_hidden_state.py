@@ -29,7 +29,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxsub"
 #: Functions allowed to call ``jax.jit``: drivers of host-side loops, compiling at each call.
 DRIVERS = {
     "jaxsub/base.py": {"run_chain", "run_chains"},
-    "jaxsub/anneal/kernels.py": {"fit"},  # capacity growth between compiled sweeps
     "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
     "jaxsub/coreference/fit.py": {"fit"},  # annealed sweeps driven from the host
 }

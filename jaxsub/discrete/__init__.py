@@ -71,5 +71,4 @@ __all__ = [
     "racing_batch",
     "racing_coefficients",
     "racing_ragged",
-    "taylor_control_variate",
 ]

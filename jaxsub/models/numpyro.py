@@ -266,7 +266,7 @@ def from_numpyro(model: Callable, *model_args, data: dict, **model_kwargs) -> Nu
     ...         numpyro.sample("y", dist.Bernoulli(logits=x @ beta), obs=y)
     >>> m = jaxsub.models.from_numpyro(model, data={"x": x, "y": y})
     >>> fit = jaxsub.racing_mh.laplace_fit(m.logprior_fn, m.loglikelihood_fn, m.data, m.initial_position)
-    >>> cv = jaxsub.racing_mh.taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
+    >>> cv = jaxsub.racing_mh.parameter_taylor_control_variate(m.loglikelihood_fn, m.data, fit.position)
     >>> algo = jaxsub.racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05,
     ...                         step_size=fit.step_size, control_variate=cv)
     >>> trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(starts), 2000)

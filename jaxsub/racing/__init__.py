@@ -28,7 +28,13 @@ Public aliases, unchanged: :mod:`jaxsub.discrete` (the samplers), ``jaxsub.racin
 Without-replacement index sampling lives in :mod:`jaxsub.subsample` (shared with other families).
 """
 from jaxsub.racing.bounds import b_normal, doubling_schedule, normal_crossing_probability, racing_coefficients
-from jaxsub.racing.control_variates import ControlVariate, data_moments, taylor_control_variate
+from jaxsub.racing.control_variates import (
+    ControlVariate,
+    data_moments,
+    data_taylor_control_variate,
+    parameter_taylor_control_variate,
+    taylor_control_variate,
+)
 from jaxsub.racing.config import RaceOptions
 from jaxsub.racing.engine import RacingBatchSampler, RacingSampler, racing, racing_batch
 from jaxsub.racing.info import RacingInfo, check_beta
@@ -48,6 +54,7 @@ __all__ = [
     "b_normal",
     "check_beta",
     "data_moments",
+    "data_taylor_control_variate",
     "doubling_schedule",
     "exact_log_weights",
     "gibbs",
@@ -55,11 +62,11 @@ __all__ = [
     "lil_ucb",
     "mh",
     "normal_crossing_probability",
+    "parameter_taylor_control_variate",
     "pad_populations",
     "racing",
     "racing_batch",
     "racing_coefficients",
     "racing_ragged",
     "sgld_mh",
-    "taylor_control_variate",
 ]

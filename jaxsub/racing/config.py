@@ -108,7 +108,7 @@ class RaceOptions(NamedTuple):
         (after the control variate). Required by ``bound="ebs"``.
     control_variate
         ``None``, a :class:`~jaxsub.racing.ControlVariate` or ``(h_fn, h_mean)``
-        (see :func:`jaxsub.discrete.taylor_control_variate`): rewards become
+        (see :func:`jaxsub.discrete.data_taylor_control_variate`): rewards become
         ``l - h + h_mean`` (§3.4). With :func:`~jaxsub.racing.racing_batch`,
         ``h_fn(indices, params)`` and ``h_mean`` an array or ``h_mean(params)``.
     gumbel_noise

@@ -50,7 +50,6 @@ __all__ = [
     "data_moments",
     "data_taylor_control_variate",
     "parameter_taylor_control_variate",
-    "taylor_control_variate",
 ]
 
 

@@ -111,7 +111,6 @@ __all__ = [
     "mh_decision",
     "pair_cv",
     "parameter_taylor_control_variate",
-    "taylor_control_variate",
 ]
 
 

@@ -33,6 +33,7 @@ from jaxsub.sgmcmc.shards import Shards, make_shards, minibatch_indices
 from jaxsub.sgmcmc.surrogates import (
     ConduciveArrays,
     GaussianSurrogates,
+    LaplaceOptions,
     SurrogateFitInfo,
     conducive_arrays,
     conducive_gradient,
@@ -46,6 +47,7 @@ from jaxsub.sgmcmc.surrogates import (
 __all__ = [
     "ConduciveArrays",
     "GaussianSurrogates",
+    "LaplaceOptions",
     "MultiDeviceFunctions",
     "MultiDeviceInfo",
     "MultiDeviceInputs",
