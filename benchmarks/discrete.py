@@ -48,7 +48,7 @@ Two kinds of floor rows (not samplers of the target) bound what the engine can r
 ``exact pass over 2 arms (floor)`` is ``gumbel_max`` over 2 of the 100 arms on a D = 100 row's
 problem: every D = 100 race takes the exact pass (all N rows for its >= 2 survivors), which
 costs at least the exact sampler's own pass over those arms, so that row's speedup bounds
-every D = 100 racing row of the same factor (docs/discrete.md, "Session 18").
+every D = 100 racing row of the same factor (docs/guides/discrete.md).
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
 
     data = (y, ym, ycov)
     # The exact baseline draws one after another (``lax.map``): under ``jax.vmap`` the exact sums
-    # of 256 draws measured 8x slower per draw than single draws (7.6 s vs 256 x 3.5 ms, session 8),
+    # of 256 draws measured 8x slower per draw than single draws (7.6 s vs 256 x 3.5 ms),
     # which would flatter the batched ratio.
     exact_v = jax.jit(lambda k, s, f0, data: jax.lax.map(lambda a: build(a[1], data)[0](a[0], a[2]), (k, s, f0)))
     race_v = jax.jit(lambda k, s, f0, data: jax.vmap(lambda k, s, f0: build(s, data)[1](k, f0))(k, s, f0))
@@ -231,7 +231,7 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
 
 
 def _minimal_race(yb, mus, num_data: int, compact: int = 4, first_batch_size: int = 50):
-    """The floor of the engine's execution model (issue 16 session 9, priority 1): the *minimal*
+    """The floor of the engine's execution model: the *minimal*
     race for the Gaussian factor over blocks ``yb`` [N / B, B] (``log f_n(i) = -(y_n - mu_i)^2 / 2``),
     as straight JAX with as few kernels per stage as we could write: the doubling stages statically
     unrolled (one ``lax.switch`` per stage: all arms / ``compact`` arms / done), block indices from the
@@ -366,7 +366,7 @@ def _pass_floor_row(kind, N, D, repeats, k: int = 2):
     )
 
 
-#: Default block size used by the block rows (the measured choice, see docs/discrete.md).
+#: Default block size used by the block rows (the measured choice, see docs/guides/discrete.md).
 BLOCK = 64
 
 #: Untimed draws per single-draw row whose counts give the evaluation and data ratios.
@@ -397,11 +397,11 @@ def run(*, quick: bool) -> list[dict]:
     N = 10**5 if quick else 10**6
     # 9 timed calls of each sampler (3 in quick mode): with 3, the exact sampler's first calls after
     # compilation (measured 10.7, 9.1, 6.7 ms, then ~7 ms steady, Gaussian D = 100 at load 1.3;
-    # docs/discrete.md "Session 14") set the median and flattered the D = 100 ratios.
+    # docs/guides/discrete.md) set the median and flattered the D = 100 ratios.
     repeats = 3 if quick else 9
     # Compilation dominates the run time (5-7 CPU-s per racing sampler idle), so the plan keeps
-    # one row per target of the issue; the B = 1 and control-variate rows of earlier sessions
-    # are measured in docs/discrete.md.
+    # one row per performance target; the B = 1 and control-variate rows
+    # are measured in docs/guides/discrete.md.
     plan = [
         ("gauss", N, 10, BLOCK), ("table", N, 10, BLOCK),
         ("gauss", N, 100, BLOCK), ("logistic", N // 10 if quick else N // 4, 100, BLOCK),

@@ -60,7 +60,7 @@ DELTA = 0.05
 #: row reads are most of a step; m_1 = 32 reads 30% fewer rows per chain-step (87 vs 124) at the same
 #: acceptance, and the decision error measured on this problem is 0 of 3,600 decisions (3 of 3,600 at
 #: m_1 = 50; delta = 0.05). Smaller m_1 leans harder on the Normal approximation of the first-stage mean
-#: (docs/racing_kernels.md "Session 12"); keep ~30 or more.
+#: (docs/guides/discrete.md); keep ~30 or more.
 FIRST_BATCH = 32
 NUM_CHAINS = 16
 #: Posterior moments within 0.1 posterior sd of the reference.

@@ -8,14 +8,14 @@ of different hosts are cross-process collective permutes (gloo on CPU).
 
 Two processes on one machine (loopback only)::
 
-    python examples/multihost_dsgld.py --num-processes 2 --process-id 0 --coordinator 127.0.0.1:12355 --out a.npz &
-    python examples/multihost_dsgld.py --num-processes 2 --process-id 1 --coordinator 127.0.0.1:12355 --out b.npz
+    python examples/multihost_dsgld.py --num-processes 2 --process-id 0 --address 127.0.0.1:12355 --out a.npz &
+    python examples/multihost_dsgld.py --num-processes 2 --process-id 1 --address 127.0.0.1:12355 --out b.npz
 
 One process with all 8 devices (the reference; same keys, same draws)::
 
     python examples/multihost_dsgld.py --num-processes 1 --local-devices 8 --out ref.npz
 
-On real hosts use each host's address for ``--coordinator`` (process 0's) and
+On real hosts pass process 0's host:port as ``--address`` and
 drop ``--local-devices`` (accelerators are discovered).
 
 Long runs survive being killed: with ``--checkpoint-dir DIR`` the rounds run in chunks of
@@ -37,7 +37,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--num-processes", type=int, default=1)
     p.add_argument("--process-id", type=int, default=0)
-    p.add_argument("--coordinator", default="127.0.0.1:12355", help="host:port of process 0")
+    p.add_argument("--address", default="127.0.0.1:12355", help="host:port of process 0")
     p.add_argument("--local-devices", type=int, default=None,
                    help="simulated CPU devices per process (default: 8 / num_processes)")
     p.add_argument("--rounds", type=int, default=30)
@@ -111,7 +111,7 @@ def main(argv=None):
 
     if args.num_processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(args.coordinator, num_processes=args.num_processes, process_id=args.process_id,
+        jax.distributed.initialize(args.address, num_processes=args.num_processes, process_id=args.process_id,
                                    initialization_timeout=args.init_timeout,
                                    heartbeat_timeout_seconds=max(10, args.init_timeout // 3),
                                    shutdown_timeout_seconds=args.init_timeout)

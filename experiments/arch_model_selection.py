@@ -165,7 +165,7 @@ def packed_rows(data, pilot, *, seed: int = 0):
 #: first stage that would draw ``>= c N`` new random data finishes with one contiguous exact pass
 #: over the surviving arms instead (this only removes error events; Prop. 1 still holds). The
 #: engine's default (0.25) lets a hard race read up to N/4 data at random first; 0.02 was slower in
-#: the quieter calls of an A/B at full N (docs/racing_kernels.md), so the default is kept.
+#: the quieter calls of an A/B at full N (docs/guides/discrete.md), so the default is kept.
 EXACT_PASS_COST = jaxsub.racing.engine.DEFAULT_EXACT_PASS_COST
 
 

@@ -13,7 +13,7 @@ CG-DSGLD (L local steps per round, f_s = 1/S). Quick mode: Laplace surrogates
 (``jaxsub.sgmcmc.laplace_surrogates``, fractional-prior damping, full Hessian precision) at the library
 default's FedSGD centre (server Adam on the size-weighted average of the clients' full-shard gradients,
 300 rounds). Full mode: the configuration chosen on the *validation* rows by the rule fixed in advance
-(docs/sgmcmc.md, session 8): the paper's own surrogates (Sec. 4.1: Gaussian moments, diagonal covariance, of
+(docs/guides/sgmcmc.md): the paper's own surrogates (Sec. 4.1: Gaussian moments, diagonal covariance, of
 local SGLD draws on every shard, ``jaxsub.sgmcmc.gaussian_surrogates``; :func:`sgld_moment_surrogates`) at
 L = 10, beside the runner-up (Laplace, diagonal Gauss-Newton precision, each shard's own damped mode,
 ``expansion='local'``, 1,000 Adam steps).
@@ -54,16 +54,16 @@ NUM_SHARDS = logistic.NUM_SHARDS
 SPLITS = (("homogeneous", None), ("Beta(0.1, 0.1)", 0.1), ("Beta(10, 10)", 10.0))
 CHAINS = 3
 #: CG-DSGLD rows in quick mode: surrogate kind -> row name (the library default; the FedAvg centre, which tied it
-#: here, is compared in docs/sgmcmc.md, session 7)
+#: here, is compared in docs/guides/sgmcmc.md)
 EXPANSIONS = (("fedsgd", "CG-DSGLD"),)
-#: full mode (session 8, docs/sgmcmc.md): the configuration chosen on the validation rows by the rule fixed in advance
+#: full mode (docs/guides/sgmcmc.md): the configuration chosen on the validation rows by the rule fixed in advance
 #: (largest validation log-lik of CG-DSGLD minus DSGLD over {Laplace diag GN FedSGD / local centres, SGLD moments
 #: diag / full} x L in {100, 10}): the paper's SGLD moment fit with diagonal covariance at L = 10; the runner-up
 #: (Laplace, diagonal Gauss-Newton at each shard's own mode, 0.00001 behind) beside it
 FULL_EXPANSIONS = (("sgld_moment_diag", "CG-DSGLD (SGLD moments, diag)"),
                    ("local", "CG-DSGLD (Laplace, local centres)"))
 #: balanced validation rows per label in full mode: training-pool rows in no shard and not in the test set
-#: (``logistic.make_data_with_validation``); the full-mode configuration was chosen on these (docs/sgmcmc.md, session 8)
+#: (``logistic.make_data_with_validation``); the full-mode configuration was chosen on these (docs/guides/sgmcmc.md)
 VALIDATION_PER_CLASS = 2_000
 
 
@@ -230,7 +230,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 steps = 300 if quick else 1_000
                 kw = dict(structure="full" if quick else "diag", num_steps=steps, optimizer=optax.adam(0.02), expansion=expansion)
                 if not quick:  # Gauss-Newton curvature (PSD: nothing to clip; with the Hessian, 54-96 of the 161
-                    # eigenvalues were clipped and CG-DSGLD diverged on the Beta(0.1, 0.1) split, docs/sgmcmc.md)
+                    # eigenvalues were clipped and CG-DSGLD diverged on the Beta(0.1, 0.1) split, docs/guides/sgmcmc.md)
                     kw.update(curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
                 if expansion == "fedavg":
                     kw["fedavg_local_steps"] = 20
@@ -281,7 +281,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         all_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_test, y_test,
                                                       seconds * (rounds - burn) / rounds)
         val_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_val, y_val, seconds)
-        if not quick:  # the cause measured (docs/sgmcmc.md, session 8): how much shard drift each surrogate cancels
+        if not quick:  # the cause measured (docs/guides/sgmcmc.md): how much shard drift each surrogate cancels
             at_pooled = drift_at(jax.tree.map(lambda v: v[:, burn:], path), shards, probs)
             drift = {}
             for expansion, name in expansions:
@@ -345,7 +345,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
 
 def drift_study(per_chain: int = 20) -> dict:
-    """The session-8 cause measurement beyond the full mode's own table (docs/sgmcmc.md), reproducible with
+    """The cause measurement beyond the full mode's own table (docs/guides/sgmcmc.md), reproducible with
     ``python -c "from experiments.cgdsgld_bnn import drift_study; drift_study()"`` (≈ 2 CPU-min): the
     :func:`drift_cancellation` ratio (a) for the convex logistic model at a = 0.1 (control: Laplace, full
     precision, FedSGD centre = the library default, and local centres; at 60 draws of its Laplace posterior),

@@ -247,7 +247,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                                       expansion="fedsgd")
             programs["fedavg"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS,
                                       fedavg_local_steps=FEDAVG_STEPS, optimizer=opt, expansion="fedavg")
-            if not quick:  # the session-3 default (each shard's own damped mode): full mode only (a compile)
+            if not quick:  # the former default (each shard's own damped mode): full mode only (a compile)
                 programs["local"] = dict(structure="full", num_steps=1_000, optimizer=opt, expansion="local")
             for kw in programs.values():
                 kw["program"] = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, jnp.zeros(dim), **kw), quick=quick)

@@ -94,7 +94,7 @@ def make_clients(x, y, num_clients, rng):
 
 
 FEDAVG_ROUNDS, FEDAVG_STEPS = 6, 20  # quick mode; 5x as many rounds in full mode
-#: FedSGD centre: (rounds, server Adam learning rate), quick mode / full mode. Quick: 50 rounds at 0.02 (session 7;
+#: FedSGD centre: (rounds, server Adam learning rate), quick mode / full mode. Quick: 50 rounds at 0.02 (
 #: 100 at 0.01 before: centre 92.1% vs 91.1%, CG-DSGLD 0.35 / 0.30 point below pooled SGLD, half the fit's CPU)
 FEDSGD_QUICK, FEDSGD_FULL = (50, 2e-2), (300, 1e-2)
 SEEDS = (1, 2, 3)  # three independent chains per sampler
@@ -174,7 +174,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                "sgld_steps_per_run": rounds * local_steps,
                "mean_fraction_of_top_two_digits_per_client": top2}
     probs = np.full(num_clients, 1.0 / num_clients)
-    # Surrogates (the cause found in session 6: what decides is the *expansion point*, not the curvature):
+    # Surrogates (the measured cause: what decides is the *expansion point*, not the curvature):
     # every client's likelihood is expanded at one common point θ̄ near the global (damped) mode, found by
     # FedSGD -- each round every client sends its full-shard gradient at θ̄, the server averages them
     # (size-weighted: the global gradient) and takes an Adam step -- with the empirical Fisher (quick) or
@@ -293,8 +293,8 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     ``c`` in ``curvature_scales`` -- ``Λ_s ← c Λ_s`` with the expansion point θ̄ kept (``h_s = c Λ_s θ̄ + g_s``,
     so ``c = 0`` is the pure gradient control variate ``Σ_k ∇ℓ_k(θ̄) - ∇ℓ_s(θ̄)/f_s``), and pooled SGLD,
     for each seed. Returns ``{row: [accuracy per seed]}`` (posterior predictive, draws after a third of the
-    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run`` (session 5's study,
-    from the FedAvg centre; ``expansion_study`` is session 6's).
+    rounds, thinned to one per 20 SGLD steps like the main run). Not part of ``run`` (a study
+    from the FedAvg centre; ``expansion_study`` compares expansion points).
     """
     data = jaxsub.datasets.load_mnist()
     rng = np.random.default_rng(0)
@@ -352,7 +352,7 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
 def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1_200) -> dict:
     """What decides CG-DSGLD on this network: the expansion point or the curvature? (quick sizes)
 
-    For two common expansion points -- a FedAvg centre (the library default until session 6; 6 rounds x 20 local Adam
+    For two common expansion points -- a FedAvg centre (a former library default; 6 rounds x 20 local Adam
     steps) and the FedSGD centre of ``run`` in quick mode (the global damped mode) --
     and from that point: DSGLD, CG-DSGLD with the gradient control variate only (``Λ_s = 0``), with the
     empirical Fisher diagonal and with the Gauss-Newton diagonal at the point, and pooled SGLD; ``L``

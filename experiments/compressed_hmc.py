@@ -3,7 +3,7 @@
 For each dataset: standardise, cluster at three radii (jaxsub.compress.cluster,
 Algorithm 1), run BlackJAX NUTS preconditioned by the Laplace fit of the exact posterior
 (coordinates theta = mode + chol z; step size and diagonal mass matrix in z tuned once by window
-adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/compress.md
+adaptation on the exact posterior and shared by all runs; MNIST, 7,850 parameters (docs/guides/compress.md
 for why not NUTS there): HMC with 10 leapfrog steps, tuned the same way; quick mode: HMC
 in the same whitened coordinates with no warm-up, its step size set by the dimension (QUICK_STEP_SCALE),
 quick MNIST as MNIST) on the exact and on each compressed posterior, and BlackJAX meanfield_vi as the reference approximation. Columns as in
@@ -11,7 +11,7 @@ the paper: N, c, delta, rho, approxKL (moment-matched Gaussians, Lemma 1, agains
 chain's draws), test error (or MSE), time = clustering + sampling; plus the posterior error in
 posterior-sd units and each chain's smallest effective sample size. (NUTS replaces the HMC that
 every dataset used before: on flights and mortgages that HMC had a minimum ESS of 3-5 in 400
-draws, so its sd-unit columns were Monte Carlo error; docs/compress.md.)
+draws, so its sd-unit columns were Monte Carlo error; docs/guides/compress.md.)
 
 Datasets: MNIST (multiclass logistic, 10 classes), California housing
 (= LIBSVM cadata; linear regression), nycflights13 flights as the >= 2.5e5-row
@@ -69,12 +69,12 @@ PRIOR_SD = 1.0
 #: posterior (theta = mode + chol z, window adaptation of a diagonal mass matrix in z, on the exact
 #: posterior, shared by every chain) for models of at most this many parameters; above (MNIST,
 #: 7,850), where the Hessian is not affordable, HMC with 10 leapfrog steps as before. Table 3's
-#: earlier HMC did not mix on the flights and mortgages models (docs/compress.md).
+#: earlier HMC did not mix on the flights and mortgages models (docs/guides/compress.md).
 LAPLACE_MAX_PARAMS = 500
 
 #: Quick mode: HMC in the Laplace-whitened coordinates for models of at most this many
 #: parameters (as full mode's NUTS: cadata, flights; not the 2x2-pooled quick MNIST's 1,970, on
-#: which this fixed rule is accepted 13 % of the time, docs/compress.md), with **no
+#: which this fixed rule is accepted 13 % of the time, docs/guides/compress.md), with **no
 #: warm-up**: in the whitened coordinates the exact posterior is close to N(0, I), so the step size
 #: is set by the dimension, ``QUICK_STEP_SCALE * d**-0.25`` (the leapfrog energy error on N(0, I_d)
 #: grows like d eps^4), the mass matrix is the identity and the trajectory length is
@@ -198,7 +198,7 @@ def _linear(num_features, noise_sd, y_scale):
 def _ess_min(flat):
     """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
     (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses), jitted: eagerly it
-    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/compress.md)."""
+    costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/guides/compress.md)."""
     ess = np.asarray(jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64)
     return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
@@ -549,7 +549,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.text(f"Trials per setting set to {trials} by JAXSUB_COMPRESSED_HMC_TRIALS.")
     results, skipped = {}, {}
     key = jax.random.key(20211128)
-    if os.environ.get("JAXSUB_COMPRESSED_HMC_SEED"):  # another seed (docs/compress.md: robustness of quick mode)
+    if os.environ.get("JAXSUB_COMPRESSED_HMC_SEED"):  # another seed (docs/guides/compress.md: robustness of quick mode)
         key = jax.random.fold_in(key, int(os.environ["JAXSUB_COMPRESSED_HMC_SEED"]))
         rep.text(f"Seed changed by JAXSUB_COMPRESSED_HMC_SEED={os.environ['JAXSUB_COMPRESSED_HMC_SEED']}.")
     with progress(total=6 * len(names) * trials, desc="compressed_hmc") as bar:

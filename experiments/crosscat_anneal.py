@@ -137,7 +137,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     :func:`~jaxsub.anneal.crosscat.data_grids` (``style="weights"``) on the table's rows, lace's data-derived NIX
     hyperprior as prior weights on the grid points (the loaders standardise the reals; one set per table: grids are
     compiled in), or ``"data-no-sigma2"``: the same without the sigma2 weight (``sigma2_weight=False``). Neither beats
-    the default grids by 2 standard errors on paired keys (docs/anneal.md), so neither is the default. ``sweep_growth``: passed to
+    the default grids by 2 standard errors on paired keys (docs/guides/anneal.md), so neither is the default. ``sweep_growth``: passed to
     :func:`~jaxsub.anneal.crosscat.fit` for every strategy (``None``: fit's default, 2: the feature and
     hyper moves also run each time the subsample doubles, which the 1N runs, all adding ticks, otherwise ran once;
     0: as before)."""
@@ -157,7 +157,7 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     threads = 2 if num_chains % 2 == 0 else 1  # pylace runs its states on parallel threads: the same 2 cores
     # cluster slots per view (a JAX shape; fit doubles it on overflow and resumes exactly, one compile more): the
     # row tick costs ~0.1 us per slot; on the subsets' splits 32 holds every run but gss Anneal 10N / 30N and
-    # Sequential+Gibbs 30N, which grow to 64 (flights: 0.75-0.82x the CPU of 64, identical scores; docs/anneal.md). Quick (its Prior+Gibbs 30N run needs 64: one compiled sweep) and full tables: 64.
+    # Sequential+Gibbs 30N, which grow to 64 (flights: 0.75-0.82x the CPU of 64, identical scores; docs/guides/anneal.md). Quick (its Prior+Gibbs 30N run needs 64: one compiled sweep) and full tables: 64.
     capacity = 32 if subsets and not quick else 64
     growth = {} if sweep_growth is None else {"sweep_growth": sweep_growth}
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def distributed_main(pid: int, port: int) -> None:
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

@@ -536,7 +536,7 @@ def test_merge_rounds_decide_with_the_exact_post_merge_radius():
 def test_merge_rule_counts_on_high_dimensional_data():
     # where the merge rule is meant to be used (d > 16, small clusters): never more clusters than the
     # exact-join stream or the blocked stream, within 1.5x of greedy leader + repair. (On tight blobs
-    # of more rows than _MERGE_NEIGHBOURS + 1 it opens more, see docs/compress.md.)
+    # of more rows than _MERGE_NEIGHBOURS + 1 it opens more, see docs/guides/compress.md.)
     # rows near a 4-dimensional subspace of R^784, about 1.5 rows per cluster (MNIST at delta = 0.2 has 1.7)
     rng = np.random.default_rng(9)
     basis = np.linalg.qr(rng.standard_normal((784, 4)))[0]

@@ -34,7 +34,7 @@ DRIVERS = {
 }
 
 #: Host-side driver modules whose module-level functions are compiled with ``jax.jit`` and
-#: static arguments (issue 15's sanctioned pattern: JAX owns that cache, keyed by the static
+#: static arguments (the sanctioned pattern: JAX owns that cache, keyed by the static
 #: arguments; nothing the library holds changes results). Only ``fit``-style drivers call them.
 MODULE_JIT_DRIVERS = {"jaxsub/anneal/driver.py", "jaxsub/anneal/crosscat/fit.py"}
 COMPILERS = {"jit", "pmap", "pjit"}

@@ -2,7 +2,7 @@
 
 ``exact_sums(..., sub_block=S)`` reads each block S rows at a time into a running sum (so that
 ``jax.vmap`` over draws does not write a [B, D, block] array of factors to memory: 3.3x less time
-per draw at B = 256, docs/racing_kernels.md). It must give the same sums as one pass per
+per draw at B = 256, docs/guides/discrete.md). It must give the same sums as one pass per
 block up to float rounding (the same law for gumbel_max), keep the -inf / NaN flags, and batched
 draws must equal one-at-a-time draws.
 """

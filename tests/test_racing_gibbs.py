@@ -233,7 +233,7 @@ def _student_t_nu_problem(num_data=100_000):
 
 @pytest.mark.slow
 def test_student_t_nu_wrong_state_rate_and_sweep_within_delta():
-    """Issue 16 item 9b (racing Gibbs for nu of a Student-t(4) model, N = 1e5, delta = 0.01).
+    """Racing Gibbs for nu of a Student-t(4) model (N = 1e5, delta = 0.01).
 
     Before the skewness guard the wrong state came back 1.5% of the time and a Gibbs sweep's posterior
     sd of log sigma was 14x too large. (a) 4,000 draws of the conditional at (mu, log sigma) = (0, 0)

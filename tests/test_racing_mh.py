@@ -687,7 +687,7 @@ def _fused_draw_checks(normals, u):
 
 
 def test_fused_random_bits_draw_laws_and_stationarity():
-    """Session 12 (one threefry call per step): ``fused_draws`` makes N(0, 1) proposal normals, U(0, 1)
+    """One threefry call per step: ``fused_draws`` makes N(0, 1) proposal normals, U(0, 1)
     for ``u`` and permutation round keys from independent words of one ``jax.random.bits`` call.
     (i) 8192 draws of 4 normals and u: mean, variance and pairwise correlations within 4 MC standard
     errors, KS p > 1e-4; negative controls the same checks reject: normals scaled by 1.05 (variance

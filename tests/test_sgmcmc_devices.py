@@ -123,7 +123,7 @@ def test_two_processes_equal_one_process(tmp_path):
     port = _free_port()
     procs = {
         f"process {i}": _start([sys.executable, script, "--num-processes", "2", "--process-id", str(i),
-                                "--coordinator", f"127.0.0.1:{port}", "--init-timeout", "60",
+                                "--address", f"127.0.0.1:{port}", "--init-timeout", "60",
                                 "--out", str(tmp_path / "multi.npz"), *common], tmp_path, f"process{i}")
         for i in (0, 1)
     }
