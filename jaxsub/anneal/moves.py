@@ -114,7 +114,23 @@ class TickInfo(NamedTuple):
 
 
 def check_sweep_growth(sweep_growth) -> float:
-    """``sweep_growth`` as a float: 0 (off) or a finite real > 1, else ``ValueError`` naming it."""
+    """``sweep_growth`` as a float: 0 (off) or a finite real > 1, else ``ValueError`` naming it.
+
+    Parameters
+    ----------
+    sweep_growth : float
+        The growth factor of :func:`moves_due` (``0`` turns growth-triggered moves off).
+
+    Returns
+    -------
+    float
+        ``sweep_growth`` as a Python float.
+
+    Raises
+    ------
+    ValueError
+        A bool, a non-real, or a value other than 0 that is not a finite real > 1.
+    """
     if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
         raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
     g = float(sweep_growth)
@@ -133,6 +149,22 @@ def moves_due(since_hyper, num_assigned, swept, sweep_growth: float = 0.0):
     they run once, at ``hyper_min_rows`` rows; with ``g = 2`` at about 20, 40, 80, ... rows. The rule reads tick
     counters only, never the state's values, so it changes *when* posterior-invariant moves run, not what they do.
     ``m`` and ``swept`` are compared in float32 (exact below 2**24 rows).
+
+    Parameters
+    ----------
+    since_hyper : jnp.ndarray
+        Int scalar: rows added since the last moves.
+    num_assigned : jnp.ndarray
+        Int scalar: the subsample size ``m``.
+    swept : jnp.ndarray
+        Int scalar: the subsample size at the last moves.
+    sweep_growth : float, default 0.0
+        The static growth factor ``g`` (0 or > 1, see :func:`check_sweep_growth`).
+
+    Returns
+    -------
+    jnp.ndarray
+        Bool scalar: whether the moves run after this tick.
     """
     due = since_hyper >= jnp.maximum(num_assigned, 1)
     if sweep_growth:
