@@ -270,7 +270,7 @@ def _uniform_index_hl(hi, lo, m):
 def _first_true(b, axis: int = -1):
     """``jnp.argmax(b, axis)`` of a boolean array (the first ``True``; 0 when there is none) as a ``min`` over
     ``where(b, index, n)``: the same integers, but a plain reduction that XLA:CPU vectorises instead of the
-    (value, index) pair reduction of ``argmax`` (~5x cheaper on ``[8, 12, 64]``, docs/anneal.md)."""
+    (value, index) pair reduction of ``argmax`` (measured ~5x cheaper on ``[8, 12, 64]``)."""
     n = b.shape[axis]
     shape = [1] * b.ndim
     shape[axis] = n
@@ -284,7 +284,7 @@ def _prefix_sum(x, block: int = 16):
     ``jnp.cumsum`` lowers to a ``reduce_window`` that XLA:CPU rewrites into blocks of 16 (a left-to-right running
     sum within each block, plus the running sum of the block totals); that still costs O(16 n) per row and,
     under ``vmap`` over chains, ~1.4 us per chain of a CrossCat tick (``[V, C]`` = 12 x 64,
-    docs/anneal.md). This is the same sums in the same order as unrolled adds (so the draws of the
+    measured). This is the same sums in the same order as unrolled adds (so the draws of the
     samplers are unchanged; checked against ``jnp.cumsum`` for n = 5 ... 512 in ``tests/test_crosscat.py``)."""
     n = x.shape[-1]
 
