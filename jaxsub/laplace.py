@@ -135,7 +135,7 @@ def laplace_fit(
     A one-off O(N) cost per iteration, before sampling: the MAP is where
     :func:`jaxsub.racing.control_variates.parameter_taylor_control_variate` should be centred
     (its residuals then shrink like ``|θ - θ̂|^3`` over the posterior), and ``2.38/√d`` times the
-    Laplace scale is the random-walk step that makes racing MH pay off (docs/racing_kernels.md).
+    Laplace scale is the random-walk step that makes racing MH pay off (docs/guides/discrete.md).
 
     Parameters
     ----------

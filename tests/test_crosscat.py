@@ -1048,6 +1048,7 @@ def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_s
     assert np.max(np.abs(freq - q / q.sum())) > 0.05  # negative control: lace's sigma2 weight is not applied
 
 
+@pytest.mark.slow  # about a minute: run with `python -m pytest -m slow tests/test_crosscat.py`
 def test_sweep_growth_runs_the_moves_as_the_subsample_grows():
     """``fit(sweep_growth=g)``: a schedule that only adds rows (``linear_anneal(N, N)``) never completes a cycle,
     so without it the feature / hyper moves run once, at ``hyper_min_rows``; with ``g`` they also run each time
@@ -1099,6 +1100,7 @@ def test_fit_with_sweep_growth_final_passes_reach_the_exact_crosscat_posterior()
         assert_discrete_matches(_observe(parts, none.state), exact_obs)
 
 
+@pytest.mark.slow  # one to four minutes (compiles both tick-loop layouts); the golden fits cover the default layout
 def test_sweep_moves_between_tick_loops_draw_what_one_tick_per_call_draws():
     """``build_sweep`` with moves runs its ticks in an inner ``while`` loop that exits after a tick whose moves fire,
     the moves outside it (no ``cond`` in the tick loop). Its states equal, bit for bit, those of one-tick calls

@@ -145,7 +145,10 @@ def _draw_fn(shape, num_draws, opts):
     return run
 
 
-@pytest.mark.parametrize("name", sorted(RACING_CASES))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n == "heavy_tailed_lognormal" else n for n in sorted(RACING_CASES)],
+)
 def test_racing_within_delta_in_tv(rng_key, name):
     dist, probs, sigma, delta, opts = RACING_CASES[name]
     N, D = 4000, len(probs)
@@ -159,6 +162,7 @@ def test_racing_within_delta_in_tv(rng_key, name):
     assert_tv_within(x, exact_probs(table), slack=delta)
 
 
+@pytest.mark.slow  # about a minute; run with `python -m pytest -m slow tests/test_discrete.py`
 def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
     """``exact_pass_cost``: a race still running at T >= N/4 reads all N data in
     order for its survivors. Draws that ended earlier are the same draws as
@@ -188,6 +192,7 @@ def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
     assert_tv_within(x0, exact_probs(table), slack=delta)
 
 
+@pytest.mark.slow  # about a minute
 def test_exact_pass_finds_zero_factor_of_a_survivor(rng_key):
     """A single -inf factor of the best arm, at a datum the race rarely reaches,
     makes that arm impossible: the pass must see it (column sum -inf)."""
@@ -265,6 +270,7 @@ def test_compact_states_path_matches_full_path(rng_key, variance):
     assert_tv_within(xb, exact_probs(table), slack=0.05)
 
 
+@pytest.mark.slow  # one to two minutes
 def test_column_compaction_matches_states_path(rng_key):
     """Without log_factor_states_fn and D >= 32, once at most K = D // 4 arms survive
     only their columns enter the pairwise co-moments: the statistics equal those of

@@ -9,9 +9,6 @@ value, and a ``Raises`` section when its own body raises ``ValueError`` or ``Typ
 
 Every public name must be rendered by some page of ``docs/api/``: a ``::: module`` directive
 renders the names of that module's ``__all__`` (mkdocstrings), ``::: module.name`` one name.
-
-``PENDING`` lists the names whose docstrings do not follow the style yet; a name in it that
-passes makes the suite fail, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -30,155 +27,6 @@ import jaxsub
 
 ROOT = Path(__file__).resolve().parent.parent
 API_DIR = ROOT / "docs" / "api"
-
-# Public callables whose docstrings do not yet follow numpydoc (path: what is missing is reported).
-PENDING: frozenset[str] = frozenset(
-    {
-        "jaxsub.anneal.add",
-        "jaxsub.anneal.anneal_stepsize",
-        "jaxsub.anneal.assign_logits",
-        "jaxsub.anneal.build_kernel",
-        "jaxsub.anneal.build_sweep",
-        "jaxsub.anneal.checks.check_data_finite",
-        "jaxsub.anneal.checks.check_labels",
-        "jaxsub.anneal.checks.is_concrete",
-        "jaxsub.anneal.collapsed_gibbs",
-        "jaxsub.anneal.compact_labels",
-        "jaxsub.anneal.crosscat.block_tick",
-        "jaxsub.anneal.crosscat.build_sweep",
-        "jaxsub.anneal.crosscat.data_grids",
-        "jaxsub.anneal.crosscat.default_crosscat_grids",
-        "jaxsub.anneal.crosscat.depends_on",
-        "jaxsub.anneal.crosscat.diagnose",
-        "jaxsub.anneal.crosscat.encode_table",
-        "jaxsub.anneal.crosscat.feature_gibbs",
-        "jaxsub.anneal.crosscat.feature_sweep",
-        "jaxsub.anneal.crosscat.grow",
-        "jaxsub.anneal.crosscat.heldout_rows",
-        "jaxsub.anneal.crosscat.init_hypers",
-        "jaxsub.anneal.crosscat.log_joint",
-        "jaxsub.anneal.crosscat.new_view_mh",
-        "jaxsub.anneal.crosscat.predictive_samples",
-        "jaxsub.anneal.crosscat.prior_view_partition",
-        "jaxsub.anneal.crosscat.row_tick",
-        "jaxsub.anneal.crosscat.tick_words",
-        "jaxsub.anneal.crosscat.width_ladder",
-        "jaxsub.anneal.default_grids",
-        "jaxsub.anneal.diagnose",
-        "jaxsub.anneal.empty_state",
-        "jaxsub.anneal.encode",
-        "jaxsub.anneal.exact.canonical_labels",
-        "jaxsub.anneal.exact.enumerate_partitions",
-        "jaxsub.anneal.exact.exact_partition_posterior",
-        "jaxsub.anneal.exact.log_eppf",
-        "jaxsub.anneal.exact.log_marginal_feature",
-        "jaxsub.anneal.exact.two_urn_log_posterior",
-        "jaxsub.anneal.grow",
-        "jaxsub.anneal.heldout_log_predictive",
-        "jaxsub.anneal.heldout_rows",
-        "jaxsub.anneal.heldout_score",
-        "jaxsub.anneal.init_hypers",
-        "jaxsub.anneal.linear_anneal",
-        "jaxsub.anneal.log_joint",
-        "jaxsub.anneal.log_partition_prior",
-        "jaxsub.anneal.loom",
-        "jaxsub.anneal.mixture.cluster_log_marginals",
-        "jaxsub.anneal.mixture.update_stats",
-        "jaxsub.anneal.moves.check_sweep_growth",
-        "jaxsub.anneal.moves.moves_due",
-        "jaxsub.anneal.num_clusters",
-        "jaxsub.anneal.options.fit_options",
-        "jaxsub.anneal.predictive_log_scores",
-        "jaxsub.anneal.prior_gibbs",
-        "jaxsub.anneal.remove",
-        "jaxsub.anneal.resample_hypers",
-        "jaxsub.anneal.resume.fingerprint",
-        "jaxsub.anneal.resume.restore",
-        "jaxsub.anneal.resume.save",
-        "jaxsub.anneal.resume.stack_rows",
-        "jaxsub.anneal.resume.unstack_rows",
-        "jaxsub.anneal.sequential_gibbs",
-        "jaxsub.anneal.simulated_annealing",
-        "jaxsub.anneal.state_from_assignments",
-        "jaxsub.anneal.sweep.schedule_windows",
-        "jaxsub.anneal.tick",
-        "jaxsub.anneal.two_urns.block_tick",
-        "jaxsub.anneal.two_urns.log_weight",
-        "jaxsub.anneal.two_urns.run_schedule",
-        "jaxsub.cg_dsgld.build_kernel",
-        "jaxsub.cg_dsgld.check_surrogate_dim",
-        "jaxsub.cg_dsgld.init",
-        "jaxsub.compress.choose_radius",
-        "jaxsub.compress.cluster_shards",
-        "jaxsub.compress.cluster_stream",
-        "jaxsub.compress.cluster_supervised",
-        "jaxsub.compress.posterior_error",
-        "jaxsub.compress.pseudodata",
-        "jaxsub.compress.sharded_logdensity",
-        "jaxsub.coreference.b_cubed",
-        "jaxsub.coreference.class_lanes",
-        "jaxsub.coreference.crf_similarity",
-        "jaxsub.coreference.encode_mentions",
-        "jaxsub.coreference.gibbs.class_steps",
-        "jaxsub.coreference.make_blocks",
-        "jaxsub.coreference.mention_classes",
-        "jaxsub.coreference.packed_similarity",
-        "jaxsub.coreference.pairwise_f1",
-        "jaxsub.coreference.similarity_factor",
-        "jaxsub.coreference.sufficient.build_kernel",
-        "jaxsub.coreference.sufficient.init",
-        "jaxsub.discrete.check_beta",
-        "jaxsub.discrete.data_moments",
-        "jaxsub.discrete.doubling_schedule",
-        "jaxsub.discrete.exact_log_weights",
-        "jaxsub.discrete.gumbel_max",
-        "jaxsub.discrete.lil_ucb",
-        "jaxsub.discrete.pad_populations",
-        "jaxsub.discrete.racing_coefficients",
-        "jaxsub.dsgld.local_round",
-        "jaxsub.dsgld.resolve_shard_probs",
-        "jaxsub.dsgld.shard_gradient_estimator",
-        "jaxsub.dsgld.shard_round",
-        "jaxsub.racing_gibbs.build_kernel",
-        "jaxsub.racing_gibbs.exact_conditional_sums",
-        "jaxsub.racing_gibbs.init",
-        "jaxsub.racing_mh.build_batched_kernel",
-        "jaxsub.racing_mh.check_control_variate_matches",
-        "jaxsub.racing_mh.data_fingerprint",
-        "jaxsub.racing_mh.fused_draws",
-        "jaxsub.racing_mh.gaussian_random_walk",
-        "jaxsub.racing_mh.info_summary",
-        "jaxsub.racing_mh.init",
-        "jaxsub.racing_mh.taylor_control_variate",
-        "jaxsub.sgld_racing_mh.as_top_level_api",
-        "jaxsub.sgld_racing_mh.build_kernel",
-        "jaxsub.sgmcmc.bytes_per_round",
-        "jaxsub.sgmcmc.conducive_arrays",
-        "jaxsub.sgmcmc.conducive_gradient",
-        "jaxsub.sgmcmc.curvature_excess",
-        "jaxsub.sgmcmc.draws_by_chain",
-        "jaxsub.sgmcmc.gaussian_surrogates",
-        "jaxsub.sgmcmc.laplace_program",
-        "jaxsub.sgmcmc.laplace_surrogates",
-        "jaxsub.sgmcmc.minibatch_indices",
-        "jaxsub.sgmcmc.multi_device_kernel",
-        "jaxsub.sgmcmc.positions_by_chain",
-        "jaxsub.sgmcmc.shards.check_finite_shards",
-        "jaxsub.sgmcmc.shards.shard_gather",
-        "jaxsub.sgmcmc.surrogates.apply_conducive",
-        "jaxsub.sgmcmc.surrogates.check_surrogates",
-        "jaxsub.sgmcmc.surrogates.shard_arrays",
-        "jaxsub.subsample.bits_to_uniform",
-        "jaxsub.subsample.dynamic_permutation_indices",
-        "jaxsub.subsample.permutation_round_keys",
-        "jaxsub.validation.check_choice",
-        "jaxsub.validation.check_finite_array",
-        "jaxsub.validation.check_hyperparameter",
-        "jaxsub.validation.check_int",
-        "jaxsub.validation.check_probability_vector",
-    }
-)
-
 
 class Public(NamedTuple):
     path: str  # the public dotted path, e.g. "jaxsub.discrete.racing"
@@ -331,14 +179,7 @@ def test_the_walk_finds_the_families():
 @pytest.mark.parametrize("path", sorted(CALLABLES))
 def test_public_callable_docstring_follows_numpydoc(path):
     problems = style_problems(CALLABLES[path])
-    if path in PENDING:
-        assert problems, f"{path} follows the style now: remove it from PENDING"
-        pytest.xfail(f"PENDING: {', '.join(problems)}")
     assert not problems, f"{path}: {', '.join(problems)}"
-
-
-def test_pending_names_are_public():
-    assert not PENDING - set(CALLABLES), f"not public callables: {sorted(PENDING - set(CALLABLES))}"
 
 
 def test_style_checks_can_fail():

@@ -100,7 +100,11 @@ def _run(case) -> dict:
     return arrays
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "case",
+    # the two long CrossCat schedules run with `-m slow`; the block schedule covers the CrossCat sweep by default
+    [pytest.param(c, marks=pytest.mark.slow) if c in ("crosscat_anneal", "crosscat_loom") else c for c in sorted(CASES)],
+)
 def test_fit_reproduces_the_golden_draws(case):
     want = dict(np.load(GOLDEN / f"anneal_{case}.npz"))
     got = _run(case)

@@ -13,12 +13,34 @@ __all__ = ["check_data_finite", "check_labels", "is_concrete"]
 
 
 def is_concrete(x) -> bool:
-    """Whether no leaf of ``x`` is a JAX tracer (its values can be read on the host)."""
+    """Whether no leaf of ``x`` is a JAX tracer (its values can be read on the host).
+
+    Parameters
+    ----------
+    x
+        Any pytree (an array, a NamedTuple of arrays, ...).
+
+    Returns
+    -------
+    bool
+        ``True`` when every leaf is concrete (NumPy, Python or a concrete JAX array).
+    """
     return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(x))
 
 
 def check_labels(name: str, labels, shape: tuple, low: int, high: int) -> None:
     """Check that ``labels`` has ``shape`` and (when concrete) integer values in ``[low, high)``.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, used in the error message.
+    labels : array_like
+        The labels (NumPy or JAX; a traced array only has its shape checked).
+    shape : tuple of int
+        The required shape.
+    low, high : int
+        The allowed range ``[low, high)`` of the label values.
 
     Raises
     ------
@@ -44,6 +66,15 @@ def check_labels(name: str, labels, shape: tuple, low: int, high: int) -> None:
 
 def check_data_finite(name: str, array) -> None:
     """Check (when concrete) that ``array`` holds no NaN or infinite value.
+
+    Integer arrays and traced arrays pass unchecked.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, used in the error message.
+    array : array_like
+        The data to check.
 
     Raises
     ------

@@ -44,6 +44,20 @@ def two_urn_log_posterior(num_red: int, num_blue: int, alpha: float, p_left: flo
 
     ``B(a + i, a + j) = Gamma(a+i) Gamma(a+j) / Gamma(2a + i + j)``, so the log is
     ``u[i] + v[j] + w[i + j]``: O(R B) additions, no 2-D special functions.
+
+    Parameters
+    ----------
+    num_red, num_blue : int
+        ``R`` and ``B``, the numbers of red and blue balls.
+    alpha : float
+        The symmetric Beta prior's parameter (> 0).
+    p_left : float
+        The probability ``p`` that a ball is in the left urn, in ``(0, 1)``.
+
+    Returns
+    -------
+    np.ndarray
+        Float64 array of shape ``[R + 1, B + 1]``: ``log P(i, j)``, normalised (its exponentials sum to 1).
     """
     R, B, a = int(num_red), int(num_blue), float(alpha)
     N = R + B
@@ -62,7 +76,20 @@ def two_urn_log_posterior(num_red: int, num_blue: int, alpha: float, p_left: flo
 
 
 def enumerate_partitions(n: int) -> Iterator[tuple]:
-    """All set partitions of ``{0..n-1}`` as canonical label tuples (restricted growth strings)."""
+    """All set partitions of ``{0..n-1}`` as canonical label tuples (restricted growth strings).
+
+    There are Bell(n) of them (52 for ``n = 5``, 4140 for ``n = 8``).
+
+    Parameters
+    ----------
+    n : int
+        The number of items.
+
+    Yields
+    ------
+    tuple of int
+        A length-``n`` tuple of labels in first-appearance order (``(0, 0, 1)``, ``(0, 1, 0)``, ...).
+    """
 
     def rec(prefix, k):
         if len(prefix) == n:
@@ -75,7 +102,18 @@ def enumerate_partitions(n: int) -> Iterator[tuple]:
 
 
 def canonical_labels(z) -> tuple:
-    """Relabel clusters by order of first appearance (the partition, forgetting slot names)."""
+    """Relabel clusters by order of first appearance (the partition, forgetting slot names).
+
+    Parameters
+    ----------
+    z : array_like
+        One-dimensional cluster labels, e.g. ``[3, 3, 0, 3]``.
+
+    Returns
+    -------
+    tuple of int
+        The same partition with labels ``0, 1, ...`` in first-appearance order, e.g. ``(0, 0, 1, 0)``.
+    """
     mapping, out = {}, []
     for v in np.asarray(z).tolist():
         if v not in mapping:
@@ -85,7 +123,29 @@ def canonical_labels(z) -> tuple:
 
 
 def log_eppf(sizes, alpha: float, discount: float) -> float:
-    """Pitman-Yor exchangeable partition probability of a partition with block ``sizes``."""
+    """Pitman-Yor exchangeable partition probability of a partition with block ``sizes``.
+
+    For ``K`` blocks of sizes ``n_k`` summing to ``n``::
+
+        log EPPF = sum_{i=1}^{K-1} log(alpha + i d) - log Gamma(alpha + n) + log Gamma(alpha + 1)
+                   + sum_k [log Gamma(n_k - d) - log Gamma(1 - d)]
+
+    (``d = 0`` gives the Chinese restaurant process).
+
+    Parameters
+    ----------
+    sizes : iterable of int
+        The block sizes; zeros are ignored.
+    alpha : float
+        The concentration (``> -discount``).
+    discount : float
+        The discount ``d`` in ``[0, 1)``.
+
+    Returns
+    -------
+    float
+        The log probability of the partition.
+    """
     sizes = [int(s) for s in sizes if s > 0]
     k, n = len(sizes), sum(sizes)
     out = sum(math.log(alpha + i * discount) for i in range(1, k))
@@ -95,7 +155,29 @@ def log_eppf(sizes, alpha: float, discount: float) -> float:
 
 
 def log_marginal_feature(feature, values) -> float:
-    """``log p(values)`` of one cluster's column under a conjugate feature model (closed form)."""
+    """``log p(values)`` of one cluster's column under a conjugate feature model (closed form).
+
+    Dirichlet-categorical (and Beta-Bernoulli) columns use the Dirichlet-multinomial marginal
+    ``log Gamma(sum beta) - log Gamma(sum beta + n) + sum_l [log Gamma(beta_l + c_l) - log Gamma(beta_l)]``;
+    Normal-inverse-chi-squared columns the Student-type marginal of the conjugate update.
+
+    Parameters
+    ----------
+    feature : BetaBernoulli, DirichletCategorical or NormalInverseChiSquared
+        The column's feature model (fixed hyperparameters).
+    values : array_like
+        The column's values for the cluster's rows (level indices for categorical features); may be empty.
+
+    Returns
+    -------
+    float
+        The log marginal likelihood (0 for no values).
+
+    Raises
+    ------
+    ValueError
+        For a feature model of another type.
+    """
     x = np.asarray(values)
     n = x.size
     if isinstance(feature, (BetaBernoulli, DirichletCategorical)):
@@ -120,9 +202,24 @@ def log_marginal_feature(feature, values) -> float:
 def exact_partition_posterior(model: MixtureModel, data) -> tuple[list, np.ndarray]:
     """Exact posterior over all partitions of a tiny data set (fixed hyperparameters).
 
-    Returns ``(partitions, probs)`` with canonical label tuples and their posterior
-    probabilities ``propto EPPF(sizes) prod_k prod_f p(X_kf)``. For a :class:`Finite`
-    prior the states are labelled assignments (``weights`` per component).
+    The posterior probability of a partition is ``propto EPPF(sizes) prod_k prod_f p(X_kf)``
+    (:func:`log_eppf`, :func:`log_marginal_feature`). For a :class:`Finite` prior the states
+    are labelled assignments, weighted by the components' ``weights``. The cost is Bell(N)
+    partitions (or ``K**N`` assignments), so keep ``N`` at about 8 or less.
+
+    Parameters
+    ----------
+    model : MixtureModel
+        The mixture (partition prior and conjugate features; hyperparameters as given).
+    data : array_like
+        The ``[N, F]`` data, column ``f`` for ``model.features[f]`` (level indices for categorical features).
+
+    Returns
+    -------
+    partitions : list of tuple
+        The canonical label tuples (or labelled assignments for a ``Finite`` prior).
+    probs : np.ndarray
+        ``[len(partitions)]`` posterior probabilities, summing to 1.
     """
     x = np.asarray(data)
     n = x.shape[0]

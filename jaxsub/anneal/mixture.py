@@ -107,6 +107,13 @@ def empty_state(model: MixtureModel, num_rows: int, capacity: int, hypers: Hyper
     Returns
     -------
     MixtureState
+        All ``assignments`` ``-1``, all counts and sums zero.
+
+    Raises
+    ------
+    ValueError
+        ``num_rows`` or ``capacity`` below 1, or, for a ``Finite`` prior, ``capacity`` other than its
+        number of components.
     """
     num_rows = check_int("num_rows", num_rows, low=1)
     capacity = check_int("capacity", capacity, low=1)
@@ -195,6 +202,26 @@ def update_stats(state: MixtureState, data: EncodedData, row, cluster, delta) ->
 
     Leaves ``assignments`` untouched (the kernels write them separately, see
     ``moves._tick_plan``, which lets XLA update the ``[N]`` arrays in place inside a scan).
+    O(num_features) scatter updates: ``sizes``, the categorical level counts and the real
+    columns' ``(sum x, sum x**2)``.
+
+    Parameters
+    ----------
+    state : MixtureState
+        One chain's state.
+    data : EncodedData
+        The encoded data set (:func:`~jaxsub.anneal.encode`).
+    row : int or jnp.ndarray
+        The row index (int32 scalar, may be traced).
+    cluster : int or jnp.ndarray
+        The slot index in ``[0, capacity)``.
+    delta : int or jnp.ndarray
+        The number of copies to add (negative to remove).
+
+    Returns
+    -------
+    MixtureState
+        ``state`` with updated ``sizes``, ``cat_counts`` and ``real_sums``.
     """
     cat, real = _row(data, row)
     delta = jnp.asarray(delta, jnp.int32)
@@ -468,7 +495,24 @@ def nix_log_marginal(params, sizes, sums) -> jnp.ndarray:
 
 
 def cluster_log_marginals(model: MixtureModel, state: MixtureState) -> jnp.ndarray:
-    """``sum_k log p(X_k)``: the collapsed log-likelihood of the assigned rows given the partition."""
+    """``sum_k log p(X_k)``: the collapsed log-likelihood of the assigned rows given the partition.
+
+    Sums, over the slots and the features, the Dirichlet-multinomial marginals of the categorical
+    counts and the Normal-inverse-chi-squared marginals of the real sums, at the state's
+    hyperparameters (empty slots contribute 0).
+
+    Parameters
+    ----------
+    model : MixtureModel
+        The :class:`~jaxsub.anneal.model.MixtureModel`.
+    state : MixtureState
+        One chain's state.
+
+    Returns
+    -------
+    jnp.ndarray
+        Scalar log marginal likelihood, in the hyperparameters' float dtype.
+    """
     h = state.hypers
     total = jnp.zeros((), h.alpha.dtype)
     for j, i in enumerate(model.cat_columns):

@@ -67,8 +67,8 @@ class CRP:
 class PitmanYor:
     """Pitman-Yor process ``PY(alpha, d)`` with ``d in [0, 1)`` and ``alpha > 0``.
 
-    (The PY process also allows ``-d < alpha <= 0``; we require ``alpha > 0``
-    as the issue asks, which keeps every grid value valid for every ``d``.)
+    (The PY process also allows ``-d < alpha <= 0``; jaxsub requires ``alpha > 0``,
+    which keeps every grid value valid for every ``d``.)
     """
 
     alpha: float = 1.0

@@ -114,7 +114,23 @@ class TickInfo(NamedTuple):
 
 
 def check_sweep_growth(sweep_growth) -> float:
-    """``sweep_growth`` as a float: 0 (off) or a finite real > 1, else ``ValueError`` naming it."""
+    """``sweep_growth`` as a float: 0 (off) or a finite real > 1, else ``ValueError`` naming it.
+
+    Parameters
+    ----------
+    sweep_growth : float
+        The growth factor of :func:`moves_due` (``0`` turns growth-triggered moves off).
+
+    Returns
+    -------
+    float
+        ``sweep_growth`` as a Python float.
+
+    Raises
+    ------
+    ValueError
+        A bool, a non-real, or a value other than 0 that is not a finite real > 1.
+    """
     if isinstance(sweep_growth, bool) or not isinstance(sweep_growth, numbers.Real):
         raise ValueError(f"sweep_growth must be 0 or a real number > 1; got {sweep_growth!r}")
     g = float(sweep_growth)
@@ -133,6 +149,22 @@ def moves_due(since_hyper, num_assigned, swept, sweep_growth: float = 0.0):
     they run once, at ``hyper_min_rows`` rows; with ``g = 2`` at about 20, 40, 80, ... rows. The rule reads tick
     counters only, never the state's values, so it changes *when* posterior-invariant moves run, not what they do.
     ``m`` and ``swept`` are compared in float32 (exact below 2**24 rows).
+
+    Parameters
+    ----------
+    since_hyper : jnp.ndarray
+        Int scalar: rows added since the last moves.
+    num_assigned : jnp.ndarray
+        Int scalar: the subsample size ``m``.
+    swept : jnp.ndarray
+        Int scalar: the subsample size at the last moves.
+    sweep_growth : float, default 0.0
+        The static growth factor ``g`` (0 or > 1, see :func:`check_sweep_growth`).
+
+    Returns
+    -------
+    jnp.ndarray
+        Bool scalar: whether the moves run after this tick.
     """
     due = since_hyper >= jnp.maximum(num_assigned, 1)
     if sweep_growth:
@@ -238,7 +270,7 @@ def _uniform_index_hl(hi, lo, m):
 def _first_true(b, axis: int = -1):
     """``jnp.argmax(b, axis)`` of a boolean array (the first ``True``; 0 when there is none) as a ``min`` over
     ``where(b, index, n)``: the same integers, but a plain reduction that XLA:CPU vectorises instead of the
-    (value, index) pair reduction of ``argmax`` (~5x cheaper on ``[8, 12, 64]``, docs/anneal.md)."""
+    (value, index) pair reduction of ``argmax`` (measured ~5x cheaper on ``[8, 12, 64]``)."""
     n = b.shape[axis]
     shape = [1] * b.ndim
     shape[axis] = n
@@ -252,7 +284,7 @@ def _prefix_sum(x, block: int = 16):
     ``jnp.cumsum`` lowers to a ``reduce_window`` that XLA:CPU rewrites into blocks of 16 (a left-to-right running
     sum within each block, plus the running sum of the block totals); that still costs O(16 n) per row and,
     under ``vmap`` over chains, ~1.4 us per chain of a CrossCat tick (``[V, C]`` = 12 x 64,
-    docs/anneal.md). This is the same sums in the same order as unrolled adds (so the draws of the
+    measured). This is the same sums in the same order as unrolled adds (so the draws of the
     samplers are unchanged; checked against ``jnp.cumsum`` for n = 5 ... 512 in ``tests/test_crosscat.py``)."""
     n = x.shape[-1]
 

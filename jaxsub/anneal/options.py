@@ -76,6 +76,24 @@ def fit_options(options: FitOptions | None, overrides: dict, model: MixtureModel
     Defaults that depend on the data are filled in (``span``, ``hyper_min_rows``, ``grids="default"``; a
     ``Finite`` prior's capacity).
 
+    Parameters
+    ----------
+    options : FitOptions or None
+        The base options (``None``: the defaults).
+    overrides : dict
+        Keyword options given to :func:`~jaxsub.anneal.fit`, each a :class:`FitOptions` field.
+    model : MixtureModel
+        The mixture model (its prior fixes a ``Finite`` capacity; its features the default grids).
+    num_rows : int
+        ``N``, the number of data rows.
+    num_ticks : int
+        The length of the schedule (sets the default ``span``).
+
+    Returns
+    -------
+    FitOptions
+        The validated options with every data-dependent default resolved.
+
     Raises
     ------
     TypeError

@@ -43,7 +43,19 @@ def _feed(h, part) -> None:
 
 
 def fingerprint(*parts) -> str:
-    """A SHA-256 digest of ``parts`` (arrays by dtype, shape and bytes; PRNG keys by their data; else ``repr``)."""
+    """A SHA-256 digest of ``parts`` (arrays by dtype, shape and bytes; PRNG keys by their data; else ``repr``).
+
+    Parameters
+    ----------
+    *parts
+        Arrays, typed PRNG keys, NamedTuples (hashed through their leaves), nested tuples/lists of
+        these, or any other value (hashed through its ``repr``).
+
+    Returns
+    -------
+    str
+        The hexadecimal digest; equal parts give equal digests across processes.
+    """
     h = hashlib.sha256()
     for part in parts:
         _feed(h, jax.tree.leaves(part) if hasattr(part, "_fields") else part)
@@ -51,7 +63,23 @@ def fingerprint(*parts) -> str:
 
 
 def save(directory, step: int, tree, *, capacity: int, num_entries: int, meta: dict) -> None:
-    """Write checkpoint ``step`` (the tree, then its layout ``[capacity, num_entries]``) atomically."""
+    """Write checkpoint ``step`` (the tree, then its layout ``[capacity, num_entries]``) atomically.
+
+    Parameters
+    ----------
+    directory : str or Path
+        The run's checkpoint folder (``state/`` and ``layout/`` are written under it).
+    step : int
+        The number of spans run.
+    tree
+        The pytree to save (batched chain states, trace, counters).
+    capacity : int
+        The chains' current cluster capacity.
+    num_entries : int
+        The number of trace entries so far.
+    meta : dict
+        The run's description (its :func:`fingerprint` among others), checked on restore.
+    """
     directory = Path(directory)
     checkpoint.save(directory / "state", step, tree, meta=meta)
     checkpoint.save(directory / "layout", step, np.asarray([capacity, num_entries], np.int64), meta=meta)
@@ -60,6 +88,20 @@ def save(directory, step: int, tree, *, capacity: int, num_entries: int, meta: d
 def restore(directory, like_of: Callable[[int, int], object], *, meta: dict):
     """The newest checkpoint of ``directory``: ``(step, tree)`` with ``like_of(capacity, num_entries)`` giving the
     tree's structure, shapes and dtypes; ``None`` when the folder holds none.
+
+    Parameters
+    ----------
+    directory : str, Path or None
+        The run's checkpoint folder (``None``: no checkpointing, returns ``None``).
+    like_of : callable
+        ``like_of(capacity, num_entries)`` returns a pytree with the saved tree's structure, shapes and dtypes.
+    meta : dict
+        The run's description; it must equal the saved one.
+
+    Returns
+    -------
+    tuple or None
+        ``(step, tree)`` of the newest complete checkpoint, or ``None`` when there is none.
 
     Raises
     ------
@@ -78,7 +120,18 @@ def restore(directory, like_of: Callable[[int, int], object], *, meta: dict):
 
 
 def stack_rows(rows: list) -> tuple:
-    """Trace entries (tuples of equal-shape fields) as one array per field, stacked along a leading axis."""
+    """Trace entries (tuples of equal-shape fields) as one array per field, stacked along a leading axis.
+
+    Parameters
+    ----------
+    rows : list of tuple
+        A non-empty list of entries, each a tuple (or NamedTuple) of array-likes with the same shapes.
+
+    Returns
+    -------
+    tuple of np.ndarray
+        One ``[len(rows), ...]`` array per field.
+    """
     return tuple(np.stack([np.asarray(r[i]) for r in rows]) for i in range(len(rows[0])))
 
 
@@ -87,5 +140,18 @@ def _fields(*fields) -> tuple:
 
 
 def unstack_rows(columns, make=_fields) -> list:
-    """:func:`stack_rows`' inverse: ``make(*fields)`` of every entry (default: a tuple of the fields)."""
+    """:func:`stack_rows`' inverse: ``make(*fields)`` of every entry (default: a tuple of the fields).
+
+    Parameters
+    ----------
+    columns : sequence of array_like
+        One array per field, all with the same leading length.
+    make : callable, optional
+        Builds an entry from its fields (e.g. a NamedTuple class); default: a plain tuple.
+
+    Returns
+    -------
+    list
+        ``[make(*fields_j) for each j]``, NumPy values.
+    """
     return [make(*(np.asarray(c)[j] for c in columns)) for j in range(np.asarray(columns[0]).shape[0])]

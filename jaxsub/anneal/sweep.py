@@ -177,7 +177,24 @@ def _sweep(config: SweepConfig, hyper_min_rows, states, chain_keys, windows, dat
 
 
 def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int, dtype=np.int8) -> np.ndarray:
-    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side), as ``dtype``."""
+    """``[chains, span]`` codes ``codes[cursor : cursor + span]`` per chain, ``-1``-padded (host side), as ``dtype``.
+
+    Parameters
+    ----------
+    codes : np.ndarray
+        The schedule's tick codes, one-dimensional.
+    cursors : array_like
+        ``[chains]`` positions in ``codes`` where each chain's next span starts.
+    span : int
+        The number of ticks per window.
+    dtype : numpy dtype, default np.int8
+        The output dtype.
+
+    Returns
+    -------
+    np.ndarray
+        ``[chains, span]`` codes, ``-1`` past the end of the schedule.
+    """
     cursors = np.asarray(cursors, np.int64)
     idx = cursors[:, None] + np.arange(span)[None, :]
     return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(dtype)

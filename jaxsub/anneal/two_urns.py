@@ -44,7 +44,28 @@ class UrnCounts(NamedTuple):
 
 
 def log_weight(i, j, num_red: int, num_blue: int, alpha, p_left):
-    """``L(i, j)``: unnormalised log posterior of one individual assignment with counts ``(i, j)``."""
+    """``L(i, j)``: unnormalised log posterior of one individual assignment with counts ``(i, j)``.
+
+    ``L(i, j) = (i + j) log p + (N - i - j) log(1 - p) + log B(alpha + i, alpha + j)
+    + log B(alpha + R - i, alpha + B - j)`` with ``N = R + B`` (no binomial coefficients: one
+    labelled assignment, not the count pair).
+
+    Parameters
+    ----------
+    i, j : int or jnp.ndarray
+        Numbers of red and blue balls in the left urn (broadcastable).
+    num_red, num_blue : int
+        ``R`` and ``B``.
+    alpha : float or jnp.ndarray
+        The symmetric Beta prior's parameter.
+    p_left : float or jnp.ndarray
+        The probability that a ball is in the left urn.
+
+    Returns
+    -------
+    jnp.ndarray
+        Float32 ``L(i, j)``, broadcast over ``i`` and ``j``.
+    """
     i = jnp.asarray(i, jnp.float32)
     j = jnp.asarray(j, jnp.float32)
     n = num_red + num_blue
@@ -61,6 +82,29 @@ def block_tick(u, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha
     ``u``: ``TICK_WORDS = 3`` uint32 random words: words 0-1 pick the ball exactly uniformly among the ``R + B``
     (:func:`~jaxsub.anneal.moves.uniform_index`; a float ``floor(u n)`` is off by up to ``~n / 2^23`` relative),
     word 2 is the urn draw's uniform (built as :func:`jax.random.uniform` builds it).
+
+    The held-out handful goes to the left urn with probability ``sigmoid(L_left - L_right)``
+    (:func:`log_weight`), an exact Gibbs step on the block.
+
+    Parameters
+    ----------
+    u : jnp.ndarray
+        ``[3]`` uint32 random words.
+    state : UrnCounts
+        One chain's counts.
+    block : int or jnp.ndarray
+        The block size (int32 scalar, >= 1).
+    num_red, num_blue : int
+        ``R`` and ``B`` (static).
+    alpha : float or jnp.ndarray
+        The symmetric Beta prior's parameter.
+    p_left : float or jnp.ndarray
+        The probability that a ball is in the left urn.
+
+    Returns
+    -------
+    UrnCounts
+        The counts after the tick (int32).
     """
     n = num_red + num_blue
     u = jnp.asarray(u, jnp.uint32)
@@ -89,8 +133,36 @@ def run_schedule(rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: i
                  num_chains: int) -> UrnCounts:
     """Run ``schedule`` (ADD_PRIOR prefix then GIBBS ticks, with ``blocks``) on ``num_chains`` chains: final counts.
 
-    Not jitted here beyond one ``lax.scan``; wrap in ``jax.jit`` for repeated use. Raises ``ValueError``
-    when the schedule is not for ``R + B`` rows, or holds codes other than an ADD_PRIOR prefix and GIBBS.
+    Not jitted here beyond one ``lax.scan``; wrap in ``jax.jit`` for repeated use. The ADD_PRIOR
+    prefix is drawn exactly (each colour's left count is ``Binomial(R or B, p_left)``); each GIBBS tick
+    is one :func:`block_tick`.
+
+    Parameters
+    ----------
+    rng_key : PRNGKey
+        The key (split into the prior draw and the ticks' words).
+    schedule : Schedule
+        A schedule for ``R + B`` rows: ``R + B`` ADD_PRIOR ticks then GIBBS ticks (e.g.
+        :func:`~jaxsub.anneal.anneal_stepsize`); its ``blocks`` (default 1) give the block sizes.
+    num_red, num_blue : int
+        ``R`` and ``B`` (>= 0).
+    alpha : float
+        The symmetric Beta prior's parameter (>= 0).
+    p_left : float
+        The probability that a ball is in the left urn, in ``[0, 1]``.
+    num_chains : int
+        The number of independent chains (>= 1).
+
+    Returns
+    -------
+    UrnCounts
+        ``[num_chains]`` final counts.
+
+    Raises
+    ------
+    ValueError
+        An argument outside its range (named), a schedule that is not for ``R + B`` rows, or one whose
+        codes are not an ADD_PRIOR prefix followed by GIBBS ticks.
     """
     num_red = check_int("num_red", num_red, low=0)
     num_blue = check_int("num_blue", num_blue, low=0)

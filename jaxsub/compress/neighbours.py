@@ -80,7 +80,7 @@ def one_blas_thread(threads: int):
     """Context limiting BLAS/LAPACK to ``threads`` threads (``threadpoolctl``, an optional dependency; without
     it, nothing). For the small factorisations of :func:`make_search` (``[1024, 72]`` QRs, a
     ``[72, 784]`` SVD): 0.016 s on one thread, but 3 s when OpenBLAS's threads spin on cores
-    shared with other jobs (docs/compress.md)."""
+    shared with other jobs (measured)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn and most stacks

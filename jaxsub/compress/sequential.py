@@ -156,7 +156,7 @@ def sequential_greedy_pairs(x, rows, clusters: Clusters, delta, labels, *, opts:
     radius ``<= delta``. Otherwise the decisions are the plain stream's (nearest centroid within
     ``delta``, centroids moving to the member mean); the per-row work is plain Python over the
     row's few candidates. On the benchmark's flights (every radius) and California housing rows
-    ``cluster`` returns the same partition as with the plain stream (docs/compress.md).
+    ``cluster`` returns the same partition as with the plain stream (measured).
     Returns None (nothing done) for a dense set, more than ``ClusterOptions.greedy_pairs_max`` pairs per row
     (judged first on the ``ClusterOptions.greedy_pairs_probe`` first rows): the caller streams every row instead.
     """

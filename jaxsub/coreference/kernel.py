@@ -134,6 +134,24 @@ def class_steps(blocks: Blocks, options: CorefOptions) -> list:
     position) or, with ``batch_size > 1``, :func:`~jaxsub.coreference.rounds.batched_round` (``p`` a row of
     :func:`~jaxsub.coreference.rounds.class_lanes`), with the class's static configuration bound.
     ``options`` must be validated (:func:`~jaxsub.coreference.options.validate_options`).
+
+    Blocks are grouped into classes by size (:func:`~jaxsub.coreference.mention_classes`), so each
+    class compiles once for its capacity ``n_cap``; every class below ``min_race_size`` shares one
+    class whose updates are exact. With ``options.visit`` only the visited mentions' positions are kept
+    (a class left empty is dropped).
+
+    Parameters
+    ----------
+    blocks : Blocks
+        The mentions' blocking (:func:`~jaxsub.coreference.make_blocks`).
+    options : CorefOptions
+        The validated options (``batch_size``, ``min_race_size``, ``visit`` and the racing settings).
+
+    Returns
+    -------
+    list of tuple
+        ``(n_cap, positions, step)`` per class: the class's block-size capacity, its ``[K]`` sorted
+        positions (or ``[K, batch_size]`` lanes) and its update function.
     """
     blocks_dev = (jnp.asarray(blocks.order), jnp.asarray(blocks.start), jnp.asarray(blocks.size))
     keep = None

@@ -165,6 +165,28 @@ def log_conditional(cfg: SufficientConfig, state: SufficientState, packed, menti
 
     ``-inf`` outside the candidates (the block's non-empty clusters and its first empty id); ``mention`` a
     Python int. A reference for tests (O(M P)).
+
+    For a candidate cluster ``c`` with members ``j != mention``, the value is
+    ``temperature * (bias |c| + sum_{j in c} log phi(mention, j))``; the empty candidate scores 0.
+
+    Parameters
+    ----------
+    cfg : SufficientConfig
+        The sweep's static configuration (blocks and factor settings).
+    state : SufficientState
+        The current labels.
+    packed : dict
+        The packed mentions (``"dense"`` ``[M, P]``, ``"codes"``, ``"numbers"``), as from
+        ``packed_similarity(...).pack(mentions)``.
+    mention : int
+        The mention whose label is updated (a Python int).
+    temperature : float, default 1.0
+        The inverse temperature multiplying the log factors.
+
+    Returns
+    -------
+    jnp.ndarray
+        ``[M]`` float32 unnormalised log conditional over cluster ids.
     """
     m = cfg.blocks.num_mentions
     dense = jnp.asarray(packed["dense"], jnp.float32)
@@ -307,8 +329,34 @@ def _initial_carry(cfg: SufficientConfig, labels, right, pad: int) -> _Carry:
 def sweep(cfg: SufficientConfig, rng_key, state: SufficientState, packed, temperature=1.0):
     """One exact Gibbs sweep in sorted-position order (a block is a contiguous range, cluster ids are positions).
 
-    Returns ``(SufficientState, SufficientInfo)``; ``ValueError`` when ``packed["dense"]`` is not ``[M, P]``
-    or ``temperature <= 0``.
+    Each mention's label is drawn from its exact conditional (:func:`log_conditional`) with a streamed
+    Gumbel-max over the candidates, using the per-cluster sums of the packed rows instead of a pass over
+    the members.
+
+    Parameters
+    ----------
+    cfg : SufficientConfig
+        The sweep's static configuration.
+    rng_key : PRNGKey
+        The sweep's key.
+    state : SufficientState
+        The current labels.
+    packed : dict
+        The packed mentions (``"dense"`` ``[M, P]``, ``"codes"``, ``"numbers"``).
+    temperature : float, default 1.0
+        The inverse temperature (> 0; may be traced).
+
+    Returns
+    -------
+    state : SufficientState
+        The labels after the sweep.
+    info : SufficientInfo
+        Candidates scored, member terms evaluated and NaN scores seen.
+
+    Raises
+    ------
+    ValueError
+        When ``packed["dense"]`` is not ``[M, P]`` or ``temperature`` is not > 0.
     """
     m = cfg.blocks.num_mentions
     beta = jnp.asarray(check_hyperparameter("temperature", temperature, low=0.0), jnp.float32)

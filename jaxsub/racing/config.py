@@ -76,8 +76,8 @@ def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
 #: the first batch is wrong more often than delta. With the guard, the threshold
 #: is the Cornish-Fisher quantile ``B + g_T (B^2 - 1) / 6`` of the stage mean,
 #: ``g_T = skew / sqrt(T)`` from the running third moments, and no arm is
-#: eliminated while ``g_T`` exceeds the guard. See docs/racing_kernels.md for the
-#: measurements that chose it.
+#: eliminated while ``g_T`` exceeds the guard. See docs/guides/discrete.md ("What the
+#: guarantee assumes, and where it is strained") for the measurements that chose it.
 DEFAULT_SKEW_GUARD = 0.5
 
 #: Ratio between successive chunk sizes m1 * LADDER^k: a stage of m_t new indices
@@ -163,7 +163,7 @@ class RaceOptions(NamedTuple):
         guard keeps third moments of each arm's rewards, uses the Cornish-Fisher
         threshold ``B + g_T (B^2 - 1) / 6`` (``g_T = skew / sqrt(T)``, the larger
         of the pair's) and eliminates nothing while ``g_T > g``. Default 0.5,
-        chosen by measurement (docs/racing_kernels.md); None is the paper's rule.
+        chosen by measurement (docs/guides/discrete.md); None is the paper's rule.
     block_size
         B >= 1, the sampling unit. With ``B > 1`` the race
         samples *blocks* of B consecutive rows ``[jB, min((j+1)B, N))`` (the

@@ -79,7 +79,18 @@ def resolve_num_data(num_data, data, *, low: int = 1) -> int:
 def data_fingerprint(data: ArrayLikeTree) -> tuple | None:
     """A cheap fingerprint of concrete data: ``(N, float64 sums of up to 257 evenly spaced rows per leaf)``.
 
-    ``None`` for traced data (inside ``jit``), where only ``N`` can be checked.
+    ``None`` for traced data (inside ``jit``), where only ``N`` can be checked. Used to check that a
+    control variate was built on the data it is used with.
+
+    Parameters
+    ----------
+    data : pytree
+        The data set, every leaf with ``N`` leading rows.
+
+    Returns
+    -------
+    tuple or None
+        ``(N, sum_0, sum_1, ...)`` with one rounded float sum per leaf, or ``None`` when a leaf is traced.
     """
     leaves = jax.tree.leaves(data)
     if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):

@@ -37,7 +37,7 @@ def cantelli_waiver(delta: float, num_states: int, num_stages: int, pairwise: bo
     race's error within ``delta`` without the Normal assumption (given the variance, as the
     Normal rule itself). The threshold ``a_t sigma = B sigma_T`` (times the Cornish-Fisher
     factor >= 1), so the waiver is ``k / B``, capped at :data:`SKEW_WAIVER`. Measured on the
-    logistic racing-MH benchmark (docs/racing_kernels.md): the guard held 7.8% of
+    logistic racing-MH benchmark: the guard held 7.8% of
     the races past their first stage, at a waiver of 100; at this waiver (~6) 0.6%.
     """
     pairs = num_states - 1 if pairwise else num_states

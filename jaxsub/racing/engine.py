@@ -424,7 +424,7 @@ def run_draws(cfg: RaceConfig, loops, rng_keys, log_f0s, params, coef_a, coef_b,
     if B > cfg.group_size:
         # Many draws: rounds over the unfinished ones (measured: no gain from the
         # straight-line first stage at B = 256, N = 1e6 -- 0.96x, a longer compile -- since
-        # those races run many stages; see docs/discrete.md).
+        # those races run many stages).
         return jax.vmap(functools.partial(finish, cfg))(_run_rounds(loops, states, ctxs, cfg.group_size), ctxs)
     # At most one group (e.g. 16 MH chains): the first stage of every race as straight-line
     # code, then the few undecided races one at a time; most races are decided by their first

@@ -19,7 +19,7 @@ __all__ = ["SUB_BLOCK", "TRANSPOSED_SUM_MAX_K", "exact_sums", "kahan_add", "rela
 TRANSPOSED_SUM_MAX_K = 32
 
 #: Rows per step of :func:`exact_sums`' inner accumulation loop: the recommended ``sub_block`` of
-#: :func:`jaxsub.racing.gumbel_max` under ``jax.vmap`` over many draws (measured, docs/racing_kernels.md):
+#: :func:`jaxsub.racing.gumbel_max` under ``jax.vmap`` over many draws (measured; figures in its ``sub_block``):
 #: a block whose size is a multiple of it, and larger, is read ``SUB_BLOCK`` rows at a
 #: time into a ``[D, SUB_BLOCK]`` running sum (one elementwise kernel per step), so that the
 #: factors of a block are never materialised. Under ``jax.vmap`` over B draws a whole block's

@@ -29,8 +29,6 @@ second-order Taylor proxy of Bardenet et al. (2017) around a reference
 position, which makes the reward variance, and therefore the number of
 evaluations, shrink as the chain approaches the reference.
 
-Modules
--------
 This module is the canonical home of racing MH: it defines :func:`as_top_level_api` and
 re-exports the public names of the modules that implement it, so ``jaxsub.racing.mh.X`` and
 ``jaxsub.racing_mh.X`` are the same object for every name in ``__all__``:

@@ -12,11 +12,11 @@ __all__ = ["info_summary"]
 
 #: Racing without a control variate: at delta = 0.05 the wrong decisions are frequent where the
 #: decision margin is small (a well-tuned random walk), so the chain's spread and centre move
-#: (docs/racing_kernels.md, "Racing MH without a control variate";
+#: (docs/guides/discrete.md, "Racing MH without a control variate does not pay";
 #: tests/test_racing_mh.py::test_plain_racing_mh_variance_inflation_at_delta_005_is_detected).
 _NO_CONTROL_VARIATE = (
     "racing MH decided {share:.0%} of the steps without a control variate: plain racing MH's wrong decisions "
-    "widen and shift the posterior measurably at delta = 0.05 (docs/racing_kernels.md). Centre a control "
+    "widen and shift the posterior measurably at delta = 0.05 (docs/guides/discrete.md). Centre a control "
     "variate at the MAP: fit = jaxsub.racing_mh.laplace_fit(...); "
     "cv = jaxsub.racing_mh.parameter_taylor_control_variate(loglikelihood_fn, data, fit.position); "
     "pass control_variate=cv and step_size=fit.step_size"
@@ -71,7 +71,7 @@ def info_summary(
         ``exact_rate`` (decisions that read all N), ``control_variate_rate`` (steps whose race
         read a control variate; ``None`` if the info does not record it) and
         ``decision_error_bound`` (``delta`` per decision, under the assumptions of
-        docs/racing_kernels.md).
+        docs/guides/discrete.md, "What the guarantee assumes").
 
     Raises
     ------

@@ -46,6 +46,11 @@ def pad_populations(log_factor_fn: Callable[[Array], Array], population_sizes) -
     (their variance grows by the spread between 0 and their mean), so racing
     spends more samples than per-arm schedules would; it stays correct, and
     keeps the shared indices that the pairwise variance needs.
+
+    Raises
+    ------
+    ValueError
+        When ``population_sizes`` is not a 1-D array of at least two integers ``>= 1``.
     """
     sizes = np.asarray(population_sizes)
     if sizes.ndim != 1 or sizes.size < 2 or not np.issubdtype(sizes.dtype, np.integer) or np.any(sizes < 1):

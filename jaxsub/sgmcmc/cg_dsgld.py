@@ -42,18 +42,28 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
                  shard_size: int | None = None) -> Callable:
     """Build the CG-DSGLD round kernel from the algorithm's structure (static settings only).
 
-    ``batch_size``, ``local_steps``, ``return_local_positions`` and ``shard_size`` as in
-    :func:`jaxsub.sgmcmc.dsgld.build_kernel`.
+    Parameters
+    ----------
+    batch_size : int
+        Minibatch size ``n`` of each local SGLD step.
+    local_steps : int
+        SGLD steps per round on the chosen shard.
+    return_local_positions : bool, default False
+        Whether ``info.local_positions`` keeps every local step's position.
+    shard_size : int or None, default None
+        The common shard size when all shards have the same size, else ``None`` (as in
+        :func:`jaxsub.sgmcmc.dsgld.build_kernel`).
 
     Returns
     -------
-    ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs, arrays,
-    step_size, exploration=1.0) -> (state, info)`` with ``arrays`` a
-    :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` from ``conducive_arrays(surrogates, shard_probs)``
-    (which fixes ``f``; the structure, full / diagonal / low rank, is read from the arrays' shapes),
-    ``step_size`` ε and ``exploration`` α (both may be traced; out of range they set
-    ``info.bad_hyperparameter``). The shard's arrays are gathered
-    and scaled by α once per round, not once per local step.
+    callable
+        ``kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs, arrays,
+        step_size, exploration=1.0) -> (state, info)`` with ``arrays`` a
+        :class:`jaxsub.sgmcmc.surrogates.ConduciveArrays` from ``conducive_arrays(surrogates, shard_probs)``
+        (which fixes ``f``; the structure, full / diagonal / low rank, is read from the arrays' shapes),
+        ``step_size`` ε and ``exploration`` α (both may be traced; out of range they set
+        ``info.bad_hyperparameter``). The shard's arrays are gathered
+        and scaled by α once per round, not once per local step.
     """
 
     def kernel(rng_key: PRNGKey, state: CGDSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
@@ -75,7 +85,20 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
 
 
 def check_surrogate_dim(surrogates, position) -> None:
-    """``ValueError`` unless the surrogates' dimension equals the flattened position's size."""
+    """``ValueError`` unless the surrogates' dimension equals the flattened position's size.
+
+    Parameters
+    ----------
+    surrogates : GaussianSurrogates
+        The per-shard Gaussian surrogates (their ``dim``).
+    position : pytree
+        The sampler's initial position.
+
+    Raises
+    ------
+    ValueError
+        When ``surrogates.dim`` differs from the number of entries of ``position``.
+    """
     size = sum(int(jnp.size(x)) for x in jax.tree.leaves(position))
     if size != surrogates.dim:
         raise ValueError(

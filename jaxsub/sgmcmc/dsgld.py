@@ -215,6 +215,27 @@ def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, 
 
     ``grad(θ, B) = ∇\log p(θ) + (N_s/(n f_s)) Σ_{x∈B} ∇\log p(x|θ) [+ conducive_fn(θ)]``,
     built with ``blackjax.sgmcmc.gradients.grad_estimator`` (``data_size = N_s/f_s``).
+    It is unbiased for the full-data gradient when the shard is drawn with probability ``f_s``.
+
+    Parameters
+    ----------
+    logprior_fn : callable
+        ``logprior_fn(position) -> scalar``.
+    loglikelihood_fn : callable
+        ``loglikelihood_fn(position, x) -> scalar`` for one data row ``x``.
+    shard_size : jnp.ndarray
+        ``N_s``, the shard's number of rows (int scalar, may be traced).
+    shard_prob : jnp.ndarray
+        ``f_s``, the probability of choosing the shard (scalar, > 0).
+    dtype : dtype
+        The float dtype of the position (the scale ``N_s / f_s`` is computed in it).
+    conducive_fn : callable or None, default None
+        ``conducive_fn(position) -> pytree`` added to the gradient (CG-DSGLD), or ``None`` (DSGLD).
+
+    Returns
+    -------
+    callable
+        ``grad_fn(position, minibatch) -> pytree`` shaped like ``position``.
     """
     data_size = shard_size.astype(dtype) / shard_prob.astype(dtype)
     base = gradients.grad_estimator(logprior_fn, loglikelihood_fn, data_size)
@@ -235,7 +256,38 @@ def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, da
     ``static_shard_size``: when every shard has this size (structure known at build time) the
     minibatch indices come from the static-domain permutation (``jaxsub.subsample.permutation_indices``),
     cheaper than the traced-size draw of :func:`jaxsub.sgmcmc.shards.minibatch_indices`.
-    Returns ``(new_position, local_positions or None)``.
+
+    Parameters
+    ----------
+    rng_key : PRNGKey
+        The round's local key (split once per step into minibatch and noise keys).
+    position : pytree
+        The starting position.
+    grad_fn : callable
+        ``grad_fn(position, minibatch) -> pytree``, e.g. from :func:`shard_gradient_estimator`.
+    data : pytree
+        The padded ``[S, N_max, ...]`` shard data.
+    shard : jnp.ndarray
+        The shard's index (int32 scalar).
+    shard_size : jnp.ndarray
+        Its number of valid rows (int scalar, ``>= batch_size``).
+    step_size : float or jnp.ndarray
+        The paper's ε (the ``blackjax.sgld`` step is ``ε / 2``).
+    batch_size : int
+        Minibatch size (static).
+    local_steps : int
+        Number of SGLD steps (static).
+    return_local_positions : bool
+        Whether to stack every step's position.
+    static_shard_size : int or None, default None
+        The common shard size, when known at build time.
+
+    Returns
+    -------
+    new_position : pytree
+        The position after ``local_steps`` steps.
+    local_positions : pytree or None
+        The positions after each step, stacked along a leading ``[local_steps]`` axis, or ``None``.
     """
     sgld_kernel = blackjax.sgmcmc.sgld.build_kernel()
     half_step = 0.5 * step_size  # blackjax's overdamped Langevin step is θ + h ∇ + N(0, 2h): h = ε/2
@@ -267,7 +319,35 @@ def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable
 
     ``conducive(shard) -> (position -> pytree)`` (or ``None``) is called once per round; the
     function it returns is added to the gradient at every local step (CG-DSGLD).
-    Returns ``(new_position, DSGLDInfo)``.
+
+    Parameters
+    ----------
+    rng_key : PRNGKey
+        The round's key (split into the shard draw and the local steps).
+    position : pytree
+        The current position.
+    logprior_fn, loglikelihood_fn : callable
+        The log prior and per-row log likelihood (see :func:`shard_gradient_estimator`).
+    data : pytree
+        The padded ``[S, N_max, ...]`` shard data.
+    shard_sizes : jnp.ndarray
+        ``int32 [S]`` valid rows per shard.
+    shard_probs : jnp.ndarray
+        ``[S]`` shard probabilities ``f`` (strictly positive, summing to 1).
+    step_size : float or jnp.ndarray
+        The paper's ε.
+    conducive : callable or None
+        ``conducive(shard) -> (position -> pytree)``, or ``None`` for plain DSGLD.
+    batch_size, local_steps, return_local_positions, static_shard_size
+        As in :func:`local_round`.
+
+    Returns
+    -------
+    new_position : pytree
+        The position after the round.
+    info : DSGLDInfo
+        The chosen shard, the local positions (or ``None``) and whether the new position is finite;
+        ``bad_hyperparameter`` is left for the kernel to set.
     """
     dtype = ravel_pytree(position)[0].dtype
     key_shard, key_local = jax.random.split(rng_key)

@@ -186,7 +186,7 @@ def laplace_surrogates(
        * ``expansion='local'``: ``num_steps`` steps on each ``F_s`` separately (each shard's own
          fractional-prior mode).
 
-       Why ``'fedsgd'`` is the default (measured, docs/sgmcmc.md): the conducive term's
+       Why ``'fedsgd'`` is the default (measured, docs/guides/sgmcmc.md): the conducive term's
        zero mean holds for any surrogates, but how much drift it removes depends on the
        surrogates agreeing with the shard likelihoods *where the chain runs*. Expanded at their own
        modes, the likelihoods of label-skewed shards are far from quadratic between those points

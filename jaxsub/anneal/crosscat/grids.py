@@ -108,9 +108,9 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
     ``var * [0.01, 10]``, as the default's): lace's ``sigma2`` prior (mode ``var / (log n + 1)``) gives the tight
     clusters of nearly discrete reals (``sigma2`` ~0.01-0.03 var) weights of -10 to -75 nats. A modelling choice
     (it changes the target posterior), opt-in: against the default grids on paired keys neither style gains beyond
-    2 standard errors of the held-out score (docs/anneal.md), so neither is the default. The grids are shared by every real column (a tuple per
-    parameter), so the columns must share their centre and scale: pass standardised reals (``mean`` / ``var`` are pooled over the real columns). Other grids
-    are the default's.
+    2 standard errors of the held-out score (measured), so neither is the default. The grids are shared by every
+    real column (a tuple per parameter), so the columns must share their centre and scale: pass standardised reals
+    (``mean`` / ``var`` are pooled over the real columns). Other grids are the default's.
 
     Parameters
     ----------
