@@ -29,6 +29,7 @@ capacity 64 cluster slots, random initial assignment to 40 clusters.
 Everything runs on the default JAX device (``jax.devices()[0]``, CPU or an accelerator); data come
 from ``jaxsub.datasets``.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,7 +40,7 @@ import numpy as np
 
 import jaxsub.anneal as an
 from benchmarks._common import compare
-from jaxsub.anneal.moves import TICK_WORDS, _tick_uniforms
+from jaxsub.anneal.moves import TICK_WORDS
 
 TITLE = "anneal: collapsed-Gibbs assignments/s (JAX vs NumPy reference), anneal vs Prior+Gibbs"
 
@@ -90,7 +91,7 @@ class NumpyGibbs:
 
     def step(self, w):
         """One GIBBS tick from the tick's ``TICK_WORDS`` uint32 words (exact pick ``floor(W m / 2^64)``)."""
-        n, m = self.n, self.n
+        m = self.n
         j = min(((int(w[0]) << 32 | int(w[1])) * m) >> 64, m - 1)
         r = self.order[j]
         self.order[j], self.order[m - 1] = self.order[m - 1], r
@@ -100,8 +101,9 @@ class NumpyGibbs:
         a = self.order[m - 1]  # the only unassigned row
         row = self.cat[a]
         nk = self.sizes.astype(np.float32)
-        lik = np.sum(np.log(self.beta[row] + self.counts[:, row].astype(np.float32))
-                     - np.log(self.total + nk[:, None]), axis=1)
+        lik = np.sum(
+            np.log(self.beta[row] + self.counts[:, row].astype(np.float32)) - np.log(self.total + nk[:, None]), axis=1
+        )
         occ = self.sizes > 0
         k_new = int(np.argmax(~occ))
         prior = np.where(occ, np.log(np.where(occ, nk, 1.0)), -np.inf).astype(np.float32)
@@ -109,7 +111,7 @@ class NumpyGibbs:
         logits = prior + lik
         p = np.exp(logits - logits.max())
         c = np.cumsum(p)
-        u = np.float32((int(w[4]) >> 9) / 2.0 ** 23)  # jax.random.uniform's float32 from one word
+        u = np.float32((int(w[4]) >> 9) / 2.0**23)  # jax.random.uniform's float32 from one word
         knew = int(np.argmax(c > u * c[-1]))
         self.sizes[knew] += 1
         self.counts[knew, row] += 1
@@ -131,36 +133,57 @@ def run(*, quick: bool = False) -> list[dict]:
         windows_for = lambda c: jnp.full((c, steps), an.GIBBS, jnp.int8)  # noqa: E731
         for chains in (1, 8):
             states = jax.vmap(lambda k: an.init(jnp.asarray(z0), model, enc, capacity, rng_key=k))(
-                jax.random.split(jax.random.key(0), chains))
+                jax.random.split(jax.random.key(0), chains)
+            )
             states = states._replace(cursor=jnp.zeros((chains,), jnp.int32))
             keys = jax.random.split(jax.random.key(1), chains)
             win = windows_for(chains)
             cpu = []
             first, times = _timed(lambda i: sweep(states, keys, win, enc), cpu=cpu)
             best = float(np.median(times))
-            rows.append({"case": "kernel", "N": n, "chains": chains, "steps_per_chain": steps,
-                         "seconds": best, "assignments_per_s": chains * steps / best,
-                         "assignments_per_cpu_s": chains * steps / float(np.median(cpu)),
-                         "first_call_s": first})
+            rows.append(
+                {
+                    "case": "kernel",
+                    "N": n,
+                    "chains": chains,
+                    "steps_per_chain": steps,
+                    "seconds": best,
+                    "assignments_per_s": chains * steps / best,
+                    "assignments_per_cpu_s": chains * steps / float(np.median(cpu)),
+                    "first_call_s": first,
+                }
+            )
         # NumPy reference: checker (identical decisions for the first np_steps) and baseline
         ref = NumpyGibbs(model, enc, z0, capacity)
         key = jax.random.split(jax.random.key(1), 1)[0]
-        uniforms = np.asarray(jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(key, t), (TICK_WORDS,), jnp.uint32))(
-            jnp.arange(np_steps, dtype=jnp.int32)))
+        uniforms = np.asarray(
+            jax.vmap(lambda t: jax.random.bits(jax.random.fold_in(key, t), (TICK_WORDS,), jnp.uint32))(
+                jnp.arange(np_steps, dtype=jnp.int32)
+            )
+        )
         t0 = time.perf_counter()
         for t in range(np_steps):
             ref.step(uniforms[t])
         np_s = time.perf_counter() - t0
         short = jax.jit(an.build_sweep(model, policy="random", span=np_steps))
         st1 = jax.vmap(lambda k: an.init(jnp.asarray(z0), model, enc, capacity, rng_key=k))(
-            jax.random.split(jax.random.key(0), 1))
+            jax.random.split(jax.random.key(0), 1)
+        )
         out = short(st1, key[None], jnp.full((1, np_steps), an.GIBBS, jnp.int8), enc)
         agree = float(np.mean(np.asarray(out.mixture.assignments[0]) == ref.z))
         jax_rate = [r for r in rows if r["N"] == n and r["chains"] == 1][0]["assignments_per_s"]
-        rows.append({"case": "numpy_reference", "N": n, "chains": 1, "steps_per_chain": np_steps,
-                     "seconds": np_s, "assignments_per_s": np_steps / np_s,
-                     "speedup_jax_1chain_vs_numpy": jax_rate / (np_steps / np_s),
-                     "identical_assignments_fraction": agree})
+        rows.append(
+            {
+                "case": "numpy_reference",
+                "N": n,
+                "chains": 1,
+                "steps_per_chain": np_steps,
+                "seconds": np_s,
+                "assignments_per_s": np_steps / np_s,
+                "speedup_jax_1chain_vs_numpy": jax_rate / (np_steps / np_s),
+                "identical_assignments_fraction": agree,
+            }
+        )
     # anneal vs Prior+Gibbs at equal assignment count (N = 2e4 rows, 4 chains, no hyper steps)
     n = 20_000
     x, levels = _military_rows(n, seed=2)
@@ -173,14 +196,24 @@ def run(*, quick: bool = False) -> list[dict]:
         def go(i):
             res = an.fit(jax.random.key(i), enc, model, sched, num_chains=4, grids=None, span=n, capacity=128)
             return jnp.asarray(res.trace.seconds[-1])
+
         return go
 
-    timing = compare(lambda i: run_fit(prior)(i), lambda i: run_fit(anneal)(i), lambda i: (i,), lambda i: (i,),
-                     repeats=3)
-    rows.append({"case": "anneal_vs_prior_gibbs", "N": n, "chains": 4,
-                 "prior_gibbs_ticks": len(prior), "anneal_ticks": len(anneal),
-                 "prior_gibbs_s": timing["baseline_s"], "anneal_s": timing["candidate_s"],
-                 "speedup": timing["speedup"]})
+    timing = compare(
+        lambda i: run_fit(prior)(i), lambda i: run_fit(anneal)(i), lambda i: (i,), lambda i: (i,), repeats=3
+    )
+    rows.append(
+        {
+            "case": "anneal_vs_prior_gibbs",
+            "N": n,
+            "chains": 4,
+            "prior_gibbs_ticks": len(prior),
+            "anneal_ticks": len(anneal),
+            "prior_gibbs_s": timing["baseline_s"],
+            "anneal_s": timing["candidate_s"],
+            "speedup": timing["speedup"],
+        }
+    )
     rows += _crosscat(quick)
     rows += _tick_cost()
     rows += _pylace_rows(quick)
@@ -206,8 +239,14 @@ def _while_body_kernels(hlo_text: str) -> dict:
             cur = None
         elif cur is not None:
             cur.append(line.strip())
-    bodies = [m.group(1) for lines in comps.values() for ln in lines if " while(" in ln
-              for m in [re.search(r"body=%?([\w.\-]+)", ln)] if m]
+    bodies = [
+        m.group(1)
+        for lines in comps.values()
+        for ln in lines
+        if " while(" in ln
+        for m in [re.search(r"body=%?([\w.\-]+)", ln)]
+        if m
+    ]
     best = {}
     for b in bodies:
         ops = {}
@@ -227,25 +266,39 @@ def _tick_cost(ticks: int = 20_000):
     from jaxsub.datasets import load_crosscat_flights
 
     ds = load_crosscat_flights()
-    feats = tuple(an.NormalInverseChiSquared() if k == "real" else
-                  (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k))) for k in ds.extras["kinds"])
+    feats = tuple(
+        an.NormalInverseChiSquared()
+        if k == "real"
+        else (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k)))
+        for k in ds.extras["kinds"]
+    )
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
     n, views, capacity = 1000, 3, 64
     x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
     enc = cc.encode_table(model, x)
     z = np.full((len(feats) + 1, n), -1, np.int32)
     z[:views] = np.random.default_rng(1).integers(0, 20, (views, n))
-    st = jax.vmap(lambda _: cc.init(model, enc, capacity, view_of=jnp.asarray(np.arange(len(feats)) % views),
-                                    z=jnp.asarray(z)))(jnp.arange(1))
+    st = jax.vmap(
+        lambda _: cc.init(model, enc, capacity, view_of=jnp.asarray(np.arange(len(feats)) % views), z=jnp.asarray(z))
+    )(jnp.arange(1))
     win = jnp.full((1, ticks), an.GIBBS, jnp.int8)
     keys = jax.random.split(jax.random.key(0), 1)
     exe = jax.jit(cc.build_sweep(model, span=ticks, feature_moves=False)).lower(st, keys, win, enc).compile()
     ops = _while_body_kernels(exe.as_text())
     first, times = _timed(lambda i: exe(st, keys, win, enc))
-    return [{"case": "crosscat_tick", "N": n, "chains": 1, "views": views, "capacity": capacity,
-             "kernels_per_tick": sum(ops.values()), "fusions_per_tick": ops.get("fusion", 0),
-             "us_per_tick": 1e6 * float(np.median(times)) / ticks,
-             "us_per_tick_range": [1e6 * min(times) / ticks, 1e6 * max(times) / ticks]}]
+    return [
+        {
+            "case": "crosscat_tick",
+            "N": n,
+            "chains": 1,
+            "views": views,
+            "capacity": capacity,
+            "kernels_per_tick": sum(ops.values()),
+            "fusions_per_tick": ops.get("fusion", 0),
+            "us_per_tick": 1e6 * float(np.median(times)) / ticks,
+            "us_per_tick_range": [1e6 * min(times) / ticks, 1e6 * max(times) / ticks],
+        }
+    ]
 
 
 def _heldout_vs_pylace(quick):
@@ -269,15 +322,26 @@ def _heldout_vs_pylace(quick):
             a, p = dm.get(f"Anneal@{b}"), dm.get(f"pylace@{b}")
             if a is None or p is None:
                 continue
-            out.append({"case": "heldout per test row: Anneal vs pylace at Anneal's seconds", "table": table,
-                        "budget_N": b, "seconds": a["seconds"], "anneal": a["mean"], "pylace": p["mean"],
-                        "met": a["mean"] >= p["mean"]})
+            out.append(
+                {
+                    "case": "heldout per test row: Anneal vs pylace at Anneal's seconds",
+                    "table": table,
+                    "budget_N": b,
+                    "seconds": a["seconds"],
+                    "anneal": a["mean"],
+                    "pylace": p["mean"],
+                    "met": a["mean"] >= p["mean"],
+                }
+            )
     return out
 
 
 # the subsets mode of experiments/crosscat_anneal: (loader name, rows, columns, seed) of each table
-_SEED_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 300, 12, 0), "gss (categorical)": ("load_crosscat_gss", 1200, 10, 1),
-                "flights (mixed)": ("load_crosscat_flights", 1000, 11, 2)}
+_SEED_TABLES = {
+    "hfi (reals)": ("load_crosscat_hfi", 300, 12, 0),
+    "gss (categorical)": ("load_crosscat_gss", 1200, 10, 1),
+    "flights (mixed)": ("load_crosscat_flights", 1000, 11, 2),
+}
 
 
 def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="flights (mixed)", sweep_growth=None):
@@ -318,9 +382,21 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
         n = train.shape[0]
 
         def fit(k):
-            return cc.fit(jax.random.key(100 + k), train, model, an.linear_anneal(n, b * n), num_chains=2,
-                          test_data=test, span=n, capacity=32, cache=cache, threads=2, grids=g,
-                          feature_widths=cc.width_ladder(n), **growth)
+            return cc.fit(
+                jax.random.key(100 + k),
+                train,
+                model,
+                an.linear_anneal(n, b * n),
+                num_chains=2,
+                test_data=test,
+                span=n,
+                capacity=32,
+                cache=cache,
+                threads=2,
+                grids=g,
+                feature_widths=cc.width_ladder(n),
+                **growth,
+            )
 
         load0 = os.getloadavg()[0]
         fit(0)  # compile + first execution, excluded
@@ -336,21 +412,38 @@ def _heldout_seeds(quick, budgets=None, num_keys=None, grids="default", table="f
             secs.append(s)
         jx, lc = np.asarray(jx), np.asarray(lc)
         d = jx - lc
-        out.append({"case": "heldout per test row over seeds: Anneal key k vs pylace seed k at Anneal's seconds",
-                    "table": table, "grids": grids, "budget_N": b, "pairs": len(d),
-                    "seconds_median": float(np.median(secs)), "seconds_range": [float(min(secs)), float(max(secs))],
-                    "anneal_mean": float(jx.mean()), "anneal_median": float(np.median(jx)),
-                    "pylace_mean": float(lc.mean()), "pylace_median": float(np.median(lc)),
-                    "diff_mean": float(d.mean()), "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else
-                    float("nan"), "diff_median": float(np.median(d)), "anneal_won": int(np.sum(d >= 0)),
-                    "diffs": [float(v) for v in d], "anneal_scores": [float(v) for v in jx],
-                    "pylace_scores": [float(v) for v in lc], "load": [load0, os.getloadavg()[0]],
-                    "sweep_growth": sweep_growth})
+        out.append(
+            {
+                "case": "heldout per test row over seeds: Anneal key k vs pylace seed k at Anneal's seconds",
+                "table": table,
+                "grids": grids,
+                "budget_N": b,
+                "pairs": len(d),
+                "seconds_median": float(np.median(secs)),
+                "seconds_range": [float(min(secs)), float(max(secs))],
+                "anneal_mean": float(jx.mean()),
+                "anneal_median": float(np.median(jx)),
+                "pylace_mean": float(lc.mean()),
+                "pylace_median": float(np.median(lc)),
+                "diff_mean": float(d.mean()),
+                "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
+                "diff_median": float(np.median(d)),
+                "anneal_won": int(np.sum(d >= 0)),
+                "diffs": [float(v) for v in d],
+                "anneal_scores": [float(v) for v in jx],
+                "pylace_scores": [float(v) for v in lc],
+                "load": [load0, os.getloadavg()[0]],
+                "sweep_growth": sweep_growth,
+            }
+        )
     return out
 
 
-_FULL_TABLES = {"hfi (reals)": ("load_crosscat_hfi", 0), "gss (categorical)": ("load_crosscat_gss", 1),
-                "flights (mixed)": ("load_crosscat_flights", 2)}
+_FULL_TABLES = {
+    "hfi (reals)": ("load_crosscat_hfi", 0),
+    "gss (categorical)": ("load_crosscat_gss", 1),
+    "flights (mixed)": ("load_crosscat_flights", 2),
+}
 
 
 def _heldout_full(tables=None, growths=(0.0, 2.0), num_keys=3, budget=1):
@@ -379,16 +472,30 @@ def _heldout_full(tables=None, growths=(0.0, 2.0), num_keys=3, budget=1):
         x, kinds, names = load_table(getattr(jds, loader)(), None, None, seed_i)
         model = _model(kinds)
         cache = an.SweepCache()
-        res_of = {g: {"jx": [], "lc": [], "secs": [], "swept": [], "load": [os.getloadavg()[0]], "compile": 0.0}
-                  for g in growths}
+        res_of = {
+            g: {"jx": [], "lc": [], "secs": [], "swept": [], "load": [os.getloadavg()[0]], "compile": 0.0}
+            for g in growths
+        }
         for k in range(num_keys):
             train, test = split(x, kinds, seed_i, 1 + k)
             n = train.shape[0]
             for g in growths:
+
                 def fit():
-                    return cc.fit(jax.random.key(100 + k), train, model, an.linear_anneal(n, budget * n), num_chains=4,
-                                  test_data=test, capacity=64, cache=cache, threads=2,
-                                  feature_widths=cc.width_ladder(n), sweep_growth=g)
+                    return cc.fit(
+                        jax.random.key(100 + k),
+                        train,
+                        model,
+                        an.linear_anneal(n, budget * n),
+                        num_chains=4,
+                        test_data=test,
+                        capacity=64,
+                        cache=cache,
+                        threads=2,
+                        feature_widths=cc.width_ladder(n),
+                        sweep_growth=g,
+                    )
+
                 r = res_of[g]
                 if k == 0:
                     t0 = time.perf_counter()
@@ -404,18 +511,34 @@ def _heldout_full(tables=None, growths=(0.0, 2.0), num_keys=3, budget=1):
                 r["secs"].append(s)
                 r["swept"].append(np.asarray(res.state.swept).tolist())
                 r.setdefault("iters", []).append(iters)
-                print(f"{t} growth {g} pair {k}: {s:.2f} s Anneal {r['jx'][-1]:+.3f} pylace {r['lc'][-1]:+.3f} "
-                      f"({iters}) load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"{t} growth {g} pair {k}: {s:.2f} s Anneal {r['jx'][-1]:+.3f} pylace {r['lc'][-1]:+.3f} "
+                    f"({iters}) load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         for g, r in res_of.items():
             jx, lc = np.asarray(r["jx"]), np.asarray(r["lc"])
             d = jx - lc
-            out.append({"case": f"heldout per test row, full table, {budget}N: Anneal key 100+k vs pylace seed 100+k "
-                        "at Anneal's seconds (split of run 1+k)", "table": t, "sweep_growth": g, "budget_N": budget,
-                        "pairs": len(d), "seconds": r["secs"], "anneal_scores": r["jx"], "pylace_scores": r["lc"],
-                        "diff_mean": float(d.mean()),
-                        "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
-                        "anneal_won": int(np.sum(d >= 0)), "swept": r["swept"], "pylace_iterations": r.get("iters"),
-                        "first_fit_s": r["compile"], "load": r["load"] + [os.getloadavg()[0]]})
+            out.append(
+                {
+                    "case": f"heldout per test row, full table, {budget}N: Anneal key 100+k vs pylace seed 100+k "
+                    "at Anneal's seconds (split of run 1+k)",
+                    "table": t,
+                    "sweep_growth": g,
+                    "budget_N": budget,
+                    "pairs": len(d),
+                    "seconds": r["secs"],
+                    "anneal_scores": r["jx"],
+                    "pylace_scores": r["lc"],
+                    "diff_mean": float(d.mean()),
+                    "diff_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
+                    "anneal_won": int(np.sum(d >= 0)),
+                    "swept": r["swept"],
+                    "pylace_iterations": r.get("iters"),
+                    "first_fit_s": r["compile"],
+                    "load": r["load"] + [os.getloadavg()[0]],
+                }
+            )
     return out
 
 
@@ -438,24 +561,50 @@ def _breakdown_1n(table="hfi (reals)", sweep_growth=0.0, repeats=3):
     train, test = split(x, kinds, seed_i, 1)
     n = train.shape[0]
     cache = an.SweepCache()
-    out = {"case": "1N seconds breakdown (full table)", "table": table, "rows": n, "sweep_growth": sweep_growth,
-           "load": [os.getloadavg()[0]]}
+    out = {
+        "case": "1N seconds breakdown (full table)",
+        "table": table,
+        "rows": n,
+        "sweep_growth": sweep_growth,
+        "load": [os.getloadavg()[0]],
+    }
     res = None
-    for name, kw in (("all moves", {}), ("no feature moves", {"feature_moves": False}),
-                     ("row ticks only", {"feature_moves": False, "grids": None})):
+    for name, kw in (
+        ("all moves", {}),
+        ("no feature moves", {"feature_moves": False}),
+        ("row ticks only", {"feature_moves": False, "grids": None}),
+    ):
+
         def fit():
-            return cc.fit(jax.random.key(1), train, model, an.linear_anneal(n, n), num_chains=4, test_data=test,
-                          capacity=64, cache=cache, threads=2, feature_widths=cc.width_ladder(n),
-                          sweep_growth=sweep_growth, **kw)
+            return cc.fit(
+                jax.random.key(1),
+                train,
+                model,
+                an.linear_anneal(n, n),
+                num_chains=4,
+                test_data=test,
+                capacity=64,
+                cache=cache,
+                threads=2,
+                feature_widths=cc.width_ladder(n),
+                sweep_growth=sweep_growth,
+                **kw,
+            )
+
         first = fit()
         secs = []
         for _ in range(repeats):
             r = fit()
             secs.append(float(r.seconds[-1]))
         res = r if res is None else res
-        out[name] = {"seconds_median": float(np.median(secs)), "seconds": secs, "compile_s": first.compile_seconds,
-                     "swept": np.asarray(r.state.swept).tolist(), "since_hyper": np.asarray(r.state.since_hyper).tolist(),
-                     "score": float(np.mean(r.heldout[-1]) / test.shape[0])}
+        out[name] = {
+            "seconds_median": float(np.median(secs)),
+            "seconds": secs,
+            "compile_s": first.compile_seconds,
+            "swept": np.asarray(r.state.swept).tolist(),
+            "since_hyper": np.asarray(r.state.since_hyper).tolist(),
+            "score": float(np.mean(r.heldout[-1]) / test.shape[0]),
+        }
     enc = cc.encode_table(model, train)
     grids = cc.default_crosscat_grids(model)
     st = jax.tree.map(lambda a: a[:2], res.state)
@@ -498,8 +647,12 @@ def _pylace_rows(quick, seconds=5.0):
     n = 10_000
     x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
     kinds = ds.extras["kinds"]
-    df = pd.DataFrame({nm: (pd.Series(x[:, j]) if k == "real" else pd.Series(x[:, j], dtype="Int64").astype("string"))
-                       for j, (nm, k) in enumerate(zip(ds.feature_names, kinds))})
+    df = pd.DataFrame(
+        {
+            nm: (pd.Series(x[:, j]) if k == "real" else pd.Series(x[:, j], dtype="Int64").astype("string"))
+            for j, (nm, k) in enumerate(zip(ds.feature_names, kinds))
+        }
+    )
     df.index.name = "ID"
     eng = Engine.from_df(df, n_states=1, rng_seed=0)
     eng.update(2, quiet=True)  # warm-up
@@ -511,9 +664,19 @@ def _pylace_rows(quick, seconds=5.0):
         views.append(len(set(eng.column_assignment(0))))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     v = float(np.mean(views))
-    return [{"case": "pylace_rows", "N": n, "chains": 1, "iterations": iters, "seconds": wall, "mean_views": v,
-             "row_ticks_per_s": iters * n / wall, "view_row_assignments_per_s": iters * n * v / wall,
-             "view_row_assignments_per_cpu_s": iters * n * v / cpu}]
+    return [
+        {
+            "case": "pylace_rows",
+            "N": n,
+            "chains": 1,
+            "iterations": iters,
+            "seconds": wall,
+            "mean_views": v,
+            "row_ticks_per_s": iters * n / wall,
+            "view_row_assignments_per_s": iters * n * v / wall,
+            "view_row_assignments_per_cpu_s": iters * n * v / cpu,
+        }
+    ]
 
 
 def _targets(rows):
@@ -526,28 +689,56 @@ def _targets(rows):
     per_row = {r["N"]: r["view_row_assignments_per_s"] for r in cc_all if r["chains"] == 1}
     fs = [r for r in rows if r.get("case") == "crosscat_feature_sweep"]
     lace = [r for r in rows if r.get("case") == "pylace_rows" and "view_row_assignments_per_s" in r]
-    out = [{"case": "target: crosscat view-row assignments/s >= 1e5 (10x loom's ~1e4)", "N": n_max,
-            "chains": best["chains"], "value": best["view_row_assignments_per_s"],
-            "per_cpu_s": best["view_row_assignments_per_cpu_s"], "met": best["view_row_assignments_per_s"] >= 1e5},
-           {"case": "flat in N: 1-chain rate at the largest / smallest N", "N": n_max,
-            "value": per_row[n_max] / per_row[min(per_row)] if per_row else float("nan")}]
+    out = [
+        {
+            "case": "target: crosscat view-row assignments/s >= 1e5 (10x loom's ~1e4)",
+            "N": n_max,
+            "chains": best["chains"],
+            "value": best["view_row_assignments_per_s"],
+            "per_cpu_s": best["view_row_assignments_per_cpu_s"],
+            "met": best["view_row_assignments_per_s"] >= 1e5,
+        },
+        {
+            "case": "flat in N: 1-chain rate at the largest / smallest N",
+            "N": n_max,
+            "value": per_row[n_max] / per_row[min(per_row)] if per_row else float("nan"),
+        },
+    ]
     out += [{"case": "feature sweep / row sweep", "N": r["N"], "value": r["feature_over_row_sweep"]} for r in fs]
     held = [r for r in rows if r.get("case", "").startswith("heldout per test row: Anneal vs pylace")]
     if held:
-        out.append({"case": "target: Anneal >= pylace held-out (flights subset), points met", "N": len(held),
-                    "value": sum(r["met"] for r in held), "met": all(r["met"] for r in held)})
+        out.append(
+            {
+                "case": "target: Anneal >= pylace held-out (flights subset), points met",
+                "N": len(held),
+                "value": sum(r["met"] for r in held),
+                "met": all(r["met"] for r in held),
+            }
+        )
     seeds = [r for r in rows if r.get("case", "").startswith("heldout per test row over seeds")]
     for t in dict.fromkeys((r.get("table", "flights (mixed)"), r.get("grids", "default")) for r in seeds):
         sel = [r for r in seeds if (r.get("table", "flights (mixed)"), r.get("grids", "default")) == t]
         # over seeds: the mean per-pair difference >= 0 at every budget of each table (and grids)
-        out.append({"case": "target over seeds: mean (Anneal - pylace) >= 0 per budget, budgets met", "table": t[0],
-                    "grids": t[1], "N": len(sel), "value": sum(r["diff_mean"] >= 0 for r in sel),
-                    "met": all(r["diff_mean"] >= 0 for r in sel)})
+        out.append(
+            {
+                "case": "target over seeds: mean (Anneal - pylace) >= 0 per budget, budgets met",
+                "table": t[0],
+                "grids": t[1],
+                "N": len(sel),
+                "value": sum(r["diff_mean"] >= 0 for r in sel),
+                "met": all(r["diff_mean"] >= 0 for r in sel),
+            }
+        )
     if lace:
         one = [r for r in cc_all if r["chains"] == 1 and r["N"] == lace[0]["N"]]
         if one:
-            out.append({"case": "jaxsub 1 chain / pylace 1 state, view-row assignments per CPU-s", "N": lace[0]["N"],
-                        "value": one[0]["view_row_assignments_per_cpu_s"] / lace[0]["view_row_assignments_per_cpu_s"]})
+            out.append(
+                {
+                    "case": "jaxsub 1 chain / pylace 1 state, view-row assignments per CPU-s",
+                    "N": lace[0]["N"],
+                    "value": one[0]["view_row_assignments_per_cpu_s"] / lace[0]["view_row_assignments_per_cpu_s"],
+                }
+            )
     return out
 
 
@@ -567,16 +758,22 @@ def _window_sweep(model, enc, fs_full, capacity, views, m, repeats=5):
     jax.block_until_ready(fs_full(jax.random.key(0), st))
     cpu = {"full": [], "window": []}
     for i in range(repeats):
-        for name, f in ((("full", fs_full), ("window", fw)) if i % 2 == 0 else (("window", fw), ("full", fs_full))):
+        for name, f in (("full", fs_full), ("window", fw)) if i % 2 == 0 else (("window", fw), ("full", fs_full)):
             c0 = time.process_time()
             jax.block_until_ready(f(jax.random.key(1 + i), st))
             cpu[name].append(time.process_time() - c0)
     ratio = np.asarray(cpu["window"]) / np.asarray(cpu["full"])
-    return {"case": "crosscat_feature_sweep_window", "N": n, "subsample": m, "width": m,
-            "full_cpu_s": float(np.median(cpu["full"])), "window_cpu_s": float(np.median(cpu["window"])),
-            "window_over_full": float(np.median(ratio)), "window_over_full_range": [float(ratio.min()),
-                                                                                    float(ratio.max())],
-            "first_call_s": first}
+    return {
+        "case": "crosscat_feature_sweep_window",
+        "N": n,
+        "subsample": m,
+        "width": m,
+        "full_cpu_s": float(np.median(cpu["full"])),
+        "window_cpu_s": float(np.median(cpu["window"])),
+        "window_over_full": float(np.median(ratio)),
+        "window_over_full_range": [float(ratio.min()), float(ratio.max())],
+        "first_call_s": first,
+    }
 
 
 def _crosscat(quick):
@@ -585,38 +782,56 @@ def _crosscat(quick):
 
     ds = load_crosscat_flights()
     kinds = ds.extras["kinds"]
-    feats = tuple(an.NormalInverseChiSquared() if k == "real" else
-                  (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k))) for k in kinds)
+    feats = tuple(
+        an.NormalInverseChiSquared()
+        if k == "real"
+        else (an.BetaBernoulli() if k == 2 else an.DirichletCategorical(int(k)))
+        for k in kinds
+    )
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
     F = len(feats)
     steps, capacity, views = 20_000, 32, 3
     out = []
-    for n in ((10_000, 100_000) if quick else (10_000, ds.x.shape[0])):  # <= 3 min: one compile per N and chains
+    for n in (10_000, 100_000) if quick else (10_000, ds.x.shape[0]):  # <= 3 min: one compile per N and chains
         x = ds.x[np.random.default_rng(0).choice(ds.x.shape[0], n, replace=False)]
         enc = cc.encode_table(model, x)
         view_of = np.arange(F) % views
         z = np.full((F + 1, n), -1, np.int32)
         z[:views] = np.random.default_rng(1).integers(0, 20, (views, n))
-        sweeps = {c: jax.jit(cc.build_sweep(model, span=steps if c == 1 else steps // 4, feature_moves=False))
-                  for c in (1, 4)}
+        sweeps = {
+            c: jax.jit(cc.build_sweep(model, span=steps if c == 1 else steps // 4, feature_moves=False)) for c in (1, 4)
+        }
         four = n == (100_000 if quick else ds.x.shape[0])
-        for chains in ((1, 4) if four else (1,)):  # vmapped chains share the per-tick op overhead
+        for chains in (1, 4) if four else (1,):  # vmapped chains share the per-tick op overhead
             st = jax.vmap(lambda _: cc.init(model, enc, capacity, view_of=jnp.asarray(view_of), z=jnp.asarray(z)))(
-                jnp.arange(chains))
+                jnp.arange(chains)
+            )
             ticks = steps if chains == 1 else steps // 4
             win = jnp.full((chains, ticks), an.GIBBS, jnp.int8)
             keys = jax.random.split(jax.random.key(0), chains)
             cpu = []
             first, times = _timed(lambda i: sweeps[chains](st, keys, win, enc), cpu=cpu)
             sec = float(np.median(times))
-            out.append({"case": "crosscat_rows", "N": n, "chains": chains, "features": F, "views": views,
-                        "ticks": ticks, "seconds": sec, "seconds_range": [float(min(times)), float(max(times))],
-                        "row_ticks_per_s": chains * ticks / sec,
-                        "view_row_assignments_per_s": chains * views * ticks / sec,
-                        "view_row_assignments_per_s_range": [chains * views * ticks / max(times),
-                                                             chains * views * ticks / min(times)],
-                        "view_row_assignments_per_cpu_s": chains * views * ticks / float(np.median(cpu)),
-                        "first_call_s": first})
+            out.append(
+                {
+                    "case": "crosscat_rows",
+                    "N": n,
+                    "chains": chains,
+                    "features": F,
+                    "views": views,
+                    "ticks": ticks,
+                    "seconds": sec,
+                    "seconds_range": [float(min(times)), float(max(times))],
+                    "row_ticks_per_s": chains * ticks / sec,
+                    "view_row_assignments_per_s": chains * views * ticks / sec,
+                    "view_row_assignments_per_s_range": [
+                        chains * views * ticks / max(times),
+                        chains * views * ticks / min(times),
+                    ],
+                    "view_row_assignments_per_cpu_s": chains * views * ticks / float(np.median(cpu)),
+                    "first_call_s": first,
+                }
+            )
             if chains == 1:
                 sec1 = sec
         fs = jax.jit(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc)[0])
@@ -624,9 +839,18 @@ def _crosscat(quick):
         f_first, ft = _timed(lambda i: fs(jax.random.key(1 + i), s1))
         f_sec = float(np.median(ft))
         row_sweep = n / (steps / sec1)
-        out.append({"case": "crosscat_feature_sweep", "N": n, "features": F, "feature_sweep_s": f_sec,
-                    "feature_sweep_range": [float(min(ft)), float(max(ft))], "first_call_s": f_first,
-                    "row_sweep_s": row_sweep, "feature_over_row_sweep": f_sec / row_sweep})
+        out.append(
+            {
+                "case": "crosscat_feature_sweep",
+                "N": n,
+                "features": F,
+                "feature_sweep_s": f_sec,
+                "feature_sweep_range": [float(min(ft)), float(max(ft))],
+                "first_call_s": f_first,
+                "row_sweep_s": row_sweep,
+                "feature_over_row_sweep": f_sec / row_sweep,
+            }
+        )
         if n == 10_000:  # a 64-row subsample: the moves over all N rows vs on the subsample window (width 64)
             out.append(_window_sweep(model, enc, fs, capacity, views, m=64))
     return out
@@ -643,26 +867,42 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/guides/an
     ap.add_argument("--budgets", nargs="*", type=int, default=[1, 3, 10, 30])
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
-    ap.add_argument("--full", action="store_true", help="full-size tables at the first budget (_heldout_full), "
-                    "Anneal with each --growth")
-    ap.add_argument("--breakdown", action="store_true", help="where Anneal's 1N seconds go on full tables "
-                    "(_breakdown_1n; --tables, --growth)")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="full-size tables at the first budget (_heldout_full), Anneal with each --growth",
+    )
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="where Anneal's 1N seconds go on full tables (_breakdown_1n; --tables, --growth)",
+    )
     ap.add_argument("--growth", nargs="*", type=float, default=None, help="cc.fit sweep_growth values")
-    ap.add_argument("--aggregate", nargs="*", default=None, help="JSON files of earlier runs: print their median "
-                    "and range per table, grids and budget instead of running")
+    ap.add_argument(
+        "--aggregate",
+        nargs="*",
+        default=None,
+        help="JSON files of earlier runs: print their median and range per table, grids and budget instead of running",
+    )
     a = ap.parse_args()
     if a.aggregate:
         runs = [json.load(open(f)) for f in a.aggregate]
         keys = dict.fromkeys((r["table"], r["grids"], r["budget_N"]) for run in runs for r in run["rows"])
-        print("table | grids | budget | Anneal - pylace per run: mean (se) [won] | median of means (range) | "
-              "seconds, median per run | load per run")
+        print(
+            "table | grids | budget | Anneal - pylace per run: mean (se) [won] | median of means (range) | "
+            "seconds, median per run | load per run"
+        )
         for k in keys:
             sel = [r for run in runs for r in run["rows"] if (r["table"], r["grids"], r["budget_N"]) == k]
             m = [r["diff_mean"] for r in sel]
-            print(f"{k[0]} | {k[1]} | {k[2]}N | " + " / ".join(f"{r['diff_mean']:+.2f} ({r['diff_se']:.2f}) "
-                  f"[{r['anneal_won']}]" for r in sel) + f" | {np.median(m):+.2f} ({min(m):+.2f} … {max(m):+.2f}) | "
-                  + " / ".join(f"{r['seconds_median']:.3f}" for r in sel) + " | "
-                  + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel))
+            print(
+                f"{k[0]} | {k[1]} | {k[2]}N | "
+                + " / ".join(f"{r['diff_mean']:+.2f} ({r['diff_se']:.2f}) [{r['anneal_won']}]" for r in sel)
+                + f" | {np.median(m):+.2f} ({min(m):+.2f} … {max(m):+.2f}) | "
+                + " / ".join(f"{r['seconds_median']:.3f}" for r in sel)
+                + " | "
+                + " / ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in sel)
+            )
         raise SystemExit(0)
     t0, load0 = time.perf_counter(), os.getloadavg()
     if a.breakdown:
@@ -676,9 +916,12 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/guides/an
     if a.full:
         rows = _heldout_full(a.tables, tuple(a.growth or (0.0, 2.0)), a.keys, a.budgets[0])
         for r in rows:
-            print(f"{r['table']:18s} growth {r['sweep_growth']}  {r['budget_N']}N  seconds {np.round(r['seconds'], 2)}  "
-                  f"diff {r['diff_mean']:+.3f} (se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  "
-                  f"load {r['load']}", flush=True)
+            print(
+                f"{r['table']:18s} growth {r['sweep_growth']}  {r['budget_N']}N  seconds {np.round(r['seconds'], 2)}  "
+                f"diff {r['diff_mean']:+.3f} (se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  "
+                f"load {r['load']}",
+                flush=True,
+            )
         meta = {"wall_s": time.perf_counter() - t0, "load_start": load0, "load_end": os.getloadavg()}
         print(meta)
         if a.out:
@@ -687,11 +930,13 @@ if __name__ == "__main__":  # the held-out rows over seeds alone (docs/guides/an
         raise SystemExit(0)
     rows = _heldout_seeds_tables(False, a.budgets, a.keys, tuple(a.grids), a.tables, tuple(a.growth or (None,)))
     for r in rows:
-        print(f"{r['table']:18s} {r['grids']:15s} growth {r['sweep_growth']} {r['budget_N']:>3d}N  "
-              f"{r['seconds_median']:.3f} s  "
-              f"Anneal {r['anneal_mean']:+.3f}  pylace {r['pylace_mean']:+.3f}  diff {r['diff_mean']:+.3f} "
-              f"(se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  load {r['load'][0]:.1f}->{r['load'][1]:.1f}",
-              flush=True)
+        print(
+            f"{r['table']:18s} {r['grids']:15s} growth {r['sweep_growth']} {r['budget_N']:>3d}N  "
+            f"{r['seconds_median']:.3f} s  "
+            f"Anneal {r['anneal_mean']:+.3f}  pylace {r['pylace_mean']:+.3f}  diff {r['diff_mean']:+.3f} "
+            f"(se {r['diff_se']:.3f})  won {r['anneal_won']}/{r['pairs']}  load {r['load'][0]:.1f}->{r['load'][1]:.1f}",
+            flush=True,
+        )
     meta = {"wall_s": time.perf_counter() - t0, "load_start": load0, "load_end": os.getloadavg()}
     print(meta)
     if a.out:

@@ -22,6 +22,7 @@ the timed calls (every call uses new keys). ESS(q)/s = ESS per call / median sec
 posterior of q is compared through the adjusted visit frequencies, with the
 Monte Carlo standard error from the spread between chains.
 """
+
 from __future__ import annotations
 
 import jax
@@ -93,9 +94,11 @@ def run(*, quick: bool) -> list[dict]:
     fns = {
         "exact vmap": _chains_fn(make_sweep(data, pilot, exact=True), num_sweeps, log_pi, "vmap"),
         "exact map": _chains_fn(make_sweep(data, pilot, exact=True), num_sweeps, log_pi, "map"),
-        "racing": (_batched_chains_fn(make_batched_sweep(data, pilot, NUM_CHAINS), num_sweeps, log_pi)
-                   if RACING_LAYOUT == "batched"
-                   else _chains_fn(make_sweep(data, pilot, exact=False), num_sweeps, log_pi, RACING_LAYOUT)),
+        "racing": (
+            _batched_chains_fn(make_batched_sweep(data, pilot, NUM_CHAINS), num_sweeps, log_pi)
+            if RACING_LAYOUT == "batched"
+            else _chains_fn(make_sweep(data, pilot, exact=False), num_sweeps, log_pi, RACING_LAYOUT)
+        ),
     }
     fns = {name: _keeping(fn, outs[name]) for name, fn in fns.items()}
     keys = jax.random.split(jax.random.key(3), 100)
@@ -107,10 +110,14 @@ def run(*, quick: bool) -> list[dict]:
     outs["exact"] = outs.pop(f"exact {layout}")
     burn = num_sweeps // 10
     rows, freqs = [], {}
-    timed = {"exact": outs["exact"][1:],  # the timed calls only (the first call compiles)
-             "racing": outs["racing"][1:1 + repeats] + outs["racing"][2 + repeats:]}
-    for name, seconds, first in (("exact", t_exact["baseline_s"], t_exact["baseline_first_call_s"]),
-                                 ("racing", racing_s, t_vmap["candidate_first_call_s"])):
+    timed = {
+        "exact": outs["exact"][1:],  # the timed calls only (the first call compiles)
+        "racing": outs["racing"][1 : 1 + repeats] + outs["racing"][2 + repeats :],
+    }
+    for name, seconds, first in (
+        ("exact", t_exact["baseline_s"], t_exact["baseline_first_call_s"]),
+        ("racing", racing_s, t_vmap["candidate_first_call_s"]),
+    ):
         ks = np.concatenate([np.asarray(o[0])[:, burn:] for o in timed[name]])
         evals = np.concatenate([np.asarray(o[1]) for o in timed[name]])
         q = np.asarray(ORDERS, np.float32)[ks]
@@ -118,18 +125,20 @@ def run(*, quick: bool) -> list[dict]:
         per_chain = np.stack([np.bincount(k, minlength=NUM_MODELS) / k.size for k in ks])
         freqs[name] = (per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(len(per_chain)))
         ess_per_call = ess / len(timed[name])
-        rows.append({
-            "sampler": f"{name} sweep, {NUM_CHAINS} chains ({layout if name == 'exact' else RACING_LAYOUT})",
-            "N": data.num_data,
-            "sweeps_per_chain": num_sweeps,
-            "s_per_call": seconds,
-            "ms_per_sweep_all_chains": 1e3 * seconds / num_sweeps,
-            "evals_per_sweep_per_chain": float(evals.mean()),
-            "ess_q_per_call": ess_per_call,
-            "ess_q_per_s": ess_per_call / seconds,
-            "first_call_s": first,
-            "adjusted_p_q": " ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(*freqs[name])),
-        })
+        rows.append(
+            {
+                "sampler": f"{name} sweep, {NUM_CHAINS} chains ({layout if name == 'exact' else RACING_LAYOUT})",
+                "N": data.num_data,
+                "sweeps_per_chain": num_sweeps,
+                "s_per_call": seconds,
+                "ms_per_sweep_all_chains": 1e3 * seconds / num_sweeps,
+                "evals_per_sweep_per_chain": float(evals.mean()),
+                "ess_q_per_call": ess_per_call,
+                "ess_q_per_s": ess_per_call / seconds,
+                "first_call_s": first,
+                "adjusted_p_q": " ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(*freqs[name])),
+            }
+        )
     ratio = rows[1]["ess_q_per_s"] / rows[0]["ess_q_per_s"]
     diff = np.abs(freqs["racing"][0] - freqs["exact"][0])
     se = np.sqrt(freqs["racing"][1] ** 2 + freqs["exact"][1] ** 2)
@@ -139,5 +148,8 @@ def run(*, quick: bool) -> list[dict]:
     rows[0]["ess_q_per_s_vs_exact"] = 1.0
     rows[0]["s_per_call_vmap"] = t_vmap["baseline_s"]
     rows[0]["s_per_call_map"] = t_map["baseline_s"]
-    print(f"ESS(q)/s racing / exact: {ratio:.2f}; max |p_racing - p_exact| / se = {rows[1]['max_z_p_q_vs_exact']:.2f}", flush=True)
+    print(
+        f"ESS(q)/s racing / exact: {ratio:.2f}; max |p_racing - p_exact| / se = {rows[1]['max_z_p_q_vs_exact']:.2f}",
+        flush=True,
+    )
     return rows

@@ -34,6 +34,7 @@
 Model: Bayesian logistic regression with ``d`` features, ``S = 8`` shards of
 ``N_s = 20,000`` synthetic rows, minibatch 100.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,15 +105,25 @@ def _surrogates(dim: int, structure: str, seed: int = 1):
 
 
 def _row(part, what, dim, local_steps, num_steps, t, target):
-    return {"part": part, "what": what, "dim": dim, "local_steps": local_steps, "steps": num_steps,
-            "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
-            "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
-            "ratio": t["candidate_s"] / t["baseline_s"],
-            "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]),
-            "ratio_range_of_pairs": [min(c / b for b, c in zip(t["baseline_times"], t["candidate_times"])),
-                                     max(c / b for b, c in zip(t["baseline_times"], t["candidate_times"]))],
-            "compile_s_baseline": t.get("baseline_first_call_s"), "compile_s_candidate": t.get("candidate_first_call_s"),
-            "target": target, "load_average_1min": os.getloadavg()[0]}
+    return {
+        "part": part,
+        "what": what,
+        "dim": dim,
+        "local_steps": local_steps,
+        "steps": num_steps,
+        "baseline_us_per_step": 1e6 * t["baseline_s"] / num_steps,
+        "candidate_us_per_step": 1e6 * t["candidate_s"] / num_steps,
+        "ratio": t["candidate_s"] / t["baseline_s"],
+        "ratio_of_minimums": min(t["candidate_times"]) / min(t["baseline_times"]),
+        "ratio_range_of_pairs": [
+            min(c / b for b, c in zip(t["baseline_times"], t["candidate_times"])),
+            max(c / b for b, c in zip(t["baseline_times"], t["candidate_times"])),
+        ],
+        "compile_s_baseline": t.get("baseline_first_call_s"),
+        "compile_s_candidate": t.get("candidate_first_call_s"),
+        "target": target,
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict]:
@@ -163,17 +174,44 @@ def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict
     keys = lambda i: (jax.random.key(i), data)  # noqa: E731
     rows = []
     t = compare(run_blackjax, run_dsgld, keys, keys, repeats=repeats)
-    rows.append(_row("a", "jaxsub.dsgld vs blackjax.sgld on the pooled data (same data, equal shards)", dim,
-                     local_steps, num_steps, t, "<= 1.2"))
+    rows.append(
+        _row(
+            "a",
+            "jaxsub.dsgld vs blackjax.sgld on the pooled data (same data, equal shards)",
+            dim,
+            local_steps,
+            num_steps,
+            t,
+            "<= 1.2",
+        )
+    )
     if dim == REPORT_DIM:  # report-only rows at one size (each costs a compile)
         t = compare(blackjax_runner(pooled=False), run_dsgld, keys, keys, repeats=repeats)
-        rows.append(_row("a0", "jaxsub.dsgld vs blackjax.sgld on shard 0 only (1/8 of the working set)", dim,
-                         local_steps, num_steps, t, "report"))
+        rows.append(
+            _row(
+                "a0",
+                "jaxsub.dsgld vs blackjax.sgld on shard 0 only (1/8 of the working set)",
+                dim,
+                local_steps,
+                num_steps,
+                t,
+                "report",
+            )
+        )
         t = compare(run_blackjax, dsgld_runner(None), keys, keys, repeats=repeats)
-        rows.append(_row("a'", "jaxsub.dsgld, traced-size index draw (unequal shards) vs blackjax.sgld", dim,
-                         local_steps, num_steps, t, "report"))
+        rows.append(
+            _row(
+                "a'",
+                "jaxsub.dsgld, traced-size index draw (unequal shards) vs blackjax.sgld",
+                dim,
+                local_steps,
+                num_steps,
+                t,
+                "report",
+            )
+        )
     cg_kernel = jaxsub.cg_dsgld.build_kernel(batch_size=BATCH, local_steps=local_steps, shard_size=SHARD_SIZE)
-    for structure in (("full", "diag") if dim == REPORT_DIM else ("diag",)):
+    for structure in ("full", "diag") if dim == REPORT_DIM else ("diag",):
         arrays = jaxsub.sgmcmc.conducive_arrays(_surrogates(dim, structure), probs_np)
 
         @jax.jit
@@ -184,8 +222,17 @@ def part_a_b(dim: int, local_steps: int, rounds: int, repeats: int) -> list[dict
             return jax.lax.scan(body, jaxsub.cg_dsgld.init(theta0), jax.random.split(key, rounds))[0].position
 
         t = compare(run_dsgld, run_cg, keys, lambda i: (jax.random.key(i), data, arrays), repeats=repeats)
-        rows.append(_row("b", f"cg_dsgld vs dsgld ({structure} surrogates)", dim, local_steps, num_steps, t,
-                         "<= 1.10" if structure == "diag" else "report"))
+        rows.append(
+            _row(
+                "b",
+                f"cg_dsgld vs dsgld ({structure} surrogates)",
+                dim,
+                local_steps,
+                num_steps,
+                t,
+                "<= 1.10" if structure == "diag" else "report",
+            )
+        )
     return rows
 
 
@@ -239,13 +286,34 @@ def part_c(dim: int, chains: int, local_steps: int, rounds: int, repeats: int) -
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     env["JAX_PLATFORMS"] = "cpu"  # 8 simulated *CPU* devices, also on a machine with an accelerator
-    proc = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, str(root), str(dim), str(chains), str(local_steps),
-                           str(rounds), str(repeats)], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DEVICE_SCRIPT,
+            str(root),
+            str(dim),
+            str(chains),
+            str(local_steps),
+            str(rounds),
+            str(repeats),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
     out = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
-    out.update({"part": "c", "what": "multi_device: 8 simulated CPU devices vs vmap on 1 device", "dim": dim,
-                "note": "simulated devices share the same CPU cores; no GPU in this run"})
+    out.update(
+        {
+            "part": "c",
+            "what": "multi_device: 8 simulated CPU devices vs vmap on 1 device",
+            "dim": dim,
+            "note": "simulated devices share the same CPU cores; no GPU in this run",
+        }
+    )
     return out
 
 
@@ -269,21 +337,37 @@ def part_d(rounds: int, repeats: int) -> dict:
     sur = jaxsub.sgmcmc.gaussian_surrogates(np.zeros((10, dim)), np.full((10, dim), 10.0))
     arrays = jaxsub.sgmcmc.conducive_arrays(sur, probs)
     chains, local_steps = 1, 20
-    runner = jax.jit(jaxsub.sgmcmc.sample_rounds(mnist.logprior, mnist.loglik, batch_size=mnist.BATCH,
-                                                 local_steps=local_steps, num_rounds=rounds))
+    runner = jax.jit(
+        jaxsub.sgmcmc.sample_rounds(
+            mnist.logprior, mnist.loglik, batch_size=mnist.BATCH, local_steps=local_steps, num_rounds=rounds
+        )
+    )
     positions = jax.tree.map(lambda v: jnp.stack([v] * chains), params0)
-    args = (packed.data, jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32), arrays,
-            2 * mnist.LR / 10_000)
+    args = (
+        packed.data,
+        jnp.asarray(packed.sizes, jnp.int32),
+        jnp.asarray(probs, jnp.float32),
+        arrays,
+        2 * mnist.LR / 10_000,
+    )
 
     def call(alpha):
         return lambda i: (jax.random.key(i), positions, *args, alpha)
 
     t = compare(runner, runner, call(0.0), call(1.0), repeats=repeats)
-    return {"part": "d", "what": "MNIST experiment sampler (MLP 784-50-10, 10 clients, L = 20, batch 32, 1 chain)",
-            "dim": dim, "device": str(jax.devices()[0]), "platform": jax.default_backend(), "rounds": rounds,
-            "dsgld_rounds_per_s": rounds / t["baseline_s"], "cg_dsgld_rounds_per_s": rounds / t["candidate_s"],
-            "ratio": t["candidate_s"] / t["baseline_s"],
-            "compile_s": t.get("baseline_first_call_s"), "load_average_1min": os.getloadavg()[0]}
+    return {
+        "part": "d",
+        "what": "MNIST experiment sampler (MLP 784-50-10, 10 clients, L = 20, batch 32, 1 chain)",
+        "dim": dim,
+        "device": str(jax.devices()[0]),
+        "platform": jax.default_backend(),
+        "rounds": rounds,
+        "dsgld_rounds_per_s": rounds / t["baseline_s"],
+        "cg_dsgld_rounds_per_s": rounds / t["candidate_s"],
+        "ratio": t["candidate_s"] / t["baseline_s"],
+        "compile_s": t.get("baseline_first_call_s"),
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 MANY_CLIENTS, MANY_PARTICIPATING = 128, 32
@@ -312,13 +396,15 @@ def part_e(rounds: int, repeats: int, local_steps: int = 20) -> dict:
     def logprior(theta):
         return -0.5 * jnp.sum(theta**2)
 
-    sur = jaxsub.sgmcmc.gaussian_surrogates(rng.normal(size=(MANY_CLIENTS, dim)),
-                                            rng.uniform(50, 200, size=(MANY_CLIENTS, dim)))
+    sur = jaxsub.sgmcmc.gaussian_surrogates(
+        rng.normal(size=(MANY_CLIENTS, dim)), rng.uniform(50, 200, size=(MANY_CLIENTS, dim))
+    )
     probs = sizes / sizes.sum()
     runners, acted = {}, {}
     for m in (MANY_CLIENTS, MANY_PARTICIPATING):
-        fns = jaxsub.sgmcmc.multi_device_kernel(num_shards=MANY_CLIENTS, chains_per_shard=1, batch_size=32,
-                                                local_steps=local_steps, participating=m)
+        fns = jaxsub.sgmcmc.multi_device_kernel(
+            num_shards=MANY_CLIENTS, chains_per_shard=1, batch_size=32, local_steps=local_steps, participating=m
+        )
         inputs = fns.make_inputs(shards, probs, sur)
         state = fns.init(np.zeros((MANY_CLIENTS, dim), np.float32))
 
@@ -335,21 +421,33 @@ def part_e(rounds: int, repeats: int, local_steps: int = 20) -> dict:
             return run
 
         runners[m] = (make(), inputs)
-    t = compare(lambda key: runners[MANY_CLIENTS][0](key, runners[MANY_CLIENTS][1]),
-                lambda key: runners[MANY_PARTICIPATING][0](key, runners[MANY_PARTICIPATING][1]),
-                lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=repeats)
+    t = compare(
+        lambda key: runners[MANY_CLIENTS][0](key, runners[MANY_CLIENTS][1]),
+        lambda key: runners[MANY_PARTICIPATING][0](key, runners[MANY_PARTICIPATING][1]),
+        lambda i: (jax.random.key(i),),
+        lambda i: (jax.random.key(i),),
+        repeats=repeats,
+    )
     for m in runners:
         acted[m] = float(runners[m][0](jax.random.key(0), runners[m][1])[1])
     b = jaxsub.sgmcmc.bytes_per_round(np.zeros(dim, np.float32), MANY_CLIENTS, 1)
-    return {"part": "e", "what": f"{MANY_CLIENTS} clients (f ∝ N_s), {MANY_PARTICIPATING} vs all participating, "
-                                 "CG-DSGLD diag, one-device layout", "dim": dim, "rounds": rounds,
-            "local_steps": local_steps, "rounds_per_s_all": rounds / t["baseline_s"],
-            "rounds_per_s_partial": rounds / t["candidate_s"],
-            "acted_fraction_all": acted[MANY_CLIENTS], "acted_fraction_partial": acted[MANY_PARTICIPATING],
-            "acting_chain_rounds_per_s_all": MANY_CLIENTS * acted[MANY_CLIENTS] * rounds / t["baseline_s"],
-            "acting_chain_rounds_per_s_partial": MANY_CLIENTS * acted[MANY_PARTICIPATING] * rounds / t["candidate_s"],
-            "bytes_per_round_expected": b["expected"], "compile_s": t.get("baseline_first_call_s"),
-            "load_average_1min": os.getloadavg()[0]}
+    return {
+        "part": "e",
+        "what": f"{MANY_CLIENTS} clients (f ∝ N_s), {MANY_PARTICIPATING} vs all participating, "
+        "CG-DSGLD diag, one-device layout",
+        "dim": dim,
+        "rounds": rounds,
+        "local_steps": local_steps,
+        "rounds_per_s_all": rounds / t["baseline_s"],
+        "rounds_per_s_partial": rounds / t["candidate_s"],
+        "acted_fraction_all": acted[MANY_CLIENTS],
+        "acted_fraction_partial": acted[MANY_PARTICIPATING],
+        "acting_chain_rounds_per_s_all": MANY_CLIENTS * acted[MANY_CLIENTS] * rounds / t["baseline_s"],
+        "acting_chain_rounds_per_s_partial": MANY_CLIENTS * acted[MANY_PARTICIPATING] * rounds / t["candidate_s"],
+        "bytes_per_round_expected": b["expected"],
+        "compile_s": t.get("baseline_first_call_s"),
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def _timed(fn, *args, **kwargs):
@@ -358,8 +456,11 @@ def _timed(fn, *args, **kwargs):
     import time
 
     def cpu():
-        return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-                   for f in ("ru_utime", "ru_stime"))
+        return sum(
+            getattr(resource.getrusage(w), f)
+            for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            for f in ("ru_utime", "ru_stime")
+        )
 
     w0, c0 = time.perf_counter(), cpu()
     out = fn(*args, **kwargs)
@@ -370,8 +471,7 @@ def markdown(rows: list[dict]) -> str:
     """The issue's table: overhead ratios per d (ratio of medians [ratio of minimums]), (c) and (d)."""
     dims = (10, REPORT_DIM, SPARSE_DIM)
     lines = ["| part | d = 10 | d = 50 | d = 10⁵ | target |", "|---|---|---|---|---|"]
-    for part, what in (("a", "jaxsub.dsgld"), ("a0", "shard 0"), ("a'", "traced-size"), ("b", "diag"),
-                       ("b", "full")):
+    for part, what in (("a", "jaxsub.dsgld"), ("a0", "shard 0"), ("a'", "traced-size"), ("b", "diag"), ("b", "full")):
         picked = [r for r in rows if r.get("part") == part and what in r["what"]]
         if not picked:
             continue
@@ -382,20 +482,26 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| ({part}) {picked[0]['what']} | " + " | ".join(cells) + f" | {picked[0]['target']} |")
     for r in rows:
         if r.get("part") == "c":
-            lines.append(f"| (c) 8 simulated CPU devices / vmap on 1 device, {r['chains']} chains | "
-                         f"{r['speedup_8dev_over_1dev']:.2f}x rounds/s ({r['shard_map_rounds_per_s']:.1f} vs "
-                         f"{r['vmap_rounds_per_s']:.1f}); {r['bytes_per_round_expected']:,.0f} B expected "
-                         f"({r['bytes_per_round_worst']:,.0f} B worst) per round; {r['collective_permutes_in_program']} "
-                         f"collective permutes, {r['other_collectives_in_program']} other collectives | | | report |")
+            lines.append(
+                f"| (c) 8 simulated CPU devices / vmap on 1 device, {r['chains']} chains | "
+                f"{r['speedup_8dev_over_1dev']:.2f}x rounds/s ({r['shard_map_rounds_per_s']:.1f} vs "
+                f"{r['vmap_rounds_per_s']:.1f}); {r['bytes_per_round_expected']:,.0f} B expected "
+                f"({r['bytes_per_round_worst']:,.0f} B worst) per round; {r['collective_permutes_in_program']} "
+                f"collective permutes, {r['other_collectives_in_program']} other collectives | | | report |"
+            )
         if r.get("part") == "e":
-            lines.append(f"| (e) {r['what']} | all: {r['rounds_per_s_all']:.1f} rounds/s, {r['acted_fraction_all']:.3f} "
-                         f"of chain-rounds act; {MANY_PARTICIPATING}: {r['rounds_per_s_partial']:.1f} rounds/s, "
-                         f"{r['acted_fraction_partial']:.3f} act; {r['bytes_per_round_expected']:,.0f} B per round "
-                         "(one client per device) | | | report |")
+            lines.append(
+                f"| (e) {r['what']} | all: {r['rounds_per_s_all']:.1f} rounds/s, {r['acted_fraction_all']:.3f} "
+                f"of chain-rounds act; {MANY_PARTICIPATING}: {r['rounds_per_s_partial']:.1f} rounds/s, "
+                f"{r['acted_fraction_partial']:.3f} act; {r['bytes_per_round_expected']:,.0f} B per round "
+                "(one client per device) | | | report |"
+            )
         if r.get("part") == "d":
-            lines.append(f"| (d) MNIST sampler (d = {r['dim']:,}), {r['platform']} ({r['device']}) | DSGLD "
-                         f"{r['dsgld_rounds_per_s']:.1f} rounds/s, CG-DSGLD {r['cg_dsgld_rounds_per_s']:.1f} rounds/s "
-                         f"(CG / DSGLD time {r['ratio']:.2f}) | | | report |")
+            lines.append(
+                f"| (d) MNIST sampler (d = {r['dim']:,}), {r['platform']} ({r['device']}) | DSGLD "
+                f"{r['dsgld_rounds_per_s']:.1f} rounds/s, CG-DSGLD {r['cg_dsgld_rounds_per_s']:.1f} rounds/s "
+                f"(CG / DSGLD time {r['ratio']:.2f}) | | | report |"
+            )
     parts = {}
     for r in rows:
         parts.setdefault(r["part"], [0.0, 0.0])
@@ -403,9 +509,12 @@ def markdown(rows: list[dict]) -> str:
         parts[r["part"]][1] += r.get("part_cpu_s", 0.0)
     load = [r["load_average_1min"] for r in rows if "load_average_1min" in r]
     lines.append("")
-    lines.append("wall / CPU seconds per part (compiles included): " + ", ".join(
-        f"{k} {w:.0f} / {c:.0f}" for k, (w, c) in parts.items()) + f"; 1-min load average {min(load):.1f}-"
-        f"{max(load):.1f}")
+    lines.append(
+        "wall / CPU seconds per part (compiles included): "
+        + ", ".join(f"{k} {w:.0f} / {c:.0f}" for k, (w, c) in parts.items())
+        + f"; 1-min load average {min(load):.1f}-"
+        f"{max(load):.1f}"
+    )
     return "\n".join(lines)
 
 
@@ -416,8 +525,9 @@ def run(*, quick: bool) -> list[dict]:
     rounds = 25 if quick else 50
     rows = []
     for dim in (10, 50, SPARSE_DIM):
-        new, wall, cpu = _timed(part_a_b, dim, local_steps=100,
-                                rounds=rounds if dim < SPARSE_DIM else max(5, rounds // 10), repeats=repeats)
+        new, wall, cpu = _timed(
+            part_a_b, dim, local_steps=100, rounds=rounds if dim < SPARSE_DIM else max(5, rounds // 10), repeats=repeats
+        )
         for r in new:  # the part's wall/CPU time is shared out over its rows (report only)
             r.update(part_wall_s=wall / len(new), part_cpu_s=cpu / len(new))
         rows += new

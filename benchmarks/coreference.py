@@ -27,6 +27,7 @@ raced), the same with the engine's single-test schedule (``race_schedule="fixed"
 and the race's fixed cost in evaluations calibrated from each racing row; then the sufficient-statistics exact
 sweep, and the per-update floor (the same mentions in blocks of 2, one evaluation per update).
 """
+
 from __future__ import annotations
 
 import os
@@ -96,29 +97,47 @@ def run(*, quick: bool = False) -> list[dict]:
         info_s = jax.block_until_ready(pad(jax.random.key(0), state, mentions, t_sub)[1])
         t1 = time.perf_counter()
         load0 = _load()
-        timing = compare(lambda k: pad(k, state, mentions, t_exact)[0].labels,
-                         lambda k: pad(k, state, mentions, t_sub)[0].labels,
-                         lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
+        timing = compare(
+            lambda k: pad(k, state, mentions, t_exact)[0].labels,
+            lambda k: pad(k, state, mentions, t_sub)[0].labels,
+            lambda i: (jax.random.key(i),),
+            lambda i: (jax.random.key(i),),
+            repeats=3,
+        )
         nan = float("nan")
         info_r, vs_pad, t2 = None, {"candidate_s": nan, "speedup": nan}, t1
         if m <= RAGGED_MAX_BLOCK:
             info_r = jax.block_until_ready(rag(jax.random.key(0), state, mentions)[1])
             t2 = time.perf_counter()
-            vs_pad = compare(lambda k: pad(k, state, mentions, t_sub)[0].labels,
-                             lambda k: rag(k, state, mentions)[0].labels,
-                             lambda i: (jax.random.key(i),), lambda i: (jax.random.key(i),), repeats=3)
-        rows.append({
-            "N_y": n_y, "D": d, "block": m, "updates": int(_visit(m).size),
-            "exact_s": timing["baseline_s"], "racing_s": timing["candidate_s"],
-            "wallclock_ratio": timing["speedup"],
-            "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
-            "ragged_s": vs_pad["candidate_s"], "ragged_vs_padded_wallclock": vs_pad["speedup"],
-            "ragged_evaluation_ratio": (nan if info_r is None
-                                        else int(info_e.num_evaluations) / max(int(info_r.num_evaluations), 1)),
-            "races": int(info_s.num_races), "exact_updates_in_racing_sweep": int(info_s.num_exact),
-            "padded_first_calls_s": round(t1 - t0, 2), "ragged_first_call_s": round(t2 - t1, 2),
-            "load_1min": round((load0 + _load()) / 2, 2),
-        })
+            vs_pad = compare(
+                lambda k: pad(k, state, mentions, t_sub)[0].labels,
+                lambda k: rag(k, state, mentions)[0].labels,
+                lambda i: (jax.random.key(i),),
+                lambda i: (jax.random.key(i),),
+                repeats=3,
+            )
+        rows.append(
+            {
+                "N_y": n_y,
+                "D": d,
+                "block": m,
+                "updates": int(_visit(m).size),
+                "exact_s": timing["baseline_s"],
+                "racing_s": timing["candidate_s"],
+                "wallclock_ratio": timing["speedup"],
+                "evaluation_ratio": int(info_e.num_evaluations) / max(int(info_s.num_evaluations), 1),
+                "ragged_s": vs_pad["candidate_s"],
+                "ragged_vs_padded_wallclock": vs_pad["speedup"],
+                "ragged_evaluation_ratio": (
+                    nan if info_r is None else int(info_e.num_evaluations) / max(int(info_r.num_evaluations), 1)
+                ),
+                "races": int(info_s.num_races),
+                "exact_updates_in_racing_sweep": int(info_s.num_exact),
+                "padded_first_calls_s": round(t1 - t0, 2),
+                "ragged_first_call_s": round(t2 - t1, 2),
+                "load_1min": round((load0 + _load()) / 2, 2),
+            }
+        )
     print(markdown(rows))
     if not quick:
         authors = authors_sweep()
@@ -141,15 +160,14 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
     beyond its evaluations charged to its races; the cost model's ``race_cost`` is this figure).
     """
     os.environ.setdefault("JAXSUB_COREF_MENTIONS", str(num_mentions))
-    from experiments.coreference import _authors
-
-    from experiments.coreference import AUTHOR_KINDS, AUTHOR_THRESHOLDS, AUTHOR_WEIGHTS
+    from experiments.coreference import AUTHOR_KINDS, AUTHOR_THRESHOLDS, AUTHOR_WEIGHTS, _authors
 
     data = _authors(False)
     blocks, factor, mentions = data["blocks"], data["factor"], data["mentions"]
     state = co.init(None, blocks)
-    suff_kernel = co.sufficient.build_kernel(blocks, AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS,
-                                             scales={"year": 4.0})
+    suff_kernel = co.sufficient.build_kernel(
+        blocks, AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, scales={"year": 4.0}
+    )
     args = (jax.random.key(0), state, jnp.float32(1.0))
 
     def compiled(**kw):
@@ -167,32 +185,60 @@ def authors_sweep(num_mentions: int = 20_000, batch_size: int = 1) -> list[dict]
     f1 = co.b_cubed(np.asarray(state.labels), data["truth"]).f1
     info_e = exact(jax.random.key(1), state, jnp.float32(2.0))[1]
     rows = []
-    for label, kw in (("default", {}), ("0", {"race_cost": 0.0}),
-                      ("0, hybrid", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,)}),
-                      ("0, hybrid, fixed", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,),
-                                            "race_schedule": "fixed"})):
+    for label, kw in (
+        ("default", {}),
+        ("0", {"race_cost": 0.0}),
+        ("0, hybrid", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,)}),
+        ("0, hybrid, fixed", {"race_cost": 0.0, "hybrid": True, "race_widths": (4,), "race_schedule": "fixed"}),
+    ):
         sub, compile_sub = compiled(**kw)
         info_s = sub(jax.random.key(1), state, jnp.float32(2.0))[1]
         load0 = _load()
-        timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
-                         lambda k: sub(k, state, jnp.float32(2.0))[0].labels,
-                         lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+        timing = compare(
+            lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+            lambda k: sub(k, state, jnp.float32(2.0))[0].labels,
+            lambda i: (jax.random.key(1000 + i),),
+            lambda i: (jax.random.key(1000 + i),),
+            repeats=3,
+        )
         e_ex, e_sub, races = int(info_e.num_evaluations), int(info_s.num_evaluations), int(info_s.num_races)
         t_eval = timing["baseline_s"] / e_ex
         cost = (timing["candidate_s"] - t_eval * e_sub) / (races * t_eval) if races else float("nan")
-        rows.append({"M": int(blocks.num_mentions), "race_cost": label, "b3_f1": float(f1),
-                     "exact_s": timing["baseline_s"], "sub_s": timing["candidate_s"],
-                     "wallclock_ratio": timing["speedup"], "evaluation_ratio": e_ex / max(e_sub, 1),
-                     "races": races, "exact_updates_in_sub_sweep": int(info_s.num_exact),
-                     "race_fixed_cost_evaluations": cost, "compile_exact_s": compile_exact,
-                     "compile_sub_s": compile_sub, "load_1min": round((load0 + _load()) / 2, 2)})
+        rows.append(
+            {
+                "M": int(blocks.num_mentions),
+                "race_cost": label,
+                "b3_f1": float(f1),
+                "exact_s": timing["baseline_s"],
+                "sub_s": timing["candidate_s"],
+                "wallclock_ratio": timing["speedup"],
+                "evaluation_ratio": e_ex / max(e_sub, 1),
+                "races": races,
+                "exact_updates_in_sub_sweep": int(info_s.num_exact),
+                "race_fixed_cost_evaluations": cost,
+                "compile_exact_s": compile_exact,
+                "compile_sub_s": compile_sub,
+                "load_1min": round((load0 + _load()) / 2, 2),
+            }
+        )
     # the sufficient-statistics exact sweep (co.sufficient) vs the pairwise exact sweep, same converged state
     s_state = co.sufficient.init(state.labels, blocks)
     suff, compile_suff = _compiled_sweep(lambda k, s, b: suff_kernel.step(k, s, mentions, b), s_state)
     info_f = suff(jax.random.key(1), s_state, jnp.float32(2.0))[1]
-    rows.append(_exact_vs_row("sufficient statistics", exact, state, suff, s_state, f1,
-                              int(info_e.num_evaluations) / max(int(info_f.num_candidates), 1),
-                              compile_exact, compile_suff, member_terms=int(info_f.num_member_terms)))
+    rows.append(
+        _exact_vs_row(
+            "sufficient statistics",
+            exact,
+            state,
+            suff,
+            s_state,
+            f1,
+            int(info_e.num_evaluations) / max(int(info_f.num_candidates), 1),
+            compile_exact,
+            compile_suff,
+            member_terms=int(info_f.num_member_terms),
+        )
+    )
     rows.append(_update_floor_row(data, state, exact, f1))
     return rows
 
@@ -204,19 +250,35 @@ def _compiled_sweep(fn, state):
     return compiled, round(time.perf_counter() - t0, 1)
 
 
-def _exact_vs_row(label, exact, state, other, other_state, f1, evaluation_ratio, compile_exact, compile_other,
-                  **extra) -> dict:
+def _exact_vs_row(
+    label, exact, state, other, other_state, f1, evaluation_ratio, compile_exact, compile_other, **extra
+) -> dict:
     """An author row for an exact sweep ``other`` (no races) timed against ``exact`` at β = 2, same run."""
     load0 = _load()
-    timing = compare(lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
-                     lambda k: other(k, other_state, jnp.float32(2.0))[0].labels,
-                     lambda i: (jax.random.key(1000 + i),), lambda i: (jax.random.key(1000 + i),), repeats=3)
+    timing = compare(
+        lambda k: exact(k, state, jnp.float32(2.0))[0].labels,
+        lambda k: other(k, other_state, jnp.float32(2.0))[0].labels,
+        lambda i: (jax.random.key(1000 + i),),
+        lambda i: (jax.random.key(1000 + i),),
+        repeats=3,
+    )
     m = int(state.labels.shape[0])
-    return {"M": m, "race_cost": label, "b3_f1": float(f1), "exact_s": timing["baseline_s"],
-            "sub_s": timing["candidate_s"], "wallclock_ratio": timing["speedup"], "evaluation_ratio": evaluation_ratio,
-            "races": 0, "exact_updates_in_sub_sweep": m, "race_fixed_cost_evaluations": float("nan"),
-            "compile_exact_s": compile_exact, "compile_sub_s": compile_other,
-            "load_1min": round((load0 + _load()) / 2, 2), **extra}
+    return {
+        "M": m,
+        "race_cost": label,
+        "b3_f1": float(f1),
+        "exact_s": timing["baseline_s"],
+        "sub_s": timing["candidate_s"],
+        "wallclock_ratio": timing["speedup"],
+        "evaluation_ratio": evaluation_ratio,
+        "races": 0,
+        "exact_updates_in_sub_sweep": m,
+        "race_fixed_cost_evaluations": float("nan"),
+        "compile_exact_s": compile_exact,
+        "compile_sub_s": compile_other,
+        "load_1min": round((load0 + _load()) / 2, 2),
+        **extra,
+    }
 
 
 def _update_floor_row(data, state, exact, f1) -> dict:
@@ -236,7 +298,9 @@ def _update_floor_row(data, state, exact, f1) -> dict:
     floor, compile_floor = _compiled_sweep(lambda k, s, b: kernel(k, s, factor, mentions, b, exact=True), p_state)
     e_ex = int(exact(jax.random.key(1), state, jnp.float32(2.0))[1].num_evaluations)
     e_fl = int(floor(jax.random.key(1), p_state, jnp.float32(2.0))[1].num_evaluations)
-    return _exact_vs_row("floor: blocks of 2", exact, state, floor, p_state, f1, e_ex / max(e_fl, 1), "–", compile_floor)
+    return _exact_vs_row(
+        "floor: blocks of 2", exact, state, floor, p_state, f1, e_ex / max(e_fl, 1), "–", compile_floor
+    )
 
 
 def authors_markdown(rows: list[dict]) -> str:
@@ -248,25 +312,33 @@ def authors_markdown(rows: list[dict]) -> str:
     The row ``floor: blocks of 2`` is :func:`_update_floor_row`: the exact sweep of the same mentions paired
     into blocks of 2 in the "Sub" columns, the per-update floor of every sequential sweep.
     """
-    lines = ["| author mentions M | race_cost | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
-             "races / exact updates (Sub) | race fixed cost (evaluations) | compile s exact / Sub | load |",
-             "|" + "---|" * 11]
+    lines = [
+        "| author mentions M | race_cost | B³ F1 | exact sweep s | Sub sweep s | wall-clock ratio | evaluation ratio | "
+        "races / exact updates (Sub) | race fixed cost (evaluations) | compile s exact / Sub | load |",
+        "|" + "---|" * 11,
+    ]
     for r in rows:
-        lines.append(f"| {r['M']:,} | {r['race_cost']} | {r['b3_f1']:.4f} | {r['exact_s']:.3g} | {r['sub_s']:.3g} | "
-                     f"{r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | {r['races']:,} / "
-                     f"{r['exact_updates_in_sub_sweep']:,} | {r['race_fixed_cost_evaluations']:.0f} | "
-                     f"{r['compile_exact_s']} / {r['compile_sub_s']} | {r['load_1min']:.1f} |")
+        lines.append(
+            f"| {r['M']:,} | {r['race_cost']} | {r['b3_f1']:.4f} | {r['exact_s']:.3g} | {r['sub_s']:.3g} | "
+            f"{r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | {r['races']:,} / "
+            f"{r['exact_updates_in_sub_sweep']:,} | {r['race_fixed_cost_evaluations']:.0f} | "
+            f"{r['compile_exact_s']} / {r['compile_sub_s']} | {r['load_1min']:.1f} |"
+        )
     return "\n".join(lines)
 
 
 def markdown(rows: list[dict]) -> str:
     """The benchmark's table in markdown (the docs' format)."""
-    head = ("| N_y | D | block | V | exact s | racing s | wall-clock ratio | evaluation ratio | "
-            "ragged vs padded wall-clock | exact / ragged evaluations | load |")
+    head = (
+        "| N_y | D | block | V | exact s | racing s | wall-clock ratio | evaluation ratio | "
+        "ragged vs padded wall-clock | exact / ragged evaluations | load |"
+    )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
-        lines.append(f"| {r['N_y']} | {r['D']} | {r['block']:,} | {r['updates']} | {r['exact_s']:.3g} | "
-                     f"{r['racing_s']:.3g} | {r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | "
-                     f"{r['ragged_vs_padded_wallclock']:.2f} | {r['ragged_evaluation_ratio']:.3g} | "
-                     f"{r['load_1min']:.1f} |")
+        lines.append(
+            f"| {r['N_y']} | {r['D']} | {r['block']:,} | {r['updates']} | {r['exact_s']:.3g} | "
+            f"{r['racing_s']:.3g} | {r['wallclock_ratio']:.2f} | {r['evaluation_ratio']:.3g} | "
+            f"{r['ragged_vs_padded_wallclock']:.2f} | {r['ragged_evaluation_ratio']:.3g} | "
+            f"{r['load_1min']:.1f} |"
+        )
     return "\n".join(lines)

@@ -50,6 +50,7 @@ problem: every D = 100 race takes the exact pass (all N rows for its >= 2 surviv
 costs at least the exact sampler's own pass over those arms, so that row's speedup bounds
 every D = 100 racing row of the same factor (docs/guides/discrete.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -124,8 +125,13 @@ def _build(kind, data, N, D, block_size=1):
         cv = discrete.data_taylor_control_variate(_loglik, mus, y)
     exact = discrete.gumbel_max(fn, D, N)
     race = discrete.racing(
-        fn, D, N, delta=DELTA, control_variate=cv,
-        log_factor_states_fn=None if cv is not None else states_fn, block_size=block_size,
+        fn,
+        D,
+        N,
+        delta=DELTA,
+        control_variate=cv,
+        log_factor_states_fn=None if cv is not None else states_fn,
+        block_size=block_size,
     )
     return exact, race
 
@@ -133,9 +139,14 @@ def _build(kind, data, N, D, block_size=1):
 def _timing_columns(timing) -> dict:
     """A row's timing columns from :func:`benchmarks._common.compare` (exact = baseline, racing = candidate)."""
     return dict(
-        exact_s=timing["baseline_s"], racing_s=timing["candidate_s"], speedup=timing["speedup"],
-        exact_compile_s=timing["baseline_first_call_s"], racing_compile_s=timing["candidate_first_call_s"],
-        repeats=timing["repeats"], racing_times=timing["candidate_times"], exact_times=timing["baseline_times"],
+        exact_s=timing["baseline_s"],
+        racing_s=timing["candidate_s"],
+        speedup=timing["speedup"],
+        exact_compile_s=timing["baseline_first_call_s"],
+        racing_compile_s=timing["candidate_first_call_s"],
+        repeats=timing["repeats"],
+        racing_times=timing["candidate_times"],
+        exact_times=timing["baseline_times"],
     )
 
 
@@ -155,8 +166,14 @@ def _single_rows(kind, N, D, repeats, block_size=1):
     evals = np.mean([int(i.num_evaluations) for i in infos])
     used = np.mean([int(i.num_data_used) for i in infos])
     return dict(
-        factor=kind, mode="single", B=block_size, N=N, D=D, draws=1,
-        eval_ratio=N * D / evals, data_ratio=N / used,
+        factor=kind,
+        mode="single",
+        B=block_size,
+        N=N,
+        D=D,
+        draws=1,
+        eval_ratio=N * D / evals,
+        data_ratio=N / used,
         **_timing_columns(timing),
     )
 
@@ -181,7 +198,12 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
         return (
             discrete.gumbel_max(fn, D, N),
             discrete.racing(
-                fn, D, N, delta=DELTA, control_variate=cv, block_size=block_size,
+                fn,
+                D,
+                N,
+                delta=DELTA,
+                control_variate=cv,
+                block_size=block_size,
                 log_factor_states_fn=None if cv is not None else _gauss_states_fn(y, mus),
             ),
         )
@@ -193,10 +215,15 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
         if kind == "gauss+cv":
             batch_cv = (lambda idx, sh: cv_for(mus0 + sh, data).fn(idx), lambda sh: cv_for(mus0 + sh, data).mean)
         return discrete.racing_batch(
-            lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]), D, N, delta=DELTA,
-            control_variate=batch_cv, block_size=block_size,
-            log_factor_states_fn=None if batch_cv is not None else (
-                lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
+            lambda idx, sh: _loglik((mus0 + sh)[None, :], y[idx][:, None]),
+            D,
+            N,
+            delta=DELTA,
+            control_variate=batch_cv,
+            block_size=block_size,
+            log_factor_states_fn=None
+            if batch_cv is not None
+            else (lambda idx, states, sh: _loglik((mus0 + sh)[states][None, :], y[idx][:, None])),
         )
 
     data = (y, ym, ycov)
@@ -222,11 +249,20 @@ def _vmap_rows(kind, N, D, draws, repeats, modes=("vmap", "batch"), block_size=1
         evals = float(np.mean(np.asarray(info.num_evaluations)))
         used = float(np.mean(np.asarray(info.num_data_used)))
         slowest = float(np.max(np.asarray(info.num_data_used)))
-        rows.append(dict(
-            factor=kind, mode=mode, B=block_size, N=N, D=D, draws=draws,
-            eval_ratio=N * D / evals, data_ratio=N / used, slowest_data_ratio=N / slowest,
-            **_timing_columns(timing),
-        ))
+        rows.append(
+            dict(
+                factor=kind,
+                mode=mode,
+                B=block_size,
+                N=N,
+                D=D,
+                draws=draws,
+                eval_ratio=N * D / evals,
+                data_ratio=N / used,
+                slowest_data_ratio=N / slowest,
+                **_timing_columns(timing),
+            )
+        )
     return rows
 
 
@@ -280,14 +316,28 @@ def _minimal_race(yb, mus, num_data: int, compact: int = 4, first_batch_size: in
         kp, kg = jax.random.split(key)
         rk = permutation_round_keys(kp)
         off = (log_f0 + jax.random.gumbel(kg, (D,))) / nb
-        carry = (jnp.zeros((D + 1, D + 1)), jnp.ones(D, bool), jnp.zeros((K + 1, K + 1)), jnp.zeros(K, bool),
-                 jnp.zeros(K, jnp.int32), jnp.int32(0), jnp.int32(0))
+        carry = (
+            jnp.zeros((D + 1, D + 1)),
+            jnp.ones(D, bool),
+            jnp.zeros((K + 1, K + 1)),
+            jnp.zeros(K, bool),
+            jnp.zeros(K, jnp.int32),
+            jnp.int32(0),
+            jnp.int32(0),
+        )
         for t in range(switch + 1):
+
             def full(c, t=t):
                 S, alive, Sk, alive_k, arms, phase, ev = c
                 S, alive, e = stage(t, S, alive, rk, off, mus)
                 arms, valid = first_alive(alive)
-                sel = jnp.zeros((K + 1, D + 1)).at[:K, :D].set((arms[:, None] == jnp.arange(D)[None, :]) * 1.0).at[K, D].set(1.0)
+                sel = (
+                    jnp.zeros((K + 1, D + 1))
+                    .at[:K, :D]
+                    .set((arms[:, None] == jnp.arange(D)[None, :]) * 1.0)
+                    .at[K, D]
+                    .set(1.0)
+                )
                 n = jnp.sum(alive)
                 return (S, alive, sel @ S @ sel.T, valid, arms, jnp.where(n <= 1, 2, jnp.where(n <= K, 1, 0)), ev + e)
 
@@ -333,8 +383,14 @@ def _floor_row(N, D, repeats, block_size):
     timing = compare(exact_j, floor_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
     evals = np.mean([int(floor_j(keys[500 + i], log_f0, data)[1]) for i in range(COUNT_DRAWS)])
     return dict(
-        factor="gauss, minimal race (floor)", mode="single", B=block_size, N=N, D=D, draws=1,
-        eval_ratio=N * D / evals, data_ratio=float("nan"),
+        factor="gauss, minimal race (floor)",
+        mode="single",
+        B=block_size,
+        N=N,
+        D=D,
+        draws=1,
+        eval_ratio=N * D / evals,
+        data_ratio=float("nan"),
         **_timing_columns(timing),
     )
 
@@ -360,8 +416,14 @@ def _pass_floor_row(kind, N, D, repeats, k: int = 2):
     keys = jax.random.split(jax.random.key(1), 1000)
     timing = compare(exact_j, floor_j, lambda i: (keys[i], log_f0, data), repeats=repeats)
     return dict(
-        factor=f"{kind}, exact pass over {k} arms (floor)", mode="single", B=1, N=N, D=D, draws=1,
-        eval_ratio=D / k, data_ratio=1.0,
+        factor=f"{kind}, exact pass over {k} arms (floor)",
+        mode="single",
+        B=1,
+        N=N,
+        D=D,
+        draws=1,
+        eval_ratio=D / k,
+        data_ratio=1.0,
         **_timing_columns(timing),
     )
 
@@ -403,8 +465,10 @@ def run(*, quick: bool) -> list[dict]:
     # one row per performance target; the B = 1 and control-variate rows
     # are measured in docs/guides/discrete.md.
     plan = [
-        ("gauss", N, 10, BLOCK), ("table", N, 10, BLOCK),
-        ("gauss", N, 100, BLOCK), ("logistic", N // 10 if quick else N // 4, 100, BLOCK),
+        ("gauss", N, 10, BLOCK),
+        ("table", N, 10, BLOCK),
+        ("gauss", N, 100, BLOCK),
+        ("logistic", N // 10 if quick else N // 4, 100, BLOCK),
         ("gauss", 20_000, 10, BLOCK),
     ]
     rows = []
@@ -435,8 +499,10 @@ def small_population_rows(sizes=(100, 1000, 2000), states=(2, 20), draws: int = 
     small_population_rows as f; f()"``. Prints a markdown table; the cost in exact-evaluation units
     is the race's time divided by the exact sampler's time per reward (``exact / (N D)``)."""
     rows = []
-    print("| N | D | arms | race doubling / fixed (us per draw) | gumbel_max (us) | race in exact-evaluation units "
-          "doubling / fixed (N D) | rewards read doubling / fixed |")
+    print(
+        "| N | D | arms | race doubling / fixed (us per draw) | gumbel_max (us) | race in exact-evaluation units "
+        "doubling / fixed (N D) | rewards read doubling / fixed |"
+    )
     print("|---|---|---|---|---|---|---|")
     for N in sizes:
         for D in states:
@@ -462,11 +528,23 @@ def small_population_rows(sizes=(100, 1000, 2000), states=(2, 20), draws: int = 
                 med = {k: float(np.median(v)) for k, v in times.items()}
                 evals = {k: float(np.mean(np.asarray(fns[k][1][1].num_evaluations))) for k in ("doubling", "fixed")}
                 unit = med["exact"] / (N * D)
-                row = dict(N=N, D=D, arms=kind, doubling_us=1e6 * med["doubling"], fixed_us=1e6 * med["fixed"],
-                           exact_us=1e6 * med["exact"], doubling_units=med["doubling"] / unit, fixed_units=med["fixed"] / unit,
-                           doubling_evals=evals["doubling"], fixed_evals=evals["fixed"])
+                row = dict(
+                    N=N,
+                    D=D,
+                    arms=kind,
+                    doubling_us=1e6 * med["doubling"],
+                    fixed_us=1e6 * med["fixed"],
+                    exact_us=1e6 * med["exact"],
+                    doubling_units=med["doubling"] / unit,
+                    fixed_units=med["fixed"] / unit,
+                    doubling_evals=evals["doubling"],
+                    fixed_evals=evals["fixed"],
+                )
                 rows.append(row)
-                print(f"| {N} | {D} | {kind} | {row['doubling_us']:.1f} / {row['fixed_us']:.1f} | {row['exact_us']:.1f} | "
-                      f"{row['doubling_units']:.0f} / {row['fixed_units']:.0f} ({N * D}) | "
-                      f"{row['doubling_evals']:.0f} / {row['fixed_evals']:.0f} |", flush=True)
+                print(
+                    f"| {N} | {D} | {kind} | {row['doubling_us']:.1f} / {row['fixed_us']:.1f} | {row['exact_us']:.1f} | "
+                    f"{row['doubling_units']:.0f} / {row['fixed_units']:.0f} ({N * D}) | "
+                    f"{row['doubling_evals']:.0f} / {row['fixed_evals']:.0f} |",
+                    flush=True,
+                )
     return rows

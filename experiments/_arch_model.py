@@ -27,6 +27,7 @@ with pseudo-priors ``ψ_j``; π̃ are adjusted model priors. Gibbs sweep:
 
 The posterior of q is recovered as ``p(q|r) ∝ π_q/π̃_q × p̃(q|r)``.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -114,7 +115,9 @@ def all_models_loglik(thetas, data, indices):
     r, lagged = data
     r_b, lag_b = r[indices], lagged[indices]
     mk = masks()
-    return jax.vmap(lambda th, m: jax.vmap(lambda rr, ll: loglik_theta(th, m, (rr, ll)))(r_b, lag_b), out_axes=1)(thetas, mk)
+    return jax.vmap(lambda th, m: jax.vmap(lambda rr, ll: loglik_theta(th, m, (rr, ll)))(r_b, lag_b), out_axes=1)(
+        thetas, mk
+    )
 
 
 def _g(z, r):
@@ -122,7 +125,10 @@ def _g(z, r):
     s, phi = z[0], z[1]
     nu = jnp.exp(phi)
     return (
-        gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * jnp.log(nu * jnp.pi) - 0.5 * s
+        gammaln((nu + 1) / 2)
+        - gammaln(nu / 2)
+        - 0.5 * jnp.log(nu * jnp.pi)
+        - 0.5 * s
         - (nu + 1) / 2 * jnp.log1p(r**2 * jnp.exp(-s) / nu)
     )
 
@@ -198,7 +204,12 @@ def cv_mean_values(means: CVMeans, alpha_hat, mu, thetas, order: int = 2):
     h = means.l + jnp.sum(means.ax * a1, axis=-1) + means.g_phi * dphi
     if order == 2:
         quad = jnp.einsum("...i,...ij,...j->...", a1, means.cxx, a1)
-        h = h + 0.5 * (quad + jnp.sum(means.ax * a2, axis=-1) + 2 * jnp.sum(means.ex * a1, axis=-1) * dphi + means.g_phiphi * dphi**2)
+        h = h + 0.5 * (
+            quad
+            + jnp.sum(means.ax * a2, axis=-1)
+            + 2 * jnp.sum(means.ex * a1, axis=-1) * dphi
+            + means.g_phiphi * dphi**2
+        )
     return h
 
 

@@ -1,12 +1,14 @@
 """Helpers shared by the experiments: report writer, plots, progress bars, JSON."""
+
 from __future__ import annotations
 
 import datetime
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +110,7 @@ def stamp_report(path: Path, *, quick: bool, seconds: float, command: str) -> No
     if not path.exists():
         return
     text = _STAMP.sub("", path.read_text(), count=1)
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     mode = "quick (small sizes: figures are NOT the papers' sizes)" if quick else "full (the papers' sizes)"
     stamp = f"> Mode: {mode} · {seconds:.0f} s · {when} · `{command}`\n\n"
     lines = text.split("\n", 1)

@@ -3,6 +3,7 @@
 Model: ``y_n ~ Bernoulli(sigmoid(x_n^T θ))``, ``θ ~ N(0, PRIOR_SD^2 I)``, with
 ``x_n = (1, standardised age, standardised work, 5 indicator columns)`` (d = 8).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -104,8 +105,9 @@ class PackedLogistic(NamedTuple):
             delta = theta - centre
             return mean_l + jnp.dot(mean_ax, delta) + 0.5 * delta @ mean_cxx @ delta
 
-        return racing_mh.ControlVariate(value_fn, mean_fn, num_data=int(rows.shape[0]),
-                                        fingerprint=racing_mh.data_fingerprint(rows), center_size=d)
+        return racing_mh.ControlVariate(
+            value_fn, mean_fn, num_data=int(rows.shape[0]), fingerprint=racing_mh.data_fingerprint(rows), center_size=d
+        )
 
 
 def packed_loglikelihood(theta, row):
@@ -171,7 +173,9 @@ def load_logistic(num_data: int | None = None, seed: int = 0) -> LogisticProblem
     )
 
 
-def nuts_reference(problem: LogisticProblem, *, num_chains: int = 4, num_warmup: int = 200, num_draws: int = 1000, seed: int = 0):
+def nuts_reference(
+    problem: LogisticProblem, *, num_chains: int = 4, num_warmup: int = 200, num_draws: int = 1000, seed: int = 0
+):
     """Exact reference draws ``[num_chains, num_draws, d]`` from BlackJAX NUTS on the full data.
 
     The Laplace covariance is the inverse mass matrix, so the preconditioned
@@ -183,9 +187,11 @@ def nuts_reference(problem: LogisticProblem, *, num_chains: int = 4, num_warmup:
     data = problem.data
     nuts = blackjax.nuts(lambda th: full_logdensity(th, data), step_size=0.8, inverse_mass_matrix=problem.laplace_cov)
     key = jax.random.key(seed)
-    starts = problem.map_position + jax.random.normal(key, (num_chains, problem.map_position.shape[0])) @ jnp.linalg.cholesky(
-        problem.laplace_cov
-    ).T
+    starts = (
+        problem.map_position
+        + jax.random.normal(key, (num_chains, problem.map_position.shape[0]))
+        @ jnp.linalg.cholesky(problem.laplace_cov).T
+    )
 
     def chain(k, x0):
         _, positions = blackjax.util.run_inference_algorithm(

@@ -1,5 +1,6 @@
 """One experiment run, importable by worker processes (``spawn`` pickles functions by module name,
 and ``python -m experiments`` runs its ``__main__`` under the name ``__main__``)."""
+
 from __future__ import annotations
 
 import contextlib

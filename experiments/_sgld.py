@@ -1,5 +1,6 @@
 """Shared pieces of the CG-DSGLD experiments: centralised SGLD on pooled data (the baseline) and the
 quick-mode jit (one home for each)."""
+
 from __future__ import annotations
 
 import blackjax
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 from jaxsub.subsample import permutation_indices
 
 __all__ = ["pooled_sgld_round", "jit", "quick_compiler_options"]
+
 
 #: Quick mode compiles with XLA's backend (LLVM) optimisation level 1 instead of the default 2: the quick runs
 #: are short and compile time dominates them. Measured on the quick programs (CPU-s, compile / one run): logistic

@@ -17,9 +17,8 @@ seconds are reported and used as the x-axis). Prior+Gibbs additionally gets its 
 prior draws for free, which favours the baseline. Individual chains are plotted
 as dots (the paper's "individual samples"), means as lines.
 """
-from __future__ import annotations
 
-import time
+from __future__ import annotations
 
 import jax
 import numpy as np
@@ -75,11 +74,17 @@ def run(out_dir, *, quick: bool = False, budgets=None, model_names=None) -> dict
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n\n", 1)[1])
     rep.heading("Setup")
-    rep.text(f"{ds.description} Used {num_rows:,} rows: {n_train:,} train / {n_test:,} test; "
-             f"{num_chains} chains per strategy and budget; budgets {list(budgets)} x N assignments. "
-             f"Mode: {'quick (DP only, 2,400 rows)' if quick else 'full (DP and PY, all rows)'}"
-             + (f"; REDUCED to models {list(models)} and budgets {list(budgets)} (full mode: DP and PY, "
-                f"budgets {list(budgets_default)})." if reduced else "."))
+    rep.text(
+        f"{ds.description} Used {num_rows:,} rows: {n_train:,} train / {n_test:,} test; "
+        f"{num_chains} chains per strategy and budget; budgets {list(budgets)} x N assignments. "
+        f"Mode: {'quick (DP only, 2,400 rows)' if quick else 'full (DP and PY, all rows)'}"
+        + (
+            f"; REDUCED to models {list(models)} and budgets {list(budgets)} (full mode: DP and PY, "
+            f"budgets {list(budgets_default)})."
+            if reduced
+            else "."
+        )
+    )
     metrics: dict = {"n_train": n_train, "n_test": n_test, "budgets": list(budgets)}
     span = n_train
     bmax = max(budgets)
@@ -88,25 +93,52 @@ def run(out_dir, *, quick: bool = False, budgets=None, model_names=None) -> dict
         traces = {}
         bar = progress(total=2 + len(budgets), desc=f"{mname} strategies")
         cache = an.SweepCache()  # one compiled sweep per model, shared by the strategies
-        res = an.fit(jax.random.key(1), train, model, an.prior_gibbs(n_train, bmax * n_train),
-                     num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
+        res = an.fit(
+            jax.random.key(1),
+            train,
+            model,
+            an.prior_gibbs(n_train, bmax * n_train),
+            num_chains=num_chains,
+            test_data=test,
+            span=span,
+            capacity=capacity,
+            cache=cache,
+        )
         tr = res.trace
         results["Prior+Gibbs"] = {b: (tr.heldout[b] / n_test, tr.seconds[b]) for b in budgets}
         traces["Prior+Gibbs"] = tr
         bar.update()
-        res = an.fit(jax.random.key(2), train, model, an.sequential_gibbs(n_train, bmax * n_train),
-                     num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
+        res = an.fit(
+            jax.random.key(2),
+            train,
+            model,
+            an.sequential_gibbs(n_train, bmax * n_train),
+            num_chains=num_chains,
+            test_data=test,
+            span=span,
+            capacity=capacity,
+            cache=cache,
+        )
         tr = res.trace
         results["Sequential+Gibbs"] = {b: (tr.heldout[b - 1] / n_test, tr.seconds[b - 1]) for b in budgets}
         traces["Sequential+Gibbs"] = tr
         bar.update()
         results["Anneal"] = {}
         for b in budgets:
-            res = an.fit(jax.random.key(3 + b), train, model, an.linear_anneal(n_train, b * n_train),
-                         num_chains=num_chains, test_data=test, span=span, capacity=capacity, cache=cache)
+            res = an.fit(
+                jax.random.key(3 + b),
+                train,
+                model,
+                an.linear_anneal(n_train, b * n_train),
+                num_chains=num_chains,
+                test_data=test,
+                span=span,
+                capacity=capacity,
+                cache=cache,
+            )
             tr = res.trace
             results["Anneal"][b] = (tr.heldout[-1] / n_test, tr.seconds[-1])
-            traces[f"Anneal"] = tr
+            traces["Anneal"] = tr
             bar.update()
         bar.close()
         table = []
@@ -119,12 +151,22 @@ def run(out_dir, *, quick: bool = False, budgets=None, model_names=None) -> dict
         a_mean, a_sd = np.mean(results["Anneal"][b0][0]), np.std(results["Anneal"][b0][0])
         p_mean, p_sd = np.mean(results["Prior+Gibbs"][b0][0]), np.std(results["Prior+Gibbs"][b0][0])
         ok_mean, ok_sd = bool(a_mean >= p_mean), bool(a_sd < p_sd)
-        rep.text(f"Smallest budget ({b0} N): Anneal mean {a_mean:.4f} vs Prior+Gibbs {p_mean:.4f} "
-                 f"(target: no worse: **{'met' if ok_mean else 'NOT met'}**); spread {a_sd:.4f} vs {p_sd:.4f} "
-                 f"(target: smaller: **{'met' if ok_sd else 'NOT met'}**).")
+        rep.text(
+            f"Smallest budget ({b0} N): Anneal mean {a_mean:.4f} vs Prior+Gibbs {p_mean:.4f} "
+            f"(target: no worse: **{'met' if ok_mean else 'NOT met'}**); spread {a_sd:.4f} vs {p_sd:.4f} "
+            f"(target: smaller: **{'met' if ok_sd else 'NOT met'}**)."
+        )
         metrics[mname] = {
-            s: {str(b): {"mean": float(np.mean(v[0])), "sd": float(np.std(v[0])), "seconds": float(v[1]),
-                         "scores": v[0]} for b, v in per.items()} for s, per in results.items()
+            s: {
+                str(b): {
+                    "mean": float(np.mean(v[0])),
+                    "sd": float(np.std(v[0])),
+                    "seconds": float(v[1]),
+                    "scores": v[0],
+                }
+                for b, v in per.items()
+            }
+            for s, per in results.items()
         }
         metrics[mname]["target_mean_met"] = ok_mean
         metrics[mname]["target_spread_met"] = ok_sd
@@ -147,7 +189,9 @@ def run(out_dir, *, quick: bool = False, budgets=None, model_names=None) -> dict
         ax2.set_ylabel("number of clusters (chain mean)")
         ax2.set_title(f"{mname}: clusters over time (Anneal: largest budget)")
         ax2.legend()
-        rep.figure(savefig(fig, out_dir, f"dpmm_{mname}.png"),
-                   f"{mname}: held-out score per budget with individual chains; clusters over time")
+        rep.figure(
+            savefig(fig, out_dir, f"dpmm_{mname}.png"),
+            f"{mname}: held-out score per budget with individual chains; clusters over time",
+        )
     rep.write()
     return metrics

@@ -23,6 +23,7 @@ binning both onto a coarse grid of (x, y) = (#red left / R, #blue left / B) (the
 paper smooths histograms of 10^6 samples; we have fewer chains, so we bin). The
 Monte Carlo floor is the TVD of the same number of exact posterior draws.
 """
+
 from __future__ import annotations
 
 import time
@@ -78,7 +79,9 @@ def run(out_dir, *, quick: bool = False) -> dict:
     post_b, _, _ = _binned(post, bins)
     rng = np.random.default_rng(0)
     flat = rng.choice(post.size, size=(20, num_chains), p=post.ravel() / post.sum())
-    floor = [0.5 * np.abs(_hist(*np.unravel_index(f, post.shape), num_red, num_blue, bins) - post_b).sum() for f in flat]
+    floor = [
+        0.5 * np.abs(_hist(*np.unravel_index(f, post.shape), num_red, num_blue, bins) - post_b).sum() for f in flat
+    ]
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n\n", 1)[1])
     rows, metrics, hists = [], {"tvd": {}, "seconds": {}}, {}
@@ -87,7 +90,8 @@ def run(out_dir, *, quick: bool = False) -> dict:
     stepsize = an.anneal_stepsize(n, steps)
     t0 = time.perf_counter()
     out = jax.jit(lambda key: an.two_urns.run_schedule(key, stepsize, num_red, num_blue, alpha, p_left, num_chains))(
-        jax.random.key(99))
+        jax.random.key(99)
+    )
     i, j = np.asarray(out.red_left), np.asarray(out.blue_left)
     wall = time.perf_counter() - t0
     h = _hist(i, j, num_red, num_blue, bins)
@@ -97,8 +101,17 @@ def run(out_dir, *, quick: bool = False) -> dict:
     rows.append([stepsize.name, steps, len(stepsize), metrics["tvd"][stepsize.name], wall, wall])
     for k, sched in enumerate(schedules):
         t0 = time.perf_counter()
-        res = an.fit(jax.random.key(100 + k), data, model, sched, num_chains=num_chains, grids=None, span=span, cache=cache,
-                     progress_bar=not quick)
+        res = an.fit(
+            jax.random.key(100 + k),
+            data,
+            model,
+            sched,
+            num_chains=num_chains,
+            grids=None,
+            span=span,
+            cache=cache,
+            progress_bar=not quick,
+        )
         wall = time.perf_counter() - t0
         z = np.asarray(res.state.mixture.assignments)
         red = data[:, 0] == 1
@@ -116,15 +129,19 @@ def run(out_dir, *, quick: bool = False) -> dict:
         metrics["tvd"]["Anneal"] < min(metrics["tvd"]["Prior+Gibbs"], metrics["tvd"]["Sequential+Gibbs"])
     )
     rep.heading("Setup")
-    rep.text(f"R = {num_red} red, B = {num_blue} blue (N = {n}), alpha = {alpha}, p = {p_left}, "
-             f"{num_chains} independent chains per strategy, {steps} = 10N Gibbs assignments each "
-             f"(Prior+Gibbs and Anneal Energy also make N prior draws first). TVD on a {bins} x {bins} grid. "
-             f"Mode: {'quick' if quick else 'full'}.")
+    rep.text(
+        f"R = {num_red} red, B = {num_blue} blue (N = {n}), alpha = {alpha}, p = {p_left}, "
+        f"{num_chains} independent chains per strategy, {steps} = 10N Gibbs assignments each "
+        f"(Prior+Gibbs and Anneal Energy also make N prior draws first). TVD on a {bins} x {bins} grid. "
+        f"Mode: {'quick' if quick else 'full'}."
+    )
     rep.heading("Results")
     rep.table(rows, ["strategy", "assignments", "ticks", "TVD (binned)", "sampling s", "total s"])
-    rep.text(f"Monte Carlo floor (TVD of {num_chains} exact posterior draws, same binning): "
-             f"{np.mean(floor):.3f} +- {np.std(floor):.3f}. Target (paper's ordering): Anneal below both Gibbs "
-             f"strategies: **{'met' if metrics['anneal_beats_gibbs'] else 'NOT met'}**.")
+    rep.text(
+        f"Monte Carlo floor (TVD of {num_chains} exact posterior draws, same binning): "
+        f"{np.mean(floor):.3f} +- {np.std(floor):.3f}. Target (paper's ordering): Anneal below both Gibbs "
+        f"strategies: **{'met' if metrics['anneal_beats_gibbs'] else 'NOT met'}**."
+    )
     schedules = schedules + [stepsize]
     fig, axes = plt.subplots(2, 4, figsize=(3.8 * 4, 3.8 * 2))
     axes = axes.ravel()
@@ -137,21 +154,25 @@ def run(out_dir, *, quick: bool = False) -> dict:
         ax.set_title(f"{sched.name}\nTVD {metrics['tvd'][sched.name]:.3f}")
     from scipy.stats import binom
 
-    prior = binom.pmf(np.arange(num_red + 1), num_red, p_left)[:, None] * binom.pmf(np.arange(num_blue + 1), num_blue,
-                                                                                     p_left)[None, :]
+    prior = (
+        binom.pmf(np.arange(num_red + 1), num_red, p_left)[:, None]
+        * binom.pmf(np.arange(num_blue + 1), num_blue, p_left)[None, :]
+    )
     prior_b, _, _ = _binned(prior, bins)
     metrics["tvd"]["Prior (exact)"] = float(0.5 * np.abs(prior_b - post_b).sum())
     if 1 + len(schedules) < len(axes):
         ax = axes[1 + len(schedules)]
         ax.imshow(prior_b.T, origin="lower", extent=extent, aspect="auto", cmap="viridis")
         ax.set_title(f"prior (exact, binned)\nTVD {metrics['tvd']['Prior (exact)']:.3f}")
-    for ax in axes[2 + len(schedules):]:
+    for ax in axes[2 + len(schedules) :]:
         ax.axis("off")
     for ax in axes:
         ax.set_xlabel("#red left / R")
         ax.set_ylabel("#blue left / B")
-    rep.figure(savefig(fig, out_dir, "two_urns.png"),
-               "Distribution of (x, y) after 10N Gibbs assignments (Sequential: after its N adds): exact "
-               "posterior, six strategies and the exact prior (the paper's eight Figure 2 panels)")
+    rep.figure(
+        savefig(fig, out_dir, "two_urns.png"),
+        "Distribution of (x, y) after 10N Gibbs assignments (Sequential: after its N adds): exact "
+        "posterior, six strategies and the exact prior (the paper's eight Figure 2 panels)",
+    )
     rep.write()
     return metrics

@@ -11,12 +11,14 @@ others. Second-order Taylor control variates (around each model's MAP, six numbe
 races; δ = 0.05, m1 = 50. The exact sampler runs the same sweep with every
 decision made on all N data. See ``experiments/_arch_model.py`` for the model.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,8 +38,8 @@ from experiments._arch_model import (
     cv_values,
     fit_pilot,
     load_arch_data,
-    logprior_theta,
     loglik_theta,
+    logprior_theta,
     masks,
 )
 from experiments._common import Report, progress, savefig
@@ -57,7 +59,9 @@ def _log_f0(pilot, w, thetas, log_pi_tilde):
     """``[6]`` data-free log factor of the model indicator's conditional (priors / pseudo-priors / π̃)."""
     mk = masks()
     dims = jnp.sum(mk, axis=1)
-    log_prior = jax.vmap(lambda th, m: logprior_theta(th * m, m) - jnp.sum((1 - m) * (-0.5 * th**2 - 0.5 * jnp.log(2 * jnp.pi))))(thetas, mk)
+    log_prior = jax.vmap(
+        lambda th, m: logprior_theta(th * m, m) - jnp.sum((1 - m) * (-0.5 * th**2 - 0.5 * jnp.log(2 * jnp.pi)))
+    )(thetas, mk)
     log_pseudo = -0.5 * jnp.sum(mk * w**2, axis=1) - 0.5 * dims * jnp.log(2 * jnp.pi) - pilot.log_det_chol
     return log_pi_tilde + log_prior - log_pseudo
 
@@ -83,13 +87,20 @@ def make_sweep(data, pilot, *, exact: bool, cv_order: int = 2):
 
         def cv_fn(idx):
             lag, coef = data.lagged_sq[idx], pilot.cv_coef[idx]  # [m, 30], [m, 6, NUM_CV]
-            per_model = lambda a, mu, th, c: cv_values(c, *jax.vmap(lambda lg: cv_terms(a, mu, th, lg))(lag), order=cv_order)  # noqa: E731
+            per_model = lambda a, mu, th, c: cv_values(
+                c, *jax.vmap(lambda lg: cv_terms(a, mu, th, lg))(lag), order=cv_order
+            )  # noqa: E731
             return jax.vmap(per_model, in_axes=(0, 0, 0, 1), out_axes=1)(pilot.alpha_hat, pilot.mu, thetas, coef)
 
         cv = (cv_fn, cv_mean_values(pilot.cv_mean, pilot.alpha_hat, pilot.mu, thetas, order=cv_order))
         gibbs = jaxsub.racing_gibbs(
-            log_f0, partial(all_models_loglik, thetas, data.data), n, delta=None if exact else DELTA,
-            first_batch_size=FIRST_BATCH, control_variate=cv, exact=exact,
+            log_f0,
+            partial(all_models_loglik, thetas, data.data),
+            n,
+            delta=None if exact else DELTA,
+            first_batch_size=FIRST_BATCH,
+            control_variate=cv,
+            exact=exact,
         )
         k_state, g_info = gibbs.step(key_k, gibbs.init(k))
         k_new = k_state.position
@@ -121,9 +132,16 @@ def make_sweep(data, pilot, *, exact: bool, cv_order: int = 2):
             mean_fn=lambda wk: cv_mean_values(means_k, a_k, mu_k, mu_k + chol_k @ wk, order=cv_order),
         )
         mh = jaxsub.sgld_racing_mh(
-            logprior_w, loglik_w, data.data, step_size=SGLD_STEP, batch_size=SGLD_BATCH,
-            delta=None if exact else DELTA, first_batch_size=FIRST_BATCH, control_variate=cv_mh,
-            grad_estimator=cv_grad_estimator, exact=exact,
+            logprior_w,
+            loglik_w,
+            data.data,
+            step_size=SGLD_STEP,
+            batch_size=SGLD_BATCH,
+            delta=None if exact else DELTA,
+            first_batch_size=FIRST_BATCH,
+            control_variate=cv_mh,
+            grad_estimator=cv_grad_estimator,
+            exact=exact,
         )
         w_old_k = w[k_new]
         mh_state, mh_info = mh.step(key_mh, mh.init(w_old_k))
@@ -156,8 +174,14 @@ def packed_rows(data, pilot, *, seed: int = 0):
     order so that blocks of consecutive rows (``block_size``) mix calm and volatile days.
     Every datum carries its own lags, so the order changes no sum.
     """
-    rows = np.concatenate([np.asarray(data.returns)[:, None], np.asarray(data.lagged_sq),
-                           np.asarray(pilot.cv_coef).reshape(data.num_data, -1)], axis=1)
+    rows = np.concatenate(
+        [
+            np.asarray(data.returns)[:, None],
+            np.asarray(data.lagged_sq),
+            np.asarray(pilot.cv_coef).reshape(data.num_data, -1),
+        ],
+        axis=1,
+    )
     return jnp.asarray(rows[np.random.default_rng(seed).permutation(data.num_data)], jnp.float32)
 
 
@@ -201,8 +225,13 @@ def sweep_parts(data, pilot, *, cv_order: int = 2) -> SweepParts:
         alpha = jnp.exp(thetas[:, : MAX_LAG + 1]) * mk[:, : MAX_LAG + 1]
         var = alpha[:, 0] + lag @ alpha[:, 1:].T
         nu = jnp.exp(thetas[:, -1])
-        return (jax.scipy.special.gammaln((nu + 1) / 2) - jax.scipy.special.gammaln(nu / 2) - 0.5 * jnp.log(nu * jnp.pi)
-                - 0.5 * jnp.log(var) - (nu + 1) / 2 * jnp.log1p(r[:, None] ** 2 / (var * nu)))
+        return (
+            jax.scipy.special.gammaln((nu + 1) / 2)
+            - jax.scipy.special.gammaln(nu / 2)
+            - 0.5 * jnp.log(nu * jnp.pi)
+            - 0.5 * jnp.log(var)
+            - (nu + 1) / 2 * jnp.log1p(r[:, None] ** 2 / (var * nu))
+        )
 
     def all_cv(indices, thetas):
         b = rows[indices]
@@ -237,8 +266,13 @@ def sweep_parts(data, pilot, *, cv_order: int = 2) -> SweepParts:
 
     def cv_mean(pos):
         w, k = pos
-        return cv_mean_values(jax.tree.map(lambda a: a[k], pilot.cv_mean), pilot.alpha_hat[k], pilot.mu[k],
-                              pilot.mu[k] + pilot.chol[k] @ w, order=cv_order)
+        return cv_mean_values(
+            jax.tree.map(lambda a: a[k], pilot.cv_mean),
+            pilot.alpha_hat[k],
+            pilot.mu[k],
+            pilot.mu[k] + pilot.chol[k] @ w,
+            order=cv_order,
+        )
 
     def proposal(key, pos):
         w, k = pos
@@ -250,11 +284,21 @@ def sweep_parts(data, pilot, *, cv_order: int = 2) -> SweepParts:
         w_new, log_q_ratio = jaxsub.sgld_racing_mh.sgld_proposal(grad, rows, n, SGLD_BATCH, SGLD_STEP)(key, w)
         return (w_new, k), log_q_ratio
 
-    return SweepParts(rows, all_loglik, all_cv, all_cv_mean, logprior_fn, loglik_fn, ControlVariate(cv_value, cv_mean), proposal)
+    return SweepParts(
+        rows, all_loglik, all_cv, all_cv_mean, logprior_fn, loglik_fn, ControlVariate(cv_value, cv_mean), proposal
+    )
 
 
-def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, group_size: int = 16, cv_order: int = 2,
-                       exact_pass_cost: float | None = EXACT_PASS_COST):
+def make_batched_sweep(
+    data,
+    pilot,
+    num_chains: int,
+    *,
+    block_size: int = 1,
+    group_size: int = 16,
+    cv_order: int = 2,
+    exact_pass_cost: float | None = EXACT_PASS_COST,
+):
     """The racing sweep of :func:`make_sweep` for ``num_chains`` chains at once.
 
     ``sweep(key, (k [C], w [C, 6, P]), log_pi_tilde) -> ((k, w), record)``. The C model-indicator
@@ -271,11 +315,21 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
     rows, all_loglik, all_cv, all_cv_mean = parts.rows, parts.all_loglik, parts.all_cv, parts.all_cv_mean
     logprior_fn, loglik_fn, cv_mh, proposal = parts.logprior_fn, parts.loglik_fn, parts.control_variate, parts.proposal
     gibbs_kernel = jaxsub.racing_gibbs.build_batched_kernel(
-        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
-        exact_pass_cost=exact_pass_cost)
+        n,
+        delta=DELTA,
+        first_batch_size=FIRST_BATCH,
+        group_size=group_size,
+        block_size=block_size,
+        exact_pass_cost=exact_pass_cost,
+    )
     mh_kernel = jaxsub.racing_mh.build_batched_kernel(
-        n, delta=DELTA, first_batch_size=FIRST_BATCH, group_size=group_size, block_size=block_size,
-        exact_pass_cost=exact_pass_cost)
+        n,
+        delta=DELTA,
+        first_batch_size=FIRST_BATCH,
+        group_size=group_size,
+        block_size=block_size,
+        exact_pass_cost=exact_pass_cost,
+    )
 
     def sweep(key, carry, log_pi_tilde):
         k, w = carry
@@ -283,23 +337,37 @@ def make_batched_sweep(data, pilot, num_chains: int, *, block_size: int = 1, gro
         chains = jnp.arange(num_chains)
         thetas = pilot.mu[None] + jnp.einsum("kij,ckj->cki", pilot.chol, w)  # [C, 6, P]
         log_f0s = jax.vmap(lambda ww, th: _log_f0(pilot, ww, th, log_pi_tilde))(w, thetas)
-        g_state, g_info = gibbs_kernel(jax.random.split(key_k, num_chains), jaxsub.racing_gibbs.RacingGibbsState(k),
-                                       log_f0s, all_loglik, thetas, control_variate=(all_cv, all_cv_mean))
+        g_state, g_info = gibbs_kernel(
+            jax.random.split(key_k, num_chains),
+            jaxsub.racing_gibbs.RacingGibbsState(k),
+            log_f0s,
+            all_loglik,
+            thetas,
+            control_variate=(all_cv, all_cv_mean),
+        )
         k_new = g_state.position
         gibbs_keys = jax.random.split(key_k, num_chains)
         positions = (w[chains, k_new], k_new)
         states = jax.vmap(lambda p: jaxsub.racing_mh.init(p, logprior_fn))(positions)
         mh_keys = jax.random.split(key_mh, num_chains)
-        mh_states, mh_info = mh_kernel(mh_keys, states, logprior_fn, loglik_fn, rows,
-                                       proposal, cv_mh)
+        mh_states, mh_info = mh_kernel(mh_keys, states, logprior_fn, loglik_fn, rows, proposal, cv_mh)
         w_new = jax.random.normal(key_pseudo, w.shape, w.dtype).at[chains, k_new].set(mh_states.position[0])
         # what re-makes every decision exactly offline (same noise; unused outputs cost nothing under jit)
-        record = dict(k=k_new, gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
-                      mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32), accepted=mh_info.is_accepted,
-                      has_nan=g_info.has_nan | mh_info.has_nan, gibbs_key=jax.random.key_data(gibbs_keys),
-                      mh_key=jax.random.key_data(mh_keys),
-                      log_f0=log_f0s, thetas=thetas, w_old=positions[0], w_prop=mh_info.proposal[0],
-                      log_u=mh_info.log_uniform, log_ratio=mh_info.log_prior_proposal_ratio)
+        record = dict(
+            k=k_new,
+            gibbs_evals=jnp.asarray(g_info.num_evaluations, jnp.int32),
+            mh_evals=jnp.asarray(mh_info.num_evaluations, jnp.int32),
+            accepted=mh_info.is_accepted,
+            has_nan=g_info.has_nan | mh_info.has_nan,
+            gibbs_key=jax.random.key_data(gibbs_keys),
+            mh_key=jax.random.key_data(mh_keys),
+            log_f0=log_f0s,
+            thetas=thetas,
+            w_old=positions[0],
+            w_prop=mh_info.proposal[0],
+            log_u=mh_info.log_uniform,
+            log_ratio=mh_info.log_prior_proposal_ratio,
+        )
         return (k_new, w_new), record
 
     return sweep
@@ -325,8 +393,12 @@ def sweep_runner(sweep, *, t0=500.0):
 
     @jax.jit
     def run(keys, log_pi0, gamma0):
-        init = ((jnp.asarray(NUM_MODELS - 1, jnp.int32), jnp.zeros((NUM_MODELS, P), jnp.float32)),
-                jnp.asarray(log_pi0, jnp.float32), jnp.asarray(0.0, jnp.float32), jnp.asarray(gamma0, jnp.float32))
+        init = (
+            (jnp.asarray(NUM_MODELS - 1, jnp.int32), jnp.zeros((NUM_MODELS, P), jnp.float32)),
+            jnp.asarray(log_pi0, jnp.float32),
+            jnp.asarray(0.0, jnp.float32),
+            jnp.asarray(gamma0, jnp.float32),
+        )
         (_, log_pi, _, _), (trace, evals, recs) = jax.lax.scan(body, init, keys)
         return log_pi, trace, evals, recs["k"], recs
 
@@ -335,7 +407,9 @@ def sweep_runner(sweep, *, t0=500.0):
 
 def adaptive_run(run, key, num_sweeps, init_log_pi, *, gamma0=0.5):
     """Phase 1 with the compiled ``run`` of :func:`sweep_runner`."""
-    log_pi, trace, evals, ks, _ = run(jax.random.split(key, num_sweeps), jnp.asarray(init_log_pi, jnp.float32), jnp.float32(gamma0))
+    log_pi, trace, evals, ks, _ = run(
+        jax.random.split(key, num_sweeps), jnp.asarray(init_log_pi, jnp.float32), jnp.float32(gamma0)
+    )
     return np.asarray(log_pi), np.asarray(trace), np.asarray(evals), np.asarray(ks)
 
 
@@ -347,7 +421,11 @@ def _log_post_estimate(log_pi_tilde):
 def _autocorr(x, max_lag):
     x = np.asarray(x, np.float64) - np.mean(x)
     var = np.mean(x * x)
-    return np.array([1.0] + [np.mean(x[:-l] * x[l:]) / var for l in range(1, max_lag + 1)]) if var > 0 else np.ones(max_lag + 1)
+    return (
+        np.array([1.0] + [np.mean(x[:-l] * x[l:]) / var for l in range(1, max_lag + 1)])
+        if var > 0
+        else np.ones(max_lag + 1)
+    )
 
 
 def _exact_decision_errors(data, pilot, recs, limit):
@@ -376,9 +454,19 @@ def _exact_decision_errors(data, pilot, recs, limit):
     block = 50
     for s in progress(range(0, m, block), desc="exact re-check"):
         sl = slice(s, min(s + block, m))
-        g = np.asarray(g_fn(jnp.asarray(recs["gibbs_key"][sl]), jnp.asarray(recs["log_f0"][sl]), jnp.asarray(recs["thetas"][sl])))
+        g = np.asarray(
+            g_fn(jnp.asarray(recs["gibbs_key"][sl]), jnp.asarray(recs["log_f0"][sl]), jnp.asarray(recs["thetas"][sl]))
+        )
         g_err += int(np.sum(g != recs["k"][sl]))
-        d = np.asarray(m_fn(jnp.asarray(recs["k"][sl]), jnp.asarray(recs["w_old"][sl]), jnp.asarray(recs["w_prop"][sl]), jnp.asarray(recs["log_u"][sl]), jnp.asarray(recs["log_ratio"][sl])))
+        d = np.asarray(
+            m_fn(
+                jnp.asarray(recs["k"][sl]),
+                jnp.asarray(recs["w_old"][sl]),
+                jnp.asarray(recs["w_prop"][sl]),
+                jnp.asarray(recs["log_u"][sl]),
+                jnp.asarray(recs["log_ratio"][sl]),
+            )
+        )
         m_err += int(np.sum(d != recs["accepted"][sl]))
     return m, g_err, m_err
 
@@ -405,7 +493,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     runners, compile_s = {}, {}
     for name, sw in sweeps.items():
         start = time.perf_counter()
-        runners[name] = sweep_runner(sw).lower(jax.random.split(jax.random.key(0), fixed_sweeps), jnp.zeros(NUM_MODELS, jnp.float32), 0.0).compile()
+        runners[name] = (
+            sweep_runner(sw)
+            .lower(jax.random.split(jax.random.key(0), fixed_sweeps), jnp.zeros(NUM_MODELS, jnp.float32), 0.0)
+            .compile()
+        )
         compile_s[name] = time.perf_counter() - start
 
     # ---- phase 1: adaptive tuning of the adjusted priors -----------------------------------
@@ -437,7 +529,13 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     for name in sweeps:
         freqs = np.stack([np.bincount(r["k"][burn:], minlength=NUM_MODELS) / (fixed_sweeps - burn) for r in runs[name]])
         onehot = np.stack([np.eye(NUM_MODELS)[r["k"][burn:]] for r in runs[name]])  # [runs, draws, 6]
-        ess_q = np.asarray(effective_sample_size(jnp.asarray(np.stack([np.asarray(ORDERS)[r["k"][burn:]] for r in runs[name]], dtype=np.float32)), chain_axis=0, sample_axis=1))
+        ess_q = np.asarray(
+            effective_sample_size(
+                jnp.asarray(np.stack([np.asarray(ORDERS)[r["k"][burn:]] for r in runs[name]], dtype=np.float32)),
+                chain_axis=0,
+                sample_axis=1,
+            )
+        )
         ess_ind = np.asarray(effective_sample_size(jnp.asarray(onehot, jnp.float32), chain_axis=0, sample_axis=1))
         evals = np.stack([r["gibbs_evals"] + r["mh_evals"] for r in runs[name]])
         secs = float(np.sum(timings[name]))
@@ -469,7 +567,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         # first time the estimate enters *and stays* within 0.5 nats of the target
         stay = next((i for i in within if np.all(err[i:] < 0.5)), None)
         first = {thr: (float(cum[np.argmax(err < thr)]) if np.any(err < thr) else None) for thr in (10.0, 5.0, 3.0)}
-        adapt[name].update(err=err, cum=cum, evals_to_half_nat=None if stay is None else float(cum[stay]), evals_to_first=first)
+        adapt[name].update(
+            err=err, cum=cum, evals_to_half_nat=None if stay is None else float(cum[stay]), evals_to_first=first
+        )
 
     # ---- decision errors (sub runs) --------------------------------------------------------
     rec0 = runs["sub"][0]
@@ -481,14 +581,33 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     for name, style in (("exact", "-"), ("sub", "--")):
         a = adapt[name]
         axes[0].plot(a["cum"], a["err"], style, label=f"{name}")
-    axes[0].set(xscale="log", yscale="log", xlabel="likelihood evaluations", ylabel="max_q |est. log p(q|r) - target| (nats)", title="Adaptive tuning of adjusted priors")
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="likelihood evaluations",
+        ylabel="max_q |est. log p(q|r) - target| (nats)",
+        title="Adaptive tuning of adjusted priors",
+    )
     axes[0].legend()
     width = 0.38
     x = np.arange(NUM_MODELS)
     for i, name in enumerate(("exact", "sub")):
         rr = results[name]
-        axes[1].bar(x + (i - 0.5) * width, rr["adjusted_posterior_mean"], width, yerr=rr["adjusted_posterior_sd"], capsize=3, label=name)
-    axes[1].set(xticks=x, xticklabels=[str(q) for q in ORDERS], xlabel="q", ylabel="adjusted posterior p̃(q|r)", title=f"{num_runs} runs (mean ± sd)")
+        axes[1].bar(
+            x + (i - 0.5) * width,
+            rr["adjusted_posterior_mean"],
+            width,
+            yerr=rr["adjusted_posterior_sd"],
+            capsize=3,
+            label=name,
+        )
+    axes[1].set(
+        xticks=x,
+        xticklabels=[str(q) for q in ORDERS],
+        xlabel="q",
+        ylabel="adjusted posterior p̃(q|r)",
+        title=f"{num_runs} runs (mean ± sd)",
+    )
     axes[1].legend()
     for name, style in (("exact", "-"), ("sub", "--")):
         axes[2].plot(results[name]["autocorr"], style, label=name)
@@ -498,7 +617,13 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.bar(x, np.exp(target), color="C2")
-    ax.set(xticks=x, xticklabels=[str(q) for q in ORDERS], xlabel="q", ylabel="p(q | r)", title="Posterior of q (uniform prior), exact sampler")
+    ax.set(
+        xticks=x,
+        xticklabels=[str(q) for q in ORDERS],
+        xlabel="q",
+        ylabel="p(q | r)",
+        title="Posterior of q (uniform prior), exact sampler",
+    )
     post_png = savefig(fig, out_dir, "posterior_q.png")
 
     # ---- report ----------------------------------------------------------------------------
@@ -515,7 +640,15 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         laplace_log_evidence=np.asarray(pilot.laplace_log_evidence).tolist(),
         log_posterior_q=target.tolist(),
         adjusted_log_prior=np.asarray(log_pi_fixed).tolist(),
-        adaptive={k: dict(evals_to_half_nat=v["evals_to_half_nat"], evals_to_first_below_nats=v["evals_to_first"], final_err_nats=float(v["err"][-1]), seconds=v["seconds"]) for k, v in adapt.items()},
+        adaptive={
+            k: dict(
+                evals_to_half_nat=v["evals_to_half_nat"],
+                evals_to_first_below_nats=v["evals_to_first"],
+                final_err_nats=float(v["err"][-1]),
+                seconds=v["seconds"],
+            )
+            for k, v in adapt.items()
+        },
         fixed={k: {kk: vv for kk, vv in v.items() if kk != "autocorr"} for k, v in results.items()},
         ess_q_per_s_ratio=sub["ess_q_per_s"] / ex["ess_q_per_s"],
         evals_ratio=ex["evals_per_sweep"] / sub["evals_per_sweep"],
@@ -543,7 +676,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "adaptive runs. Likelihood evaluations until "
         "the estimate enters and stays within 0.5 nats of it: "
         f"exact {a_ex if a_ex is None else f'{a_ex:.3g}'}, sub {a_sub if a_sub is None else f'{a_sub:.3g}'}"
-        + ("" if metrics["adaptive_speedup_evals"] is None else f" → sub converges {metrics['adaptive_speedup_evals']:.2f}× faster in evaluations (paper: ~3×).")
+        + (
+            ""
+            if metrics["adaptive_speedup_evals"] is None
+            else f" → sub converges {metrics['adaptive_speedup_evals']:.2f}× faster in evaluations (paper: ~3×)."
+        )
     )
     first_rows = []
     for thr in (10.0, 5.0, 3.0):
@@ -551,17 +688,54 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         ratio = (e_ex / e_sub) if (e_ex and e_sub) else None
         first_rows.append((f"< {thr:g} nats", e_ex, e_sub, "n/a" if ratio is None else f"{ratio:.2f}"))
     metrics["adaptive_first_below"] = [dict(threshold=r[0], exact=r[1], sub=r[2], ratio=r[3]) for r in first_rows]
-    rep.text("Likelihood evaluations until the estimate error first drops below a threshold (the Robbins-Monro noise floor at the end of adaptation is ~1-3 nats):")
+    rep.text(
+        "Likelihood evaluations until the estimate error first drops below a threshold (the Robbins-Monro noise floor at the end of adaptation is ~1-3 nats):"
+    )
     rep.table(first_rows, ["max error", "exact evals", "sub evals", "exact / sub"])
-    rep.table([(q, f"{lp:.3f}", f"{ev:.1f}") for q, lp, ev in zip(ORDERS, target, np.asarray(pilot.laplace_log_evidence))], ["q", "log p(q|r) (exact MCMC)", "Laplace log evidence"])
+    rep.table(
+        [(q, f"{lp:.3f}", f"{ev:.1f}") for q, lp, ev in zip(ORDERS, target, np.asarray(pilot.laplace_log_evidence))],
+        ["q", "log p(q|r) (exact MCMC)", "Laplace log evidence"],
+    )
     rep.heading(f"Fixed adjusted priors: {num_runs} runs × {fixed_sweeps:,} sweeps each")
     rows = []
     for name in ("exact", "sub"):
         rr = results[name]
-        rows.append((name, " ".join(f"{m_:.3f}±{s_:.3f}" for m_, s_ in zip(rr["adjusted_posterior_mean"], rr["adjusted_posterior_sd"])), rr["evals_per_sweep"], rr["gibbs_evals_per_sweep"], rr["mh_evals_per_sweep"], rr["mh_acceptance"], rr["ess_q"], rr["seconds"], rr["ess_q_per_s"], rr["nan_sweeps"]))
-    rep.table(rows, ["sampler", "adjusted p̃(q|r), q=5..30 (mean±sd over runs)", "evals/sweep", "Gibbs evals", "MH evals", "MH accept", "ESS(q)", "seconds", "ESS(q)/s", "NaN sweeps"])
-    rep.text("Seconds exclude compilation (one compiled chain per sampler serves both phases): "
-             + ", ".join(f"{k} {v:.1f} s" for k, v in compile_s.items()) + ".")
+        rows.append(
+            (
+                name,
+                " ".join(
+                    f"{m_:.3f}±{s_:.3f}" for m_, s_ in zip(rr["adjusted_posterior_mean"], rr["adjusted_posterior_sd"])
+                ),
+                rr["evals_per_sweep"],
+                rr["gibbs_evals_per_sweep"],
+                rr["mh_evals_per_sweep"],
+                rr["mh_acceptance"],
+                rr["ess_q"],
+                rr["seconds"],
+                rr["ess_q_per_s"],
+                rr["nan_sweeps"],
+            )
+        )
+    rep.table(
+        rows,
+        [
+            "sampler",
+            "adjusted p̃(q|r), q=5..30 (mean±sd over runs)",
+            "evals/sweep",
+            "Gibbs evals",
+            "MH evals",
+            "MH accept",
+            "ESS(q)",
+            "seconds",
+            "ESS(q)/s",
+            "NaN sweeps",
+        ],
+    )
+    rep.text(
+        "Seconds exclude compilation (one compiled chain per sampler serves both phases): "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in compile_s.items())
+        + "."
+    )
     rep.text(
         f"ESS(q) per second, sub / exact: {metrics['ess_q_per_s_ratio']:.2f} (paper: > 2). Likelihood evaluations per sweep, "
         f"exact / sub: {metrics['evals_ratio']:.1f}."
@@ -572,7 +746,10 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         f"Gibbs errors {g_err} (rate {g_err / m:.2e}; paper ~4e-4), MH errors {m_err} (rate {m_err / m:.2e}; paper ~2e-3), "
         f"both bounded by δ = {DELTA}."
     )
-    rep.figure(fig_png, "Left: convergence of the estimated log p(q|r) vs likelihood evaluations. Middle: adjusted posterior of q over runs. Right: autocorrelation of q.")
+    rep.figure(
+        fig_png,
+        "Left: convergence of the estimated log p(q|r) vs likelihood evaluations. Middle: adjusted posterior of q over runs. Right: autocorrelation of q.",
+    )
     rep.figure(post_png, "Posterior of q under a uniform prior.")
     rep.json_block(metrics)
     rep.write()

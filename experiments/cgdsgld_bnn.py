@@ -29,12 +29,12 @@ Metrics: held-out log-likelihood per point and accuracy of the running posterior
 predictive (mean over chains of each chain's running predictive), against rounds and against wall-clock
 seconds (sampling only, all chains in one call).
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,8 +60,10 @@ EXPANSIONS = (("fedsgd", "CG-DSGLD"),)
 #: (largest validation log-lik of CG-DSGLD minus DSGLD over {Laplace diag GN FedSGD / local centres, SGLD moments
 #: diag / full} x L in {100, 10}): the paper's SGLD moment fit with diagonal covariance at L = 10; the runner-up
 #: (Laplace, diagonal Gauss-Newton at each shard's own mode, 0.00001 behind) beside it
-FULL_EXPANSIONS = (("sgld_moment_diag", "CG-DSGLD (SGLD moments, diag)"),
-                   ("local", "CG-DSGLD (Laplace, local centres)"))
+FULL_EXPANSIONS = (
+    ("sgld_moment_diag", "CG-DSGLD (SGLD moments, diag)"),
+    ("local", "CG-DSGLD (Laplace, local centres)"),
+)
 #: balanced validation rows per label in full mode: training-pool rows in no shard and not in the test set
 #: (``logistic.make_data_with_validation``); the full-mode configuration was chosen on these (docs/guides/sgmcmc.md)
 VALIDATION_PER_CLASS = 2_000
@@ -93,14 +95,18 @@ def logprior(params):
 def init_params(seed: int, dim_in):
     """Glorot-style start (NumPy's generator: a jax.random.normal call would compile a program of its own)."""
     rng = np.random.default_rng(seed)
-    return {"w1": jnp.asarray(rng.normal(size=(dim_in, HIDDEN)) / np.sqrt(dim_in), jnp.float32),
-            "b1": jnp.zeros(HIDDEN),
-            "w2": jnp.asarray(rng.normal(size=(HIDDEN, 1)) / np.sqrt(HIDDEN), jnp.float32), "b2": jnp.zeros(())}
+    return {
+        "w1": jnp.asarray(rng.normal(size=(dim_in, HIDDEN)) / np.sqrt(dim_in), jnp.float32),
+        "b1": jnp.zeros(HIDDEN),
+        "w2": jnp.asarray(rng.normal(size=(HIDDEN, 1)) / np.sqrt(HIDDEN), jnp.float32),
+        "b2": jnp.zeros(()),
+    }
 
 
 def homogeneous_data(shard_size, test_per_class, validation_per_class, seed=0):
     shards, test, _, description, validation = logistic.make_data_with_validation(
-        shard_size, test_per_class, validation_per_class, 1.0, seed)
+        shard_size, test_per_class, validation_per_class, 1.0, seed
+    )
     x = np.concatenate([s[0] for s in shards])
     y = np.concatenate([s[1] for s in shards])
     perm = np.random.default_rng(seed + 1).permutation(len(y))
@@ -113,9 +119,19 @@ def sgld_moment_surrogates(shards, params0, covariance: str):
     posterior p_0 p_s from the common start, with the N(0, I) prior divided out afterwards. ε = 0.1/N_s (the
     samplers' εN on the shard), minibatch 1,000, 10,000 burn-in steps, 2,000 draws thinned by 5."""
     return jaxsub.sgmcmc.gaussian_surrogates(
-        shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(1), position=params0,
-        step_size=0.1 / len(shards[0][1]), batch_size=1_000, num_samples=2_000, thinning=5, num_burnin=10_000,
-        covariance=covariance, logprior_fn=logprior, prior=(0.0, 1.0))
+        shards=shards,
+        loglikelihood_fn=loglik,
+        rng_key=jax.random.key(1),
+        position=params0,
+        step_size=0.1 / len(shards[0][1]),
+        batch_size=1_000,
+        num_samples=2_000,
+        thinning=5,
+        num_burnin=10_000,
+        covariance=covariance,
+        logprior_fn=logprior,
+        prior=(0.0, 1.0),
+    )
 
 
 @jax.jit
@@ -129,9 +145,12 @@ def sgld_pooled_fn(rounds, local_steps, chains):
     step_size) returning leaves ``[chains, rounds, ...]``, compiled once for every split (same shapes)."""
 
     def chains_fn(key, px, py, params0, step_size):
-        one_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps, step_size=step_size)
+        one_round = pooled_sgld_round(
+            logprior, loglik, px, py, batch=BATCH, local_steps=local_steps, step_size=step_size
+        )
         return jax.vmap(lambda k: jax.lax.scan(one_round, params0, jax.random.split(k, rounds))[1])(
-            jax.random.split(key, chains))
+            jax.random.split(key, chains)
+        )
 
     return jax.jit(chains_fn)
 
@@ -143,6 +162,7 @@ DRIFT_DRAWS = 10
 @jax.jit
 def _shard_gradients(params, x, y):
     """Flattened full-shard log-likelihood gradients ``[S, d]`` at one position (``x [S, n, k]``, ``y [S, n]``)."""
+
     def one(xs, ys):
         return ravel_pytree(jax.grad(lambda p: jnp.sum(jax.vmap(loglik, (None, 0))(p, (xs, ys))))(params))[0]
 
@@ -158,8 +178,12 @@ def drift_at(draws, shards, probs, per_chain=DRIFT_DRAWS):
     idx = np.linspace(0, jax.tree.leaves(draws)[0].shape[1] - 1, per_chain).astype(int)
     picked = jax.tree.map(lambda v: v[:, idx].reshape((-1,) + v.shape[2:]), draws)
     flat = np.asarray(jax.vmap(lambda p: ravel_pytree(p)[0])(picked), np.float64)
-    grads = np.stack([np.asarray(_shard_gradients(jax.tree.map(lambda v: v[i], picked), x, y), np.float64)
-                      for i in range(flat.shape[0])])
+    grads = np.stack(
+        [
+            np.asarray(_shard_gradients(jax.tree.map(lambda v: v[i], picked), x, y), np.float64)
+            for i in range(flat.shape[0])
+        ]
+    )
     return flat, grads / np.asarray(probs)[None, :, None] - grads.sum(1, keepdims=True)
 
 
@@ -180,14 +204,17 @@ def curves(draws, x_test, y_test, seconds):
     draws: leaves [chains, T, ...]. Returns ``(ll [T], acc [T], seconds [T], final ll per chain, final acc per
     chain)``."""
     num_chains = jax.tree.leaves(draws)[0].shape[0]
-    p = np.stack([np.asarray(_predict(jax.tree.map(lambda v: v[c], draws), jnp.asarray(x_test)), np.float64)
-                  for c in range(num_chains)])  # [chains, T, n]
+    p = np.stack(
+        [
+            np.asarray(_predict(jax.tree.map(lambda v: v[c], draws), jnp.asarray(x_test)), np.float64)
+            for c in range(num_chains)
+        ]
+    )  # [chains, T, n]
     cum = np.cumsum(p, 1) / np.arange(1, p.shape[1] + 1)[None, :, None]
     cum = np.clip(cum, 1e-12, 1 - 1e-12)
     ll = (y_test * np.log(cum) + (1 - y_test) * np.log1p(-cum)).mean(2)  # [chains, T]
     acc = ((cum > 0.5) == (y_test > 0.5)).mean(2)
-    return (ll.mean(0), acc.mean(0), np.linspace(seconds / ll.shape[1], seconds, ll.shape[1]), ll[:, -1],
-            acc[:, -1])
+    return (ll.mean(0), acc.mean(0), np.linspace(seconds / ll.shape[1], seconds, ll.shape[1]), ll[:, -1], acc[:, -1])
 
 
 def run(out_dir: Path, *, quick: bool) -> dict:
@@ -209,17 +236,23 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     for label, a in progress(SPLITS, desc="splits"):
         if a is None:
             shards, (x_test, y_test), description, (x_val, y_val) = homogeneous_data(
-                shard_size, test_per_class, validation_per_class)
+                shard_size, test_per_class, validation_per_class
+            )
             fracs = np.array([s[1].mean() for s in shards])
         else:
             shards, (x_test, y_test), fracs, description, (x_val, y_val) = logistic.make_data_with_validation(
-                shard_size, test_per_class, validation_per_class, a)
+                shard_size, test_per_class, validation_per_class, a
+            )
         n_total = sum(len(s[1]) for s in shards)
         params0 = init_params(0, shards[0][0].shape[1])
         step_size = 0.1 / n_total
         probs = np.full(NUM_SHARDS, 1.0 / NUM_SHARDS)
-        metrics["splits"][label] = {"positive_fraction_per_shard": np.round(fracs, 3).tolist(), "rows": n_total,
-                                    "step_size": step_size, "data": description}
+        metrics["splits"][label] = {
+            "positive_fraction_per_shard": np.round(fracs, 3).tolist(),
+            "rows": n_total,
+            "step_size": step_size,
+            "data": description,
+        }
         surrogates, fit_seconds = {}, {}
         expansions = FULL_EXPANSIONS if not quick else EXPANSIONS
         for expansion, _ in expansions:
@@ -228,7 +261,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 surrogates[expansion] = sgld_moment_surrogates(shards, params0, expansion.rsplit("_", 1)[1])
             elif expansion not in programs:  # one compiled Laplace fit per setting for the three splits (same shapes)
                 steps = 300 if quick else 1_000
-                kw = dict(structure="full" if quick else "diag", num_steps=steps, optimizer=optax.adam(0.02), expansion=expansion)
+                kw = dict(
+                    structure="full" if quick else "diag",
+                    num_steps=steps,
+                    optimizer=optax.adam(0.02),
+                    expansion=expansion,
+                )
                 if not quick:  # Gauss-Newton curvature (PSD: nothing to clip; with the Hessian, 54-96 of the 161
                     # eigenvalues were clipped and CG-DSGLD diverged on the Beta(0.1, 0.1) split, docs/guides/sgmcmc.md)
                     kw.update(curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
@@ -237,14 +275,19 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 kw["program"] = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, params0, **kw), quick=quick)
                 programs[expansion] = kw
             if not expansion.startswith("sgld_moment"):
-                surrogates[expansion] = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0,
-                                                                         **programs[expansion])
+                surrogates[expansion] = jaxsub.sgmcmc.laplace_surrogates(
+                    logprior, loglik, shards, params0, **programs[expansion]
+                )
             fit_seconds[expansion] = time.perf_counter() - start
-            metrics["splits"][label].update({
-                f"laplace_fit_seconds_{expansion}": fit_seconds[expansion],
-                f"curvature_excess_max_{expansion}": float(jaxsub.sgmcmc.curvature_excess(surrogates[expansion],
-                                                                                          probs).max()),
-                f"clipped_eigenvalues_{expansion}": surrogates[expansion].fit_info.clipped_eigenvalues.tolist()})
+            metrics["splits"][label].update(
+                {
+                    f"laplace_fit_seconds_{expansion}": fit_seconds[expansion],
+                    f"curvature_excess_max_{expansion}": float(
+                        jaxsub.sgmcmc.curvature_excess(surrogates[expansion], probs).max()
+                    ),
+                    f"clipped_eigenvalues_{expansion}": surrogates[expansion].fit_info.clipped_eigenvalues.tolist(),
+                }
+            )
         # one compiled program for every sampler and split: data, surrogates and α are arguments
         # (α = 0 is DSGLD); compiled ahead of time so that the wall-clock curves exclude compilation
         packed = jaxsub.sgmcmc.make_shards(shards)
@@ -256,19 +299,39 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         if sampler is None:
             options = quick_compiler_options(quick)
             start = time.perf_counter()
-            sampler = jax.jit(jaxsub.sgmcmc.sample_rounds(
-                logprior, loglik, batch_size=BATCH, local_steps=local_steps, num_rounds=rounds,
-                shard_size=shard_size)).lower(jax.random.key(3), positions, *data_args,
-                                              jaxsub.sgmcmc.conducive_arrays(runs[0][1], probs), step_size,
-                                              1.0).compile(options)
-            sgld_chain = sgld_pooled_fn(rounds, local_steps, CHAINS).lower(
-                jax.random.key(3), px, py, params0, step_size).compile(options)
+            sampler = (
+                jax.jit(
+                    jaxsub.sgmcmc.sample_rounds(
+                        logprior,
+                        loglik,
+                        batch_size=BATCH,
+                        local_steps=local_steps,
+                        num_rounds=rounds,
+                        shard_size=shard_size,
+                    )
+                )
+                .lower(
+                    jax.random.key(3),
+                    positions,
+                    *data_args,
+                    jaxsub.sgmcmc.conducive_arrays(runs[0][1], probs),
+                    step_size,
+                    1.0,
+                )
+                .compile(options)
+            )
+            sgld_chain = (
+                sgld_pooled_fn(rounds, local_steps, CHAINS)
+                .lower(jax.random.key(3), px, py, params0, step_size)
+                .compile(options)
+            )
             metrics["compile_seconds"] = time.perf_counter() - start
         kept = {}
         for name, sur, alpha in runs:
             start = time.perf_counter()
-            _, trace = sampler(jax.random.key(3), positions, *data_args, jaxsub.sgmcmc.conducive_arrays(sur, probs),
-                               step_size, alpha)
+            _, trace = sampler(
+                jax.random.key(3), positions, *data_args, jaxsub.sgmcmc.conducive_arrays(sur, probs), step_size, alpha
+            )
             jax.block_until_ready(trace)
             seconds = time.perf_counter() - start
             draws = jax.tree.map(lambda v: v[:, burn:], trace)
@@ -278,30 +341,52 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         start = time.perf_counter()
         path = jax.block_until_ready(sgld_chain(jax.random.key(3), px, py, params0, step_size))
         seconds = time.perf_counter() - start
-        all_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_test, y_test,
-                                                      seconds * (rounds - burn) / rounds)
+        all_curves[(label, "SGLD (pooled)")] = curves(
+            jax.tree.map(lambda v: v[:, burn:], path), x_test, y_test, seconds * (rounds - burn) / rounds
+        )
         val_curves[(label, "SGLD (pooled)")] = curves(jax.tree.map(lambda v: v[:, burn:], path), x_val, y_val, seconds)
         if not quick:  # the cause measured (docs/guides/sgmcmc.md): how much shard drift each surrogate cancels
             at_pooled = drift_at(jax.tree.map(lambda v: v[:, burn:], path), shards, probs)
             drift = {}
             for expansion, name in expansions:
                 own = drift_at(kept[name], shards, probs)
-                drift[name] = {"at_pooled_sgld_draws": drift_cancellation(*at_pooled, surrogates[expansion], probs),
-                               "at_own_draws": drift_cancellation(*own, surrogates[expansion], probs)}
+                drift[name] = {
+                    "at_pooled_sgld_draws": drift_cancellation(*at_pooled, surrogates[expansion], probs),
+                    "at_own_draws": drift_cancellation(*own, surrogates[expansion], probs),
+                }
                 drift_rows.append([label, name, drift[name]["at_pooled_sgld_draws"], drift[name]["at_own_draws"]])
             metrics["splits"][label]["drift_cancellation_ratio"] = drift
         for name in ("SGLD (pooled)", "DSGLD") + tuple(n for _, n in expansions):
             ll, acc, secs, ll_c, acc_c = all_curves[(label, name)]
             vll, vll_c = val_curves[(label, name)][0][-1], val_curves[(label, name)][3]
-            rows.append([label, name, vll, " / ".join(f"{v:.4f}" for v in vll_c), ll[-1],
-                         " / ".join(f"{v:.4f}" for v in ll_c), acc[-1], " / ".join(f"{v:.3f}" for v in acc_c),
-                         secs[-1]])
+            rows.append(
+                [
+                    label,
+                    name,
+                    vll,
+                    " / ".join(f"{v:.4f}" for v in vll_c),
+                    ll[-1],
+                    " / ".join(f"{v:.4f}" for v in ll_c),
+                    acc[-1],
+                    " / ".join(f"{v:.3f}" for v in acc_c),
+                    secs[-1],
+                ]
+            )
         for expansion, name in expansions:
             what = "SGLD moment fit" if expansion.startswith("sgld_moment") else "Laplace fit"
             rows.append([label, f"({what}, {expansion}, once)", "", "", "", "", "", "", fit_seconds[expansion]])
-    metrics["final"] = {f"{r[0]} / {r[1]}": {"validation_loglik": r[2], "validation_loglik_per_chain": r[3],
-                                             "test_loglik": r[4], "test_loglik_per_chain": r[5], "test_accuracy": r[6],
-                                             "test_accuracy_per_chain": r[7]} for r in rows if r[2] != ""}
+    metrics["final"] = {
+        f"{r[0]} / {r[1]}": {
+            "validation_loglik": r[2],
+            "validation_loglik_per_chain": r[3],
+            "test_loglik": r[4],
+            "test_loglik_per_chain": r[5],
+            "test_accuracy": r[6],
+            "test_accuracy_per_chain": r[7],
+        }
+        for r in rows
+        if r[2] != ""
+    }
 
     import matplotlib
 
@@ -316,27 +401,45 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             rr = np.arange(burn + 1, rounds + 1)
             for i, (x, yv) in enumerate(((rr, ll), (rr, acc), (secs, ll), (secs, acc))):
                 axes[i, j].plot(x, yv, style, label=name)
-        for i, (what, against) in enumerate((("log-lik", "round"), ("accuracy", "round"), ("log-lik", "seconds"),
-                                              ("accuracy", "seconds"))):
+        for i, (what, against) in enumerate(
+            (("log-lik", "round"), ("accuracy", "round"), ("log-lik", "seconds"), ("accuracy", "seconds"))
+        ):
             axes[i, j].set_title(f"{label}: held-out {what} vs {against}")
-            axes[i, j].set_xlabel("round" if against == "round" else
-                                  "wall-clock seconds (sampling, after burn-in share)")
+            axes[i, j].set_xlabel(
+                "round" if against == "round" else "wall-clock seconds (sampling, after burn-in share)"
+            )
             axes[i, j].legend(fontsize=7)
     fig.tight_layout()
     fig_name = savefig(fig, out_dir, "heldout.png")
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
-    rep.text(f"Mode: {'quick' if quick else 'full'}; {NUM_SHARDS} shards x {shard_size:,} rows, held-out "
-             f"{2 * test_per_class:,} rows (balanced), validation {2 * validation_per_class:,} rows (balanced, "
-             f"training-pool rows in no shard); {rounds} rounds x {local_steps} local steps, minibatch {BATCH}, "
-             f"ε = 0.1/N; burn-in {burn} rounds; {CHAINS} chains per sampler (one call, split keys); "
-             "scores are the mean over chains of each chain's posterior predictive.")
-    rep.table(rows, ["shards", "method", "validation log-lik / point", "per chain", "test log-lik / point",
-                     "per chain", "test accuracy", "per chain", "seconds (all chains)"])
+    rep.text(
+        f"Mode: {'quick' if quick else 'full'}; {NUM_SHARDS} shards x {shard_size:,} rows, held-out "
+        f"{2 * test_per_class:,} rows (balanced), validation {2 * validation_per_class:,} rows (balanced, "
+        f"training-pool rows in no shard); {rounds} rounds x {local_steps} local steps, minibatch {BATCH}, "
+        f"ε = 0.1/N; burn-in {burn} rounds; {CHAINS} chains per sampler (one call, split keys); "
+        "scores are the mean over chains of each chain's posterior predictive."
+    )
+    rep.table(
+        rows,
+        [
+            "shards",
+            "method",
+            "validation log-lik / point",
+            "per chain",
+            "test log-lik / point",
+            "per chain",
+            "test accuracy",
+            "per chain",
+            "seconds (all chains)",
+        ],
+    )
     if drift_rows:
-        rep.text(f"Shard drift left by the conducive term: Σ f_s‖D_s + g_s‖² / Σ f_s‖D_s‖², D_s = ∇ℓ_s/f_s − ∇ℓ (full-shard "
-                 f"gradients), at {DRIFT_DRAWS} draws per chain of pooled SGLD (the posterior) and of the CG chain itself; "
-                 "0 = all of DSGLD's drift cancelled (exact surrogates), 1 = none.")
+        rep.text(
+            f"Shard drift left by the conducive term: Σ f_s‖D_s + g_s‖² / Σ f_s‖D_s‖², D_s = ∇ℓ_s/f_s − ∇ℓ (full-shard "
+            f"gradients), at {DRIFT_DRAWS} draws per chain of pooled SGLD (the posterior) and of the CG chain itself; "
+            "0 = all of DSGLD's drift cancelled (exact surrogates), 1 = none."
+        )
         rep.table(drift_rows, ["shards", "CG row", "at pooled-SGLD draws", "at its own draws"])
     rep.json_block(metrics["splits"])
     rep.figure(fig_name, "Held-out log-likelihood and accuracy vs rounds (top two rows) and vs wall-clock (bottom two)")
@@ -359,13 +462,24 @@ def drift_study(per_chain: int = 20) -> dict:
     theta_map, hess = logistic.laplace_reference(lshards)
     thetas = np.random.default_rng(0).multivariate_normal(theta_map, np.linalg.inv(hess), size=60)
     lx, ly = jnp.asarray(np.stack([s[0] for s in lshards])), jnp.asarray(np.stack([s[1] for s in lshards]))
-    lgrad = jax.jit(jax.vmap(lambda xs, ys, th: jax.grad(
-        lambda t: jnp.sum(jax.vmap(logistic.loglik, (None, 0))(t, (xs, ys))))(th), (0, 0, None)))
+    lgrad = jax.jit(
+        jax.vmap(
+            lambda xs, ys, th: jax.grad(lambda t: jnp.sum(jax.vmap(logistic.loglik, (None, 0))(t, (xs, ys))))(th),
+            (0, 0, None),
+        )
+    )
     grads = np.stack([np.asarray(lgrad(lx, ly, jnp.asarray(t, jnp.float32)), np.float64) for t in thetas])
     ldev = grads / probs[None, :, None] - grads.sum(1, keepdims=True)
     for name, kw in (("fedsgd", dict(num_steps=600)), ("local", dict(num_steps=1_000, expansion="local"))):
-        sur = jaxsub.sgmcmc.laplace_surrogates(logistic.logprior, logistic.loglik, lshards, jnp.zeros(8),
-                                               structure="full", optimizer=optax.adam(0.05), **kw)
+        sur = jaxsub.sgmcmc.laplace_surrogates(
+            logistic.logprior,
+            logistic.loglik,
+            lshards,
+            jnp.zeros(8),
+            structure="full",
+            optimizer=optax.adam(0.05),
+            **kw,
+        )
         out[f"logistic a=0.1, Laplace full, {name}"] = drift_cancellation(thetas, ldev, sur, probs)
     # (b) the BNN at Beta(0.1, 0.1), full-mode sizes
     shards, _, _, _ = logistic.make_data(15_000, 5_000, 0.1)
@@ -374,30 +488,53 @@ def drift_study(per_chain: int = 20) -> dict:
     px = jnp.asarray(np.concatenate([s[0] for s in shards]))
     py = jnp.asarray(np.concatenate([s[1] for s in shards]))
     rounds, local_steps, burn = 4_000, 10, 1_000
-    pooled = jax.tree.map(lambda v: v[:, burn:], sgld_pooled_fn(rounds, local_steps, CHAINS)(
-        jax.random.key(3), px, py, params0, eps))
-    gn = dict(num_steps=1_000, optimizer=optax.adam(0.02), curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
+    pooled = jax.tree.map(
+        lambda v: v[:, burn:], sgld_pooled_fn(rounds, local_steps, CHAINS)(jax.random.key(3), px, py, params0, eps)
+    )
+    gn = dict(
+        num_steps=1_000, optimizer=optax.adam(0.02), curvature="gauss_newton", gauss_newton=(model_fn, output_loglik)
+    )
     diag = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0, structure="diag", **gn)
     full = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, params0, structure="full", **gn)
     packed = jaxsub.sgmcmc.make_shards(shards)
-    sampler = jax.jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                                  num_rounds=rounds, shard_size=len(shards[0][1])))
+    sampler = jax.jit(
+        jaxsub.sgmcmc.sample_rounds(
+            logprior, loglik, batch_size=BATCH, local_steps=local_steps, num_rounds=rounds, shard_size=len(shards[0][1])
+        )
+    )
     positions = jax.tree.map(lambda v: jnp.stack([v] * CHAINS), params0)
-    own = {alpha: jax.tree.map(lambda v: v[:, burn:], sampler(
-        jax.random.key(3), positions, packed.data, jnp.asarray(packed.sizes, jnp.int32),
-        jnp.asarray(probs, jnp.float32), jaxsub.sgmcmc.conducive_arrays(diag, probs), eps, alpha)[1])
-        for alpha in (0.0, 1.0)}
+    own = {
+        alpha: jax.tree.map(
+            lambda v: v[:, burn:],
+            sampler(
+                jax.random.key(3),
+                positions,
+                packed.data,
+                jnp.asarray(packed.sizes, jnp.int32),
+                jnp.asarray(probs, jnp.float32),
+                jaxsub.sgmcmc.conducive_arrays(diag, probs),
+                eps,
+                alpha,
+            )[1],
+        )
+        for alpha in (0.0, 1.0)
+    }
     at_pooled = drift_at(pooled, shards, probs, per_chain)
     at_cg, at_dsgld = drift_at(own[1.0], shards, probs, per_chain), drift_at(own[0.0], shards, probs, per_chain)
-    out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(*at_pooled, diag, probs)
+    out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(
+        *at_pooled, diag, probs
+    )
     out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at its own CG draws"] = drift_cancellation(*at_cg, diag, probs)
     out["BNN Beta(0.1,0.1), Laplace diag GN, FedSGD: at DSGLD's draws"] = drift_cancellation(*at_dsgld, diag, probs)
-    out["BNN Beta(0.1,0.1), Laplace full GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(*at_pooled, full, probs)
+    out["BNN Beta(0.1,0.1), Laplace full GN, FedSGD: at pooled-SGLD draws"] = drift_cancellation(
+        *at_pooled, full, probs
+    )
     # mean of each sampler's draws vs pooled SGLD's, in pooled posterior sd (rms over the d coordinates)
     sd = at_pooled[0].std(0) + 1e-12
     for label, (flat, _) in (("DSGLD", at_dsgld), ("CG-DSGLD (Laplace diag GN, FedSGD)", at_cg)):
         out[f"BNN Beta(0.1,0.1), {label}: |mean - pooled mean| / sd (rms)"] = float(
-            np.sqrt(np.mean(((flat.mean(0) - at_pooled[0].mean(0)) / sd) ** 2)))
+            np.sqrt(np.mean(((flat.mean(0) - at_pooled[0].mean(0)) / sd) ** 2))
+        )
     for k, v in out.items():
         print(f"{k}: {v:.4f}")
     return out

@@ -21,6 +21,7 @@ likelihood with the prior divided out (as in the paper). The exact posterior is 
 paper's curves (cumulative test MSE and its variance) we report the error of
 the sampled posterior mean against the exact one.
 """
+
 from __future__ import annotations
 
 import time
@@ -103,45 +104,80 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     fit_steps = np.minimum(0.5 / lam_s, 0.4 * BATCH / (sizes * lam_s))
     # the library default (Laplace, FedSGD-centred; exact for this Gaussian likelihood up to float32)
     sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), structure="full", num_steps=100)
-    sur_sgld = None if quick else jaxsub.sgmcmc.gaussian_surrogates(  # the paper's SGLD moment fit: full mode only
-        shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(3), position=jnp.zeros(dim),
-        step_size=fit_steps,
-        batch_size=BATCH, num_samples=4_000, thinning=10, num_burnin=5_000,
-        logprior_fn=logprior, prior=(0.0, 1.0))
+    sur_sgld = (
+        None
+        if quick
+        else jaxsub.sgmcmc.gaussian_surrogates(  # the paper's SGLD moment fit: full mode only
+            shards=shards,
+            loglikelihood_fn=loglik,
+            rng_key=jax.random.key(3),
+            position=jnp.zeros(dim),
+            step_size=fit_steps,
+            batch_size=BATCH,
+            num_samples=4_000,
+            thinning=10,
+            num_burnin=5_000,
+            logprior_fn=logprior,
+            prior=(0.0, 1.0),
+        )
+    )
     exact_prec = np.stack([x.T @ x / sigma2 for x, _ in shards])
 
     def rel_error(s):
-        return float(np.max(np.linalg.norm(np.asarray(s.precision) - exact_prec, axis=(1, 2))
-                            / np.linalg.norm(exact_prec, axis=(1, 2))))
+        return float(
+            np.max(
+                np.linalg.norm(np.asarray(s.precision) - exact_prec, axis=(1, 2))
+                / np.linalg.norm(exact_prec, axis=(1, 2))
+            )
+        )
 
     fit_err = rel_error(sur)
     # The likelihood is Gaussian in w, so exact surrogates exist: N(w; (X_sᵀX_s)⁻¹X_sᵀy_s, σ²(X_sᵀX_s)⁻¹).
-    exact_sur = jaxsub.sgmcmc.gaussian_surrogates(
-        [np.linalg.solve(x.T @ x, x.T @ y) for x, y in shards], exact_prec)
+    exact_sur = jaxsub.sgmcmc.gaussian_surrogates([np.linalg.solve(x.T @ x, x.T @ y) for x, y in shards], exact_prec)
     # all three samplers run through one compiled sample_rounds program (DSGLD is alpha = 0)
-    algos = {"DSGLD": (exact_sur, 0.0), "CG-DSGLD (Laplace q_s, default)": (sur, 1.0),
-             "CG-DSGLD (SGLD-fitted q_s)": (sur_sgld, 1.0), "CG-DSGLD (exact q_s)": (exact_sur, 1.0)}
+    algos = {
+        "DSGLD": (exact_sur, 0.0),
+        "CG-DSGLD (Laplace q_s, default)": (sur, 1.0),
+        "CG-DSGLD (SGLD-fitted q_s)": (sur_sgld, 1.0),
+        "CG-DSGLD (exact q_s)": (exact_sur, 1.0),
+    }
     if sur_sgld is None:
         del algos["CG-DSGLD (SGLD-fitted q_s)"]
-    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
-                                             num_rounds=rounds), quick=quick)
+    runner = jit(
+        jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS, num_rounds=rounds),
+        quick=quick,
+    )
     packed = jaxsub.sgmcmc.make_shards(shards)
     rows, curves = [], {}
-    metrics = {"quick": quick, "data": description, "shard_sizes": sizes.tolist(), "sigma2": sigma2,
-               "step_size": step_size, "surrogate_fit_seconds": sur.fit_info.seconds,
-               "surrogate_fit_likelihood_grads": sur.fit_info.likelihood_gradient_evaluations,
-               "surrogate_precision_rel_error_max": fit_err, "shard_probs": probs.round(4).tolist(),
-               "curvature_excess_fitted": jaxsub.sgmcmc.surrogates.curvature_excess(sur, probs).round(1).tolist(),
-               "sgld_fit_precision_rel_error_max": None if sur_sgld is None else rel_error(sur_sgld),
-               "sgld_fit_seconds": None if sur_sgld is None else sur_sgld.fit_info.seconds,
-               "results": {}}
+    metrics = {
+        "quick": quick,
+        "data": description,
+        "shard_sizes": sizes.tolist(),
+        "sigma2": sigma2,
+        "step_size": step_size,
+        "surrogate_fit_seconds": sur.fit_info.seconds,
+        "surrogate_fit_likelihood_grads": sur.fit_info.likelihood_gradient_evaluations,
+        "surrogate_precision_rel_error_max": fit_err,
+        "shard_probs": probs.round(4).tolist(),
+        "curvature_excess_fitted": jaxsub.sgmcmc.surrogates.curvature_excess(sur, probs).round(1).tolist(),
+        "sgld_fit_precision_rel_error_max": None if sur_sgld is None else rel_error(sur_sgld),
+        "sgld_fit_seconds": None if sur_sgld is None else sur_sgld.fit_info.seconds,
+        "results": {},
+    }
     exact_pred = x_te @ post_mean
     exact_mse = float(np.mean((y_te - exact_pred) ** 2))
     for name, (surrogates, alpha) in progress(algos.items(), desc="samplers"):
         start = time.perf_counter()
-        _, trace = runner(jax.random.key(11), jnp.zeros((num_chains, dim), jnp.float32), packed.data,
-                          jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
-                          jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+        _, trace = runner(
+            jax.random.key(11),
+            jnp.zeros((num_chains, dim), jnp.float32),
+            packed.data,
+            jnp.asarray(packed.sizes, jnp.int32),
+            jnp.asarray(probs, jnp.float32),
+            jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+            step_size,
+            alpha,
+        )
         draws = np.asarray(trace, np.float64)[:, burn:]  # [chains, T, d]
         seconds = time.perf_counter() - start
         per_sample = ((y_te[None, None] - np.einsum("ctd,nd->ctn", draws, x_te)) ** 2).mean(-1)  # [chains, T]
@@ -151,9 +187,13 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         mean_err = float(np.linalg.norm(draws.reshape(-1, dim).mean(0) - post_mean))
         curves[name] = (k, cum_mse, cum_var)
         rows.append([name, float(cum_mse[-1]), float(cum_var[-1]), mean_err, seconds])
-        metrics["results"][name] = {"test_mse_cumulative": float(cum_mse[-1]), "test_mse_variance": float(cum_var[-1]),
-                                    "posterior_mean_error": mean_err, "seconds": seconds,
-                                    "nonfinite_draws": int(np.sum(~np.isfinite(draws)))}
+        metrics["results"][name] = {
+            "test_mse_cumulative": float(cum_mse[-1]),
+            "test_mse_variance": float(cum_var[-1]),
+            "posterior_mean_error": mean_err,
+            "seconds": seconds,
+            "nonfinite_draws": int(np.sum(~np.isfinite(draws))),
+        }
     rows.append(["exact posterior mean (reference)", exact_mse, "", 0.0, ""])
     metrics["exact_posterior_mean_test_mse"] = exact_mse
 
@@ -177,10 +217,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
-    rep.text(f"Mode: {'quick' if quick else 'full'}; shard sizes {sizes.tolist()}; σ² = {sigma2:.4g}; ε = {step_size:.3g}; "
-             f"{rounds} rounds x {LOCAL_STEPS} local steps, {num_chains} chains, burn-in {burn} rounds. Surrogate fit: "
-             f"{sur.fit_info.seconds:.2f} s, {sur.fit_info.likelihood_gradient_evaluations:,} likelihood gradients; "
-             f"max relative error of the fitted precisions vs the exact X_sᵀX_s/σ²: {fit_err:.3g}.")
+    rep.text(
+        f"Mode: {'quick' if quick else 'full'}; shard sizes {sizes.tolist()}; σ² = {sigma2:.4g}; ε = {step_size:.3g}; "
+        f"{rounds} rounds x {LOCAL_STEPS} local steps, {num_chains} chains, burn-in {burn} rounds. Surrogate fit: "
+        f"{sur.fit_info.seconds:.2f} s, {sur.fit_info.likelihood_gradient_evaluations:,} likelihood gradients; "
+        f"max relative error of the fitted precisions vs the exact X_sᵀX_s/σ²: {fit_err:.3g}."
+    )
     rep.table(rows, ["method", "test MSE (cumulative)", "variance of test MSE", "‖mean − exact mean‖", "seconds"])
     rep.figure(fig_file, "Cumulative test MSE and its variance (paper Fig. 6)")
     rep.write()

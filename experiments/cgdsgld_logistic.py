@@ -30,6 +30,7 @@ Metrics on the held-out set, from the posterior predictive averaged
 over all draws so far: log-likelihood per point and accuracy; and the distance of
 each sampler's posterior mean from the full-data MAP in Laplace standard deviations.
 """
+
 from __future__ import annotations
 
 import time
@@ -77,8 +78,7 @@ def make_data(shard_size: int, test_per_class: int, a: float, seed: int = 0):
     return make_data_with_validation(shard_size, test_per_class, 0, a, seed)[:4]
 
 
-def make_data_with_validation(shard_size: int, test_per_class: int, validation_per_class: int, a: float,
-                              seed: int = 0):
+def make_data_with_validation(shard_size: int, test_per_class: int, validation_per_class: int, a: float, seed: int = 0):
     """Balanced test rows, ``NUM_SHARDS`` Beta(a, a) label-skewed shards and a balanced *validation* set.
 
     The validation rows are training-pool rows (never test rows) that no shard uses: the next
@@ -133,6 +133,7 @@ def laplace_reference(shards):
 
     x = jnp.asarray(np.concatenate([s[0] for s in shards]))
     y = jnp.asarray(np.concatenate([s[1] for s in shards]))
+
     def fun(t):
         value, grad = _neg_logpost_value_grad(jnp.asarray(t, jnp.float32), x, y)
         return float(value), np.asarray(grad, np.float64)
@@ -228,25 +229,45 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         sur = None
         if not quick:  # the previous default (SGLD moment fit), for comparison: full mode only (compile time)
             sur = jaxsub.sgmcmc.gaussian_surrogates(
-                shards=shards, loglikelihood_fn=loglik, rng_key=jax.random.key(1), position=jnp.zeros(dim),
+                shards=shards,
+                loglikelihood_fn=loglik,
+                rng_key=jax.random.key(1),
+                position=jnp.zeros(dim),
                 # fit noise inflation ~ ε N_s² v/(4 n) <= 0.2 N_s / (16 n): 12.5% at N_s = 10,000
-                step_size=0.2 / shard_size, batch_size=FIT_BATCH, num_samples=3_000, thinning=5, num_burnin=2_000,
-                covariance="full", logprior_fn=logprior, prior=(0.0, 1.0 / PRIOR_VAR))
+                step_size=0.2 / shard_size,
+                batch_size=FIT_BATCH,
+                num_samples=3_000,
+                thinning=5,
+                num_burnin=2_000,
+                covariance="full",
+                logprior_fn=logprior,
+                prior=(0.0, 1.0 / PRIOR_VAR),
+            )
             fit = sur.fit_info
-            metrics["settings"][f"a={a}"].update({
-                "surrogate_fit_seconds": fit.seconds,
-                "surrogate_fit_likelihood_grads": fit.likelihood_gradient_evaluations,
-                "surrogate_clipped_eigenvalues": fit.clipped_eigenvalues.tolist(),
-                "curvature_excess": jaxsub.sgmcmc.surrogates.curvature_excess(
-                    sur, np.full(NUM_SHARDS, 0.1)).round(1).tolist()})
+            metrics["settings"][f"a={a}"].update(
+                {
+                    "surrogate_fit_seconds": fit.seconds,
+                    "surrogate_fit_likelihood_grads": fit.likelihood_gradient_evaluations,
+                    "surrogate_clipped_eigenvalues": fit.clipped_eigenvalues.tolist(),
+                    "curvature_excess": jaxsub.sgmcmc.surrogates.curvature_excess(sur, np.full(NUM_SHARDS, 0.1))
+                    .round(1)
+                    .tolist(),
+                }
+            )
         if not programs:  # one compiled Laplace fit per setting, shared by both splits (same shapes)
             opt = optax.adam(0.05)
             # FedSGD and FedAvg centres with the same per-shard gradient budget (600 full-shard gradients);
             # FedSGD communicates 600 times, FedAvg 30 times
-            programs["fedsgd"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS, optimizer=opt,
-                                      expansion="fedsgd")
-            programs["fedavg"] = dict(structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS,
-                                      fedavg_local_steps=FEDAVG_STEPS, optimizer=opt, expansion="fedavg")
+            programs["fedsgd"] = dict(
+                structure="full", num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS, optimizer=opt, expansion="fedsgd"
+            )
+            programs["fedavg"] = dict(
+                structure="full",
+                num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS,
+                fedavg_local_steps=FEDAVG_STEPS,
+                optimizer=opt,
+                expansion="fedavg",
+            )
             if not quick:  # the former default (each shard's own damped mode): full mode only (a compile)
                 programs["local"] = dict(structure="full", num_steps=1_000, optimizer=opt, expansion="local")
             for kw in programs.values():
@@ -258,51 +279,103 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             laplace[expansion] = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, shards, jnp.zeros(dim), **kw)
             laplace_seconds[expansion] = time.perf_counter() - start
             fit = laplace[expansion].fit_info
-            metrics["settings"][f"a={a}"].update({
-                f"laplace_fit_seconds_{expansion}": laplace_seconds[expansion],
-                f"curvature_excess_laplace_{expansion}": jaxsub.sgmcmc.curvature_excess(
-                    laplace[expansion], np.full(NUM_SHARDS, 0.1)).round(1).tolist(),
-                f"expansion_point_distance_from_map_laplace_sd_{expansion}": [
-                    round(mahalanobis(p[None], theta_map, hess), 3) for p in fit.expansion_point]})
+            metrics["settings"][f"a={a}"].update(
+                {
+                    f"laplace_fit_seconds_{expansion}": laplace_seconds[expansion],
+                    f"curvature_excess_laplace_{expansion}": jaxsub.sgmcmc.curvature_excess(
+                        laplace[expansion], np.full(NUM_SHARDS, 0.1)
+                    )
+                    .round(1)
+                    .tolist(),
+                    f"expansion_point_distance_from_map_laplace_sd_{expansion}": [
+                        round(mahalanobis(p[None], theta_map, hess), 3) for p in fit.expansion_point
+                    ],
+                }
+            )
         oracle = laplace_surrogates_at(theta_map, shards)
-        metrics["settings"][f"a={a}"]["curvature_excess_laplace_at_map"] = jaxsub.sgmcmc.surrogates.curvature_excess(
-            oracle, np.full(NUM_SHARDS, 0.1)).round(1).tolist()
+        metrics["settings"][f"a={a}"]["curvature_excess_laplace_at_map"] = (
+            jaxsub.sgmcmc.surrogates.curvature_excess(oracle, np.full(NUM_SHARDS, 0.1)).round(1).tolist()
+        )
         # one compiled program for every sampler and split (data, surrogates, α are arguments; α = 0 is DSGLD)
         if sampler is None:
-            sampler = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=LOCAL_STEPS,
-                                                      num_rounds=rounds, shard_size=shard_size), quick=quick)
+            sampler = jit(
+                jaxsub.sgmcmc.sample_rounds(
+                    logprior,
+                    loglik,
+                    batch_size=BATCH,
+                    local_steps=LOCAL_STEPS,
+                    num_rounds=rounds,
+                    shard_size=shard_size,
+                ),
+                quick=quick,
+            )
             sgld_ref = jit(sgld_reference_fn(rounds * LOCAL_STEPS, num_chains, dim), quick=quick)
         packed = jaxsub.sgmcmc.make_shards(shards)
         probs = np.full(NUM_SHARDS, 0.1)
-        runs = {"DSGLD": (laplace["fedsgd"], 0.0), "CG-DSGLD (FedSGD-centred Laplace q_s)": (laplace["fedsgd"], 1.0),
-                "CG-DSGLD (FedAvg-centred Laplace q_s)": (laplace["fedavg"], 1.0),
-                "CG-DSGLD (SGLD-fitted q_s)": (sur, 1.0),
-                "CG-DSGLD (local Laplace q_s)": (laplace.get("local"), 1.0),
-                "CG-DSGLD (Laplace q_s at MAP)": (oracle, 1.0)}
+        runs = {
+            "DSGLD": (laplace["fedsgd"], 0.0),
+            "CG-DSGLD (FedSGD-centred Laplace q_s)": (laplace["fedsgd"], 1.0),
+            "CG-DSGLD (FedAvg-centred Laplace q_s)": (laplace["fedavg"], 1.0),
+            "CG-DSGLD (SGLD-fitted q_s)": (sur, 1.0),
+            "CG-DSGLD (local Laplace q_s)": (laplace.get("local"), 1.0),
+            "CG-DSGLD (Laplace q_s at MAP)": (oracle, 1.0),
+        }
         runs = {k: v for k, v in runs.items() if v[0] is not None}
         for name, (surrogates, alpha) in progress(runs.items(), desc=f"samplers, a={a}"):
             start = time.perf_counter()
-            _, trace = sampler(jax.random.key(7), jnp.zeros((num_chains, dim), jnp.float32), packed.data,
-                               jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
-                               jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+            _, trace = sampler(
+                jax.random.key(7),
+                jnp.zeros((num_chains, dim), jnp.float32),
+                packed.data,
+                jnp.asarray(packed.sizes, jnp.int32),
+                jnp.asarray(probs, jnp.float32),
+                jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+                step_size,
+                alpha,
+            )
             draws = np.swapaxes(np.asarray(trace), 0, 1)[burn:]
             seconds = time.perf_counter() - start
             metrics["settings"][f"a={a}"][f"{name}_nonfinite_draws"] = int(np.sum(~np.isfinite(draws)))
             curves[(name, a)] = predictive_curves(draws, x_test, y_test)
-            rows.append([name, a, curves[(name, a)][1][-1], curves[(name, a)][2][-1],
-                         mahalanobis(draws, theta_map, hess), seconds])
+            rows.append(
+                [
+                    name,
+                    a,
+                    curves[(name, a)][1][-1],
+                    curves[(name, a)][2][-1],
+                    mahalanobis(draws, theta_map, hess),
+                    seconds,
+                ]
+            )
         start = time.perf_counter()
-        draws = np.asarray(sgld_ref(jax.random.key(7), jnp.asarray(np.concatenate([s[0] for s in shards])),
-                                    jnp.asarray(np.concatenate([s[1] for s in shards])), step_size))[burn:]
+        draws = np.asarray(
+            sgld_ref(
+                jax.random.key(7),
+                jnp.asarray(np.concatenate([s[0] for s in shards])),
+                jnp.asarray(np.concatenate([s[1] for s in shards])),
+                step_size,
+            )
+        )[burn:]
         curves[("SGLD", a)] = predictive_curves(draws, x_test, y_test)
-        rows.append(["SGLD (pooled data)", a, curves[("SGLD", a)][1][-1], curves[("SGLD", a)][2][-1],
-                     mahalanobis(draws, theta_map, hess), time.perf_counter() - start])
+        rows.append(
+            [
+                "SGLD (pooled data)",
+                a,
+                curves[("SGLD", a)][1][-1],
+                curves[("SGLD", a)][2][-1],
+                mahalanobis(draws, theta_map, hess),
+                time.perf_counter() - start,
+            ]
+        )
         for expansion, secs in laplace_seconds.items():
             rows.append([f"(Laplace surrogate fit, {expansion}, once)", a, "", "", "", secs])
         if sur is not None:
             rows.append(["(SGLD surrogate fit, once)", a, "", "", "", fit.seconds])
-    metrics["final"] = {f"{r[0]} a={r[1]}": {"test_loglik": r[2], "test_accuracy": r[3], "mean_vs_map_laplace_sd": r[4]}
-                        for r in rows if r[2] != ""}
+    metrics["final"] = {
+        f"{r[0]} a={r[1]}": {"test_loglik": r[2], "test_accuracy": r[3], "mean_vs_map_laplace_sd": r[4]}
+        for r in rows
+        if r[2] != ""
+    }
 
     import matplotlib
 
@@ -311,10 +384,15 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     fig, axes = plt.subplots(2, len(A_VALUES), figsize=(12, 8), squeeze=False)
     for j, a in enumerate(A_VALUES):
-        for name, style in (("DSGLD", "--"), ("CG-DSGLD (FedSGD-centred Laplace q_s)", "-"),
-                            ("CG-DSGLD (FedAvg-centred Laplace q_s)", "-"), ("CG-DSGLD (SGLD-fitted q_s)", "-"),
-                            ("CG-DSGLD (local Laplace q_s)", "-"),
-                            ("CG-DSGLD (Laplace q_s at MAP)", "-."), ("SGLD", ":")):
+        for name, style in (
+            ("DSGLD", "--"),
+            ("CG-DSGLD (FedSGD-centred Laplace q_s)", "-"),
+            ("CG-DSGLD (FedAvg-centred Laplace q_s)", "-"),
+            ("CG-DSGLD (SGLD-fitted q_s)", "-"),
+            ("CG-DSGLD (local Laplace q_s)", "-"),
+            ("CG-DSGLD (Laplace q_s at MAP)", "-."),
+            ("SGLD", ":"),
+        ):
             if (name, a) not in curves:
                 continue
             ks, ll, acc = curves[(name, a)]
@@ -329,17 +407,26 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
-    rep.text(f"Mode: {'quick' if quick else 'full'}; {NUM_SHARDS} shards x {shard_size:,} rows, held-out "
-             f"{2 * test_per_class:,} rows (balanced); {rounds} rounds x {LOCAL_STEPS} local steps, {num_chains} chains, "
-             f"burn-in {burn} rounds."
-             + (" Quick mode leaves out the SGLD-fitted and the locally expanded Laplace surrogates (earlier "
-                "defaults; full mode runs them)." if quick else ""))
-    rep.table(rows, ["method", "a", "held-out log-lik / point", "held-out accuracy",
-                     "‖mean − MAP‖ (Laplace sd)", "seconds"])
-    rep.text("The held-out set is balanced while the a = 0.1 training shards are not (their pooled positive "
-             "fraction differs from the test set's), so held-out scores of the exact posterior need not be the "
-             "best ones; the last column measures the error of each sampler's posterior mean against the "
-             "full-data MAP in Laplace standard deviations (exact posterior: O(1/sqrt(N)) plus Monte Carlo error).")
+    rep.text(
+        f"Mode: {'quick' if quick else 'full'}; {NUM_SHARDS} shards x {shard_size:,} rows, held-out "
+        f"{2 * test_per_class:,} rows (balanced); {rounds} rounds x {LOCAL_STEPS} local steps, {num_chains} chains, "
+        f"burn-in {burn} rounds."
+        + (
+            " Quick mode leaves out the SGLD-fitted and the locally expanded Laplace surrogates (earlier "
+            "defaults; full mode runs them)."
+            if quick
+            else ""
+        )
+    )
+    rep.table(
+        rows, ["method", "a", "held-out log-lik / point", "held-out accuracy", "‖mean − MAP‖ (Laplace sd)", "seconds"]
+    )
+    rep.text(
+        "The held-out set is balanced while the a = 0.1 training shards are not (their pooled positive "
+        "fraction differs from the test set's), so held-out scores of the exact posterior need not be the "
+        "best ones; the last column measures the error of each sampler's posterior mean against the "
+        "full-data MAP in Laplace standard deviations (exact posterior: O(1/sqrt(N)) plus Monte Carlo error)."
+    )
     rep.json_block(metrics["settings"])
     rep.figure(fig_curves, "Held-out log-likelihood and accuracy of the running posterior predictive")
     rep.write()

@@ -25,12 +25,12 @@ also supplies every sampler's start.
 Metric: test accuracy of the posterior predictive (class probabilities averaged over
 the draws after burn-in, one draw per round), and its trajectory over rounds.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import blackjax
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -53,19 +53,22 @@ def _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, round
     """Centralised SGLD on the pooled client data, vmapped over chain keys: ``(theta0, keys) -> [chains, rounds, ...]``."""
     px = jnp.asarray(np.concatenate([c[0] for c in clients]))
     py = jnp.asarray(np.concatenate([c[1] for c in clients]))
-    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps,
-                                   step_size=step_size)
-    return jit(jax.vmap(lambda t, k: jax.lax.scan(sgld_round, t, jax.random.split(k, rounds))[1],
-                        in_axes=(None, 0)), quick=quick)
+    sgld_round = pooled_sgld_round(logprior, loglik, px, py, batch=BATCH, local_steps=local_steps, step_size=step_size)
+    return jit(
+        jax.vmap(lambda t, k: jax.lax.scan(sgld_round, t, jax.random.split(k, rounds))[1], in_axes=(None, 0)),
+        quick=quick,
+    )
 
 
 def init_params(seed: int):
     """Glorot-style start (NumPy's generator: a jax.random.normal call would compile a program of its own)."""
     rng = np.random.default_rng(seed)
-    return {"w1": jnp.asarray(rng.normal(size=(784, HIDDEN)) * np.sqrt(1.0 / 784), jnp.float32),
-            "b1": jnp.zeros(HIDDEN),
-            "w2": jnp.asarray(rng.normal(size=(HIDDEN, 10)) * np.sqrt(1.0 / HIDDEN), jnp.float32),
-            "b2": jnp.zeros(10)}
+    return {
+        "w1": jnp.asarray(rng.normal(size=(784, HIDDEN)) * np.sqrt(1.0 / 784), jnp.float32),
+        "b1": jnp.zeros(HIDDEN),
+        "w2": jnp.asarray(rng.normal(size=(HIDDEN, 10)) * np.sqrt(1.0 / HIDDEN), jnp.float32),
+        "b2": jnp.zeros(10),
+    }
 
 
 def logits_fn(params, x):
@@ -139,12 +142,21 @@ def output_loglik(logits, datum):
 def surrogate_settings(quick: bool, expansion: str = "fedsgd") -> dict:
     """Settings of ``laplace_surrogates`` for this experiment (see the module docstring)."""
     if expansion == "fedsgd":
-        curvature = dict(curvature="fisher") if quick else dict(curvature="gauss_newton",
-                                                                 gauss_newton=(model_fn, output_loglik))
+        curvature = (
+            dict(curvature="fisher")
+            if quick
+            else dict(curvature="gauss_newton", gauss_newton=(model_fn, output_loglik))
+        )
         rounds, lr = FEDSGD_QUICK if quick else FEDSGD_FULL
         return dict(structure="diag", expansion="fedsgd", num_steps=rounds, optimizer=optax.adam(lr), **curvature)
-    return dict(structure="diag", curvature="fisher", expansion="fedavg", fedavg_local_steps=FEDAVG_STEPS,
-                num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5), optimizer=optax.adam(1e-2))
+    return dict(
+        structure="diag",
+        curvature="fisher",
+        expansion="fedavg",
+        fedavg_local_steps=FEDAVG_STEPS,
+        num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
+        optimizer=optax.adam(1e-2),
+    )
 
 
 def run(out_dir: Path, *, quick: bool) -> dict:
@@ -168,11 +180,21 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     params0 = init_params(0)
     dim = sum(int(np.size(p)) for p in jax.tree.leaves(params0))
     burn = rounds // 3
-    metrics = {"quick": quick, "clients": num_clients, "train_rows": n_total, "test_rows": n_test, "dim": dim,
-               "architecture": f"MLP 784-{HIDDEN}-10 tanh, N(0, I) prior", "rounds": rounds,
-               "local_steps": local_steps, "batch": BATCH, "step_size": step_size, "chains_per_sampler": len(seeds),
-               "sgld_steps_per_run": rounds * local_steps,
-               "mean_fraction_of_top_two_digits_per_client": top2}
+    metrics = {
+        "quick": quick,
+        "clients": num_clients,
+        "train_rows": n_total,
+        "test_rows": n_test,
+        "dim": dim,
+        "architecture": f"MLP 784-{HIDDEN}-10 tanh, N(0, I) prior",
+        "rounds": rounds,
+        "local_steps": local_steps,
+        "batch": BATCH,
+        "step_size": step_size,
+        "chains_per_sampler": len(seeds),
+        "sgld_steps_per_run": rounds * local_steps,
+        "mean_fraction_of_top_two_digits_per_client": top2,
+    }
     probs = np.full(num_clients, 1.0 / num_clients)
     # Surrogates (the measured cause: what decides is the *expansion point*, not the curvature):
     # every client's likelihood is expanded at one common point θ̄ near the global (damped) mode, found by
@@ -186,7 +208,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         program = jit(jaxsub.sgmcmc.laplace_program(logprior, loglik, params0, **kw), quick=quick)
         fits[expansion] = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, program=program, **kw)
         metrics[f"laplace_fit_seconds_{expansion}"] = time.perf_counter() - start
-        metrics[f"laplace_fit_gradient_evaluations_{expansion}"] = fits[expansion].fit_info.likelihood_gradient_evaluations
+        metrics[f"laplace_fit_gradient_evaluations_{expansion}"] = fits[
+            expansion
+        ].fit_info.likelihood_gradient_evaluations
     sur = fits["fedsgd"]
     unravel = jax.flatten_util.ravel_pytree(params0)[1]
     centre = unravel(jnp.asarray(sur.fit_info.expansion_point[0], jnp.float32))
@@ -195,12 +219,23 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     if not quick:  # diagnostic (a compile of its own): the conducive term against the DSGLD gradient at the start
         arrays = jaxsub.sgmcmc.conducive_arrays(sur, probs)
         metrics["conducive_to_likelihood_gradient_norm_at_start"] = [
-            float(_conducive_ratio(centre, s, arrays, jnp.asarray(clients[s][0][:BATCH]),
-                                   jnp.asarray(clients[s][1][:BATCH]), len(clients[s][1]) / (BATCH * probs[s])))
-            for s in range(num_clients)]
+            float(
+                _conducive_ratio(
+                    centre,
+                    s,
+                    arrays,
+                    jnp.asarray(clients[s][0][:BATCH]),
+                    jnp.asarray(clients[s][1][:BATCH]),
+                    len(clients[s][1]) / (BATCH * probs[s]),
+                )
+            )
+            for s in range(num_clients)
+        ]
     # DSGLD (α = 0) and every CG-DSGLD variant share one compiled program (data, surrogates, α are arguments)
-    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                             num_rounds=rounds), quick=quick)
+    runner = jit(
+        jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps, num_rounds=rounds),
+        quick=quick,
+    )
     packed = jaxsub.sgmcmc.make_shards(clients)
     algos = {"DSGLD": (sur, 0.0), "CG-DSGLD": (sur, 1.0)}
     # every sampler starts at the same point θ̄ (the federated pipeline has it before sampling), with the
@@ -210,9 +245,16 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         start_point = centre
         start = time.perf_counter()
         # the seeds are independent chains of one call (chain c's key: split(key(1), chains)[c])
-        _, trace = runner(jax.random.key(1), jax.tree.map(lambda v: jnp.stack([v] * len(seeds)), start_point),
-                          packed.data, jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
-                          jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+        _, trace = runner(
+            jax.random.key(1),
+            jax.tree.map(lambda v: jnp.stack([v] * len(seeds)), start_point),
+            packed.data,
+            jnp.asarray(packed.sizes, jnp.int32),
+            jnp.asarray(probs, jnp.float32),
+            jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+            step_size,
+            alpha,
+        )
         jax.block_until_ready(trace)
         seconds[name] = time.perf_counter() - start
         pc = [predictive_curves(jax.tree.map(lambda a: a[c, burn:], trace), x_test, y_test) for c in range(len(seeds))]
@@ -228,8 +270,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     per_seed["SGLD (pooled)"] = [float(p[0][-1]) for p in pc]
     test_ll["SGLD (pooled)"] = float(np.mean([p[1][-1] for p in pc]))
     mean = {k: float(np.mean(v)) for k, v in per_seed.items()}
-    rows = [[k, 100 * mean[k], " / ".join(f"{100 * a:.2f}" for a in per_seed[k]), test_ll[k], seconds[k]]
-            for k in per_seed]
+    rows = [
+        [k, 100 * mean[k], " / ".join(f"{100 * a:.2f}" for a in per_seed[k]), test_ll[k], seconds[k]] for k in per_seed
+    ]
     rows.append(["(FedSGD centre alone)", 100 * metrics["centre_test_accuracy"], "", "", ""])
     metrics["final_accuracy"] = mean
     metrics["final_test_loglik_per_point"] = test_ll
@@ -268,19 +311,33 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     fig_name = savefig(fig, out_dir, "accuracy.png")
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
-    rep.text(f"Mode: {'quick' if quick else 'full'}; {num_clients} clients, {n_total:,} training rows "
-             f"(mean share of a client's top two digits {top2:.2f}), {n_test:,} test rows; {rounds} rounds x "
-             f"{local_steps} local steps, minibatch {BATCH}, ε = {step_size:.3g}; d = {dim:,} parameters; "
-             f"burn-in {burn} rounds; {len(seeds)} independent chains per sampler (one call, split keys).")
-    rep.table(rows, ["method", "posterior-predictive test accuracy (%), mean", "per chain",
-                     "held-out log-lik / point (mean of chains)", "sampling seconds (all chains)"])
-    rep.text(f"CG-DSGLD vs centralised SGLD: {-100 * gap:+.2f} points (target: within 1 point); "
-             f"DSGLD below both: {metrics['dsgld_below_both']}. Surrogate fit (once, shared by all samplers as "
-             f"their start): {metrics['laplace_fit_seconds_fedsgd']:.1f} s, "
-             f"{metrics['laplace_fit_gradient_evaluations_fedsgd']:,} per-datum gradients; sampling: "
-             f"{rounds * local_steps * BATCH:,} per run.")
-    rep.figure(fig_name, "Running posterior-predictive test accuracy and held-out log-likelihood vs rounds and "
-               "vs sampling wall-clock")
+    rep.text(
+        f"Mode: {'quick' if quick else 'full'}; {num_clients} clients, {n_total:,} training rows "
+        f"(mean share of a client's top two digits {top2:.2f}), {n_test:,} test rows; {rounds} rounds x "
+        f"{local_steps} local steps, minibatch {BATCH}, ε = {step_size:.3g}; d = {dim:,} parameters; "
+        f"burn-in {burn} rounds; {len(seeds)} independent chains per sampler (one call, split keys)."
+    )
+    rep.table(
+        rows,
+        [
+            "method",
+            "posterior-predictive test accuracy (%), mean",
+            "per chain",
+            "held-out log-lik / point (mean of chains)",
+            "sampling seconds (all chains)",
+        ],
+    )
+    rep.text(
+        f"CG-DSGLD vs centralised SGLD: {-100 * gap:+.2f} points (target: within 1 point); "
+        f"DSGLD below both: {metrics['dsgld_below_both']}. Surrogate fit (once, shared by all samplers as "
+        f"their start): {metrics['laplace_fit_seconds_fedsgd']:.1f} s, "
+        f"{metrics['laplace_fit_gradient_evaluations_fedsgd']:,} per-datum gradients; sampling: "
+        f"{rounds * local_steps * BATCH:,} per run."
+    )
+    rep.figure(
+        fig_name,
+        "Running posterior-predictive test accuracy and held-out log-likelihood vs rounds and vs sampling wall-clock",
+    )
     rep.write()
     return metrics
 
@@ -306,33 +363,52 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     step_size = 2 * LR / n_total
     params0 = init_params(0)
     probs = np.full(10, 0.1)
-    sur = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, params0, structure="diag", curvature="fisher",
-                                           num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
-                                           fedavg_local_steps=FEDAVG_STEPS, optimizer=optax.adam(1e-2),
-                                           expansion="fedavg")
+    sur = jaxsub.sgmcmc.laplace_surrogates(
+        logprior,
+        loglik,
+        clients,
+        params0,
+        structure="diag",
+        curvature="fisher",
+        num_steps=FEDAVG_ROUNDS * FEDAVG_STEPS * (1 if quick else 5),
+        fedavg_local_steps=FEDAVG_STEPS,
+        optimizer=optax.adam(1e-2),
+        expansion="fedavg",
+    )
     theta_bar = np.asarray(sur.fit_info.expansion_point[0])
     centre = jax.flatten_util.ravel_pytree(params0)[1](jnp.asarray(theta_bar, jnp.float32))
     prec = np.asarray(sur.precision, np.float64)
     grads = np.asarray(sur.shift, np.float64) - prec * theta_bar
 
     def scaled(c):
-        return sur._replace(precision=(c * prec).astype(np.float32),
-                            shift=(c * prec * theta_bar + grads).astype(np.float32))
+        return sur._replace(
+            precision=(c * prec).astype(np.float32), shift=(c * prec * theta_bar + grads).astype(np.float32)
+        )
 
     packed = jaxsub.sgmcmc.make_shards(clients)
     results = {}
     for L in local_steps:
         rounds = total_steps // L
         burn, thin = rounds // 3, max(1, 20 // L)
-        runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=L, num_rounds=rounds),
-                     quick=quick)
-        for name, surrogates, alpha in [("DSGLD", sur, 0.0)] + [(f"CG-DSGLD c={c:g}", scaled(c), 1.0)
-                                                                for c in curvature_scales]:
+        runner = jit(
+            jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=L, num_rounds=rounds),
+            quick=quick,
+        )
+        for name, surrogates, alpha in [("DSGLD", sur, 0.0)] + [
+            (f"CG-DSGLD c={c:g}", scaled(c), 1.0) for c in curvature_scales
+        ]:
             accs = []
             for seed in seeds:
-                _, trace = runner(jax.random.key(seed), jax.tree.map(lambda v: v[None], centre), packed.data,
-                                  jnp.asarray(packed.sizes, jnp.int32), jnp.asarray(probs, jnp.float32),
-                                  jaxsub.sgmcmc.conducive_arrays(surrogates, probs), step_size, alpha)
+                _, trace = runner(
+                    jax.random.key(seed),
+                    jax.tree.map(lambda v: v[None], centre),
+                    packed.data,
+                    jnp.asarray(packed.sizes, jnp.int32),
+                    jnp.asarray(probs, jnp.float32),
+                    jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+                    step_size,
+                    alpha,
+                )
                 draws = jax.tree.map(lambda a: a[0, burn:][thin - 1 :: thin], trace)
                 accs.append(float(predictive_accuracy(draws, x_test, y_test)[-1]))
             results[f"L={L} {name}"] = accs
@@ -343,8 +419,9 @@ def local_steps_study(local_steps=(20, 5, 1), curvature_scales=(1.0, 0.1, 0.0), 
     accs = []
     for seed in seeds:
         _, path = chain(centre, jax.random.split(jax.random.key(seed), total_steps // 20))
-        accs.append(float(predictive_accuracy(jax.tree.map(lambda a: a[(total_steps // 20) // 3 :], path),
-                                              x_test, y_test)[-1]))
+        accs.append(
+            float(predictive_accuracy(jax.tree.map(lambda a: a[(total_steps // 20) // 3 :], path), x_test, y_test)[-1])
+        )
     results["SGLD (pooled)"] = accs
     return results
 
@@ -372,13 +449,17 @@ def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1
     packed = jaxsub.sgmcmc.make_shards(clients)
     rounds = total_steps // local_steps
     burn = rounds // 3
-    runner = jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                             num_rounds=rounds), quick=True)
+    runner = jit(
+        jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps, num_rounds=rounds),
+        quick=True,
+    )
     sgld_chains = _pooled_sgld_chains(logprior, loglik, clients, local_steps, step_size, rounds, True)
 
     def accuracies(trace):
-        return [round(100 * float(predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], trace), x_test,
-                                                      y_test)[-1]), 2) for c in range(chains)]
+        return [
+            round(100 * float(predictive_accuracy(jax.tree.map(lambda a: a[c, burn:], trace), x_test, y_test)[-1]), 2)
+            for c in range(chains)
+        ]
 
     out = {}
     for centre_name in ("fedavg", "fedsgd"):
@@ -387,18 +468,40 @@ def expansion_study(chains: int = 3, local_steps: int = 20, total_steps: int = 1
         theta_bar = np.asarray(sur.fit_info.expansion_point[0], np.float64)
         centre = unravel(jnp.asarray(theta_bar, jnp.float32))
         grads = np.asarray(sur.shift, np.float64) - np.asarray(sur.precision, np.float64) * theta_bar
-        gn = jaxsub.sgmcmc.laplace_surrogates(logprior, loglik, clients, centre, structure="diag",
-                                              curvature="gauss_newton", gauss_newton=(model_fn, output_loglik),
-                                              num_steps=0, expansion="fedsgd")
+        gn = jaxsub.sgmcmc.laplace_surrogates(
+            logprior,
+            loglik,
+            clients,
+            centre,
+            structure="diag",
+            curvature="gauss_newton",
+            gauss_newton=(model_fn, output_loglik),
+            num_steps=0,
+            expansion="fedsgd",
+        )
         zero = sur._replace(precision=np.zeros_like(sur.precision), shift=grads.astype(np.float32))
-        res = {"centre_test_accuracy": round(100 * float(np.mean(
-            np.asarray(logits_fn(centre, x_test)).argmax(-1) == y_test)), 2)}
+        res = {
+            "centre_test_accuracy": round(
+                100 * float(np.mean(np.asarray(logits_fn(centre, x_test)).argmax(-1) == y_test)), 2
+            )
+        }
         positions = jax.tree.map(lambda v: jnp.stack([v] * chains), centre)
-        for name, surrogates, alpha in (("DSGLD", sur, 0.0), ("CG, control variate only", zero, 1.0),
-                                        ("CG, empirical Fisher diag", sur, 1.0), ("CG, Gauss-Newton diag", gn, 1.0)):
-            _, trace = runner(jax.random.key(1), positions, packed.data, jnp.asarray(packed.sizes, jnp.int32),
-                              jnp.asarray(probs, jnp.float32), jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
-                              step_size, alpha)
+        for name, surrogates, alpha in (
+            ("DSGLD", sur, 0.0),
+            ("CG, control variate only", zero, 1.0),
+            ("CG, empirical Fisher diag", sur, 1.0),
+            ("CG, Gauss-Newton diag", gn, 1.0),
+        ):
+            _, trace = runner(
+                jax.random.key(1),
+                positions,
+                packed.data,
+                jnp.asarray(packed.sizes, jnp.int32),
+                jnp.asarray(probs, jnp.float32),
+                jaxsub.sgmcmc.conducive_arrays(surrogates, probs),
+                step_size,
+                alpha,
+            )
             res[name] = accuracies(trace)
         res["SGLD (pooled)"] = accuracies(sgld_chains(centre, jax.random.split(jax.random.key(1), chains)))
         out[centre_name] = res

@@ -10,6 +10,7 @@ Local steps per round L ∈ {1, 20, 200}. Errors are averaged over independent
 chains (one MSE per chain, then the mean), because the MSE of one chain's
 posterior-mean estimate fluctuates like a χ²₂ variable.
 """
+
 from __future__ import annotations
 
 import time
@@ -58,9 +59,16 @@ def sample(runner, surrogates, alpha, key, num_chains: int, local_steps: int):
     DSGLD (``alpha = 0``) and CG-DSGLD (``alpha = 1``): one compiled program per ``L``.
     """
     shards, arrays = surrogates
-    _, draws = runner(key, jnp.zeros((num_chains, DIM), jnp.float32), shards.data,
-                      jnp.asarray(shards.sizes, jnp.int32), jnp.full(NUM_SHARDS, 1.0 / NUM_SHARDS, jnp.float32),
-                      arrays, STEP_SIZE, alpha)
+    _, draws = runner(
+        key,
+        jnp.zeros((num_chains, DIM), jnp.float32),
+        shards.data,
+        jnp.asarray(shards.sizes, jnp.int32),
+        jnp.full(NUM_SHARDS, 1.0 / NUM_SHARDS, jnp.float32),
+        arrays,
+        STEP_SIZE,
+        alpha,
+    )
     draws = np.asarray(draws)
     if local_steps >= THIN:
         return draws.reshape(num_chains, -1, DIM)
@@ -75,9 +83,20 @@ def make_runner(local_steps: int, total_steps: int, quick: bool = False):
     else:
         assert THIN % local_steps == 0
         transform = lambda s, i: s.position  # noqa: E731
-    return jit(jaxsub.sgmcmc.sample_rounds(logprior, loglik, batch_size=BATCH, local_steps=local_steps,
-                                           num_rounds=rounds, shard_size=SHARD_SIZE,
-                                           return_local_positions=local_steps >= THIN, transform=transform), quick=quick, level=0)
+    return jit(
+        jaxsub.sgmcmc.sample_rounds(
+            logprior,
+            loglik,
+            batch_size=BATCH,
+            local_steps=local_steps,
+            num_rounds=rounds,
+            shard_size=SHARD_SIZE,
+            return_local_positions=local_steps >= THIN,
+            transform=transform,
+        ),
+        quick=quick,
+        level=0,
+    )
 
 
 def running_errors(draws, post_mean, post_cov):
@@ -98,7 +117,8 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     num_chains = 4 if quick else 16
     shards, post_mean, post_cov = make_data()
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(
-        [x.mean(0) for x in shards], [SHARD_SIZE * np.eye(DIM) for _ in shards])
+        [x.mean(0) for x in shards], [SHARD_SIZE * np.eye(DIM) for _ in shards]
+    )
     probs = np.full(NUM_SHARDS, 1.0 / NUM_SHARDS)
     burn = burn_steps // THIN
     results, draws_keep = {}, {}
@@ -137,7 +157,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     data = np.concatenate(shards)
     exact = np.random.default_rng(1).multivariate_normal(post_mean, post_cov, size=draws_keep[("CG-DSGLD", 1)].shape[0])
     fig, axes = plt.subplots(2, 4, figsize=(16, 8))
-    panels = [("exact posterior", exact, None)] + [(f"{n}, L={L}", draws_keep[(n, L)], (n, L)) for n in ("DSGLD", "CG-DSGLD") for L in LOCAL_STEPS]
+    panels = [("exact posterior", exact, None)] + [
+        (f"{n}, L={L}", draws_keep[(n, L)], (n, L)) for n in ("DSGLD", "CG-DSGLD") for L in LOCAL_STEPS
+    ]
     order = [0, 1, 2, 3, None, 4, 5, 6]
     for ax, idx in zip(axes.ravel(), order):
         if idx is None:  # zoom on the posterior: exact vs CG-DSGLD at L=200
@@ -172,13 +194,16 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     rep = Report(TITLE, out_dir)
     rep.text(__doc__.split("\n", 2)[2])
-    rep.text(f"Mode: {'quick' if quick else 'full'}; {num_chains} chains per method and L; {total_steps:,} SGLD "
-             f"steps per chain; errors averaged over chains.")
+    rep.text(
+        f"Mode: {'quick' if quick else 'full'}; {num_chains} chains per method and L; {total_steps:,} SGLD "
+        f"steps per chain; errors averaged over chains."
+    )
     rep.table(rows, ["method", "local steps L", "samples/chain", "MSE mean", "MSE cov", "seconds"])
     rep.text(
         f"**Targets.** DSGLD/CG-DSGLD posterior-mean MSE at L=200: {ratio_200:.3g}x (target >= 10x). "
         f"CG-DSGLD MSE change between L=1 and L=200: {change_cg:.3g}x (target <= 2x). "
-        f"Met: {metrics['targets_met']}.")
+        f"Met: {metrics['targets_met']}."
+    )
     rep.figure(fig_scatter, "Samples over the data; DSGLD drifts to a mixture of local posteriors as L grows")
     rep.figure(fig_mse, "MSE vs number of samples")
     rep.write()

@@ -29,6 +29,7 @@ preconditioning in full mode and the whitened fixed-step HMC in quick mode, HMC 
 and no warm-up in quick mode) or ``hmc`` (the adapted HMC without whitening for
 every model: the previous quick mode).
 """
+
 from __future__ import annotations
 
 import os
@@ -51,14 +52,20 @@ TITLE = "Compressed posteriors by clustering: Song (2021) Table 3 (MNIST, cadata
 PAPER = {
     "covtype": {
         "exact": (34.35, 143.82),
-        "rows": [(283690, 0.05, 54.23, 0.92e4, 34.64, "2.54+86.80"), (150668, 0.10, 28.80, 1.01e4, 35.01, "1.86+45.52"),
-                 (62409, 0.20, 11.93, 1.62e4, 34.89, "1.05+47.34")],
+        "rows": [
+            (283690, 0.05, 54.23, 0.92e4, 34.64, "2.54+86.80"),
+            (150668, 0.10, 28.80, 1.01e4, 35.01, "1.86+45.52"),
+            (62409, 0.20, 11.93, 1.62e4, 34.89, "1.05+47.34"),
+        ],
         "vi": (2.75e4, 35.45, 24.48),
     },
     "mnist": {
         "exact": (14.58, 65.48),
-        "rows": [(22890, 0.08, 38.15, 1.64e6, 14.90, "1.95+45.43"), (14286, 0.10, 23.81, 2.31e6, 14.98, "1.42+26.44"),
-                 (9458, 0.15, 15.76, 3.55e6, 15.89, "1.22+21.84")],
+        "rows": [
+            (22890, 0.08, 38.15, 1.64e6, 14.90, "1.95+45.43"),
+            (14286, 0.10, 23.81, 2.31e6, 14.98, "1.42+26.44"),
+            (9458, 0.15, 15.76, 3.55e6, 15.89, "1.22+21.84"),
+        ],
         "vi": (6.62e6, 19.85, 19.64),
     },
 }
@@ -111,8 +118,21 @@ TRIALS = 5
 SHARED_EXACT = True
 
 #: Columns averaged over trials (reported as mean and sd).
-_AVERAGED = ("c", "rho", "approx_kl", "mean_sd", "sd_ratio_min", "sd_ratio_max", "test_error", "cluster_s",
-             "sample_s", "accept", "achieved_delta", "ess_min", "grads_per_draw")
+_AVERAGED = (
+    "c",
+    "rho",
+    "approx_kl",
+    "mean_sd",
+    "sd_ratio_min",
+    "sd_ratio_max",
+    "test_error",
+    "cluster_s",
+    "sample_s",
+    "accept",
+    "achieved_delta",
+    "ess_min",
+    "grads_per_draw",
+)
 
 
 def _aggregate(trial_rows):
@@ -199,7 +219,9 @@ def _ess_min(flat):
     """Smallest effective sample size over the columns of one chain's draws ``[S, P]``
     (``blackjax.diagnostics.effective_sample_size``, the diagnostic every other experiment uses), jitted: eagerly it
     costs 3-4 CPU s per shape and dataset in quick mode, 0.5-0.7 s as one program (docs/guides/compress.md)."""
-    ess = np.asarray(jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64)
+    ess = np.asarray(
+        jax.jit(blackjax.diagnostics.effective_sample_size)(jnp.asarray(flat, jnp.float32)[None]), np.float64
+    )
     return float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan")
 
 
@@ -251,8 +273,14 @@ def _prepare(name, quick):
         ybar = ds.y[tr].mean()
         y, yt = ds.y[tr] - ybar, ds.y[te] - ybar
         r = np.sqrt((x**2).sum(axis=1).max() + (y**2).max())  # joint (x, y) scale
-        return x / r, y / r, xt / r, yt / r, "linear", (0.02, 0.05, 0.10), (
-            f"California housing (= cadata) 16,512/4,128, 8 z-scored features; joint (x, y) clustering; R = {r:.3g}"
+        return (
+            x / r,
+            y / r,
+            xt / r,
+            yt / r,
+            "linear",
+            (0.02, 0.05, 0.10),
+            (f"California housing (= cadata) 16,512/4,128, 8 z-scored features; joint (x, y) clustering; R = {r:.3g}"),
         )
     if name in ("diamonds", "cpssw8"):  # regressions on a random 80/20 split, joint (x, y) clustering as cadata
         ds = datasets.load_diamonds() if name == "diamonds" else datasets.load_cpssw8()
@@ -263,9 +291,18 @@ def _prepare(name, quick):
         if quick:
             x, y, xt, yt = x[:5000], y[:5000], xt[:2000], yt[:2000]
         r = np.sqrt((x**2).sum(axis=1).max() + (y**2).max())
-        return x / r, y / r, xt / r, yt / r, "linear", (0.02, 0.05, 0.10), (
-            f"{ds.description} {x.shape[0]:,}/{xt.shape[0]:,} split (80/20), {x.shape[1]} z-scored features; "
-            f"joint (x, y) clustering; R = {r:.3g}")
+        return (
+            x / r,
+            y / r,
+            xt / r,
+            yt / r,
+            "linear",
+            (0.02, 0.05, 0.10),
+            (
+                f"{ds.description} {x.shape[0]:,}/{xt.shape[0]:,} split (80/20), {x.shape[1]} z-scored features; "
+                f"joint (x, y) clustering; R = {r:.3g}"
+            ),
+        )
     if name == "mortgages":  # binary logistic (2-class softmax), clustering within each class
         ds = datasets.load_mortgages()
         tr, te = _split(ds.x.shape[0], 0.1, 0)
@@ -274,8 +311,15 @@ def _prepare(name, quick):
         if quick:
             x, y, xt, yt = x[:12000], y[:12000], xt[:5000], yt[:5000]
         r = np.sqrt((x**2).sum(axis=1).max())
-        return x / r, y, xt / r, yt, "logistic", (0.05, 0.10, 0.20), (
-            f"{ds.description} 90/10 split, {x.shape[1]} z-scored features")
+        return (
+            x / r,
+            y,
+            xt / r,
+            yt,
+            "logistic",
+            (0.05, 0.10, 0.20),
+            (f"{ds.description} 90/10 split, {x.shape[1]} z-scored features"),
+        )
     raise ValueError(name)
 
 
@@ -326,6 +370,7 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
         """Test error of the posterior average over ``samples`` (NumPy, float64)."""
         num = jax.tree.leaves(samples)[0].shape[0]
         return error(prefix_sums(samples, [num])[num] / num, yt)
+
     # full mode: MNIST (60,000 x 784, 7,850 parameters; ~40 ms per exact gradient on 2
     # shared cores) gets fewer draws so the whole experiment stays under ~25 minutes
     num_warmup, num_samples = (40, 100) if quick else ((100, 200) if name == "mnist" else (300, 500))
@@ -341,7 +386,9 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # where its Hessian is affordable, else (MNIST, 7,850 parameters) HMC with 10 leapfrog steps;
     # quick mode: HMC in the whitened coordinates with a fixed step (QUICK_LAPLACE_MAX_PARAMS), no warm-up
     choice = os.environ.get("JAXSUB_COMPRESSED_HMC_SAMPLER", "auto")
-    whiten = choice == "nuts" or (choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS))
+    whiten = choice == "nuts" or (
+        choice == "auto" and num_params <= (QUICK_LAPLACE_MAX_PARAMS if quick else LAPLACE_MAX_PARAMS)
+    )
     use_nuts = choice == "nuts" or (whiten and not quick)
     # quick mode: no warm-up in the whitened coordinates (QUICK_LAPLACE_MAX_PARAMS), also for the
     # ``nuts`` override (its 40-step window adaptation left a chain that never moved on cadata)
@@ -413,7 +460,9 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
 
             return jax.lax.scan(one, mcmc.init(position), jax.random.split(key, num_samples))[1]
 
-        pseudo = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32 if jnp.issubdtype(a.dtype, jnp.floating) else jnp.int32), pseudo)
+        pseudo = jax.tree.map(
+            lambda a: jnp.asarray(a, jnp.float32 if jnp.issubdtype(a.dtype, jnp.floating) else jnp.int32), pseudo
+        )
         args = (k, state.position, pseudo)
         sig = (second_order, tuple((l.shape, str(l.dtype)) for l in jax.tree.leaves(pseudo)))
         t = time.perf_counter()
@@ -442,13 +491,16 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
         exact_samples, exact_acc, exact_s, exact_c = shared["exact"]
     exact_flat = _flat(jax.tree.map(lambda a: a[burn:], exact_samples))
     diag_kl = exact_flat.shape[1] >= exact_flat.shape[0] // 2  # too few draws for a full covariance
+
     def kl(q):
         try:
             return compress.gaussian_kl(exact_flat, q, diagonal=diag_kl)
         except ValueError:  # singular sample covariance: a chain that never moved (acceptance ~ 0)
             return float("inf")
+
     exact_err = predict_error(jax.tree.map(lambda a: a[burn:], exact_samples))
     bar.update(1)
+
     def sd_error(flat, ess=True):
         err = compress.posterior_error(exact_flat, flat)
         out = dict(mean_sd=err.max_mean_sd, sd_ratio_min=err.sd_ratio_min, sd_ratio_max=err.sd_ratio_max)
@@ -457,10 +509,26 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
         return out
 
     sampler = "NUTS" if use_nuts else "HMC"
-    rows = [dict(method=f"exact {sampler}", N=n, c=n, delta=0.0, rho=1.0, approx_kl=0.0, test_error=exact_err,
-                 cluster_s=0.0, sample_s=exact_s, compile_s=exact_c, accept=exact_acc[0], grads_per_draw=exact_acc[1],
-                 mean_sd=0.0, sd_ratio_min=1.0, sd_ratio_max=1.0,
-                 ess_min=_ess_min(exact_flat))]
+    rows = [
+        dict(
+            method=f"exact {sampler}",
+            N=n,
+            c=n,
+            delta=0.0,
+            rho=1.0,
+            approx_kl=0.0,
+            test_error=exact_err,
+            cluster_s=0.0,
+            sample_s=exact_s,
+            compile_s=exact_c,
+            accept=exact_acc[0],
+            grads_per_draw=exact_acc[1],
+            mean_sd=0.0,
+            sd_ratio_min=1.0,
+            sd_ratio_max=1.0,
+            ess_min=_ess_min(exact_flat),
+        )
+    ]
     curves = {"exact": curve(exact_samples, 0.0, exact_s)}
     sizes = {}
     clusterings = []
@@ -486,10 +554,25 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
             samples, acc, s_s, c_s = sample(pseudo, jax.random.fold_in(k_comp, 100 * order + i), second_order=order)
             flat = _flat(jax.tree.map(lambda a: a[burn:], samples))
             err = predict_error(jax.tree.map(lambda a: a[burn:], samples))
-            rows.append(dict(method=f"compressed {sampler}, 2nd order" if order else f"compressed {sampler}", N=n, c=cl.c,
-                             delta=delta, achieved_delta=cl.radius, rho=cl.rho, approx_kl=kl(flat), test_error=err,
-                             cluster_s=cl_s, sample_s=s_s, compile_s=c_s, accept=acc[0], grads_per_draw=acc[1],
-                             padded_to=pad or cl.c, **sd_error(flat)))
+            rows.append(
+                dict(
+                    method=f"compressed {sampler}, 2nd order" if order else f"compressed {sampler}",
+                    N=n,
+                    c=cl.c,
+                    delta=delta,
+                    achieved_delta=cl.radius,
+                    rho=cl.rho,
+                    approx_kl=kl(flat),
+                    test_error=err,
+                    cluster_s=cl_s,
+                    sample_s=s_s,
+                    compile_s=c_s,
+                    accept=acc[0],
+                    grads_per_draw=acc[1],
+                    padded_to=pad or cl.c,
+                    **sd_error(flat),
+                )
+            )
             if not order:
                 curves[f"delta={delta}"] = curve(samples, cl_s, s_s)
         sizes[delta] = cl.counts
@@ -512,21 +595,55 @@ def _run_dataset(name, quick, key, bar, trial=0, shared=None):
     # draws of the fitted mean-field Gaussian N(mu, exp(rho)^2) (what vi.sample draws), in NumPy: an
     # eager or jitted vi.sample costs a threefry compile of seconds for 4,000 draws
     vi_rng = np.random.default_rng(int(jax.random.randint(jax.random.fold_in(k_vi, 1), (), 0, 2**31 - 1)))
-    vi_draws = jax.tree.map(lambda m, r: np.asarray(m) + np.exp(np.asarray(r)) * vi_rng.standard_normal((4000,) + np.shape(m)),
-                            vstate.mu, vstate.rho)
+    vi_draws = jax.tree.map(
+        lambda m, r: np.asarray(m) + np.exp(np.asarray(r)) * vi_rng.standard_normal((4000,) + np.shape(m)),
+        vstate.mu,
+        vstate.rho,
+    )
     vi_err = predict_error(jax.tree.map(lambda a: a[:500], vi_draws))
-    rows.append(dict(method="meanfield VI", N=n, c=n, delta=float("nan"), rho=1.0, approx_kl=kl(_flat(vi_draws)),
-                     test_error=vi_err, cluster_s=0.0, sample_s=vi_s, accept=float("nan"), grads_per_draw=float("nan"),
-                     ess_min=float("nan"), **sd_error(_flat(vi_draws), ess=False)))
+    rows.append(
+        dict(
+            method="meanfield VI",
+            N=n,
+            c=n,
+            delta=float("nan"),
+            rho=1.0,
+            approx_kl=kl(_flat(vi_draws)),
+            test_error=vi_err,
+            cluster_s=0.0,
+            sample_s=vi_s,
+            accept=float("nan"),
+            grads_per_draw=float("nan"),
+            ess_min=float("nan"),
+            **sd_error(_flat(vi_draws), ess=False),
+        )
+    )
     bar.update(1)
-    return dict(rows=rows, curves=curves, sizes=sizes, note=note, kind=kind, warmup_s=warmup_s, fixed_step=fixed_step,
-                leapfrog=int(params.get("num_integration_steps", 0)),
-                step_size=float(params["step_size"]), diagonal_kl=diag_kl, num_params=exact_flat.shape[1],
-                sampler=sampler, laplace_s=laplace_s,
-                num_samples=num_samples, num_vi=num_vi,
-                shared=dict(state=state, params=params, warmup_s=warmup_s, exact=(exact_samples, exact_acc, exact_s, exact_c),
-                            laplace=(lap_mean, chol, laplace_s),
-                            vi=(vstate, vi_s)))
+    return dict(
+        rows=rows,
+        curves=curves,
+        sizes=sizes,
+        note=note,
+        kind=kind,
+        warmup_s=warmup_s,
+        fixed_step=fixed_step,
+        leapfrog=int(params.get("num_integration_steps", 0)),
+        step_size=float(params["step_size"]),
+        diagonal_kl=diag_kl,
+        num_params=exact_flat.shape[1],
+        sampler=sampler,
+        laplace_s=laplace_s,
+        num_samples=num_samples,
+        num_vi=num_vi,
+        shared=dict(
+            state=state,
+            params=params,
+            warmup_s=warmup_s,
+            exact=(exact_samples, exact_acc, exact_s, exact_c),
+            laplace=(lap_mean, chol, laplace_s),
+            vi=(vstate, vi_s),
+        ),
+    )
 
 
 def run(out_dir: Path, *, quick: bool) -> dict:
@@ -558,8 +675,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
                 runs = []
                 for t in range(trials):  # trials 1, 2, ... reuse trial 0's exact reference (SHARED_EXACT)
                     shared = runs[0]["shared"] if runs and SHARED_EXACT else None
-                    runs.append(_run_dataset(name, quick, jax.random.fold_in(jax.random.fold_in(key, i), t), bar, trial=t,
-                                             shared=shared))
+                    runs.append(
+                        _run_dataset(
+                            name, quick, jax.random.fold_in(jax.random.fold_in(key, i), t), bar, trial=t, shared=shared
+                        )
+                    )
                 results[name] = dict(runs[0], rows=_aggregate([r["rows"] for r in runs]), trials=trials)
                 results[name].pop("shared")
             except datasets.DatasetNotFoundError as err:
@@ -573,14 +693,24 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rep.heading(name)
         rep.text(
             f"{res['note']}. Parameters: {res['num_params']}. "
-            + (f"{res['sampler']} in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
-               if res["sampler"] == "NUTS" or res.get("fixed_step") else "HMC: 10 leapfrog steps, ")
-            + (f"no warm-up: step size {res['step_size']:.3g} = {QUICK_STEP_SCALE:g} d^-1/4, "
-               + (f"{res['leapfrog']} leapfrog steps (trajectory {QUICK_TRAJECTORY:g}) " if res["sampler"] == "HMC" else "")
-               + "and identity mass matrix "
-               "(the whitened exact posterior is close to N(0, I)); " if res.get("fixed_step") else
-               f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
-               f"({res['warmup_s']:.1f} s, not counted below); ")
+            + (
+                f"{res['sampler']} in the coordinates whitened by the Laplace fit of the exact posterior (fit {res['laplace_s']:.1f} s), "
+                if res["sampler"] == "NUTS" or res.get("fixed_step")
+                else "HMC: 10 leapfrog steps, "
+            )
+            + (
+                f"no warm-up: step size {res['step_size']:.3g} = {QUICK_STEP_SCALE:g} d^-1/4, "
+                + (
+                    f"{res['leapfrog']} leapfrog steps (trajectory {QUICK_TRAJECTORY:g}) "
+                    if res["sampler"] == "HMC"
+                    else ""
+                )
+                + "and identity mass matrix "
+                "(the whitened exact posterior is close to N(0, I)); "
+                if res.get("fixed_step")
+                else f"step size {res['step_size']:.3g} and diagonal mass matrix from window adaptation on the exact posterior "
+                f"({res['warmup_s']:.1f} s, not counted below); "
+            )
             + f"{res['num_samples']} draws (first 20% dropped), "
             f"{res['num_vi']} VI steps. approxKL = KL(exact || method) of moment-matched "
             f"{'diagonal ' if res['diagonal_kl'] else ''}Gaussians"
@@ -591,20 +721,58 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         exact_s = res["rows"][0]["sample_s"]
         for r in res["rows"]:
             comp = r["method"].startswith("compressed")
-            time_str = f"{_pm(r, 'cluster_s', '.2f')} + {_pm(r, 'sample_s', '.2f')}" if comp else _pm(r, "sample_s", ".2f")
+            time_str = (
+                f"{_pm(r, 'cluster_s', '.2f')} + {_pm(r, 'sample_s', '.2f')}" if comp else _pm(r, "sample_s", ".2f")
+            )
             e2e = exact_s / (r["cluster_s"] + r["sample_s"]) if comp else float("nan")
-            table.append([r["method"], r["N"], _pm(r, "c", ",.0f"), r["delta"], r.get("achieved_delta", float("nan")),
-                          _pm({k: 100 * v for k, v in r.items() if k in ("rho", "rho_sd")}, "rho", ".3g"),
-                          _pm(r, "approx_kl", ".3g"), _pm(r, "mean_sd", ".2f"), _pm(r, "ess_min", ".0f"),
-                          f"{r['sd_ratio_min']:.2f}-{r['sd_ratio_max']:.2f}",
-                          _pm(r, "test_error", ".4g"), time_str, f"{e2e:.2f}x" if comp else "", r["accept"],
-                          f"{r['grads_per_draw']:.1f}"])
-        rep.table(table, ["method", "N", "c", "delta", "achieved delta", "rho %", "approxKL", "max |mean err| / sd",
-                          "min ESS", "sd ratio", err_name, "time s (clust + sample)", "end-to-end speed-up vs exact",
-                          "accept", "gradients / draw"])
+            table.append(
+                [
+                    r["method"],
+                    r["N"],
+                    _pm(r, "c", ",.0f"),
+                    r["delta"],
+                    r.get("achieved_delta", float("nan")),
+                    _pm({k: 100 * v for k, v in r.items() if k in ("rho", "rho_sd")}, "rho", ".3g"),
+                    _pm(r, "approx_kl", ".3g"),
+                    _pm(r, "mean_sd", ".2f"),
+                    _pm(r, "ess_min", ".0f"),
+                    f"{r['sd_ratio_min']:.2f}-{r['sd_ratio_max']:.2f}",
+                    _pm(r, "test_error", ".4g"),
+                    time_str,
+                    f"{e2e:.2f}x" if comp else "",
+                    r["accept"],
+                    f"{r['grads_per_draw']:.1f}",
+                ]
+            )
+        rep.table(
+            table,
+            [
+                "method",
+                "N",
+                "c",
+                "delta",
+                "achieved delta",
+                "rho %",
+                "approxKL",
+                "max |mean err| / sd",
+                "min ESS",
+                "sd ratio",
+                err_name,
+                "time s (clust + sample)",
+                "end-to-end speed-up vs exact",
+                "accept",
+                "gradients / draw",
+            ],
+        )
         if res["trials"] > 1:
-            rep.text(f"Mean ± sd over {res['trials']} trials (stream order of the training rows and all keys differ)"
-                     + ("; the exact-chain and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)." if SHARED_EXACT else "."))
+            rep.text(
+                f"Mean ± sd over {res['trials']} trials (stream order of the training rows and all keys differ)"
+                + (
+                    "; the exact-chain and VI rows are trial 0's, the reference of every trial (SHARED_EXACT)."
+                    if SHARED_EXACT
+                    else "."
+                )
+            )
         rep.text(
             f"Posterior error in posterior-sd units against the exact-{res['sampler']} draws: max over parameters of "
             "|mean - exact mean| / exact sd, and the range of sd / exact sd (compress.posterior_error). Monte Carlo "
@@ -617,11 +785,16 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         if paper:
             rep.text(
                 f"Paper ({name}): exact {paper['exact'][0]}% in {paper['exact'][1]} s; "
-                + "; ".join(f"delta={r[1]}: c={r[0]:,}, rho={r[2]}%, approxKL={r[3]:.3g}, error={r[4]}%, time {r[5]}" for r in paper["rows"])
+                + "; ".join(
+                    f"delta={r[1]}: c={r[0]:,}, rho={r[2]}%, approxKL={r[3]:.3g}, error={r[4]}%, time {r[5]}"
+                    for r in paper["rows"]
+                )
                 + f"; VI approxKL={paper['vi'][0]:.3g}, error={paper['vi'][1]}%, {paper['vi'][2]} s."
             )
         elif name == "cadata":
-            rep.text("Paper: Table 3 of our copy of the paper has no cadata rows (only its dataset table), so there is no figure to compare.")
+            rep.text(
+                "Paper: Table 3 of our copy of the paper has no cadata rows (only its dataset table), so there is no figure to compare."
+            )
         elif name == "flights":
             rep.text("Paper: no row for this dataset (stand-in for covtype; compare with the covtype row in spirit).")
         else:
@@ -634,7 +807,11 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             f"Targets: approxKL below VI's ({vi_kl:.3g}) at every radius: "
             f"{'yes' if all(r['approx_kl'] < vi_kl for r in comp) else 'NO'}; "
             f"middle radius {'error' if res['kind'] == 'logistic' else 'MSE'} - exact = {gap:+.3g}"
-            + (f" ({'within' if abs(gap) <= 1.0 else 'NOT within'} 1 percentage point)." if res["kind"] == "logistic" else ".")
+            + (
+                f" ({'within' if abs(gap) <= 1.0 else 'NOT within'} 1 percentage point)."
+                if res["kind"] == "logistic"
+                else "."
+            )
         )
         for label, pts in res["curves"].items():
             pts = np.asarray(pts)
@@ -642,12 +819,17 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         ax.set(title=name, xlabel="wall-clock s (clustering + sampling)", ylabel=err_name)
         ax.legend(fontsize=7)
         for delta, counts in res["sizes"].items():
-            ax2.hist(counts, bins=np.logspace(0, np.log10(max(2, counts.max())), 30), histtype="step", label=f"delta={delta}")
+            ax2.hist(
+                counts, bins=np.logspace(0, np.log10(max(2, counts.max())), 30), histtype="step", label=f"delta={delta}"
+            )
         ax2.set(xscale="log", yscale="log", title=name, xlabel="cluster size n_j", ylabel="clusters")
         ax2.legend(fontsize=7)
         metrics[name] = {k: v for k, v in res.items() if k not in ("sizes",)}
     if results:
-        rep.figure(savefig(fig, out_dir, "error_vs_time.png"), "Test error (MSE for cadata) of the running posterior average vs wall-clock (sample k placed at clustering time + k/S x sampling time)")
+        rep.figure(
+            savefig(fig, out_dir, "error_vs_time.png"),
+            "Test error (MSE for cadata) of the running posterior average vs wall-clock (sample k placed at clustering time + k/S x sampling time)",
+        )
         rep.figure(savefig(fig2, out_dir, "cluster_sizes.png"), "Distribution of cluster sizes (the paper's Figure 1)")
     for name, why in skipped.items():
         rep.text(f"**{name} skipped**: {why}")
@@ -659,10 +841,14 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "logdensity(..., second_order=True) on compress.pseudodata(cl, second_order=True) passed as arguments. In quick mode the "
         "sd-unit errors are dominated by Monte Carlo error (80 autocorrelated draws, max over all parameters). VI time: meanfield_vi steps (5 Monte Carlo samples each, Adam 1e-2), compiled step. "
         "Per-gradient speed ratios: benchmarks/compress.py."
-        + (" QUICK MODE: sizes reduced as stated per dataset; 100 HMC draws (after 40 warm-up steps for MNIST; whitened, no warm-up for the others), 100 VI steps; the three radii "
-          "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c, first order to N "
-          "where that c is over N / 2 or the exact chain is cheap), so their sampling "
-          "times are those of the smallest radius: read speed from benchmarks/compress.py or full mode." if quick else "")
+        + (
+            " QUICK MODE: sizes reduced as stated per dataset; 100 HMC draws (after 40 warm-up steps for MNIST; whitened, no warm-up for the others), 100 VI steps; the three radii "
+            "share one compiled chain per order (pseudo-data padded with weight-0 rows to the largest c, first order to N "
+            "where that c is over N / 2 or the exact chain is cheap), so their sampling "
+            "times are those of the smallest radius: read speed from benchmarks/compress.py or full mode."
+            if quick
+            else ""
+        )
     )
     rep.write()
     return metrics

@@ -30,6 +30,7 @@ Plots: B³ F1 vs factor evaluations, vs wall-clock and vs sweeps, every run. The
 rate at δ = 0.05 is measured on a separate Sub run that recomputes every race exactly under the
 same Gumbel noise (``check_decisions=True``; not timed).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,9 +50,17 @@ TITLE = "Racing Gibbs for author coreference (paper §5.3, Fig. 3): Sub vs exact
 AUTHOR_KINDS = {"name": "string", "coauthors": "tokens", "venue": "categorical", "title": "tokens", "year": "numeric"}
 AUTHOR_WEIGHTS = {"name": 2.0, "coauthors": 3.0, "venue": 0.5, "title": 3.0, "year": 1.0}
 AUTHOR_THRESHOLDS = {"name": 0.6, "coauthors": 0.15, "title": 0.25}
-FEBRL_KINDS = {"given_name": "string", "surname": "string", "street_number": "string", "address_1": "string",
-               "suburb": "string", "postcode": "string", "state": "categorical", "date_of_birth": "string",
-               "soc_sec_id": "string"}
+FEBRL_KINDS = {
+    "given_name": "string",
+    "surname": "string",
+    "street_number": "string",
+    "address_1": "string",
+    "suburb": "string",
+    "postcode": "string",
+    "state": "categorical",
+    "date_of_birth": "string",
+    "soc_sec_id": "string",
+}
 DELTA = 0.05
 FULL_RUNS = 7  # runs per sampler in full mode (the paper's Fig. 3)
 #: Sub Gibbs settings of full mode and of ``--large``: race wherever the rules allow, with the
@@ -76,12 +85,24 @@ def _authors(quick: bool, factor: str | None = None):
     gen = author_mentions(m, febrl_name_frequencies(), seed=0, max_entity_size=cap)
     enc = co.encode_mentions(gen.fields, AUTHOR_KINDS, hash_dim=32)
     if factor == "crf":
-        sim = co.crf_similarity(AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, high=AUTHOR_HIGH,
-                                scales={"year": 4.0}, bias=AUTHOR_CRF_BIAS)
+        sim = co.crf_similarity(
+            AUTHOR_KINDS,
+            AUTHOR_WEIGHTS,
+            thresholds=AUTHOR_THRESHOLDS,
+            high=AUTHOR_HIGH,
+            scales={"year": 4.0},
+            bias=AUTHOR_CRF_BIAS,
+        )
     else:
         sim = co.packed_similarity(AUTHOR_KINDS, AUTHOR_WEIGHTS, thresholds=AUTHOR_THRESHOLDS, scales={"year": 4.0})
-    return dict(name=f"author mentions (M = {m:,}, {factor} factor)", mentions=jax.jit(sim.pack)(enc),
-                truth=gen.entity, factor=sim.factor, blocks=co.make_blocks(gen.block_keys), factor_name=factor)
+    return dict(
+        name=f"author mentions (M = {m:,}, {factor} factor)",
+        mentions=jax.jit(sim.pack)(enc),
+        truth=gen.entity,
+        factor=sim.factor,
+        blocks=co.make_blocks(gen.block_keys),
+        factor_name=factor,
+    )
 
 
 def _febrl():
@@ -100,9 +121,15 @@ def _describe(data):
     for p, i in enumerate(blocks.order):
         per_block.setdefault(int(blocks.start[p]), set()).add(int(truth[i]))
     epb = np.array([len(v) for v in per_block.values()])
-    return dict(mentions=int(truth.size), entities=int(ent.size), max_entity=int(ent.max()),
-                blocks=int(epb.size), max_block=int(blocks.size.max()), max_entities_per_block=int(epb.max()),
-                exact_evals_per_sweep=int(np.sum(blocks.block_sizes() * (blocks.block_sizes() - 1))))
+    return dict(
+        mentions=int(truth.size),
+        entities=int(ent.size),
+        max_entity=int(ent.max()),
+        blocks=int(epb.size),
+        max_block=int(blocks.size.max()),
+        max_entities_per_block=int(epb.max()),
+        exact_evals_per_sweep=int(np.sum(blocks.block_sizes() * (blocks.block_sizes() - 1))),
+    )
 
 
 def _compiled(data, shared: bool, **kw):
@@ -145,11 +172,20 @@ def _run(data, betas, kernel, seed):
         f1.append(co.b_cubed(labels, data["truth"]).f1)
         pw.append(co.pairwise_f1(labels, data["truth"]).f1)
 
-    _, tr = co.fit(jax.random.key(seed), data["factor"], data["mentions"], data["blocks"], betas, sweep=kernel,
-                   callback=score)
-    return dict(f1=np.asarray(f1), pairwise=np.asarray(pw), evals=np.cumsum(tr.num_evaluations),
-                seconds=np.cumsum(tr.seconds), races=tr.num_races, exact=tr.num_exact,
-                errors=tr.num_errors, checked=tr.num_checked, nan=tr.num_nan)
+    _, tr = co.fit(
+        jax.random.key(seed), data["factor"], data["mentions"], data["blocks"], betas, sweep=kernel, callback=score
+    )
+    return dict(
+        f1=np.asarray(f1),
+        pairwise=np.asarray(pw),
+        evals=np.cumsum(tr.num_evaluations),
+        seconds=np.cumsum(tr.seconds),
+        races=tr.num_races,
+        exact=tr.num_exact,
+        errors=tr.num_errors,
+        checked=tr.num_checked,
+        nan=tr.num_nan,
+    )
 
 
 def _reach(runs, threshold, key):
@@ -193,45 +229,71 @@ def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared, cost_kw=No
     converged = float(np.mean([r["f1"][-1] for r in ex]))
     thr = converged - TOLERANCE
     reach = {k: (_reach(ex, thr, k), _reach(sub, thr, k)) for k in ("evals", "seconds")}
-    ratio = {k: float(np.nanmedian(a) / np.nanmedian(b)) if np.isfinite(np.nanmedian(b)) else math.nan
-             for k, (a, b) in reach.items()}
+    ratio = {
+        k: float(np.nanmedian(a) / np.nanmedian(b)) if np.isfinite(np.nanmedian(b)) else math.nan
+        for k, (a, b) in reach.items()
+    }
     final_ratio_evals = float(np.median([e["evals"][-1] for e in ex]) / np.median([s["evals"][-1] for s in sub]))
-    last_sweep_evals = float(np.median([np.diff(np.r_[0, e["evals"]])[-1] for e in ex])
-                             / np.median([np.diff(np.r_[0, s["evals"]])[-1] for s in sub]))
-    last_sweep_time = float(np.median([np.diff(np.r_[0, e["seconds"]])[-1] for e in ex])
-                            / np.median([np.diff(np.r_[0, s["seconds"]])[-1] for s in sub]))
+    last_sweep_evals = float(
+        np.median([np.diff(np.r_[0, e["evals"]])[-1] for e in ex])
+        / np.median([np.diff(np.r_[0, s["evals"]])[-1] for s in sub])
+    )
+    last_sweep_time = float(
+        np.median([np.diff(np.r_[0, e["seconds"]])[-1] for e in ex])
+        / np.median([np.diff(np.r_[0, s["seconds"]])[-1] for s in sub])
+    )
     f1_ex = np.array([r["f1"] for r in ex])
     f1_sub = np.array([r["f1"] for r in sub])
     spread = float(np.max(f1_ex.max(0) - f1_ex.min(0)))
     gap = float(np.max(np.abs(f1_ex.mean(0) - f1_sub.mean(0))))
     errors, checked = int(check["errors"].sum()), int(check["checked"].sum())
     metrics = dict(
-        data=_describe(data), betas=betas.tolist(), runs=num_runs, converged_exact_b3_f1=converged,
-        final_b3_f1_exact=f1_ex[:, -1].tolist(), final_b3_f1_sub=f1_sub[:, -1].tolist(),
-        final_pairwise_f1_exact=[r["pairwise"][-1] for r in ex], final_pairwise_f1_sub=[r["pairwise"][-1] for r in sub],
-        evals_to_converged_exact=reach["evals"][0].tolist(), evals_to_converged_sub=reach["evals"][1].tolist(),
-        seconds_to_converged_exact=reach["seconds"][0].tolist(), seconds_to_converged_sub=reach["seconds"][1].tolist(),
-        evaluation_ratio_to_converged=ratio["evals"], wallclock_ratio_to_converged=ratio["seconds"],
-        evaluation_ratio_all_sweeps=final_ratio_evals, evaluation_ratio_last_sweep=last_sweep_evals,
+        data=_describe(data),
+        betas=betas.tolist(),
+        runs=num_runs,
+        converged_exact_b3_f1=converged,
+        final_b3_f1_exact=f1_ex[:, -1].tolist(),
+        final_b3_f1_sub=f1_sub[:, -1].tolist(),
+        final_pairwise_f1_exact=[r["pairwise"][-1] for r in ex],
+        final_pairwise_f1_sub=[r["pairwise"][-1] for r in sub],
+        evals_to_converged_exact=reach["evals"][0].tolist(),
+        evals_to_converged_sub=reach["evals"][1].tolist(),
+        seconds_to_converged_exact=reach["seconds"][0].tolist(),
+        seconds_to_converged_sub=reach["seconds"][1].tolist(),
+        evaluation_ratio_to_converged=ratio["evals"],
+        wallclock_ratio_to_converged=ratio["seconds"],
+        evaluation_ratio_all_sweeps=final_ratio_evals,
+        evaluation_ratio_last_sweep=last_sweep_evals,
         wallclock_ratio_last_sweep=last_sweep_time,
-        f1_vs_sweep_max_mean_gap=gap, f1_vs_sweep_max_exact_spread=spread,
-        decision_errors=errors, decisions_checked=checked,
-        decision_error_rate=errors / checked if checked else math.nan, error_rate_ci95=_wilson(errors, checked),
+        f1_vs_sweep_max_mean_gap=gap,
+        f1_vs_sweep_max_exact_spread=spread,
+        decision_errors=errors,
+        decisions_checked=checked,
+        decision_error_rate=errors / checked if checked else math.nan,
+        error_rate_ci95=_wilson(errors, checked),
         nan_updates=int(sum(r["nan"].sum() for r in ex + sub)),
-        compile_seconds_exact=compile_s[True], compile_seconds_sub=compile_s[False], kernel_settings=kw,
-        races_per_sweep_sub=sub[0]["races"].tolist(), exact_updates_per_sweep_sub=sub[0]["exact"].tolist(),
+        compile_seconds_exact=compile_s[True],
+        compile_seconds_sub=compile_s[False],
+        kernel_settings=kw,
+        races_per_sweep_sub=sub[0]["races"].tolist(),
+        exact_updates_per_sweep_sub=sub[0]["exact"].tolist(),
     )
     if "cost" in res:
         cost = res["cost"]
         reach_c = {k: _reach(cost, thr, k) for k in ("evals", "seconds")}
         metrics.update(
-            cost_model_settings=cost_kw, compile_seconds_cost=compile_s["cost"],
+            cost_model_settings=cost_kw,
+            compile_seconds_cost=compile_s["cost"],
             final_b3_f1_cost=[r["f1"][-1] for r in cost],
-            evals_to_converged_cost=reach_c["evals"].tolist(), seconds_to_converged_cost=reach_c["seconds"].tolist(),
+            evals_to_converged_cost=reach_c["evals"].tolist(),
+            seconds_to_converged_cost=reach_c["seconds"].tolist(),
             evaluation_ratio_to_converged_cost=float(np.nanmedian(reach["evals"][0]) / np.nanmedian(reach_c["evals"])),
-            wallclock_ratio_to_converged_cost=float(np.nanmedian(reach["seconds"][0]) / np.nanmedian(reach_c["seconds"])),
+            wallclock_ratio_to_converged_cost=float(
+                np.nanmedian(reach["seconds"][0]) / np.nanmedian(reach_c["seconds"])
+            ),
             f1_vs_sweep_max_mean_gap_cost=float(np.max(np.abs(f1_ex.mean(0) - np.mean([r["f1"] for r in cost], 0)))),
-            races_per_sweep_cost=cost[0]["races"].tolist())
+            races_per_sweep_cost=cost[0]["races"].tolist(),
+        )
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -254,35 +316,56 @@ def _study(data, betas, num_runs, rep, out_dir, tag, bar, kw, shared, cost_kw=No
     fig.suptitle(data["name"])
     rep.heading(data["name"])
     d = metrics["data"]
-    rep.text(f"{d['mentions']:,} mentions, {d['entities']:,} entities (largest {d['max_entity']:,}), "
-             f"{d['blocks']:,} blocks (largest {d['max_block']:,} mentions, up to {d['max_entities_per_block']} "
-             f"entities per block), exact Gibbs: {d['exact_evals_per_sweep']:,} factor evaluations per sweep. "
-             f"{len(betas)} sweeps, β from {betas[0]:.2f} to {betas[-1]:.2f}; {num_runs} runs per sampler.")
-    rep.figure(savefig(fig, out_dir, f"fig3_{tag}.png"),
-               f"{data['name']}: B³ F1 vs factor evaluations, wall-clock, sweeps")
+    rep.text(
+        f"{d['mentions']:,} mentions, {d['entities']:,} entities (largest {d['max_entity']:,}), "
+        f"{d['blocks']:,} blocks (largest {d['max_block']:,} mentions, up to {d['max_entities_per_block']} "
+        f"entities per block), exact Gibbs: {d['exact_evals_per_sweep']:,} factor evaluations per sweep. "
+        f"{len(betas)} sweeps, β from {betas[0]:.2f} to {betas[-1]:.2f}; {num_runs} runs per sampler."
+    )
+    rep.figure(
+        savefig(fig, out_dir, f"fig3_{tag}.png"), f"{data['name']}: B³ F1 vs factor evaluations, wall-clock, sweeps"
+    )
     rows = [
         ["converged B³ F1 (exact, mean of final)", f"{converged:.4f}", ""],
         ["final B³ F1 exact / Sub (mean)", f"{f1_ex[:, -1].mean():.4f}", f"{f1_sub[:, -1].mean():.4f}"],
-        ["final pairwise F1 exact / Sub (mean)", f"{np.mean(metrics['final_pairwise_f1_exact']):.4f}",
-         f"{np.mean(metrics['final_pairwise_f1_sub']):.4f}"],
-        ["evaluations to reach converged − 0.005 (median) exact / Sub", f"{np.nanmedian(reach['evals'][0]):.3g}",
-         f"{np.nanmedian(reach['evals'][1]):.3g}"],
+        [
+            "final pairwise F1 exact / Sub (mean)",
+            f"{np.mean(metrics['final_pairwise_f1_exact']):.4f}",
+            f"{np.mean(metrics['final_pairwise_f1_sub']):.4f}",
+        ],
+        [
+            "evaluations to reach converged − 0.005 (median) exact / Sub",
+            f"{np.nanmedian(reach['evals'][0]):.3g}",
+            f"{np.nanmedian(reach['evals'][1]):.3g}",
+        ],
         ["  ratio exact / Sub (target ≥ 3)", f"{ratio['evals']:.2f}", ""],
-        ["wall-clock to reach it (s, median) exact / Sub", f"{np.nanmedian(reach['seconds'][0]):.3g}",
-         f"{np.nanmedian(reach['seconds'][1]):.3g}"],
+        [
+            "wall-clock to reach it (s, median) exact / Sub",
+            f"{np.nanmedian(reach['seconds'][0]):.3g}",
+            f"{np.nanmedian(reach['seconds'][1]):.3g}",
+        ],
         ["  ratio exact / Sub (target ≥ 2)", f"{ratio['seconds']:.2f}", ""],
         ["last sweep: evaluation ratio / wall-clock ratio", f"{last_sweep_evals:.2f}", f"{last_sweep_time:.2f}"],
         ["F1-vs-sweep: max |mean gap| / max exact run-to-run spread", f"{gap:.4f}", f"{spread:.4f}"],
-        [f"decision error rate at δ = {DELTA} (95% CI)", f"{metrics['decision_error_rate']:.4f}",
-         f"[{metrics['error_rate_ci95'][0]:.4f}, {metrics['error_rate_ci95'][1]:.4f}] ({errors}/{checked})"],
+        [
+            f"decision error rate at δ = {DELTA} (95% CI)",
+            f"{metrics['decision_error_rate']:.4f}",
+            f"[{metrics['error_rate_ci95'][0]:.4f}, {metrics['error_rate_ci95'][1]:.4f}] ({errors}/{checked})",
+        ],
         ["compile s exact / Sub", f"{metrics['compile_seconds_exact']:.1f}", f"{metrics['compile_seconds_sub']:.1f}"],
     ]
     if "cost" in res:
         rows += [
-            ["Sub with the cost model (race_cost default): evaluation / wall-clock ratio to converged",
-             f"{metrics['evaluation_ratio_to_converged_cost']:.2f}", f"{metrics['wallclock_ratio_to_converged_cost']:.2f}"],
-            ["  races per sweep (first run) / F1 max |mean gap| vs exact", str(metrics["races_per_sweep_cost"]),
-             f"{metrics['f1_vs_sweep_max_mean_gap_cost']:.4f}"],
+            [
+                "Sub with the cost model (race_cost default): evaluation / wall-clock ratio to converged",
+                f"{metrics['evaluation_ratio_to_converged_cost']:.2f}",
+                f"{metrics['wallclock_ratio_to_converged_cost']:.2f}",
+            ],
+            [
+                "  races per sweep (first run) / F1 max |mean gap| vs exact",
+                str(metrics["races_per_sweep_cost"]),
+                f"{metrics['f1_vs_sweep_max_mean_gap_cost']:.4f}",
+            ],
         ]
     rep.table(rows, ["quantity", "value", ""])
     return metrics
@@ -299,7 +382,9 @@ def run(out_dir, *, quick: bool) -> dict:
     # full mode: Sub Gibbs races wherever the rules allow (race_cost=0, the paper's sampler: its evaluations
     # and decision error), and Sub Gibbs with the default cost model (race vs exact per update) is timed too
     full_kw = FULL_KW
-    datasets = [("authors", _authors(quick), 2 if quick else FULL_RUNS, 5 if quick else 6, quick_kw if quick else full_kw)]
+    datasets = [
+        ("authors", _authors(quick), 2 if quick else FULL_RUNS, 5 if quick else 6, quick_kw if quick else full_kw)
+    ]
     if not quick:
         datasets.append(("febrl3", _febrl(), FULL_RUNS, 6, full_kw))
     total = sum((2 if quick else 3) * r + 1 for _, _, r, _, _ in datasets)
@@ -308,8 +393,9 @@ def run(out_dir, *, quick: bool) -> dict:
     with progress(total=total, desc="coreference runs") as bar:
         for tag, data, runs, sweeps, kw in datasets:
             betas = np.linspace(0.3, 2.0, sweeps).astype(np.float32)
-            metrics[tag] = _study(data, betas, runs, rep, out_dir, tag, bar, kw, shared=quick,
-                                  cost_kw=None if quick else {})
+            metrics[tag] = _study(
+                data, betas, runs, rep, out_dir, tag, bar, kw, shared=quick, cost_kw=None if quick else {}
+            )
     metrics["seconds"] = time.perf_counter() - t0
     rep.text(f"Total time {metrics['seconds']:.0f} s (shared 2-core CPU; load printed by the runner's caller).")
     rep.write()
@@ -329,9 +415,12 @@ def large_run(num_mentions: int = 100_000, sweeps: int = 6, seed: int = 100, **k
     os.environ["JAXSUB_COREF_MENTIONS"] = str(num_mentions)
     data = _authors(False)
     d = _describe(data)
-    print(f"{d['mentions']:,} mentions, {d['entities']:,} entities (largest {d['max_entity']:,}), {d['blocks']:,} blocks "
-          f"(largest {d['max_block']:,}, up to {d['max_entities_per_block']} entities per block); exact Gibbs: "
-          f"{d['exact_evals_per_sweep']:,} evaluations per sweep", flush=True)
+    print(
+        f"{d['mentions']:,} mentions, {d['entities']:,} entities (largest {d['max_entity']:,}), {d['blocks']:,} blocks "
+        f"(largest {d['max_block']:,}, up to {d['max_entities_per_block']} entities per block); exact Gibbs: "
+        f"{d['exact_evals_per_sweep']:,} evaluations per sweep",
+        flush=True,
+    )
     sweeps_c, compile_s = _compiled(data, False, **kernel_kwargs)
     print(f"compile (s): exact {compile_s['exact']:.0f}, Sub {compile_s['sub']:.0f}", flush=True)
     betas = np.linspace(0.3, 2.0, sweeps).astype(np.float32)
@@ -340,14 +429,18 @@ def large_run(num_mentions: int = 100_000, sweeps: int = 6, seed: int = 100, **k
         r = _run(data, betas, sweeps_c[mode], seed)
         out[mode] = {k: np.asarray(v).tolist() for k, v in r.items()}
         for s in range(sweeps):
-            print(f"{mode:5s} sweep {s}: B3 F1 {r['f1'][s]:.4f}  evaluations {np.diff(np.r_[0, r['evals']])[s]:.3e}  "
-                  f"seconds {np.diff(np.r_[0, r['seconds']])[s]:.1f}  races {r['races'][s]}  exact {r['exact'][s]}",
-                  flush=True)
+            print(
+                f"{mode:5s} sweep {s}: B3 F1 {r['f1'][s]:.4f}  evaluations {np.diff(np.r_[0, r['evals']])[s]:.3e}  "
+                f"seconds {np.diff(np.r_[0, r['seconds']])[s]:.1f}  races {r['races'][s]}  exact {r['exact'][s]}",
+                flush=True,
+            )
     ex, sub = out["exact"], out["sub"]
     out["evaluation_ratio_total"] = ex["evals"][-1] / sub["evals"][-1]
     out["wallclock_ratio_total"] = ex["seconds"][-1] / sub["seconds"][-1]
     out["evaluation_ratio_last_sweep"] = (ex["evals"][-1] - ex["evals"][-2]) / (sub["evals"][-1] - sub["evals"][-2])
-    out["wallclock_ratio_last_sweep"] = (ex["seconds"][-1] - ex["seconds"][-2]) / (sub["seconds"][-1] - sub["seconds"][-2])
+    out["wallclock_ratio_last_sweep"] = (ex["seconds"][-1] - ex["seconds"][-2]) / (
+        sub["seconds"][-1] - sub["seconds"][-2]
+    )
     print({k: round(v, 3) for k, v in out.items() if k.endswith(("_total", "_sweep"))}, flush=True)
     return out
 
@@ -358,4 +451,6 @@ if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--large":
         large_run(int(sys.argv[2]) if len(sys.argv) > 2 else 100_000, **FULL_KW)
     else:
-        sys.exit("usage: python -m experiments.coreference --large [NUM_MENTIONS]  (the experiment: python -m experiments coreference)")
+        sys.exit(
+            "usage: python -m experiments.coreference --large [NUM_MENTIONS]  (the experiment: python -m experiments coreference)"
+        )

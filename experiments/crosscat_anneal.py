@@ -19,6 +19,7 @@ per view reached, and pylace's iterations (a full row and column pass of every s
 Outside the quick mode jaxsub's feature moves run on the subsample's rows only
 (``cc.fit(feature_widths=cc.width_ladder(n))``: more compilation, reported apart).
 """
+
 from __future__ import annotations
 
 import time
@@ -35,8 +36,12 @@ TITLE = "CrossCat with subsample annealing (paper Figure 3): held-out score per 
 
 
 def _model(kinds):
-    feats = [an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0) if k == "real" else
-             (an.BetaBernoulli(1.0, 1.0) if k == 2 else an.DirichletCategorical(int(k), 1.0)) for k in kinds]
+    feats = [
+        an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0)
+        if k == "real"
+        else (an.BetaBernoulli(1.0, 1.0) if k == 2 else an.DirichletCategorical(int(k), 1.0))
+        for k in kinds
+    ]
     return cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), tuple(feats))
 
 
@@ -108,12 +113,14 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
     eng = Engine.from_df(df, n_states=num_states, rng_seed=seed)
     iters = 0
     while time.perf_counter() - t0 < seconds:  # one iteration per call: the same wall-clock as jaxsub, not
-        eng.update(1, quiet=True)               # update(timeout=...), whose timeout is a whole number >= 1 s
+        eng.update(1, quiet=True)  # update(timeout=...), whose timeout is a whole number >= 1 s
         iters += 1
     wall = time.perf_counter() - t0
     iters = f"{iters} iterations, {time.process_time() - c0:.2f} CPU-s"  # its states run on parallel threads
-    tcols = {name: (pd.Series(test[:, j]) if k == "real" else pd.Series(test[:, j], dtype="Int64").astype("string"))
-             for j, (name, k) in enumerate(zip(names, kinds))}
+    tcols = {
+        name: (pd.Series(test[:, j]) if k == "real" else pd.Series(test[:, j], dtype="Int64").astype("string"))
+        for j, (name, k) in enumerate(zip(names, kinds))
+    }
     tdf = pd.DataFrame(tcols)
     per_state = []
     try:
@@ -126,8 +133,17 @@ def _pylace_scores(train, test, names, kinds, seconds, num_states, seed):
     return np.asarray(per_state), wall, iters
 
 
-def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, budgets=None, num_chains=None,
-        grids: str = "default", sweep_growth: float | None = None) -> dict:
+def run(
+    out_dir,
+    *,
+    quick: bool = False,
+    subsets: bool = False,
+    tables=None,
+    budgets=None,
+    num_chains=None,
+    grids: str = "default",
+    sweep_growth: float | None = None,
+) -> dict:
     """``quick``: flights only (1,000 rows), budgets 3 and 30, 2 chains; default (full): all three tables at
     full size, budgets 1, 3, 10, 30, 4 chains. ``subsets=True`` (``python -c``, not the runner): all
     three tables on the quick mode's row subsets with the full budgets and 2 chains. ``tables`` (names as
@@ -143,15 +159,21 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     0: as before)."""
     import matplotlib.pyplot as plt
 
-    loaders = {"hfi (reals)": load_crosscat_hfi, "gss (categorical)": load_crosscat_gss,
-               "flights (mixed)": load_crosscat_flights}
+    loaders = {
+        "hfi (reals)": load_crosscat_hfi,
+        "gss (categorical)": load_crosscat_gss,
+        "flights (mixed)": load_crosscat_flights,
+    }
     if quick:  # CPU budget of the quick suite: one compiled sweep, the mixed table (every feature type)
         loaders = {"flights (mixed)": load_crosscat_flights}
     seed_of = {k: i for i, k in enumerate(loaders)}  # subsets: a table's subset and splits do not depend on `tables`
     if tables is not None:
         loaders = {k: loaders[k] for k in tables}
-    sizes = {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)} if quick or subsets else \
-        {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
+    sizes = (
+        {"hfi (reals)": (300, 12), "gss (categorical)": (1200, 10), "flights (mixed)": (1000, 11)}
+        if quick or subsets
+        else {"hfi (reals)": (None, None), "gss (categorical)": (None, None), "flights (mixed)": (None, None)}
+    )
     budgets = ((3, 30) if quick else (1, 3, 10, 30)) if budgets is None else tuple(budgets)
     num_chains = (2 if quick or subsets else 4) if num_chains is None else int(num_chains)
     threads = 2 if num_chains % 2 == 0 else 1  # pylace runs its states on parallel threads: the same 2 cores
@@ -162,17 +184,27 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
     growth = {} if sweep_growth is None else {"sweep_growth": sweep_growth}
     strategies = {"Anneal": an.linear_anneal, "Prior+Gibbs": an.prior_gibbs, "Sequential+Gibbs": an.sequential_gibbs}
     report = Report(TITLE, out_dir)
-    mode = ("quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)" if quick else
-            "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)" if subsets
-            else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)")
+    mode = (
+        "quick (flights only, 1,000 rows x 11 columns, 2 chains, budgets 3 and 30)"
+        if quick
+        else "subsets (hfi 300 x 12, gss 1,200 x 10, flights 1,000 x 11; 2 chains, budgets 1, 3, 10, 30)"
+        if subsets
+        else "full (all three tables at full size, 4 chains, budgets 1, 3, 10, 30)"
+    )
     if grids not in GRIDS:
         raise ValueError(f"grids must be one of {GRIDS}; got {grids!r}")
-    if tables is not None or budgets != ((3, 30) if quick else (1, 3, 10, 30)) or num_chains != (2 if quick or subsets else 4):
+    if (
+        tables is not None
+        or budgets != ((3, 30) if quick else (1, 3, 10, 30))
+        or num_chains != (2 if quick or subsets else 4)
+    ):
         mode += f" — reduced: tables {list(loaders)}, budgets {list(budgets)}, {num_chains} chain(s)"
-    mode += {"data": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)",
-             "data-no-sigma2": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior) "
-                               "without the sigma2 weight (sigma2_weight=False)",
-             "default": "; default grids (cc.default_crosscat_grids)"}[grids]
+    mode += {
+        "data": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior)",
+        "data-no-sigma2": "; NIX grid weights from the table's rows (cc.data_grids: lace's data-derived hyperprior) "
+        "without the sigma2 weight (sigma2_weight=False)",
+        "default": "; default grids (cc.default_crosscat_grids)",
+    }[grids]
     if sweep_growth is not None:
         mode += f"; sweep_growth={sweep_growth}"
     report.text(f"Mode: {mode}. " + __doc__.split("\n\n", 1)[1])
@@ -200,9 +232,21 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                 # feature moves on the subsample's rows only (one compiled feature sweep per width; not in the
                 # quick mode, whose CPU is mostly compilation)
                 widths = () if quick else cc.width_ladder(n)
-                fit = lambda: cc.fit(jax.random.key(run_id), train, model, make(n, b * n),  # noqa: E731
-                                     num_chains=num_chains, test_data=test, span=n, capacity=capacity, cache=cache,
-                                     threads=threads, feature_widths=widths, grids=g, **growth)
+                fit = lambda: cc.fit(
+                    jax.random.key(run_id),
+                    train,
+                    model,
+                    make(n, b * n),  # noqa: E731
+                    num_chains=num_chains,
+                    test_data=test,
+                    span=n,
+                    capacity=capacity,
+                    cache=cache,
+                    threads=threads,
+                    feature_widths=widths,
+                    grids=g,
+                    **growth,
+                )
                 if run_id == 1:  # warm-up: a first execution pays one-off costs; excluded like compilation
                     t_w = time.perf_counter()
                     fit()
@@ -211,8 +255,9 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
                 score = res.heldout[-1] / test.shape[0]
                 compile_s += res.compile_seconds
                 reached = f"{np.mean(res.num_views[-1]):.1f} / {np.mean(res.num_clusters[-1]):.1f}"
-                samples.append((sname, b, float(res.seconds[-1]), score, np.asarray(res.state.view_of), train, test,
-                                reached))
+                samples.append(
+                    (sname, b, float(res.seconds[-1]), score, np.asarray(res.state.view_of), train, test, reached)
+                )
                 bar.update()
         # pylace at the Anneal run's wall-clock of each budget, on the same split
         lace_rows = []
@@ -236,10 +281,25 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
             ax.plot([p[0] for p in pts], [float(np.mean(p[1])) for p in pts], "-o", color=colors[sname], label=sname)
             for secs, z, b, raw, vo, reached in pts:
                 cons = _consistency(vo) if vo is not None else float("nan")
-                table.append([dname, sname, b, f"{secs:.2f}", f"{np.mean(raw):.4f}", f"{np.std(raw):.4f}",
-                              f"{np.min(raw):.4f}", f"{cons:.3f}", reached])
-                dm[f"{sname}@{b}"] = {"seconds": secs, "mean": float(np.mean(raw)), "min": float(np.min(raw)),
-                                      "consistency": cons}
+                table.append(
+                    [
+                        dname,
+                        sname,
+                        b,
+                        f"{secs:.2f}",
+                        f"{np.mean(raw):.4f}",
+                        f"{np.std(raw):.4f}",
+                        f"{np.min(raw):.4f}",
+                        f"{cons:.3f}",
+                        reached,
+                    ]
+                )
+                dm[f"{sname}@{b}"] = {
+                    "seconds": secs,
+                    "mean": float(np.mean(raw)),
+                    "min": float(np.min(raw)),
+                    "consistency": cons,
+                }
         dm["compile_seconds"] = compile_s
         ax.set_title(f"{dname}: N={x.shape[0]:,}, F={x.shape[1]}")
         ax.set_xlabel("sampling seconds")
@@ -251,10 +311,24 @@ def run(out_dir, *, quick: bool = False, subsets: bool = False, tables=None, bud
         dep_fig.colorbar(im, ax=dep_axes[d_i])
         metrics[dname] = dm
     bar.close()
-    report.table(table, ["table", "strategy", "budget b (x N assignments)", "seconds", "mean score/row", "sd",
-                         "worst sample", "partition consistency", "views / clusters per view reached"])
-    report.text("Compilation (one CrossCat sweep per table, shared by every run; excluded from the seconds "
-                "above): " + ", ".join(f"{k} {v['compile_seconds']:.1f} s" for k, v in metrics.items()) + ".")
+    report.table(
+        table,
+        [
+            "table",
+            "strategy",
+            "budget b (x N assignments)",
+            "seconds",
+            "mean score/row",
+            "sd",
+            "worst sample",
+            "partition consistency",
+            "views / clusters per view reached",
+        ],
+    )
+    report.text(
+        "Compilation (one CrossCat sweep per table, shared by every run; excluded from the seconds "
+        "above): " + ", ".join(f"{k} {v['compile_seconds']:.1f} s" for k, v in metrics.items()) + "."
+    )
     report.figure(savefig(fig, out_dir, "crosscat_scores.png"), "Standardised held-out score per row vs seconds")
     report.figure(savefig(dep_fig, out_dir, "crosscat_depends_on.png"), "Pairwise depends-on probabilities")
     report.write()

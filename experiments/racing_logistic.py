@@ -11,6 +11,7 @@ errors against a long exact NUTS reference, and the empirical error rate of the
 accept/reject decisions against delta (every decision of a chain re-made
 exactly on all N data).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,15 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from blackjax.mcmc.random_walk import normal
-from scipy import stats
 
 import jaxsub
 from experiments._common import Report, progress, savefig
 from experiments._racing_models import (
     full_logdensity,
     load_logistic,
-    logprior,
     loglikelihood,
+    logprior,
     min_ess,
     moment_errors,
     nuts_reference,
@@ -90,7 +90,15 @@ def _exact_decisions(problem, prev, proposals, log_u, block=64):
     fn = jax.jit(jax.vmap(one))
     out = []
     for s in range(0, len(prev), block):
-        out.append(np.asarray(fn(jnp.asarray(prev[s : s + block]), jnp.asarray(proposals[s : s + block]), jnp.asarray(log_u[s : s + block]))))
+        out.append(
+            np.asarray(
+                fn(
+                    jnp.asarray(prev[s : s + block]),
+                    jnp.asarray(proposals[s : s + block]),
+                    jnp.asarray(log_u[s : s + block]),
+                )
+            )
+        )
     return np.concatenate(out)
 
 
@@ -153,7 +161,9 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     sweep = (DELTA,) if quick else (0.01, 0.05, 0.1, 0.2)
     scale = problem.rw_scale()
     chol = np.linalg.cholesky(np.asarray(problem.laplace_cov))
-    starts = (np.asarray(problem.map_position) + np.random.default_rng(1).standard_normal((num_chains, d)) @ chol.T).astype(np.float32)
+    starts = (
+        np.asarray(problem.map_position) + np.random.default_rng(1).standard_normal((num_chains, d)) @ chol.T
+    ).astype(np.float32)
 
     reference = nuts_reference(problem, num_draws=400 if quick else 2000, num_warmup=100 if quick else 300)
     ref_flat = reference.reshape(-1, d)
@@ -163,17 +173,34 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     def racing(delta, control_variate):
         return jaxsub.racing_mh(
-            logprior, loglikelihood, problem.data, delta=delta, first_batch_size=FIRST_BATCH, step_size=scale,
+            logprior,
+            loglikelihood,
+            problem.data,
+            delta=delta,
+            first_batch_size=FIRST_BATCH,
+            step_size=scale,
             control_variate=control_variate,
         )
 
     keep_mh = lambda s, i: (s.position, i.is_accepted, i.num_evaluations, i.proposal, i.log_uniform)  # noqa: E731
     results = {}
     ex_out, ex_s, ex_c = _run_method(
-        "exact MH", exact.step, lambda c: exact.init(jnp.asarray(starts[c])), num_steps, num_chains,
-        lambda s, i: (s.position, i.is_accepted), seed=10,
+        "exact MH",
+        exact.step,
+        lambda c: exact.init(jnp.asarray(starts[c])),
+        num_steps,
+        num_chains,
+        lambda s, i: (s.position, i.is_accepted),
+        seed=10,
     )
-    results["exact MH"] = dict(samples=ex_out[0], accept=ex_out[1], evals=np.full(ex_out[1].shape, n), seconds=ex_s, compile=ex_c, steps=num_steps)
+    results["exact MH"] = dict(
+        samples=ex_out[0],
+        accept=ex_out[1],
+        evals=np.full(ex_out[1].shape, n),
+        seconds=ex_s,
+        compile=ex_c,
+        steps=num_steps,
+    )
 
     racing_runs = {}
     racing_configs = [("Racing-Normal MH + CV", cv, num_steps, num_chains)]
@@ -183,7 +210,13 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         for delta in sweep:
             algo = racing(delta, control_variate)
             out, secs, comp = _run_method(
-                f"{label} d={delta}", algo.step, lambda c, a=algo: a.init(jnp.asarray(starts[c])), steps, chains, keep_mh, seed=20
+                f"{label} d={delta}",
+                algo.step,
+                lambda c, a=algo: a.init(jnp.asarray(starts[c])),
+                steps,
+                chains,
+                keep_mh,
+                seed=20,
             )
             racing_runs[(label, delta)] = (out, secs, comp, steps)
         out, secs, comp, steps = racing_runs[(label, DELTA)]
@@ -191,8 +224,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
 
     sg_out, sg_s, sg_c = _sgld(problem, num_steps, num_chains, seed=30)
     results["SGLD (BlackJAX, CV gradients)"] = dict(
-        samples=sg_out, accept=np.ones(sg_out.shape[:2], bool), evals=np.full(sg_out.shape[:2], 2 * SGLD_BATCH),
-        seconds=sg_s, compile=sg_c, steps=num_steps,
+        samples=sg_out,
+        accept=np.ones(sg_out.shape[:2], bool),
+        evals=np.full(sg_out.shape[:2], 2 * SGLD_BATCH),
+        seconds=sg_s,
+        compile=sg_c,
+        steps=num_steps,
     )
 
     # ---- decision errors: re-make every decision exactly -------------------------------------
@@ -206,7 +243,12 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         errors = int(np.sum(exact_dec != acc.ravel()[:limit]))
         lo, hi = _wilson(errors, limit)
         error_rows.append((label, delta, limit, errors, errors / limit, f"[{lo:.4f}, {hi:.4f}]"))
-        error_metrics[f"{label} delta={delta}"] = {"decisions": limit, "errors": errors, "rate": errors / limit, "ci95": [lo, hi]}
+        error_metrics[f"{label} delta={delta}"] = {
+            "decisions": limit,
+            "errors": errors,
+            "rate": errors / limit,
+            "ci95": [lo, hi],
+        }
 
     # ---- summary table ------------------------------------------------------------------------
     rows, metrics = [], {"N": n, "d": d, "delta": DELTA, "first_batch_size": FIRST_BATCH, "methods": {}}
@@ -232,7 +274,20 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             draws=total_steps,
         )
         metrics["methods"][label] = row
-        rows.append((label, row["draws"], row["eval_fraction"], row["acceptance"], row["ess"], row["ess_per_s"], row["ess_per_1e6_evals"], row["ms_per_step"], row["mean_err_sd"], row["sd_err_sd"]))
+        rows.append(
+            (
+                label,
+                row["draws"],
+                row["eval_fraction"],
+                row["acceptance"],
+                row["ess"],
+                row["ess_per_s"],
+                row["ess_per_1e6_evals"],
+                row["ms_per_step"],
+                row["mean_err_sd"],
+                row["sd_err_sd"],
+            )
+        )
     ex = metrics["methods"]["exact MH"]
     for label, row in metrics["methods"].items():
         row["ess_per_s_vs_exact"] = row["ess_per_s"] / ex["ess_per_s"]
@@ -246,15 +301,39 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         rates = np.array([p[1]["rate"] for p in pts])
         lo = np.array([p[1]["ci95"][0] for p in pts])
         hi = np.array([p[1]["ci95"][1] for p in pts])
-        axes[0].errorbar(xs, np.maximum(rates, 1e-5), yerr=[np.maximum(rates, 1e-5) - np.maximum(lo, 1e-5), np.maximum(hi, 1e-5) - np.maximum(rates, 1e-5)], marker="o", capsize=3, label=label)
+        axes[0].errorbar(
+            xs,
+            np.maximum(rates, 1e-5),
+            yerr=[np.maximum(rates, 1e-5) - np.maximum(lo, 1e-5), np.maximum(hi, 1e-5) - np.maximum(rates, 1e-5)],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
     grid = np.array([min(sweep) * 0.8, max(sweep) * 1.2])
     axes[0].plot(grid, grid, "k--", label="rate = delta")
-    axes[0].set(xscale="log", yscale="log", xlabel="delta", ylabel="decision error rate (95% CI; 1e-5 = none seen)", title="MH decision errors vs delta")
+    axes[0].set(
+        xscale="log",
+        yscale="log",
+        xlabel="delta",
+        ylabel="decision error rate (95% CI; 1e-5 = none seen)",
+        title="MH decision errors vs delta",
+    )
     axes[0].legend(fontsize=8)
     for label, r in results.items():
         ev = np.asarray(r["evals"], np.float64).ravel() / n
-        axes[1].hist(np.log10(np.maximum(ev, 1e-6)), bins=np.linspace(-4.5, 0.5, 51), alpha=0.5, weights=np.full(ev.size, 1.0 / ev.size), label=label)
-    axes[1].set(yscale="log", xlabel="log10(likelihood evaluations per step / N)", ylabel="fraction of steps", title=f"Cost per step (N = {n:,})")
+        axes[1].hist(
+            np.log10(np.maximum(ev, 1e-6)),
+            bins=np.linspace(-4.5, 0.5, 51),
+            alpha=0.5,
+            weights=np.full(ev.size, 1.0 / ev.size),
+            label=label,
+        )
+    axes[1].set(
+        yscale="log",
+        xlabel="log10(likelihood evaluations per step / N)",
+        ylabel="fraction of steps",
+        title=f"Cost per step (N = {n:,})",
+    )
     axes[1].legend(fontsize=7)
     errors_png = savefig(fig, out_dir, "decision_errors_and_cost.png")
 
@@ -282,10 +361,28 @@ def run(out_dir: Path, *, quick: bool) -> dict:
         "Reference: BlackJAX NUTS on all data (Laplace mass matrix). Errors are max over the 8 coefficients, in posterior sd; "
         "the exact-MH row shows the Monte Carlo error of that check at this chain length. Likelihood evaluations: "
         "exact MH caches log p(y|x) and reads N per step; racing reads 2 per datum in the race (x and x'); SGLD reads 2 x batch."
-        + (" QUICK MODE: a 10,000-row subset and short chains; the plain Racing-Normal MH row (no control "
-           "variate) runs in full mode only." if quick else "")
+        + (
+            " QUICK MODE: a 10,000-row subset and short chains; the plain Racing-Normal MH row (no control "
+            "variate) runs in full mode only."
+            if quick
+            else ""
+        )
     )
-    rep.table(rows, ["sampler", "draws", "evals/N per step", "accept", "min ESS", "ESS/s", "ESS per 1e6 evals", "ms/step", "mean err (sd)", "sd err (sd)"])
+    rep.table(
+        rows,
+        [
+            "sampler",
+            "draws",
+            "evals/N per step",
+            "accept",
+            "min ESS",
+            "ESS/s",
+            "ESS per 1e6 evals",
+            "ms/step",
+            "mean err (sd)",
+            "sd err (sd)",
+        ],
+    )
     rep.text(
         "ESS/s relative to exact MH: "
         + ", ".join(f"{k}: {v['ess_per_s_vs_exact']:.2f}x" for k, v in metrics["methods"].items() if k != "exact MH")

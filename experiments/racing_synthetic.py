@@ -17,6 +17,7 @@ Difficulty depends on sigma through ``kappa = sigma sqrt(N)`` (the sd of a
 mean difference over all N, relative to the O(1/N) gap of the means), so the
 quick mode keeps kappa and shrinks N.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments._common import Report, markdown_table, progress, savefig
+from experiments._common import Report, progress, savefig
 from jaxsub import discrete
 
 TITLE = "Racing on synthetic rewards: error rate and rewards evaluated vs delta (paper Fig. 1)"
@@ -75,8 +76,16 @@ def _runner(algo, N, D, variance="pairwise", batched=True):
             # late races exact and lower the error rate this figure measures).
             # The batched path runs each draw only as long as it needs.
             s = discrete.racing(
-                fn, D, N, delta=0.5, first_batch_size=FIRST_BATCH, bound=bound, variance=variance,
-                reward_range=crange if bound == "ebs" else None, gumbel_noise=False, exact_pass_cost=None,
+                fn,
+                D,
+                N,
+                delta=0.5,
+                first_batch_size=FIRST_BATCH,
+                bound=bound,
+                variance=variance,
+                reward_range=crange if bound == "ebs" else None,
+                gumbel_noise=False,
+                exact_pass_cost=None,
             )
             if batched:
                 x, info = s.batched_with_coefficients(keys, eps, thr[0], thr[1])
@@ -116,11 +125,25 @@ def _sweep(algo, dist, N, D, kappa, deltas, num_draws, seed, variance="pairwise"
         best = np.argmax(sums[None, :] + np.asarray(eps, np.float64), axis=1)
         errors = int(np.sum(np.asarray(x) != best))
         lo, hi = _wilson(errors, num_draws)
-        rows.append(dict(
-            algo=algo, dist=dist, D=D, N=N, sigma=sigma, kappa=kappa, variance=variance, delta=delta,
-            error=errors / num_draws, ci_low=lo, ci_high=hi, errors=errors, draws=num_draws,
-            proportion=float(np.mean(np.asarray(evals))) / (N * D), nan=bool(np.any(np.asarray(nan))),
-        ))
+        rows.append(
+            dict(
+                algo=algo,
+                dist=dist,
+                D=D,
+                N=N,
+                sigma=sigma,
+                kappa=kappa,
+                variance=variance,
+                delta=delta,
+                error=errors / num_draws,
+                ci_low=lo,
+                ci_high=hi,
+                errors=errors,
+                draws=num_draws,
+                proportion=float(np.mean(np.asarray(evals))) / (N * D),
+                nan=bool(np.any(np.asarray(nan))),
+            )
+        )
     return rows
 
 
@@ -145,7 +168,14 @@ def _plot(rows, title, out_dir, name, group_key, label_fn):
         mk = markers.get(rs[0]["dist"], ".")
         shown = err > 0  # as in the paper: nothing plotted where no error occurred
         if shown.any():
-            ax1.errorbar(d[shown], err[shown], yerr=[err[shown] - lo[shown], hi[shown] - err[shown]], marker=mk, capsize=3, label=label)
+            ax1.errorbar(
+                d[shown],
+                err[shown],
+                yerr=[err[shown] - lo[shown], hi[shown] - err[shown]],
+                marker=mk,
+                capsize=3,
+                label=label,
+            )
         ax2.plot(d, [r["proportion"] for r in rs], marker=mk, label=label)
     lim = [min(r["delta"] for r in rows), max(r["delta"] for r in rows)]
     ax1.plot(lim, lim, "k--", lw=1, label="error = delta")
@@ -178,16 +208,45 @@ def run(out_dir, *, quick: bool) -> dict:
     # lil'UCB at the middle kappa only in full mode (its cost, see lil_draws).
     lil_kappas = kappas if quick else [kappas[len(kappas) // 2]]
     jobs = [
-        (algo, dist, kappa) for kappa in kappas for dist in DISTS for algo in ("racing_normal", "racing_ebs", "lil_ucb")
+        (algo, dist, kappa)
+        for kappa in kappas
+        for dist in DISTS
+        for algo in ("racing_normal", "racing_ebs", "lil_ucb")
         if algo != "lil_ucb" or kappa in lil_kappas
     ]
     for i, (algo, dist, kappa) in enumerate(progress(jobs, desc="Fig. 1 (D = 10)")):
-        rows += _sweep(algo, dist, N, 10, kappa, deltas, lil_draws if algo == "lil_ucb" else num_draws, seed=i, runner_cache=cache, batched=not quick)
+        rows += _sweep(
+            algo,
+            dist,
+            N,
+            10,
+            kappa,
+            deltas,
+            lil_draws if algo == "lil_ucb" else num_draws,
+            seed=i,
+            runner_cache=cache,
+            batched=not quick,
+        )
     extra = []
-    ext_jobs = [(D, "pairwise") for D in extra_D] + ([(10, "marginal")] if extra_D else []) + [(D, "marginal") for D in extra_D]
+    ext_jobs = (
+        [(D, "pairwise") for D in extra_D]
+        + ([(10, "marginal")] if extra_D else [])
+        + [(D, "marginal") for D in extra_D]
+    )
     for j, (D, variance) in enumerate(progress(ext_jobs, desc="D and variance variants")):
         for dist in ("normal",):  # (the three populations are compared in the D = 10 sweep)
-            extra += _sweep("racing_normal", dist, N, D, kappas[len(kappas) // 2], deltas, num_draws, seed=100 + 10 * j + DISTS.index(dist), variance=variance, runner_cache=cache)
+            extra += _sweep(
+                "racing_normal",
+                dist,
+                N,
+                D,
+                kappas[len(kappas) // 2],
+                deltas,
+                num_draws,
+                seed=100 + 10 * j + DISTS.index(dist),
+                variance=variance,
+                runner_cache=cache,
+            )
     elapsed = time.perf_counter() - start
 
     rep = Report(TITLE, out_dir)
@@ -202,10 +261,31 @@ def run(out_dir, *, quick: bool) -> dict:
     for kappa in kappas:
         rs = [r for r in rows if r["kappa"] == kappa]
         name = f"fig1_kappa{kappa:g}.png"
-        figures.append(_plot(rs, f"D=10, sigma={rs[0]['sigma']:.2g}", out_dir, name, lambda r: (r["algo"], r["dist"]), lambda r: f"{r['algo']} / {r['dist']}"))
-        rep.figure(figures[-1], f"D = 10, sigma = {rs[0]['sigma']:.3g} (kappa = {kappa}): error rate (left, points only where errors occurred) and proportion of rewards evaluated (right)")
+        figures.append(
+            _plot(
+                rs,
+                f"D=10, sigma={rs[0]['sigma']:.2g}",
+                out_dir,
+                name,
+                lambda r: (r["algo"], r["dist"]),
+                lambda r: f"{r['algo']} / {r['dist']}",
+            )
+        )
+        rep.figure(
+            figures[-1],
+            f"D = 10, sigma = {rs[0]['sigma']:.3g} (kappa = {kappa}): error rate (left, points only where errors occurred) and proportion of rewards evaluated (right)",
+        )
     if extra:
-        figures.append(_plot(extra, "Racing-Normal: D and variance", out_dir, "variants.png", lambda r: (r["D"], r["variance"], r["dist"]), lambda r: f"D={r['D']} {r['variance']} / {r['dist']}"))
+        figures.append(
+            _plot(
+                extra,
+                "Racing-Normal: D and variance",
+                out_dir,
+                "variants.png",
+                lambda r: (r["D"], r["variance"], r["dist"]),
+                lambda r: f"D={r['D']} {r['variance']} / {r['dist']}",
+            )
+        )
         rep.figure(figures[-1], "Racing-Normal with D in {2, 10, 100} and marginal vs pairwise variances")
     else:
         rep.text("Quick mode: the D in {2, 100} and marginal-variance variants run in full mode only.")
@@ -213,7 +293,20 @@ def run(out_dir, *, quick: bool) -> dict:
     all_rows = rows + extra
     rep.heading("All points")
     rep.table(
-        [[r["algo"], r["dist"], r["D"], r["variance"], f"{r['sigma']:.2g}", r["delta"], r["error"], f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", r["proportion"]] for r in all_rows],
+        [
+            [
+                r["algo"],
+                r["dist"],
+                r["D"],
+                r["variance"],
+                f"{r['sigma']:.2g}",
+                r["delta"],
+                r["error"],
+                f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                r["proportion"],
+            ]
+            for r in all_rows
+        ],
         ["algorithm", "rewards", "D", "variance", "sigma", "delta", "error", "95% CI", "proportion evaluated"],
     )
     # Where the bound holds / is loose.
@@ -223,15 +316,33 @@ def run(out_dir, *, quick: bool) -> dict:
     rep.heading("Where the error bound holds and where it is loose")
     lines = [
         f"* Points whose 95% CI lies entirely above delta (bound violated): {len(violations)} of {len(all_rows)}"
-        + (": " + "; ".join(f"{r['algo']}/{r['dist']}/D={r['D']}/{r['variance']}/delta={r['delta']}: {r['error']:.4f}" for r in violations) if violations else "."),
+        + (
+            ": "
+            + "; ".join(
+                f"{r['algo']}/{r['dist']}/D={r['D']}/{r['variance']}/delta={r['delta']}: {r['error']:.4f}"
+                for r in violations
+            )
+            if violations
+            else "."
+        ),
         f"* Points with error < delta/10 at 95% confidence (bound loose by >10x): {len(loose)} of {len(all_rows)} "
         "(the rest are undetermined with this many draws); by algorithm: "
-        + ", ".join(f"{a}: {sum(r['algo'] == a for r in loose)}/{sum(r['algo'] == a for r in all_rows)}" for a in ("racing_normal", "racing_ebs", "lil_ucb")),
+        + ", ".join(
+            f"{a}: {sum(r['algo'] == a for r in loose)}/{sum(r['algo'] == a for r in all_rows)}"
+            for a in ("racing_normal", "racing_ebs", "lil_ucb")
+        ),
         f"* Points whose error is at least delta/10 at 95% confidence, without exceeding delta (bound sharp): {len(sharp)}; by algorithm: "
         + ", ".join(f"{a}: {sum(r['algo'] == a for r in sharp)}" for a in ("racing_normal", "racing_ebs", "lil_ucb")),
     ]
-    mean_prop = {a: float(np.mean([r["proportion"] for r in rows if r["algo"] == a])) for a in ("racing_normal", "racing_ebs", "lil_ucb")}
-    lines.append("* Mean proportion of rewards evaluated (D = 10 sweep): " + ", ".join(f"{a}: {v:.3f}" for a, v in mean_prop.items()) + ".")
+    mean_prop = {
+        a: float(np.mean([r["proportion"] for r in rows if r["algo"] == a]))
+        for a in ("racing_normal", "racing_ebs", "lil_ucb")
+    }
+    lines.append(
+        "* Mean proportion of rewards evaluated (D = 10 sweep): "
+        + ", ".join(f"{a}: {v:.3f}" for a, v in mean_prop.items())
+        + "."
+    )
     rep.text("\n".join(lines))
     rep.text(
         "As in the paper, the confidence bounds of Racing-EBS and adapted lil'UCB are conservative: "
@@ -244,7 +355,13 @@ def run(out_dir, *, quick: bool) -> dict:
     )
     rep.write()
     return dict(
-        seconds=elapsed, N=N, draws=num_draws, num_points=len(all_rows),
-        violations=len(violations), loose=len(loose), mean_proportion=mean_prop, figures=figures,
+        seconds=elapsed,
+        N=N,
+        draws=num_draws,
+        num_points=len(all_rows),
+        violations=len(violations),
+        loose=len(loose),
+        mean_proportion=mean_prop,
+        figures=figures,
         rows=all_rows,
     )

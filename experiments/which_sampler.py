@@ -39,12 +39,14 @@ Zig-Zag (PDMP) is left out: ``pdmp-jax`` 0.1.1 conflicts with jax 0.10.2.
 a few seconds per sampler and a short reference: a check that everything runs,
 not a result.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import blackjax
 import jax
@@ -57,7 +59,9 @@ from experiments._common import Report, savefig
 from jaxsub import datasets
 
 TITLE = "Which sampler: posterior error against seconds on three N >= 1e5 posteriors, one NumPyro model each"
-RUN_TIME = "quick ~95 s CPU (HMCECS compile + warm-up ~1/3 of it), full > 2 h (7 samplers x 3 seeds x 120 s x 3 posteriors)"
+RUN_TIME = (
+    "quick ~95 s CPU (HMCECS compile + warm-up ~1/3 of it), full > 2 h (7 samplers x 3 seeds x 120 s x 3 posteriors)"
+)
 
 TARGET_MEAN_ERROR = 0.1
 SD_RATIO_RANGE = (0.9, 1.1)
@@ -112,8 +116,11 @@ def mortgages_logistic():
     return logistic_model, {"x": _design([ds.x[:, j] for j in range(ds.x.shape[1])]), "y": ds.y.astype(np.float32)}
 
 
-POSTERIORS = {"flights logistic": flights_logistic, "flights linear": flights_linear,
-              "mortgages logistic": mortgages_logistic}
+POSTERIORS = {
+    "flights logistic": flights_logistic,
+    "flights linear": flights_linear,
+    "mortgages logistic": mortgages_logistic,
+}
 
 
 class Problem(NamedTuple):
@@ -136,10 +143,17 @@ class Settings(NamedTuple):
     sampler_names: tuple
 
 
-QUICK = Settings(rows=20_000, budget=3.0, seeds=1, reference_steps=300, chunk_scale=0.2,
-                 sampler_names=("nuts", "hmcecs", "sgld", "sghmc", "racing_mh", "compressed_nuts", "cg_dsgld"))
-FULL = Settings(rows=None, budget=120.0, seeds=3, reference_steps=5000, chunk_scale=1.0,
-                sampler_names=QUICK.sampler_names)
+QUICK = Settings(
+    rows=20_000,
+    budget=3.0,
+    seeds=1,
+    reference_steps=300,
+    chunk_scale=0.2,
+    sampler_names=("nuts", "hmcecs", "sgld", "sghmc", "racing_mh", "compressed_nuts", "cg_dsgld"),
+)
+FULL = Settings(
+    rows=None, budget=120.0, seeds=3, reference_steps=5000, chunk_scale=1.0, sampler_names=QUICK.sampler_names
+)
 
 
 # ------------------------------------------------------------------ samplers: (init states, chunk function)
@@ -183,8 +197,11 @@ def _starts(problem, key, num_chains):
 
 
 def nuts_runner(problem, key, chunk_steps, logdensity_fn=None, setup_seconds=0.0):
-    algo = blackjax.nuts(logdensity_fn or problem.model.logdensity_fn, step_size=0.5,
-                         inverse_mass_matrix=jnp.asarray(problem.cov, jnp.float32))
+    algo = blackjax.nuts(
+        logdensity_fn or problem.model.logdensity_fn,
+        step_size=0.5,
+        inverse_mass_matrix=jnp.asarray(problem.cov, jnp.float32),
+    )
     states = jax.vmap(algo.init)(_starts(problem, key, 4))
     step = lambda k, s: algo.step(k, s)[0]  # noqa: E731
     return Runner(states, _scan_chains(step, chunk_steps, lambda s: s.position), setup_seconds)
@@ -195,8 +212,13 @@ def compressed_nuts_runner(problem, key, chunk_steps):
     m = problem.model
     data = np.asarray(m.data)
     choice = jaxsub.compress.choose_radius(
-        m.logprior_fn, m.loglikelihood_fn, m.data, lambda r: jaxsub.compress.cluster(data, r),
-        (0.05, 0.1, 0.2, 0.3, 0.45), problem.fit.position)  # below 0.5: 0/1 labels never share a cluster
+        m.logprior_fn,
+        m.loglikelihood_fn,
+        m.data,
+        lambda r: jaxsub.compress.cluster(data, r),
+        (0.05, 0.1, 0.2, 0.3, 0.45),
+        problem.fit.position,
+    )  # below 0.5: 0/1 labels never share a cluster
     logdensity = jaxsub.compress.logdensity(m.logprior_fn, m.loglikelihood_fn, choice.clustering, second_order=True)
     return nuts_runner(problem, key, chunk_steps, logdensity, time.perf_counter() - start)
 
@@ -226,8 +248,9 @@ def sgld_runner(problem, key, chunk_steps):
 def sghmc_runner(problem, key, chunk_steps):
     m = problem.model
     estimator = blackjax.sgmcmc.gradients.grad_estimator(m.logprior_fn, m.loglikelihood_fn, m.data.shape[0])
-    return _minibatch_runner(problem, key, max(1, chunk_steps // 10), blackjax.sghmc(estimator),
-                             0.01 * _min_variance(problem))
+    return _minibatch_runner(
+        problem, key, max(1, chunk_steps // 10), blackjax.sghmc(estimator), 0.01 * _min_variance(problem)
+    )
 
 
 def racing_mh_runner(problem, key, chunk_steps):
@@ -254,17 +277,30 @@ def cg_dsgld_runner(problem, key, chunk_steps):
     m = problem.model
     shards = np.array_split(np.asarray(m.data), 8)
     surrogates = jaxsub.sgmcmc.laplace_surrogates(m.logprior_fn, m.loglikelihood_fn, shards, problem.fit.position)
-    algo = jaxsub.cg_dsgld(m.logprior_fn, m.loglikelihood_fn, shards, step_size=0.1 * _min_variance(problem),
-                           batch_size=500, local_steps=10, surrogates=surrogates)
+    algo = jaxsub.cg_dsgld(
+        m.logprior_fn,
+        m.loglikelihood_fn,
+        shards,
+        step_size=0.1 * _min_variance(problem),
+        batch_size=500,
+        local_steps=10,
+        surrogates=surrogates,
+    )
     states = jax.vmap(algo.init)(_starts(problem, key, 4))
     step = lambda k, s: algo.step(k, s)[0]  # noqa: E731
-    return Runner(states, _scan_chains(step, max(1, chunk_steps // 10), lambda s: s.position),
-                  time.perf_counter() - start)
+    return Runner(
+        states, _scan_chains(step, max(1, chunk_steps // 10), lambda s: s.position), time.perf_counter() - start
+    )
 
 
-RUNNERS = {"nuts": (nuts_runner, 25), "sgld": (sgld_runner, 500), "sghmc": (sghmc_runner, 500),
-           "racing_mh": (racing_mh_runner, 100), "compressed_nuts": (compressed_nuts_runner, 25),
-           "cg_dsgld": (cg_dsgld_runner, 200)}
+RUNNERS = {
+    "nuts": (nuts_runner, 25),
+    "sgld": (sgld_runner, 500),
+    "sghmc": (sghmc_runner, 500),
+    "racing_mh": (racing_mh_runner, 100),
+    "compressed_nuts": (compressed_nuts_runner, 25),
+    "cg_dsgld": (cg_dsgld_runner, 200),
+}
 
 
 # ------------------------------------------------------------------ the clock
@@ -279,7 +315,7 @@ class Curve(NamedTuple):
 
 def _errors(draws: list, problem) -> tuple[float, float]:
     flat = np.concatenate(draws, axis=1)
-    flat = flat[:, flat.shape[1] // 5:].reshape(-1, flat.shape[-1])
+    flat = flat[:, flat.shape[1] // 5 :].reshape(-1, flat.shape[-1])
     mean_error = np.max(np.abs(flat.mean(0) - problem.ref_mean) / problem.ref_sd)
     ratio = flat.std(0) / problem.ref_sd
     worst = ratio[np.argmax(np.abs(np.log(ratio)))]
@@ -327,8 +363,9 @@ def hmcecs_curve(problem, key, budget: float, chunk_samples: int, num_warmup: in
 
     m = problem.model
     kwargs = {**{k: jnp.asarray(v) for k, v in problem.data.items()}, "subsample_size": 1000}
-    kernel = HMCECS(NUTS(problem.numpyro_model), num_blocks=100,
-                    proxy=HMCECS.taylor_proxy(m.constrain(problem.fit.position)))
+    kernel = HMCECS(
+        NUTS(problem.numpyro_model), num_blocks=100, proxy=HMCECS.taylor_proxy(m.constrain(problem.fit.position))
+    )
     start = time.perf_counter()
     state = kernel.init(key, num_warmup, m.unravel(problem.fit.position), (), kwargs)
     warm = jax.jit(partial(_hmcecs_scan, kernel, kwargs), static_argnums=1)
@@ -361,7 +398,7 @@ def make_problem(name: str, settings: Settings, key) -> Problem:
     problem = Problem(name, numpyro_model, data, model, fit, cov, None, None)
     runner = nuts_runner(problem, key, settings.reference_steps)
     _, draws = jax.jit(runner.chunk)(runner.states, key)
-    draws = np.asarray(draws)[:, settings.reference_steps // 5:].reshape(-1, cov.shape[0])
+    draws = np.asarray(draws)[:, settings.reference_steps // 5 :].reshape(-1, cov.shape[0])
     return problem._replace(ref_mean=draws.mean(0), ref_sd=draws.std(0))
 
 
@@ -379,7 +416,8 @@ def _summary(values) -> str:
     if len(reached) < len(values) // 2 + 1:
         return f"never ({len(reached)}/{len(values)} seeds reached)"
     return f"{np.median([v if v is not None else np.inf for v in values]):.3g} [{min(reached):.3g}, " + (
-        f"{max(reached):.3g}]" if len(reached) == len(values) else "never]")
+        f"{max(reached):.3g}]" if len(reached) == len(values) else "never]"
+    )
 
 
 def run(out_dir: Path, *, quick: bool) -> dict:
@@ -403,26 +441,50 @@ def run(out_dir: Path, *, quick: bool) -> dict:
             for seed in range(settings.seeds):
                 key = jax.random.key(100 + seed)
                 if sampler == "hmcecs":
-                    curve = hmcecs_curve(problem, key, settings.budget, max(10, int(100 * settings.chunk_scale)),
-                                         num_warmup=max(50, int(500 * settings.chunk_scale)))
+                    curve = hmcecs_curve(
+                        problem,
+                        key,
+                        settings.budget,
+                        max(10, int(100 * settings.chunk_scale)),
+                        num_warmup=max(50, int(500 * settings.chunk_scale)),
+                    )
                 else:
                     make, steps = RUNNERS[sampler]
-                    curve = run_on_clock(make(problem, key, max(1, int(steps * settings.chunk_scale))), problem, key,
-                                         settings.budget)
+                    curve = run_on_clock(
+                        make(problem, key, max(1, int(steps * settings.chunk_scale))), problem, key, settings.budget
+                    )
                 curves.append(curve)
-                print(f"  {sampler} seed {seed}: compile {curve.compile_seconds:.1f} s, final error "
-                      f"{curve.mean_error[-1]:.3g} sd, sd ratio {curve.sd_ratio[-1]:.3g} after {curve.seconds[-1]:.1f} s")
+                print(
+                    f"  {sampler} seed {seed}: compile {curve.compile_seconds:.1f} s, final error "
+                    f"{curve.mean_error[-1]:.3g} sd, sd ratio {curve.sd_ratio[-1]:.3g} after {curve.seconds[-1]:.1f} s"
+                )
             ax.plot(curves[0].seconds, curves[0].mean_error, label=sampler)
             hits = [seconds_to_target(c) for c in curves]
-            rows.append((name, sampler, _summary(hits), f"{np.median([c.compile_seconds for c in curves]):.3g}",
-                         f"{np.median([c.mean_error[-1] for c in curves]):.3g}",
-                         f"{np.median([c.sd_ratio[-1] for c in curves]):.3g}"))
+            rows.append(
+                (
+                    name,
+                    sampler,
+                    _summary(hits),
+                    f"{np.median([c.compile_seconds for c in curves]):.3g}",
+                    f"{np.median([c.mean_error[-1] for c in curves]):.3g}",
+                    f"{np.median([c.sd_ratio[-1] for c in curves]):.3g}",
+                )
+            )
             metrics[name][sampler] = {"seconds_to_target": hits, "curves": [c._asdict() for c in curves]}
         ax.set(title=name, xlabel="seconds (compile apart)", ylabel="max |mean error| / posterior sd", yscale="log")
         ax.axhline(TARGET_MEAN_ERROR, color="k", ls=":")
         ax.legend(fontsize=7)
     report.figure(savefig(fig, out_dir, "error_vs_seconds.png"), "Posterior mean error against seconds (seed 0)")
-    report.table(rows, ["posterior", "sampler", "seconds to target: median [range]", "compile s",
-                        "final mean error (sd)", "final worst sd ratio"])
+    report.table(
+        rows,
+        [
+            "posterior",
+            "sampler",
+            "seconds to target: median [range]",
+            "compile s",
+            "final mean error (sd)",
+            "final worst sd ratio",
+        ],
+    )
     report.write()
     return metrics

@@ -13,18 +13,20 @@ Five families, one subpackage each (see ``docs/architecture.md``):
 * :mod:`jaxsub.coreference` -- racing Gibbs over pairwise-factor clusterings (Chen &
   Ghahramani 2016, §5.3).
 """
-from jaxsub import anneal, checkpoint, compress, coreference, datasets, discrete, sgmcmc, subsample, validation
-from jaxsub import models
+
+from jaxsub import anneal, checkpoint, compress, coreference, datasets, discrete, models, sgmcmc, subsample, validation
+
+# Load the alias modules before the package attributes below replace them: a submodule's first
+# import sets the package attribute, later imports find it in ``sys.modules`` and set nothing.
+from jaxsub import racing_gibbs as _racing_gibbs_alias  # noqa: F401
+from jaxsub import racing_mh as _racing_mh_alias
+from jaxsub import sgld_racing_mh as _sgld_racing_mh_alias  # noqa: F401
+from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
 from jaxsub.arviz import to_arviz
+from jaxsub.base import ChainTrace, InvalidStateError, SamplingAlgorithm, checked, run_chain, run_chains
 from jaxsub.racing import gibbs as _racing_gibbs_module
 from jaxsub.racing import mh as _racing_mh_module
 from jaxsub.racing import sgld_mh as _sgld_racing_mh_module
-# Load the alias modules before the package attributes below replace them: a submodule's first
-# import sets the package attribute, later imports find it in ``sys.modules`` and set nothing.
-from jaxsub import racing_gibbs as _racing_gibbs_alias, racing_mh as _racing_mh_alias  # noqa: F401
-from jaxsub import sgld_racing_mh as _sgld_racing_mh_alias  # noqa: F401
-from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
-from jaxsub.base import ChainTrace, InvalidStateError, SamplingAlgorithm, checked, run_chain, run_chains
 
 __version__ = "0.2.0"
 

@@ -6,6 +6,7 @@ as with BlackJAX's ``GenerateSamplingAPI``. :class:`TopLevelAPI` wraps the
 module: calling it calls the module's ``as_top_level_api``; any other attribute
 is read from the module.
 """
+
 from __future__ import annotations
 
 import types

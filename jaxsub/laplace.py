@@ -12,9 +12,11 @@ in their state (``optax.lbfgs``, with its line search) reuse them
 
 The Laplace approximation at a mode ``θ̂`` is ``N(θ̂, (-∇² log p(θ̂ | y))^{-1})``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.flatten_util
@@ -53,7 +55,9 @@ def _fresh_value_and_grad(objective: Callable, x, state):
     return jax.value_and_grad(objective)(x)
 
 
-def minimize(objective: Callable[[Array], Array], start: Array, *, optimizer: Any = None, num_steps: int = 100) -> Array:
+def minimize(
+    objective: Callable[[Array], Array], start: Array, *, optimizer: Any = None, num_steps: int = 100
+) -> Array:
     """``num_steps`` steps of an optax optimiser on ``objective`` from ``start`` (one ``lax.scan``).
 
     Parameters
@@ -181,8 +185,10 @@ def laplace_fit(
     flat = minimize(objective, flat0, optimizer=optimizer, num_steps=num_steps)
     value = objective(flat)
     if not bool(jnp.isfinite(value)):
-        raise ValueError(f"laplace_fit: the log posterior at the optimiser's end point is {float(-value)} "
-                         "(a diverged optimiser, or a model that is not finite there)")
+        raise ValueError(
+            f"laplace_fit: the log posterior at the optimiser's end point is {float(-value)} "
+            "(a diverged optimiser, or a model that is not finite there)"
+        )
     hess = jax.hessian(objective)(flat)
     chol = jnp.linalg.cholesky(jnp.linalg.inv(hess))
     if not bool(jnp.all(jnp.isfinite(chol))):

@@ -6,6 +6,7 @@ and ``jaxsub.racing.gibbs.build_kernel`` are the same object. The package attrib
 ``jaxsub.racing_gibbs`` is :mod:`jaxsub.racing.gibbs` made callable (``jaxsub.racing_gibbs(...)`` is
 its ``as_top_level_api``, BlackJAX style).
 """
+
 from jaxsub.racing.gibbs import (
     RacingGibbsInfo,
     RacingGibbsState,

@@ -6,6 +6,7 @@ and ``jaxsub.racing.mh.build_kernel`` are the same object. The package attribute
 ``jaxsub.racing_mh`` is :mod:`jaxsub.racing.mh` made callable (``jaxsub.racing_mh(...)`` is its
 ``as_top_level_api``, BlackJAX style).
 """
+
 from jaxsub.racing.mh import (
     ControlVariate,
     GaussianRandomWalk,
@@ -25,7 +26,6 @@ from jaxsub.racing.mh import (
     mh_decision,
     pair_cv,
     parameter_taylor_control_variate,
-    taylor_control_variate,
 )
 
 __all__ = [

@@ -6,6 +6,7 @@ and ``jaxsub.racing.sgld_mh.sgld_proposal`` are the same object. The package att
 ``jaxsub.sgld_racing_mh`` is :mod:`jaxsub.racing.sgld_mh` made callable (``jaxsub.sgld_racing_mh(...)``
 is its ``as_top_level_api``, BlackJAX style).
 """
+
 from jaxsub.racing.sgld_mh import (
     RacingMHInfo,
     RacingMHState,

@@ -96,6 +96,7 @@ Luby & Rackoff, "How to construct pseudorandom permutations from
 pseudorandom functions", SIAM J. Comput. 17(2), 1988.
 Lemire, "Fast random integer generation in an interval", ACM TOMACS 29(1), 2019.
 """
+
 from __future__ import annotations
 
 import functools
@@ -110,7 +111,12 @@ from jaxsub.types import Array, PRNGKey
 from jaxsub.validation import check_int
 
 __all__ = [
-    "bits_to_uniform", "dynamic_permutation_indices", "permutation_indices", "permutation_round_keys", "MAX_DOMAIN"]
+    "bits_to_uniform",
+    "dynamic_permutation_indices",
+    "permutation_indices",
+    "permutation_round_keys",
+    "MAX_DOMAIN",
+]
 
 #: Rounds of the Feistel network for domains whose smaller radix is >= 64 (N >= ~4096), and the
 #: number of uint32 round keys; smaller domains get more rounds (see module notes). Even, so the

@@ -4,7 +4,9 @@ jaxsub follows BlackJAX's conventions: a sampler state and its transition
 information are ``NamedTuple`` pytrees, positions are arbitrary pytrees of
 arrays, and PRNG keys are passed in explicitly (and split), never stored.
 """
-from typing import Any, Callable, NamedTuple
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 

@@ -10,11 +10,13 @@ the value received and the allowed range, e.g.::
 Array-valued inputs that are traced under ``jit`` cannot be checked here;
 numerical trouble in them is reported through each sampler's ``info``.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -71,9 +73,7 @@ def check_real(
     try:
         as_float = float(value)
     except (TypeError, ValueError):
-        raise ValueError(
-            f"{name} must be a real number in {interval}; got {value!r}"
-        ) from None
+        raise ValueError(f"{name} must be a real number in {interval}; got {value!r}") from None
     if np.ndim(value) != 0 or not math.isfinite(as_float):
         raise ValueError(f"{name} must be a finite real number in {interval}; got {value!r}")
     too_low = low is not None and (as_float < low or (as_float == low and not low_closed))
@@ -129,9 +129,7 @@ def check_hyperparameter(
     return value
 
 
-def check_int(
-    name: str, value: Any, *, low: int | None = None, high: int | None = None
-) -> int:
+def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """Check that ``value`` is an integer in the closed range ``[low, high]``.
 
     Parameters

@@ -6,6 +6,7 @@
   processes on 127.0.0.1 (one CPU device each): each clusters its shard of a global array, the
   union is gathered, and the sharded log-density is summed across the processes.
 """
+
 import json
 import sys
 
@@ -16,7 +17,8 @@ import numpy as np
 def distributed_main(pid: int, port: int) -> None:
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
     import jax.numpy as jnp
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from jaxsub import compress
 
@@ -26,11 +28,20 @@ def distributed_main(pid: int, port: int) -> None:
     xs = jax.make_array_from_callback(x[:3000].shape, NamedSharding(mesh, P("data")), lambda idx: x[:3000][idx])
     assert not xs.is_fully_addressable
     union = compress.cluster_shards(xs, 0.4)
-    fn = compress.sharded_logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), union, mesh)
+    fn = compress.sharded_logdensity(
+        lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), union, mesh
+    )
     value, grad = jax.jit(jax.value_and_grad(fn))(np.asarray([0.3, -0.2, 0.1], np.float32))
-    out = dict(pid=pid, c=union.c, labels=union.labels.tolist(), counts=union.counts.tolist(),
-               centroids=union.centroids.tolist(), radius=union.radius,
-               value=float(value.addressable_data(0)), grad=np.asarray(grad.addressable_data(0)).tolist())
+    out = dict(
+        pid=pid,
+        c=union.c,
+        labels=union.labels.tolist(),
+        counts=union.counts.tolist(),
+        centroids=union.centroids.tolist(),
+        radius=union.radius,
+        value=float(value.addressable_data(0)),
+        grad=np.asarray(grad.addressable_data(0)).tolist(),
+    )
     print("RESULT " + json.dumps(out), flush=True)
     jax.distributed.shutdown()
 
@@ -51,8 +62,8 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "distributed"
 
 import blackjax  # noqa: E402
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxsub import compress
 
@@ -74,7 +85,11 @@ def loglik(b, datum):
 
 
 # one compiled value-and-gradient per log-density (the sharded one's HLO is inspected below)
-single = jax.jit(jax.value_and_grad(compress.logdensity(logprior, loglik, cl, second_order=False))).lower(jnp.zeros(3)).compile()
+single = (
+    jax.jit(jax.value_and_grad(compress.logdensity(logprior, loglik, cl, second_order=False)))
+    .lower(jnp.zeros(3))
+    .compile()
+)
 sharded = jax.jit(jax.value_and_grad(compress.sharded_logdensity(logprior, loglik, cl))).lower(jnp.zeros(3)).compile()
 out = {"c": cl.c}
 diffs = []
@@ -87,8 +102,10 @@ hlo = sharded.as_text()
 out["all_reduces"] = hlo.count("all-reduce(") + hlo.count("all-reduce-start(")
 # blackjax.nuts unchanged on both: same draws up to float reassociation
 draws = {}
-for name, fn, value_and_grad in (("single", compress.logdensity(logprior, loglik, cl, second_order=False), single),
-                                 ("sharded", compress.sharded_logdensity(logprior, loglik, cl), sharded)):
+for name, fn, value_and_grad in (
+    ("single", compress.logdensity(logprior, loglik, cl, second_order=False), single),
+    ("sharded", compress.sharded_logdensity(logprior, loglik, cl), sharded),
+):
     nuts = blackjax.nuts(fn, step_size=0.05, inverse_mass_matrix=jnp.ones(3))
     # nuts.init's state from the compiled value-and-gradient above (an eager init of the
     # sharded log-density dispatches every primitive over 8 devices: ~4 CPU s)
@@ -113,7 +130,10 @@ out["shards_radius_ok"] = bool(union.radii.max() <= 0.3)
 dist = np.linalg.norm(xf - union.centroids[union.labels], axis=1)
 out["shards_dist_ok"] = bool(dist.max() <= 0.3)
 out["shards_labels_equal"] = bool(
-    all(np.array_equal(union.labels[i * 500 : (i + 1) * 500] - union.labels[i * 500 : (i + 1) * 500].min(), s.labels) for i, s in enumerate(slices))
+    all(
+        np.array_equal(union.labels[i * 500 : (i + 1) * 500] - union.labels[i * 500 : (i + 1) * 500].min(), s.labels)
+        for i, s in enumerate(slices)
+    )
 )
 out["one_device_c"] = compress.cluster(xf, 0.3).c
 print("RESULT " + json.dumps(out))

@@ -1,4 +1,5 @@
 """Small problems with known answers shared by the racing-kernel tests."""
+
 from __future__ import annotations
 
 import jax

@@ -4,6 +4,7 @@ Prints one JSON line comparing the shard_map (8 devices) run with the
 single-device vmapped run for the same keys, for DSGLD and CG-DSGLD, and what
 the compiled round communicates.
 """
+
 import json
 import os
 import sys
@@ -29,25 +30,45 @@ def main():
     # the new paths: pytree positions, low-rank-plus-diagonal surrogates, non-uniform f, partial participation
     lp_tree = lambda th: -0.5 * (jnp.sum(th["a"] ** 2) + th["b"] ** 2) / 5.0  # noqa: E731
     ll_tree = lambda th, x: -0.5 * ((x[0] - th["a"][0]) ** 2 + (x[1] - th["b"]) ** 2)  # noqa: E731
-    lowrank = jaxsub.sgmcmc.laplace_surrogates(lp_tree, ll_tree, shards, {"a": jnp.zeros(1), "b": jnp.zeros(())},
-                                               structure="lowrank", rank=1, num_steps=20, rng_key=jax.random.key(0))
+    lowrank = jaxsub.sgmcmc.laplace_surrogates(
+        lp_tree,
+        ll_tree,
+        shards,
+        {"a": jnp.zeros(1), "b": jnp.zeros(())},
+        structure="lowrank",
+        rank=1,
+        num_steps=20,
+        rng_key=jax.random.key(0),
+    )
     probs = np.asarray(sizes) / np.sum(sizes)
     cases = {
         "dsgld": dict(model=(lp, ll), surrogates=None, position=jnp.zeros((16, 2))),
         "cg_dsgld": dict(model=(lp, ll), surrogates=sur, position=jnp.zeros((16, 2))),
         "cg_pytree_lowrank_nonuniform_partial": dict(
-            model=(lp_tree, ll_tree), surrogates=lowrank, shard_probs=probs, participating=5,
-            position={"a": jnp.zeros((16, 1)), "b": jnp.zeros(16)}),
+            model=(lp_tree, ll_tree),
+            surrogates=lowrank,
+            shard_probs=probs,
+            participating=5,
+            position={"a": jnp.zeros((16, 1)), "b": jnp.zeros(16)},
+        ),
     }
     mesh = jax.make_mesh((8,), ("shards",))
     out = {"names": list(cases)}
     for name, case in cases.items():
         runs = {}
         for label, m in (("single", None), ("mesh", mesh)):
-            algo = jaxsub.sgmcmc.multi_device(*case["model"], shards, step_size=1e-3, batch_size=5, local_steps=4,
-                                              chains_per_shard=2, mesh=m, surrogates=case["surrogates"],
-                                              shard_probs=case.get("shard_probs"),
-                                              participating=case.get("participating"))
+            algo = jaxsub.sgmcmc.multi_device(
+                *case["model"],
+                shards,
+                step_size=1e-3,
+                batch_size=5,
+                local_steps=4,
+                chains_per_shard=2,
+                mesh=m,
+                surrogates=case["surrogates"],
+                shard_probs=case.get("shard_probs"),
+                participating=case.get("participating"),
+            )
             state = algo.init(case["position"])
             record = lambda st, i: {"state": st, "shifts": i.shifts, "acted": i.acted}  # noqa: E731
             if m is not None and name == "cg_dsgld":  # DSGLD's round communicates the same way
@@ -55,8 +76,12 @@ def main():
                 # (split(key, num_steps)), so the draws are compared with run_chain on one device
                 step = jax.jit(algo.step).lower(jax.random.key(0), state).compile()
                 hlo = step.as_text()
-                out[f"{name}_collective_permutes"] = hlo.count("collective-permute-start") or hlo.count("collective-permute(")
-                out[f"{name}_other_collectives"] = sum(hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter"))
+                out[f"{name}_collective_permutes"] = hlo.count("collective-permute-start") or hlo.count(
+                    "collective-permute("
+                )
+                out[f"{name}_other_collectives"] = sum(
+                    hlo.count(op) for op in ("all-gather", "all-to-all", "all-reduce", "reduce-scatter")
+                )
                 st, hist = state, []
                 for k in jax.random.split(jax.random.key(1), 8):
                     st, info = step(k, st)
@@ -71,8 +96,10 @@ def main():
         a, b = runs["single"], runs["mesh"]
         da, db = (jaxsub.sgmcmc.draws_by_chain(r["state"]) for r in (a, b))
         out[f"{name}_draws_shape"] = [list(np.shape(x)) for x in jax.tree.leaves(da)]
-        out[f"{name}_max_abs_diff"] = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-                                          for x, y in zip(jax.tree.leaves(da), jax.tree.leaves(db)))
+        out[f"{name}_max_abs_diff"] = max(
+            float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+            for x, y in zip(jax.tree.leaves(da), jax.tree.leaves(db))
+        )
         out[f"{name}_chain_ids_equal"] = bool(np.array_equal(a["state"].chain_id, b["state"].chain_id))
         out[f"{name}_acted_equal"] = bool(np.array_equal(a["acted"], b["acted"]))
         out[f"{name}_acted_fraction"] = float(np.mean(np.asarray(b["acted"])))

@@ -5,6 +5,7 @@ int/float or float32/float64 mixing inside a sampler into an error, so a
 sampler that works in float32 does not quietly compute in float64 (or the
 reverse). Python scalars stay weakly typed and are allowed.
 """
+
 import jax
 import pytest
 

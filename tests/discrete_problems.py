@@ -5,6 +5,7 @@ then standardised per arm *exactly* (empirical mean 0, sd 1) and rescaled to
 ``log(p_i) / N + sigma * z_{i,n}``, so that ``sum_n l_{i,n} = log p_i`` and the
 exact target with ``log f0 = 0`` is ``p`` itself, whatever sigma.
 """
+
 from __future__ import annotations
 
 import functools

@@ -9,11 +9,12 @@ Every check is also *ESS-gated*: when the chains carry too little information
 for the comparison to mean anything (ESS below ``min_ess``) it fails instead of
 passing vacuously.
 """
+
 from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import chex
 import jax
@@ -137,7 +138,9 @@ def assert_discrete_matches(draws, probs, alpha: float = ALPHA):
     expected = probs[~zero] * n
     stat = float(((counts[~zero] - expected) ** 2 / expected).sum())
     pval = stats.chi2.sf(stat, df=max(1, (~zero).sum() - 1))
-    assert pval > alpha, f"chi-square p-value {pval:.3g} <= {alpha} (stat {stat:.3g}, counts {counts}, expected {expected})"
+    assert pval > alpha, (
+        f"chi-square p-value {pval:.3g} <= {alpha} (stat {stat:.3g}, counts {counts}, expected {expected})"
+    )
 
 
 def assert_follows_sampling_api(algorithm, position, rng_key, *, num_steps: int = 3):

@@ -1,4 +1,5 @@
 """Tests of jaxsub.anneal: conjugate predictives, add/remove, exact invariance, priors, errors, schedules."""
+
 from __future__ import annotations
 
 import math
@@ -9,11 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_discrete_matches, variants
 from scipy import integrate, stats
-from scipy.special import gammaln
 
 import jaxsub.anneal as an
-from helpers import assert_discrete_matches, variants
 from jaxsub.anneal import exact
 
 MIXED = an.MixtureModel(
@@ -52,8 +52,13 @@ def _brute_log_marginal(feature, x):
     x = np.asarray(x, np.float64)
     if isinstance(feature, an.BetaBernoulli):
         k, n = x.sum(), x.size
-        val, _ = integrate.quad(lambda t: stats.beta.pdf(t, feature.a, feature.b) * t**k * (1 - t) ** (n - k), 0, 1,
-                                epsabs=1e-14, epsrel=1e-10)
+        val, _ = integrate.quad(
+            lambda t: stats.beta.pdf(t, feature.a, feature.b) * t**k * (1 - t) ** (n - k),
+            0,
+            1,
+            epsabs=1e-14,
+            epsrel=1e-10,
+        )
         return math.log(val)
     if isinstance(feature, an.DirichletCategorical):
         # 3 levels, stick-breaking coordinates: Dirichlet(a, a, a) = (v1, (1 - v1) v2, (1 - v1)(1 - v2))
@@ -61,10 +66,17 @@ def _brute_log_marginal(feature, x):
         assert feature.num_levels == 3
         c = np.bincount(x.astype(int), minlength=3)
         a = feature.alpha
-        i1, _ = integrate.quad(lambda v: stats.beta.pdf(v, a, 2 * a) * v ** c[0] * (1 - v) ** (c[1] + c[2]), 0, 1,
-                               epsabs=1e-14, epsrel=1e-10, limit=200)
-        i2, _ = integrate.quad(lambda v: stats.beta.pdf(v, a, a) * v ** c[1] * (1 - v) ** c[2], 0, 1,
-                               epsabs=1e-14, epsrel=1e-10, limit=200)
+        i1, _ = integrate.quad(
+            lambda v: stats.beta.pdf(v, a, 2 * a) * v ** c[0] * (1 - v) ** (c[1] + c[2]),
+            0,
+            1,
+            epsabs=1e-14,
+            epsrel=1e-10,
+            limit=200,
+        )
+        i2, _ = integrate.quad(
+            lambda v: stats.beta.pdf(v, a, a) * v ** c[1] * (1 - v) ** c[2], 0, 1, epsabs=1e-14, epsrel=1e-10, limit=200
+        )
         return math.log(i1 * i2)
     # NIX: given sigma^2, mu is Gaussian, so x ~ N(mu0 1, sigma^2 (I + 1 1^T / kappa0)) (multivariate normal,
     # no NIX formulas); integrate sigma^2 against its scaled-inverse-chi^2 prior numerically.
@@ -96,7 +108,9 @@ def test_predictive_matches_brute_force_marginal_ratio(which):
         )
         np.testing.assert_allclose(scores[k], want, rtol=0, atol=2e-5)
         # the closed form used by the exact references agrees with the state's score to float32 accuracy
-        closed = exact.log_marginal_feature(feature, col[members + [6]]) - exact.log_marginal_feature(feature, col[members])
+        closed = exact.log_marginal_feature(feature, col[members + [6]]) - exact.log_marginal_feature(
+            feature, col[members]
+        )
         np.testing.assert_allclose(closed, want, atol=1e-8)
         np.testing.assert_allclose(scores[k], closed, atol=2e-5)
 
@@ -149,9 +163,7 @@ def _partition_index(states):
     return {s: i for i, s in enumerate(states)}
 
 
-@pytest.mark.parametrize(
-    "prior", [an.CRP(0.7), an.PitmanYor(0.5, 0.4)], ids=["crp", "pitman_yor"]
-)
+@pytest.mark.parametrize("prior", [an.CRP(0.7), an.PitmanYor(0.5, 0.4)], ids=["crp", "pitman_yor"])
 def test_gibbs_leaves_exact_posterior_invariant(prior):
     """Start chains from exact posterior draws; after Gibbs steps the law is unchanged (chi-square)."""
     model = an.MixtureModel(prior, MIXED.features)
@@ -170,6 +182,7 @@ def test_gibbs_leaves_exact_posterior_invariant(prior):
         def body(s, k):
             s, info = jax.vmap(algo.step)(k, s)
             return s, info.overflow
+
         return jax.lax.scan(body, st, keys)
 
     keys = jax.random.split(jax.random.key(3), num_steps * num_chains).reshape(num_steps, num_chains)
@@ -190,14 +203,29 @@ def test_final_full_data_passes_of_every_schedule_reach_the_exact_posterior():
     states, probs = exact.exact_partition_posterior(model, data)
     index = _partition_index(states)
     cache = an.SweepCache()  # one compiled sweep per (policy, energy ramp)
-    schedules = [an.linear_anneal(4, 8, final_gibbs=60), an.loom(4, extra_passes=2, small=2, big=100, final_gibbs=60),
-                 an.simulated_annealing(4, 120, ramp_fraction=0.5), an.sequential_gibbs(4, 64)]
+    schedules = [
+        an.linear_anneal(4, 8, final_gibbs=60),
+        an.loom(4, extra_passes=2, small=2, big=100, final_gibbs=60),
+        an.simulated_annealing(4, 120, ramp_fraction=0.5),
+        an.sequential_gibbs(4, 64),
+    ]
     # ergodicity: plain full-data Gibbs from one all-in-one-cluster state also reaches it (same compiled sweep)
     from_one = an.Schedule(np.full(60, an.GIBBS, np.int8), 4, initial_size=4, name="Gibbs from one cluster")
     for k, sched in enumerate(schedules + [from_one]):
         init = np.zeros(4, np.int32) if sched is from_one else None
-        res = an.fit(jax.random.key(20 + k), data, model, sched, num_chains=4000, capacity=4, grids=None,
-                     span=128, num_checkpoints=1, cache=cache, initial_assignments=init)
+        res = an.fit(
+            jax.random.key(20 + k),
+            data,
+            model,
+            sched,
+            num_chains=4000,
+            capacity=4,
+            grids=None,
+            span=128,
+            num_checkpoints=1,
+            cache=cache,
+            initial_assignments=init,
+        )
         z = np.asarray(res.state.mixture.assignments)
         assert np.all(z >= 0), sched.name
         draws = np.asarray([index[exact.canonical_labels(row)] for row in z])
@@ -246,8 +274,16 @@ def test_prior_seating_draws_follow_partition_prior(prior):
     data = np.array([[0], [1], [1], [0]])
     parts = list(exact.enumerate_partitions(n))
     probs = np.exp([exact.log_eppf(np.bincount(z), prior.alpha, prior.discount) for z in parts])
-    res = an.fit(jax.random.key(2), data, model, an.Schedule(np.full(n, an.ADD_PRIOR, np.int8), n),
-                 num_chains=5000, capacity=n, grids=None, num_checkpoints=1)
+    res = an.fit(
+        jax.random.key(2),
+        data,
+        model,
+        an.Schedule(np.full(n, an.ADD_PRIOR, np.int8), n),
+        num_chains=5000,
+        capacity=n,
+        grids=None,
+        num_checkpoints=1,
+    )
     z = np.asarray(res.state.mixture.assignments)
     index = _partition_index(parts)
     assert_discrete_matches(np.asarray([index[exact.canonical_labels(r)] for r in z]), probs)
@@ -259,10 +295,19 @@ def test_two_urn_exact_posterior_sums_to_one_and_matches_direct_sum():
     np.testing.assert_allclose(np.exp(logp).sum(), 1.0, rtol=1e-12)
     # brute force: sum over all 2^20 ... too many; compare with the direct formula term by term
     a, p = 0.5, 0.45
+
     def direct(i, j, R=8, B=12):
         from scipy.special import betaln, comb
-        return (math.log(comb(R, i)) + math.log(comb(B, j)) + (i + j) * math.log(p) + (20 - i - j) * math.log(1 - p)
-                + betaln(a + i, a + j) + betaln(a + R - i, a + B - j))
+
+        return (
+            math.log(comb(R, i))
+            + math.log(comb(B, j))
+            + (i + j) * math.log(p)
+            + (20 - i - j) * math.log(1 - p)
+            + betaln(a + i, a + j)
+            + betaln(a + R - i, a + B - j)
+        )
+
     grid = np.array([[direct(i, j) for j in range(13)] for i in range(9)])
     grid = np.exp(grid - grid.max())
     np.testing.assert_allclose(np.exp(logp), grid / grid.sum(), rtol=1e-10)
@@ -282,8 +327,15 @@ def test_two_urn_gibbs_matches_exact_posterior_small():
     model = an.MixtureModel(an.Finite((0.45, 0.55)), [an.BetaBernoulli(0.5, 0.5)])
     data = np.r_[np.ones(R), np.zeros(B)][:, None]
     logp = exact.two_urn_log_posterior(R, B, 0.5, 0.45)
-    res = an.fit(jax.random.key(9), data, model, an.sequential_gibbs(R + B, 40 * (R + B)), num_chains=4000,
-                 grids=None, num_checkpoints=1)
+    res = an.fit(
+        jax.random.key(9),
+        data,
+        model,
+        an.sequential_gibbs(R + B, 40 * (R + B)),
+        num_chains=4000,
+        grids=None,
+        num_checkpoints=1,
+    )
     z = np.asarray(res.state.mixture.assignments)
     i = ((z == 0) & (data[:, 0] == 1)).sum(axis=1)
     j = ((z == 0) & (data[:, 0] == 0)).sum(axis=1)
@@ -305,8 +357,12 @@ def test_hyper_gibbs_draws_alpha_from_its_grid_conditional():
     draws = np.searchsorted(np.asarray(grid, np.float32), np.asarray(out.alpha))
     assert_discrete_matches(draws, pa / pa.sum())
     counts = [[2, 0, 0], [0, 1, 0], [0, 0, 3], [0, 1, 0]]
-    pd = np.exp([sum(exact.log_marginal_feature(an.DirichletCategorical(3, a), np.repeat([0, 1, 2], c)) for c in counts)
-                 for a in (0.3, 1.0, 3.0)])
+    pd = np.exp(
+        [
+            sum(exact.log_marginal_feature(an.DirichletCategorical(3, a), np.repeat([0, 1, 2], c)) for c in counts)
+            for a in (0.3, 1.0, 3.0)
+        ]
+    )
     draws = np.searchsorted(np.asarray([0.3, 1.0, 3.0], np.float32), np.asarray(out.cat_prior[:, 0]))
     assert_discrete_matches(draws, pd / pd.sum())
     np.testing.assert_allclose(np.asarray(out.cat_total), 3 * np.asarray(out.cat_prior[:, :1]), rtol=1e-6)
@@ -349,12 +405,30 @@ def test_capacity_overflow_raises_or_grows_without_dropping_clusters():
     sched = an.sequential_gibbs(16, 32)
     cache = an.SweepCache()  # one compile per capacity, shared by the three runs
     with pytest.raises(an.CapacityError, match="max_capacity"):
-        an.fit(jax.random.key(0), data, model, sched, capacity=8, max_capacity=8, grids=None, num_checkpoints=2,
-               cache=cache)
-    grown = an.fit(jax.random.key(0), data, model, sched, capacity=8, max_capacity=64, grids=None, num_checkpoints=2,
-                   cache=cache)
-    roomy = an.fit(jax.random.key(0), data, model, sched, capacity=int(grown.trace.capacity[-1]),
-                   grids=None, num_checkpoints=2, cache=cache)
+        an.fit(
+            jax.random.key(0),
+            data,
+            model,
+            sched,
+            capacity=8,
+            max_capacity=8,
+            grids=None,
+            num_checkpoints=2,
+            cache=cache,
+        )
+    grown = an.fit(
+        jax.random.key(0), data, model, sched, capacity=8, max_capacity=64, grids=None, num_checkpoints=2, cache=cache
+    )
+    roomy = an.fit(
+        jax.random.key(0),
+        data,
+        model,
+        sched,
+        capacity=int(grown.trace.capacity[-1]),
+        grids=None,
+        num_checkpoints=2,
+        cache=cache,
+    )
     assert grown.trace.capacity[-1] > 8 and roomy.trace.capacity[-1] == grown.trace.capacity[-1]
     # growing and resuming reproduces the run that had enough slots from the start
     chex.assert_trees_all_equal(grown.state.mixture.assignments, roomy.state.mixture.assignments)
@@ -393,19 +467,36 @@ def test_tick_jit_and_vmap(variant):
     chex.assert_trees_all_equal(ref.sizes, st.mixture.sizes)
     m = int(st.num_assigned)
     assert set(np.asarray(st.order[:m]).tolist()) == set(np.flatnonzero(z >= 0).tolist())
-    batched = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 8, rng_key=k)))(jax.random.split(jax.random.key(1), 3))
+    batched = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 8, rng_key=k)))(
+        jax.random.split(jax.random.key(1), 3)
+    )
     out, info = jax.jit(jax.vmap(lambda k, s: an.tick(k, s, an.ADD, 1.0, model=MIXED, data=enc)))(
-        jax.random.split(jax.random.key(2), 3), batched)  # jitted: eager vmap compiles every primitive
+        jax.random.split(jax.random.key(2), 3), batched
+    )  # jitted: eager vmap compiles every primitive
     assert np.asarray(out.num_assigned).tolist() == [1, 1, 1]
 
 
 def test_sweep_traces_once_and_fit_chains_are_consistent():
     data = mixed_data(200, seed=2)
     sched = an.linear_anneal(200, 600)
-    grids = an.HyperGrids(alpha=(0.3, 1.0, 3.0), dirichlet=(0.3, 1.0, 3.0), beta=(0.5, 2.0),
-                          nix_kappa0=(0.5, 2.0), nix_sigma2=(0.5, 1.0, 2.0))
-    res = an.fit(jax.random.key(1), data, MIXED, sched, num_chains=3, capacity=64, num_checkpoints=3,
-                 test_data=mixed_data(50, seed=9), grids=grids)
+    grids = an.HyperGrids(
+        alpha=(0.3, 1.0, 3.0),
+        dirichlet=(0.3, 1.0, 3.0),
+        beta=(0.5, 2.0),
+        nix_kappa0=(0.5, 2.0),
+        nix_sigma2=(0.5, 1.0, 2.0),
+    )
+    res = an.fit(
+        jax.random.key(1),
+        data,
+        MIXED,
+        sched,
+        num_chains=3,
+        capacity=64,
+        num_checkpoints=3,
+        test_data=mixed_data(50, seed=9),
+        grids=grids,
+    )
     tr = res.trace
     # one checkpoint per span, plus one per capacity growth
     assert tr.tick.shape[0] >= 3 and np.all(tr.tick[-1] == len(sched))
@@ -433,7 +524,7 @@ def test_schedules_as_data():
     pg = an.prior_gibbs(n, 3 * n)
     assert len(pg) == 4 * n and pg.sizes()[-1] == n and pg.num_assignments == 4 * n
     sg = an.sequential_gibbs(n, 10 * n)
-    assert sg.num_assignments == 10 * n and np.all(sg.sizes()[n - 1:] == n)
+    assert sg.num_assignments == 10 * n and np.all(sg.sizes()[n - 1 :] == n)
     la = an.linear_anneal(n, 10 * n)
     sizes = la.sizes()
     assert la.num_assignments == 10 * n and sizes[-1] == n
@@ -457,10 +548,10 @@ def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_p
     n, g = 7, 70
     st = an.anneal_stepsize(n, g, final_gibbs=40)
     assert st.name == "Anneal Stepsize" and len(st) == n + g + 40 and st.sizes()[-1] == n
-    b = st.blocks[n:n + g]
+    b = st.blocks[n : n + g]
     t = np.arange(1, g + 1)
     np.testing.assert_array_equal(b, np.clip(g // t, 1, n))  # floor(1 / beta_t), beta_t = t / T, capped at N
-    assert np.all(np.diff(b) <= 0) and b[0] == n and np.all(st.blocks[n + g // 2 + 1:] == 1)
+    assert np.all(np.diff(b) <= 0) and b[0] == n and np.all(st.blocks[n + g // 2 + 1 :] == 1)
     assert np.all(st.blocks[:n] == 1)
     with pytest.raises(ValueError, match="blocks"):
         an.Schedule(np.full(3, an.ADD, np.int8), 3, blocks=np.array([1, 4, 1]))
@@ -474,8 +565,10 @@ def test_anneal_stepsize_schedule_and_its_final_passes_reach_the_exact_two_urn_p
     # negative control: the same sampler with the wrong urn probability is rejected
     bad = jax.jit(lambda k: an.two_urns.run_schedule(k, st, R, B, 0.5, 0.2, 4000))(jax.random.key(7))
     with pytest.raises(AssertionError, match="chi-square"):
-        assert_discrete_matches(np.asarray(bad.red_left) * (B + 1) + np.asarray(bad.blue_left),
-                                np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel())
+        assert_discrete_matches(
+            np.asarray(bad.red_left) * (B + 1) + np.asarray(bad.blue_left),
+            np.exp(exact.two_urn_log_posterior(R, B, 0.5, 0.45)).ravel(),
+        )
 
 
 def test_two_urn_block_tick_picks_the_ball_with_exact_integer_arithmetic():
@@ -496,14 +589,16 @@ def test_two_urn_block_tick_picks_the_ball_with_exact_integer_arithmetic():
     assert set(exact_ball[-4:]) == {k - 1, k, R - 1, R}
     want = np.where(exact_ball < k, 0, np.where(exact_ball < R, 1, 2))
     st = an.two_urns.UrnCounts(jnp.int32(k), jnp.int32(0))
-    out = jax.jit(jax.vmap(lambda u: an.two_urns.block_tick(u, st, 1, num_red=R, num_blue=B, alpha=0.5,
-                                                            p_left=0.5)))(jnp.asarray(w))
+    out = jax.jit(jax.vmap(lambda u: an.two_urns.block_tick(u, st, 1, num_red=R, num_blue=B, alpha=0.5, p_left=0.5)))(
+        jnp.asarray(w)
+    )
     red, blue = np.asarray(out.red_left), np.asarray(out.blue_left)
     got = np.where(red == k + 1, 1, np.where(blue == 1, 2, 0))
     assert np.all((red == k) | (red == k + 1)) and np.all(blue <= 1) and np.all((red == k + 1) + (blue == 1) <= 1)
     np.testing.assert_array_equal(got, want)
-    old_ball = np.minimum(np.floor(np.asarray(an.moves.bits_to_uniform(jnp.asarray(w[:, 0]))) * np.float32(n)),
-                          n - 1).astype(int)
+    old_ball = np.minimum(
+        np.floor(np.asarray(an.moves.bits_to_uniform(jnp.asarray(w[:, 0]))) * np.float32(n)), n - 1
+    ).astype(int)
     old = np.where(old_ball < k, 0, np.where(old_ball < R, 1, 2))
     assert np.any(old[-4:] != want[-4:])  # negative control: the float floor misplaces a boundary word
 
@@ -522,13 +617,18 @@ def test_fifo_policy_visits_rows_in_order():
             s, info = an.tick(xs[1], s, xs[0], 1.0, model=MIXED, data=enc, policy="fifo")
             window = (s.head + jnp.arange(n)) % n  # positions of the subsample in the cycle
             inside = jnp.arange(n) < s.num_assigned
-            ok = jnp.all(jnp.where(inside, s.mixture.assignments[s.order[window]] >= 0,
-                                   s.mixture.assignments[s.order[window]] < 0))
+            ok = jnp.all(
+                jnp.where(
+                    inside, s.mixture.assignments[s.order[window]] >= 0, s.mixture.assignments[s.order[window]] < 0
+                )
+            )
             return s, (info.removed_row, info.added_row, ok)
+
         return jax.lax.scan(body, st, xs=(codes, keys))
 
-    out, (removed, added, window_ok) = run(st0, jnp.asarray(sched.codes, jnp.int32),
-                                           jax.random.split(jax.random.key(4), len(sched)))
+    out, (removed, added, window_ok) = run(
+        st0, jnp.asarray(sched.codes, jnp.int32), jax.random.split(jax.random.key(4), len(sched))
+    )
     order = np.asarray(st0.order)
     assert sorted(order.tolist()) == list(range(n)) and not np.array_equal(order, np.arange(n))  # a shuffled cycle
     rem, add = np.asarray(removed), np.asarray(added)
@@ -560,11 +660,16 @@ def test_sweep_equals_ticks_and_does_no_per_tick_copy_of_row_arrays(policy):
     n = 30
     data = mixed_data(n, seed=5)
     enc = an.encode(MIXED, data)
-    sched = (an.linear_anneal(n, 3 * n) if policy == "random"
-             else an.loom(n, extra_passes=2, small=5, big=100, accelerate=False))
+    sched = (
+        an.linear_anneal(n, 3 * n)
+        if policy == "random"
+        else an.loom(n, extra_passes=2, small=5, big=100, accelerate=False)
+    )
     span = 40
     sweep = jax.jit(chex.assert_max_traces(an.build_sweep(MIXED, policy=policy, span=span), n=1))
-    states = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 32, rng_key=k, policy=policy)))(jax.random.split(jax.random.key(0), 2))
+    states = jax.jit(jax.vmap(lambda k: an.init(None, MIXED, enc, 32, rng_key=k, policy=policy)))(
+        jax.random.split(jax.random.key(0), 2)
+    )
     keys = jax.random.split(jax.random.key(1), 2)
     windows = jnp.asarray(an.sweep.schedule_windows(sched.codes, np.asarray(states.cursor), span))
     out = sweep(states, keys, windows, enc)
@@ -601,8 +706,9 @@ def test_uniform_index_is_exact_integer_arithmetic_and_fixes_the_float_floor_bia
     words = rng.integers(0, 2**32, (400, 2), dtype=np.uint64).astype(np.uint32)
     words[:4] = [[0, 0], [0xFFFFFFFF, 0xFFFFFFFF], [0xFFFFFFFF, 0], [0, 0xFFFFFFFF]]
     ms = np.asarray([1, 2, 3, 6, 875, 300_007, 5_592_405, 2**24 - 3, 2**31 - 1], np.int32)
-    got = np.asarray(jax.jit(jax.vmap(jax.vmap(an.moves.uniform_index, (None, 0)), (0, None)))(
-        jnp.asarray(words), jnp.asarray(ms)))
+    got = np.asarray(
+        jax.jit(jax.vmap(jax.vmap(an.moves.uniform_index, (None, 0)), (0, None)))(jnp.asarray(words), jnp.asarray(ms))
+    )
     want = np.asarray([[((int(w0) << 32 | int(w1)) * int(m)) >> 64 for m in ms] for w0, w1 in words])
     np.testing.assert_array_equal(got, want)
     assert np.all(got < ms[None, :]) and int(an.moves.uniform_index(jnp.asarray(words[1]), 0)) == 0

@@ -1,4 +1,5 @@
 """Checkpoint and resume of the anneal drivers: a killed run resumes to the draws of an uninterrupted one."""
+
 from __future__ import annotations
 
 import os
@@ -12,11 +13,11 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture)
 
 import jaxsub.anneal as an
 from jaxsub import checkpoint
 from jaxsub.anneal import crosscat as cc
-from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCLUDED = ("seconds", "compile_seconds")  # wall-clock
@@ -102,8 +103,9 @@ def _crosscat_setup():
     a = rng.integers(0, 2, 16)
     t = np.column_stack([a, rng.normal(2.0 * a, 0.5), rng.integers(0, 3, 16)]).astype(float)
     t[rng.random(t.shape) < 0.1] = np.nan
-    model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), (an.BetaBernoulli(), an.NormalInverseChiSquared(),
-                                                        an.DirichletCategorical(3)))
+    model = cc.CrossCatModel(
+        an.CRP(1.0), an.CRP(1.0), (an.BetaBernoulli(), an.NormalInverseChiSquared(), an.DirichletCategorical(3))
+    )
     return t, model, an.linear_anneal(num_rows=12, num_assignments=36)
 
 
@@ -115,8 +117,9 @@ def test_crosscat_fit_resumes_from_an_earlier_checkpoint_to_the_same_draws(tmp_p
     cache = an.SweepCache()
 
     def run(**kw):
-        return cc.fit(jax.random.key(5), t[:12], model, sched, test_data=t[12:], cache=cache,
-                      options=opts._replace(**kw))
+        return cc.fit(
+            jax.random.key(5), t[:12], model, sched, test_data=t[12:], cache=cache, options=opts._replace(**kw)
+        )
 
     whole = run()
     assert whole.trace_capacity[-1] > 2  # the capacity grew

@@ -1,4 +1,5 @@
 """Tests of jaxsub.anneal's driver: compact labels, per-row held-out scores, convergence diagnostics, no caches."""
+
 from __future__ import annotations
 
 import ast
@@ -8,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
 
 import jaxsub.anneal as an
-from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
 
 BIN = an.MixtureModel(an.CRP(1.0), [an.BetaBernoulli(0.5, 0.5)] * 6)
 
@@ -35,8 +36,17 @@ def test_compact_labels_relabel_by_first_appearance_and_keep_partitions():
 def test_fit_returns_compact_labels_and_per_row_heldout():
     x, _ = two_blocks(120)
     train, test = x[:100], x[100:]
-    res = an.fit(jax.random.key(0), train, BIN, an.linear_anneal(100, 300), num_chains=3, test_data=test,
-                 capacity=16, num_checkpoints=2, grids=None)
+    res = an.fit(
+        jax.random.key(0),
+        train,
+        BIN,
+        an.linear_anneal(100, 300),
+        num_chains=3,
+        test_data=test,
+        capacity=16,
+        num_checkpoints=2,
+        grids=None,
+    )
     z = np.asarray(res.state.mixture.assignments)
     for c in range(3):
         k = int(res.trace.num_clusters[-1, c])
@@ -55,8 +65,9 @@ def test_fit_returns_compact_labels_and_per_row_heldout():
     counts = np.asarray(st.cat_counts, np.float64).reshape(-1, 6, 2)
     ref = []
     for row in test:
-        lp = np.log(np.take_along_axis(pc[None] + counts, row[None, :, None], 2)[..., 0]
-                    / (pc.sum(1)[None] + sizes[:, None])).sum(1)
+        lp = np.log(
+            np.take_along_axis(pc[None] + counts, row[None, :, None], 2)[..., 0] / (pc.sum(1)[None] + sizes[:, None])
+        ).sum(1)
         w = np.where(occ, sizes, 0.0)
         w[np.argmax(~occ)] = alpha
         ref.append(logsumexp(lp[w > 0] + np.log(w[w > 0])) - np.log(sizes.sum() + alpha))
@@ -72,8 +83,18 @@ def test_diagnose_flags_a_stuck_single_cluster_chain_and_not_healthy_ones():
     train, test = x[:160], x[160:]
     model = an.MixtureModel(an.CRP(1e-6), [an.BetaBernoulli(0.5, 0.5)] * 6)  # opening a cluster ~impossible
     z0 = np.stack([truth[:160]] * 3 + [np.zeros(160, int)])  # chain 3 starts (and stays) in one cluster
-    res = an.fit(jax.random.key(3), train, model, _gibbs_from(z0, 160, 160 * 8), num_chains=4, grids=None,
-                 initial_assignments=z0, test_data=test, capacity=4, num_checkpoints=8)
+    res = an.fit(
+        jax.random.key(3),
+        train,
+        model,
+        _gibbs_from(z0, 160, 160 * 8),
+        num_chains=4,
+        grids=None,
+        initial_assignments=z0,
+        test_data=test,
+        capacity=4,
+        num_checkpoints=8,
+    )
     assert res.trace.num_clusters[-1, 3] == 1 and np.all(res.trace.num_clusters[-1, :3] == 2)
     d = an.diagnose(res.trace, num_test_rows=40)
     assert d.stuck.tolist() == [False, False, False, True], d.message
@@ -91,9 +112,18 @@ def test_diagnose_rhat_matches_blackjax_and_validates():
     rng = np.random.default_rng(0)
     k, c = 20, 4
     vals = rng.normal(size=(k, c))
-    tr = an.FitTrace(tick=np.zeros((k, c)), num_assigned=np.zeros((k, c)), num_clusters=rng.integers(1, 5, (k, c)),
-                     log_joint=vals, heldout=vals * 2, alpha=np.ones((k, c)), discount=np.zeros((k, c)),
-                     seconds=np.arange(k, dtype=float), compile_seconds=0.0, capacity=np.full(k, 8))
+    tr = an.FitTrace(
+        tick=np.zeros((k, c)),
+        num_assigned=np.zeros((k, c)),
+        num_clusters=rng.integers(1, 5, (k, c)),
+        log_joint=vals,
+        heldout=vals * 2,
+        alpha=np.ones((k, c)),
+        discount=np.zeros((k, c)),
+        seconds=np.arange(k, dtype=float),
+        compile_seconds=0.0,
+        capacity=np.full(k, 8),
+    )
     d = an.diagnose(tr, window=1.0)
     np.testing.assert_allclose(d.rhat_log_joint, float(potential_scale_reduction(jnp.asarray(vals.T))), rtol=1e-5)
     with pytest.raises(ValueError, match="window"):
@@ -108,8 +138,9 @@ def test_no_module_level_caches_and_gibbs_init_needs_no_default_key():
     for path in root.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in tree.body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(getattr(node, "value", None),
-                                                                            (ast.Dict, ast.DictComp)):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(
+                getattr(node, "value", None), (ast.Dict, ast.DictComp)
+            ):
                 pytest.fail(f"module-level dict in {path.name}:{node.lineno}")
         assert "random.key(0) if" not in path.read_text(), path.name  # no default key
     x = np.column_stack([np.arange(8) % 3, np.arange(8) % 2])

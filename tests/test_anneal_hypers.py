@@ -1,4 +1,5 @@
 """Hyperparameter inference of jaxsub.anneal against the exact joint posterior over (partition, hypers)."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_discrete_matches
+from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
 
 import jaxsub.anneal as an
-from test_anneal import fast_xla_compile  # noqa: F401  (autouse fixture: faster XLA compiles)
-from helpers import assert_discrete_matches
 from jaxsub.anneal import exact
 
 DATA = np.array([[0], [0], [2], [1]])
@@ -26,8 +27,9 @@ def _joint(prior_kind, discounts):
         sizes = np.bincount(z)
         for a, d, b in itertools.product(ALPHAS, discounts, DIRS):
             lp = exact.log_eppf(sizes, a, d)
-            lp += sum(exact.log_marginal_feature(an.DirichletCategorical(3, b), DATA[z == k, 0])
-                      for k in range(sizes.size))
+            lp += sum(
+                exact.log_marginal_feature(an.DirichletCategorical(3, b), DATA[z == k, 0]) for k in range(sizes.size)
+            )
             states.append((tuple(z), a, d, b))
             logp.append(lp)
     logp = np.asarray(logp)
@@ -67,8 +69,10 @@ def test_gibbs_with_hyper_moves_leaves_exact_joint_posterior_invariant(prior_kin
     d = np.asarray(out.mixture.hypers.discount)
     b = np.asarray(out.mixture.hypers.cat_prior[:, 0])
     snap = lambda v, g: float(np.asarray(g)[np.argmin(np.abs(np.asarray(g) - v))])  # noqa: E731
-    draws = [index[(exact.canonical_labels(z[c]), snap(a[c], ALPHAS), snap(d[c], discounts), snap(b[c], DIRS))]
-             for c in range(num_chains)]
+    draws = [
+        index[(exact.canonical_labels(z[c]), snap(a[c], ALPHAS), snap(d[c], discounts), snap(b[c], DIRS))]
+        for c in range(num_chains)
+    ]
     assert_discrete_matches(np.asarray(draws), probs)
     # the hyperparameters actually moved (else the test is vacuous)
     assert np.mean(a != np.asarray(a0)) > 0.3 and np.mean(b != np.asarray(b0)) > 0.2
@@ -81,11 +85,33 @@ def test_hyper_moves_wait_for_hyper_min_rows():
     sched = an.sequential_gibbs(60, 60)  # adds only: no cycle completes, so the one hyper step is the first due one
     cache = an.SweepCache()
     grids = an.HyperGrids(alpha=(0.3, 1.0, 3.0, 30.0))
-    frozen = an.fit(jax.random.key(0), x, model, sched, num_chains=4, hyper_min_rows=61, capacity=64, grids=grids,
-                    num_checkpoints=1, span=60, cache=cache)
+    frozen = an.fit(
+        jax.random.key(0),
+        x,
+        model,
+        sched,
+        num_chains=4,
+        hyper_min_rows=61,
+        capacity=64,
+        grids=grids,
+        num_checkpoints=1,
+        span=60,
+        cache=cache,
+    )
     np.testing.assert_array_equal(frozen.trace.alpha, 1.0)
-    moved = an.fit(jax.random.key(0), x, model, sched, num_chains=4, hyper_min_rows=0, capacity=64, grids=grids,
-                   num_checkpoints=1, span=60, cache=cache)
+    moved = an.fit(
+        jax.random.key(0),
+        x,
+        model,
+        sched,
+        num_chains=4,
+        hyper_min_rows=0,
+        capacity=64,
+        grids=grids,
+        num_checkpoints=1,
+        span=60,
+        cache=cache,
+    )
     assert np.any(moved.trace.alpha != 1.0)  # negative control: without the gate alpha moves
     with pytest.raises(ValueError, match="hyper_min_rows"):
         an.fit(jax.random.key(0), x, model, sched, hyper_min_rows=-1)
@@ -104,15 +130,41 @@ def test_sweep_growth_runs_the_hyper_step_as_the_subsample_grows():
     caches = {g: an.SweepCache() for g in expect}
     ones = {}
     for g, (swept, since) in expect.items():
-        r = an.fit(jax.random.key(1), x, model, an.linear_anneal(n, n), num_chains=4, hyper_min_rows=20,
-                   capacity=64, grids=grids, num_checkpoints=1, span=n, cache=caches[g], sweep_growth=g)
+        r = an.fit(
+            jax.random.key(1),
+            x,
+            model,
+            an.linear_anneal(n, n),
+            num_chains=4,
+            hyper_min_rows=20,
+            capacity=64,
+            grids=grids,
+            num_checkpoints=1,
+            span=n,
+            cache=caches[g],
+            sweep_growth=g,
+        )
         np.testing.assert_array_equal(np.asarray(r.state.swept), swept)
         np.testing.assert_array_equal(np.asarray(r.state.since_hyper), since)
         ones[g] = np.asarray(r.state.mixture.hypers.alpha)
     assert np.any(ones[0.0] != ones[2.0])  # the extra step at 40 rows drew alpha again
-    three = [an.fit(jax.random.key(2), x, model, an.linear_anneal(n, 3 * n), num_chains=4, hyper_min_rows=20,
-                    capacity=64, grids=grids, num_checkpoints=1, span=n, cache=caches[g], sweep_growth=g).state
-             for g in expect]
+    three = [
+        an.fit(
+            jax.random.key(2),
+            x,
+            model,
+            an.linear_anneal(n, 3 * n),
+            num_chains=4,
+            hyper_min_rows=20,
+            capacity=64,
+            grids=grids,
+            num_checkpoints=1,
+            span=n,
+            cache=caches[g],
+            sweep_growth=g,
+        ).state
+        for g in expect
+    ]
     jax.tree.map(np.testing.assert_array_equal, three[0], three[1])
     for bad in (1.0, 0.5, -2.0, float("inf"), True, "2"):
         with pytest.raises(ValueError, match="sweep_growth"):

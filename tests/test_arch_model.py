@@ -6,25 +6,25 @@ second-order Taylor expansion of the log-likelihood in the padded log-parameters
 autodiff), and that its data mean, computed from the stored sums only, equals the mean of the
 per-datum values (the control variate must have a known mean, or the race is biased).
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
-
 from helpers import Z_CRITICAL
 
 from experiments._arch_model import (
     MAX_LAG,
     NUM_CV,
     ORDERS,
-    P,
     ArchData,
+    P,
+    all_models_loglik,
     control_variate_coefficients,
     control_variate_means,
     cv_mean_values,
     cv_terms,
-    all_models_loglik,
     cv_values,
     loglik_theta,
     masks,
@@ -95,8 +95,14 @@ def test_cv_mean_from_stored_sums_equals_the_data_mean(problem):
     def check(ks):
         out = {}
         for order in (1, 2):
-            per_datum = jax.vmap(lambda k: _model_values(data, mk, mu, alpha_hat, coef, k, thetas[k], order), out_axes=1)(ks)
-            one = jax.vmap(lambda k: cv_mean_values(jax.tree.map(lambda a: a[k], means), alpha_hat[k], mu[k], thetas[k], order=order))(ks)
+            per_datum = jax.vmap(
+                lambda k: _model_values(data, mk, mu, alpha_hat, coef, k, thetas[k], order), out_axes=1
+            )(ks)
+            one = jax.vmap(
+                lambda k: cv_mean_values(
+                    jax.tree.map(lambda a: a[k], means), alpha_hat[k], mu[k], thetas[k], order=order
+                )
+            )(ks)
             out[order] = (per_datum.mean(0), cv_mean_values(means, alpha_hat, mu, thetas, order=order), one)
         return out
 
@@ -111,7 +117,8 @@ def sweep_run(problem):
     (blocks of 2 rows, ``exact_pass_cost=None``): ``(data, pilot, keys, recs)`` with the records of
     every chain-sweep flattened to 128 decisions. Pilot: the fixture's perturbed centres with a
     Laplace scale of 0.1 (any centre keeps the control variate's mean exact)."""
-    from experiments._arch_model import Pilot, control_variate_means as cv_means
+    from experiments._arch_model import Pilot
+    from experiments._arch_model import control_variate_means as cv_means
     from experiments.arch_model_selection import make_batched_sweep
 
     rng = np.random.default_rng(1)
@@ -122,8 +129,16 @@ def sweep_run(problem):
     _, mk, mu, alpha_hat, _ = problem
     coef = control_variate_coefficients(data, mu, alpha_hat)
     chol = jnp.where(mk[:, :, None] * jnp.eye(P) > 0, 0.1, 0.0) + (1 - mk)[:, :, None] * jnp.eye(P)
-    pilot = Pilot(mu=mu, chol=chol, log_det_chol=jnp.sum(mk, axis=1) * np.log(0.1), laplace_log_evidence=jnp.zeros(len(ORDERS)),
-                  alpha_hat=alpha_hat, cv_coef=coef, cv_mean=cv_means(data, coef), grad_w_at_map=jnp.zeros((len(ORDERS), P)))
+    pilot = Pilot(
+        mu=mu,
+        chol=chol,
+        log_det_chol=jnp.sum(mk, axis=1) * np.log(0.1),
+        laplace_log_evidence=jnp.zeros(len(ORDERS)),
+        alpha_hat=alpha_hat,
+        cv_coef=coef,
+        cv_mean=cv_means(data, coef),
+        grad_w_at_map=jnp.zeros((len(ORDERS), P)),
+    )
     sweep = make_batched_sweep(data, pilot, SWEEP_CHAINS, block_size=2, exact_pass_cost=None)
     keys = jax.random.split(jax.random.key(0), SWEEPS)
 
@@ -132,7 +147,10 @@ def sweep_run(problem):
         def body(state, k):
             return sweep(k, state, jnp.zeros(len(ORDERS)))
 
-        init = (jnp.asarray(rng.integers(0, len(ORDERS), SWEEP_CHAINS), jnp.int32), jnp.zeros((SWEEP_CHAINS, len(ORDERS), P)))
+        init = (
+            jnp.asarray(rng.integers(0, len(ORDERS), SWEEP_CHAINS), jnp.int32),
+            jnp.zeros((SWEEP_CHAINS, len(ORDERS), P)),
+        )
         return jax.lax.scan(body, init, keys)[1]
 
     recs = jax.tree.map(lambda a: np.asarray(a).reshape((-1,) + a.shape[2:]), run(keys))
@@ -171,11 +189,18 @@ def exact_terms(sweep_run):
         d_packed = batch_ll(xp, every) - batch_ll(x, every)
         h = parts.control_variate.value_fn(xp, every) - parts.control_variate.value_fn(x, every)
         key = jax.random.split(jax.random.wrap_key_data(key_data))[1]  # the racing engine's noise key
-        return dict(mh_terms=ll(theta_new) - ll(theta), mh_packed=d_packed, mh_resid=d_packed - h,
-                    dprior=parts.logprior_fn(xp) - parts.logprior_fn(x),
-                    gibbs_terms=all_models_loglik(thetas, data.data, every), gibbs_packed=parts.all_loglik(every, thetas),
-                    gibbs_resid=parts.all_loglik(every, thetas) - parts.all_cv(every, thetas),
-                    noise=jax.random.gumbel(key, (len(ORDERS),), jnp.float32), proposed=proposed, log_q=log_q)
+        return dict(
+            mh_terms=ll(theta_new) - ll(theta),
+            mh_packed=d_packed,
+            mh_resid=d_packed - h,
+            dprior=parts.logprior_fn(xp) - parts.logprior_fn(x),
+            gibbs_terms=all_models_loglik(thetas, data.data, every),
+            gibbs_packed=parts.all_loglik(every, thetas),
+            gibbs_resid=parts.all_loglik(every, thetas) - parts.all_cv(every, thetas),
+            noise=jax.random.gumbel(key, (len(ORDERS),), jnp.float32),
+            proposed=proposed,
+            log_q=log_q,
+        )
 
     out = jax.vmap(one)(*(jnp.asarray(recs[f]) for f in ("w_old", "w_prop", "k", "thetas", "gibbs_key", "mh_key")))
     out = {k: np.asarray(v, np.float64) for k, v in out.items()}
@@ -183,6 +208,8 @@ def exact_terms(sweep_run):
     g = out.pop("gibbs_terms")
     out["gibbs_sum"] = (g - g[:, :, :1]).sum(1)  # relative to model 0: the same argmax
     return out
+
+
 #: Smallest |placed margin| (nats) of the hard-decision test: above the float32 resolution of an
 #: all-data sum of the sweep's races (measured at N = 400: full-data float32 decisions disagreed
 #: with float64 in 62% of margins < 1e-5, 22% in [1e-5, 3e-5), 6% in [3e-5, 1e-4), none of 234 above).
@@ -271,9 +298,8 @@ def test_hard_mh_decisions_within_delta_with_negative_controls(sweep_run, exact_
     0.192, prior dropped 0.476. What it cannot detect: errors that only appear in the exact pass, at
     other N or block sizes, or below the float32 resolution; plumbing of the sweep itself is the test
     above; the Gibbs half is ``test_hard_gibbs_draws_within_delta_and_loosened_threshold_rejected``."""
-    from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
-
     import jaxsub
+    from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
     from jaxsub.racing_mh import mh_decision, pair_cv
 
     data, pilot, _, recs = sweep_run
@@ -297,9 +323,20 @@ def test_hard_mh_decisions_within_delta_with_negative_controls(sweep_run, exact_
         def one(key, w, wp, kk, gap, lu):
             x, xp = (w, kk), (wp, kk)
             accept, evals, *_ = mh_decision(
-                key, gap, lu, lambda idx: jnp.stack([batch_ll(x, idx), batch_ll(xp, idx)], -1), n, delta=delta,
-                first_batch_size=m1, bound="normal", exact=False, pair_control_variate=pair_cv(parts.control_variate, x, xp),
-                coefficients=(a, b), exact_pass_cost=None, max_block_size=m1)
+                key,
+                gap,
+                lu,
+                lambda idx: jnp.stack([batch_ll(x, idx), batch_ll(xp, idx)], -1),
+                n,
+                delta=delta,
+                first_batch_size=m1,
+                bound="normal",
+                exact=False,
+                pair_control_variate=pair_cv(parts.control_variate, x, xp),
+                coefficients=(a, b),
+                exact_pass_cost=None,
+                max_block_size=m1,
+            )
             return accept, evals
 
         return jax.vmap(one)(keys, w_old, w_new, k, gaps, lus)
@@ -324,7 +361,6 @@ def test_hard_mh_decisions_within_delta_with_negative_controls(sweep_run, exact_
     assert no_prior > allowed(near), f"MH: the ratio without the prior passed ({no_prior:.4f})"
 
 
-
 @pytest.mark.slow
 def test_hard_gibbs_draws_within_delta_and_loosened_threshold_rejected(sweep_run, exact_terms):
     """The Gibbs half of the test above (slow: one more compile, ~6 CPU-s; the racing Gibbs kernel's
@@ -337,9 +373,8 @@ def test_hard_gibbs_draws_within_delta_and_loosened_threshold_rejected(sweep_run
     the best's, placements as in the MH test. Wrong draws <= delta + 4 MC sd in each group; the
     threshold without the union split (over stages and arm pairs) must fail near the threshold.
     Measured: 0.032 near, 0.002 wide (allowed 0.1375); without the union split 0.192."""
-    from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
-
     import jaxsub
+    from experiments.arch_model_selection import FIRST_BATCH, sweep_parts
 
     data, pilot, _, recs = sweep_run
     n, m1, delta, ex, near = data.num_data, FIRST_BATCH, HARD_DELTA, exact_terms, NEAR
@@ -359,16 +394,26 @@ def test_hard_gibbs_draws_within_delta_and_loosened_threshold_rejected(sweep_run
     se_g = n * np.std(resid_g[rows_, :, second] - resid_g[rows_, :, best], axis=1) / np.sqrt(m1)
     pair, units = _placements(se_g, rng)
     new_f0 = log_f0[pair].copy()
-    new_f0[np.arange(2 * near), second[pair]] += (score[pair, best[pair]] - score[pair, second[pair]]) + units * se_g[pair]
+    new_f0[np.arange(2 * near), second[pair]] += (score[pair, best[pair]] - score[pair, second[pair]]) + units * se_g[
+        pair
+    ]
     exact_draw = np.where(units > 0, second[pair], best[pair])
 
     @jax.jit
     def gibbs_race(keys, thetas, f0s, a, b):
         def one(key, th, f0):
             sample = jaxsub.discrete.racing(
-                lambda idx: parts.all_loglik(idx, th), len(ORDERS), n, delta=delta, first_batch_size=m1,
-                bound="normal", variance="pairwise", exact_pass_cost=None, max_block_size=m1,
-                control_variate=(lambda idx: parts.all_cv(idx, th), parts.all_cv_mean(th)))
+                lambda idx: parts.all_loglik(idx, th),
+                len(ORDERS),
+                n,
+                delta=delta,
+                first_batch_size=m1,
+                bound="normal",
+                variance="pairwise",
+                exact_pass_cost=None,
+                max_block_size=m1,
+                control_variate=(lambda idx: parts.all_cv(idx, th), parts.all_cv_mean(th)),
+            )
             x, info = sample.with_coefficients(key, f0, a, b)
             return x, info.num_evaluations
 

@@ -1,4 +1,5 @@
 """jaxsub.to_arviz: ChainTrace -> arviz.InferenceData (names, shapes, sample stats, axis checks)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,7 +117,9 @@ def test_run_chain_trace_needs_chain_axis_false():
 def test_wrong_axes_raise_named_errors():
     trace = racing_trace()
     short = trace.infos._replace(has_nan=trace.infos.has_nan[:, :10])
-    with pytest.raises(ValueError, match="sample_stats 'has_nan' must have leading axes \\[chains, draws\\] = \\(4, 200\\)"):
+    with pytest.raises(
+        ValueError, match="sample_stats 'has_nan' must have leading axes \\[chains, draws\\] = \\(4, 200\\)"
+    ):
         jaxsub.to_arviz(trace._replace(infos=short))
     with pytest.raises(ValueError, match="posterior 'x\\[1\\]' must have leading axes"):
         jaxsub.to_arviz(jaxsub.ChainTrace(None, (trace.states, trace.states[:, :5]), None))

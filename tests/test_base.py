@@ -1,27 +1,30 @@
 """Tests of the shared conventions: chain drivers, validation, subsampling."""
+
 import blackjax
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_follows_sampling_api, assert_mean_matches, assert_variance_matches
 from scipy import stats
 
 import jaxsub
 from jaxsub import validation
 from jaxsub.subsample import permutation_indices
 
-from helpers import assert_follows_sampling_api, assert_mean_matches, assert_variance_matches
-
 
 def _rwmh(scale=1.0):
-    return blackjax.additive_step_random_walk(lambda x: -0.5 * jnp.sum(x**2), blackjax.mcmc.random_walk.normal(jnp.asarray(scale)))
+    return blackjax.additive_step_random_walk(
+        lambda x: -0.5 * jnp.sum(x**2), blackjax.mcmc.random_walk.normal(jnp.asarray(scale))
+    )
 
 
 def test_run_chain_matches_manual_loop(rng_key):
     algo = _rwmh()
     state = algo.init(jnp.zeros(2))
-    trace = jaxsub.run_chain(rng_key, algo, state, 25, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted)
+    trace = jaxsub.run_chain(
+        rng_key, algo, state, 25, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted
+    )
     keys = jax.random.split(rng_key, 25)
     manual = state
     for k in keys:
@@ -35,7 +38,9 @@ def test_run_chain_progress_bar_same_result(rng_key):
     algo = _rwmh()
     state = algo.init(jnp.zeros(2))
     plain = jaxsub.run_chain(rng_key, algo, state, 40, transform=lambda s, i: s.position)
-    bar = jaxsub.run_chain(rng_key, algo, state, 40, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=7)
+    bar = jaxsub.run_chain(
+        rng_key, algo, state, 40, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=7
+    )
     np.testing.assert_allclose(plain.states, bar.states, rtol=1e-6)
     assert plain.infos is None
 
@@ -50,7 +55,9 @@ def test_run_chains_vmap_matches_single_chains(rng_key):
     for c in range(3):
         single = jaxsub.run_chain(chain_keys[c], algo, algo.init(positions[c]), 30, transform=lambda s, i: s.position)
         np.testing.assert_allclose(trace.states[c], single.states, rtol=1e-5, atol=1e-6)
-    bar = jaxsub.run_chains(rng_key, algo, states, 30, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=4)
+    bar = jaxsub.run_chains(
+        rng_key, algo, states, 30, transform=lambda s, i: s.position, progress_bar=True, num_progress_updates=4
+    )
     np.testing.assert_allclose(trace.states, bar.states, rtol=1e-6)
 
 
@@ -66,8 +73,9 @@ def test_run_chain_keeps_tuple_positions_whole(rng_key):
     assert isinstance(full.states, type(state)) and hasattr(full.infos, "is_accepted")
     np.testing.assert_allclose(full.states.position[0], w, rtol=1e-6)
     chains = jax.vmap(algo.init)((jnp.zeros((3, 2)), jnp.zeros(3)))
-    multi = jaxsub.run_chains(rng_key, algo, chains, 20, transform=lambda s, i: s.position,
-                              info_transform=lambda s, i: i.is_accepted)
+    multi = jaxsub.run_chains(
+        rng_key, algo, chains, 20, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted
+    )
     assert multi.states[0].shape == (3, 20, 2) and multi.states[1].shape == (3, 20) and multi.infos.shape == (3, 20)
 
 

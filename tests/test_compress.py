@@ -1,4 +1,5 @@
 """jaxsub.compress: radius-bounded clustering, compressed log-densities, KL bound, approxKL."""
+
 import blackjax
 import chex
 import jax
@@ -41,7 +42,9 @@ def _check_clustering(x, cl, delta):
         np.testing.assert_allclose(cl.centroids[j], members.mean(axis=0), rtol=0, atol=1e-12)
         radius_j = np.sqrt(((members - members.mean(axis=0)) ** 2).sum(axis=1)).max()
         # absolute slack: round-off of the two summation orders of the mean, ~eps * n_j * |x|
-        np.testing.assert_allclose(cl.radii[j], radius_j, rtol=1e-12, atol=1e-15 * len(members) * (1 + np.abs(members).max()))
+        np.testing.assert_allclose(
+            cl.radii[j], radius_j, rtol=1e-12, atol=1e-15 * len(members) * (1 + np.abs(members).max())
+        )
     # the guarantee, on every cluster, with radii recomputed from the labels
     dist = np.sqrt(((x - cl.centroids[cl.labels]) ** 2).sum(axis=1))
     assert dist.max() <= delta
@@ -168,7 +171,9 @@ def test_exact_duplicates_give_exact_logdensity_and_gradient(jit):
 def test_logdensity_traces_once_and_vmaps():
     x = _blobs(n=500, d=3)
     cl = compress.cluster(x, 0.1)
-    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), cl, second_order=False)
+    fn = compress.logdensity(
+        lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), cl, second_order=False
+    )
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -216,7 +221,9 @@ def test_hmc_on_compressed_linear_regression_matches_analytic_posterior(rng_key)
     cl, fn, mean, cov, mean_exact = _regression_problem()
     assert cl.rho < 0.5
     sd = np.sqrt(np.diag(cov))
-    hmc = blackjax.hmc(fn, step_size=0.4, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32), num_integration_steps=10)
+    hmc = blackjax.hmc(
+        fn, step_size=0.4, inverse_mass_matrix=jnp.asarray(np.diag(cov), jnp.float32), num_integration_steps=10
+    )
     init = jax.vmap(hmc.init)(jnp.asarray(mean + sd * np.random.default_rng(0).standard_normal((4, 2)), jnp.float32))
     trace = jaxsub.run_chains(rng_key, hmc, init, 1500, transform=lambda s, i: s.position)
     draws = np.asarray(trace.states)[:, 200:]
@@ -292,7 +299,9 @@ def test_gaussian_kl_is_lemma_1_on_the_sample_moments():
     )
     assert compress.gaussian_kl(p, q) == pytest.approx(expected, rel=1e-9)
     assert compress.gaussian_kl(p, p) == pytest.approx(0.0, abs=1e-9)
-    diag = 0.5 * np.sum(np.log(np.diag(s2) / np.diag(s1)) - 1 + np.diag(s1) / np.diag(s2) + (m1 - m2) ** 2 / np.diag(s2))
+    diag = 0.5 * np.sum(
+        np.log(np.diag(s2) / np.diag(s1)) - 1 + np.diag(s1) / np.diag(s2) + (m1 - m2) ** 2 / np.diag(s2)
+    )
     assert compress.gaussian_kl(p, q, diagonal=True) == pytest.approx(diag, rel=1e-9)
 
 
@@ -317,11 +326,26 @@ def test_gaussian_kl_is_lemma_1_on_the_sample_moments():
         (lambda: compress.cluster(np.ones((5, 2)), 0.1, projected_dims=0), "projected_dims"),
         (lambda: compress.cluster_supervised(np.ones((5, 2)), np.ones(4, int), 0.1), "y must have shape"),
         (lambda: compress.cluster_supervised(np.ones((5, 2)), np.full(5, 0.5), 0.1, mode="by_label"), "integer"),
-        (lambda: compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(4))), "leading axis"),
-        (lambda: compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), -np.ones(3))), "non-negative"),
+        (
+            lambda: compress.logdensity(
+                lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(4))
+            ),
+            "leading axis",
+        ),
+        (
+            lambda: compress.logdensity(
+                lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), -np.ones(3))
+            ),
+            "non-negative",
+        ),
         (lambda: compress.kl_bound(10, 0.1, 1.0, 1.0, 0.0), "gamma"),
         (lambda: compress.gaussian_kl(np.ones((5, 2)), np.ones((5, 3))), "dimension"),
-        (lambda: compress.gaussian_kl(np.random.default_rng(0).random((3, 5)), np.random.default_rng(1).random((3, 5))), "singular"),
+        (
+            lambda: compress.gaussian_kl(
+                np.random.default_rng(0).random((3, 5)), np.random.default_rng(1).random((3, 5))
+            ),
+            "singular",
+        ),
     ],
 )
 def test_clear_errors(call, match):
@@ -375,8 +399,11 @@ def test_radius_is_at_most_delta_exactly_on_adversarial_streams(name):
 
 @pytest.mark.parametrize(
     "name, rule",
-    [(n, r) for r in ("trim", "stream") for n in ("sorted", "sorted_by_norm", "duplicated", "one_far_outlier_first",
-                                                  "d1_sorted", "shell")]
+    [
+        (n, r)
+        for r in ("trim", "stream")
+        for n in ("sorted", "sorted_by_norm", "duplicated", "one_far_outlier_first", "d1_sorted", "shell")
+    ]
     + [(n, "blocked") for n in ("d784", "d784_spread", "duplicated", "one_far_outlier_last", "d1")],
 )
 def test_both_rules_keep_the_radius_on_adversarial_streams(name, rule):
@@ -411,7 +438,9 @@ def test_isolation_screen_flags_only_rows_with_no_neighbour_within_two_delta():
     d2 = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
     np.fill_diagonal(d2, np.inf)
     truly = d2.min(axis=1) > 4.0 * delta * delta * (1 + 1e-9)
-    opts, method = resolve_settings("projected", 784, ClusterOptions(isolation_block=256))  # several blocks: the symmetric sweep
+    opts, method = resolve_settings(
+        "projected", 784, ClusterOptions(isolation_block=256)
+    )  # several blocks: the symmetric sweep
     srch = make_search(x, method, np.random.default_rng(0), wide=True, opts=opts)
     xc = x - srch.mean
     pw = xc @ srch.wide
@@ -524,7 +553,8 @@ def test_merge_rounds_decide_with_the_exact_post_merge_radius():
     assert radii.max() <= delta and radii.max() > 0.95 * delta
     # negative control: a rounds' limit above delta is caught by the exact recomputation
     labels, num = _relabel_count(
-        stream_labels(x, delta, method, np.random.default_rng(0), rule="merge", opts=opts._replace(margin=-0.2)))
+        stream_labels(x, delta, method, np.random.default_rng(0), rule="merge", opts=opts._replace(margin=-0.2))
+    )
     assert exact_stats(x, labels, num)[2].max() > delta
     # d = 784 (screened graph, float32 products)
     x = _blobs(800, 784, 200, 0.004, 8) / 30.0
@@ -547,7 +577,9 @@ def test_merge_rule_counts_on_high_dimensional_data():
     stream, blocked = compress.cluster(x, delta, rule="stream"), compress.cluster(x, delta, rule="blocked")
     assert merge.c <= min(stream.c, blocked.c), (merge.c, stream.c, blocked.c)
     opts, method = resolve_settings("auto", 784, None)
-    reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[2].size
+    reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[
+        2
+    ].size
     assert merge.c <= 1.5 * reference, (merge.c, reference)
 
 
@@ -562,7 +594,9 @@ def test_merge_rule_counts_on_the_corpora(name):
     assert cl.c <= previous, (cl.c, previous)
     if name != "line1":
         opts, method = resolve_settings("auto", x.shape[1], None)
-        reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[2].size
+        reference = repair(x, stream_labels(x, delta, method, np.random.default_rng(0), opts=opts, exact=False), delta)[
+            2
+        ].size
         assert cl.c <= 1.5 * reference, (cl.c, reference)
 
 
@@ -586,7 +620,9 @@ def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
     for k in (1, 2):
         who = rng.choice(n, size=n // (2 * k), replace=False)
         step = rng.standard_normal((who.size, d))
-        parts.append(base[who] + rng.uniform(0, 1.5 * delta, (who.size, 1)) * step / np.linalg.norm(step, axis=1, keepdims=True))
+        parts.append(
+            base[who] + rng.uniform(0, 1.5 * delta, (who.size, 1)) * step / np.linalg.norm(step, axis=1, keepdims=True)
+        )
     x = np.vstack(parts)
     return x[rng.permutation(x.shape[0])]
 
@@ -594,7 +630,9 @@ def _sparse_stream(n=600, d=5, delta=0.02, seed=41):
 def _greedy_stream(x, delta, pairs):
     clusters = Clusters(x.shape[1], x.shape[1], 16, lambda v: v)
     labels = np.full(x.shape[0], -1, np.int64)
-    ids = sequential_greedy(x, np.arange(x.shape[0]), clusters, delta, GREEDY, labels, opts=ClusterOptions(greedy_pairs=pairs))
+    ids = sequential_greedy(
+        x, np.arange(x.shape[0]), clusters, delta, GREEDY, labels, opts=ClusterOptions(greedy_pairs=pairs)
+    )
     return labels, ids, clusters
 
 
@@ -606,7 +644,8 @@ def test_greedy_pair_stream_decides_as_the_plain_stream():
     x = _sparse_stream(delta=delta)
     rows = np.arange(x.shape[0])
     taken = sequential_greedy_pairs(
-        x, rows, Clusters(5, 5, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=ClusterOptions())
+        x, rows, Clusters(5, 5, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=ClusterOptions()
+    )
     assert taken is not None  # the pair path runs on this set
     lab_pairs, ids_pairs, cl_pairs = _greedy_stream(x, delta, True)
     lab_plain, ids_plain, cl_plain = _greedy_stream(x, delta, False)
@@ -619,9 +658,17 @@ def test_greedy_pair_stream_decides_as_the_plain_stream():
     np.testing.assert_array_equal(cl_pairs.counts[ids_pairs], cl_plain.counts[ids_plain])
     # negative control: a dense set (every row near many others) is left to the plain stream
     dense = _blobs(600, 5, 3, 0.005, 7)
-    assert sequential_greedy_pairs(
-        dense, np.arange(600), Clusters(5, 5, 16, lambda v: v), delta, np.full(600, -1, np.int64),
-        opts=ClusterOptions()) is None
+    assert (
+        sequential_greedy_pairs(
+            dense,
+            np.arange(600),
+            Clusters(5, 5, 16, lambda v: v),
+            delta,
+            np.full(600, -1, np.int64),
+            opts=ClusterOptions(),
+        )
+        is None
+    )
 
 
 def test_greedy_pair_stream_keeps_the_radius_and_the_count():
@@ -636,8 +683,12 @@ def test_greedy_pair_stream_keeps_the_radius_and_the_count():
     # the greedy pass streams its first block (first_block rows) one row at a time: the pair path
     # takes that set (it returns None for the sets it leaves to the plain stream)
     first = np.arange(opts.first_block)
-    assert sequential_greedy_pairs(
-        x, first, Clusters(4, 4, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=opts) is not None
+    assert (
+        sequential_greedy_pairs(
+            x, first, Clusters(4, 4, 16, lambda v: v), delta, np.full(x.shape[0], -1, np.int64), opts=opts
+        )
+        is not None
+    )
     cl = compress.cluster(x, delta, rule="trim", options=opts)
     _check_clustering(x, cl, delta)
     plain = compress.cluster(x, delta, rule="trim", options=opts._replace(greedy_pairs=False))
@@ -657,7 +708,9 @@ def test_greedy_join_by_bincount_equals_the_sorted_segment_sums(mode):
         clusters = Clusters(6, 6, 16, lambda v: v)
         clusters.open(x[:200], np.ones(200, np.int64), np.zeros(200))
         labels = np.full(3000, -1, np.int64)
-        taken = join_block(x, rows, cid, clusters, 0.1, mode, labels, np.arange(0), opts=ClusterOptions(greedy_bincount=flag))
+        taken = join_block(
+            x, rows, cid, clusters, 0.1, mode, labels, np.arange(0), opts=ClusterOptions(greedy_bincount=flag)
+        )
         assert taken.all()
         out.append((labels, clusters.sums[:200].copy(), clusters.counts[:200].copy(), clusters.anchor[:200].copy()))
     for a, b in zip(*out):
@@ -702,8 +755,9 @@ def test_host_thread_settings_change_no_output(monkeypatch):
     # self-queries on every core give the same labels, centroids, radii and covariances, bit for bit
     x = _blobs(12000, 5, 300, 0.02, 7)
     # the one-thread reference
-    base = compress.cluster(x, 0.05, options=ClusterOptions(cov_threads=1, isolated_parallel_rows=None,
-                                                            parallel_query_rows=1 << 62))
+    base = compress.cluster(
+        x, 0.05, options=ClusterOptions(cov_threads=1, isolated_parallel_rows=None, parallel_query_rows=1 << 62)
+    )
     threads = ClusterOptions(parallel_query_rows=0, cov_threads=2, cov_thread_min=0, isolated_parallel_rows=0)
     import concurrent.futures as cf
 
@@ -742,7 +796,9 @@ def test_second_order_correction_is_exact_for_gaussian_linear_regression(jit):
     x, y, logprior, loglik = _gaussian_linear()
     cl = compress.cluster_supervised(x, y, 0.5)
     assert cl.rho < 0.5
-    exact = variants(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))))[jit]
+    exact = variants(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))))[
+        jit
+    ]
     first = variants(compress.logdensity(logprior, loglik, cl, second_order=False))[jit]
     second = variants(compress.logdensity(logprior, loglik, cl, second_order=True))[jit]
     points = [jnp.asarray([0.9, -1.8, 0.4]), jnp.asarray([2.0, 1.0, -1.0])]
@@ -777,7 +833,9 @@ def test_padded_pseudodata_as_jit_arguments_equal_the_closed_over_logdensity():
     x, y, logprior, loglik = _gaussian_linear(n=600)
     lab = (y > 0).astype(np.int32)
     logprior_l, loglik_l = _logistic_model(3)
-    exact = jax.value_and_grad(compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))))
+    exact = jax.value_and_grad(
+        compress.logdensity(logprior, loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)))
+    )
     b = jnp.asarray([0.9, -1.8, 0.4])
     for model, clusterings, orders in (
         ((logprior, loglik), [compress.cluster_supervised(x, y, r) for r in (0.5, 0.8)], (False, True)),
@@ -794,7 +852,7 @@ def test_padded_pseudodata_as_jit_arguments_equal_the_closed_over_logdensity():
 
             for cl in clusterings:
                 pseudo = compress.pseudodata(cl, second_order=order, size=size)
-                assert pseudo.weights.shape == (size,) and pseudo.weights[cl.c:].sum() == 0
+                assert pseudo.weights.shape == (size,) and pseudo.weights[cl.c :].sum() == 0
                 v, g = value_and_grad(b, jax.tree.map(jnp.asarray, pseudo))
                 if model[1] is loglik and order:  # second order is exact here: compare with the full data
                     v0, g0 = exact(b)
@@ -813,7 +871,9 @@ def test_second_order_needs_covariances():
     with pytest.raises(ValueError, match="covariances"):
         compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, cl, second_order=True)
     with pytest.raises(ValueError, match="Clustering"):
-        compress.logdensity(lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(3)), second_order=True)
+        compress.logdensity(
+            lambda t: 0.0, lambda t, x: 0.0, compress.Pseudodata(jnp.ones((3, 2)), np.ones(3)), second_order=True
+        )
 
 
 def test_posterior_error_in_sd_units():
@@ -835,8 +895,18 @@ def test_choose_radius_predicts_the_exact_mean_shift_for_gaussian_linear_regress
     x, y, logprior, loglik = _gaussian_linear(n=1000, seed=3)
     data = (jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
     radii = [0.2, 0.6]
-    choice = compress.choose_radius(logprior, loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
-                                    jnp.zeros(3), target=1e-9, second_order=False, newton_steps=3, on_miss="ignore")
+    choice = compress.choose_radius(
+        logprior,
+        loglik,
+        data,
+        lambda r: compress.cluster_supervised(x, y, r),
+        radii,
+        jnp.zeros(3),
+        target=1e-9,
+        second_order=False,
+        newton_steps=3,
+        on_miss="ignore",
+    )
     assert choice.radii == (0.6, 0.2) and choice.radius == 0.2 and not choice.met  # nothing meets 1e-9
     for r, err in zip(choice.radii, choice.errors):
         cl = compress.cluster_supervised(x, y, r)
@@ -848,8 +918,16 @@ def test_choose_radius_predicts_the_exact_mean_shift_for_gaussian_linear_regress
         assert err == pytest.approx(truth, rel=0.05, abs=1e-3), (r, err, truth)
     assert choice.errors[0] > 1.0  # the largest radius is far off without the correction
     # with the correction the compressed posterior is exact: the largest radius is chosen
-    corrected = compress.choose_radius(logprior, loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
-                                       jnp.zeros(3), target=0.05, newton_steps=3)
+    corrected = compress.choose_radius(
+        logprior,
+        loglik,
+        data,
+        lambda r: compress.cluster_supervised(x, y, r),
+        radii,
+        jnp.zeros(3),
+        target=0.05,
+        newton_steps=3,
+    )
     assert corrected.radius == 0.6 and corrected.errors[0] < 0.05 and corrected.met
 
 
@@ -888,7 +966,10 @@ def test_union_of_shards_keeps_the_guarantee():
         (lambda: compress.cluster_stream([np.ones((3, 2)), np.ones((3, 3))], 0.1), "columns"),
         (lambda: compress.cluster_stream([], 0.1), "at least one chunk"),
         (lambda: compress.cluster_stream([np.ones((3, 2))], 0.0), "radius"),
-        (lambda: compress.cluster_shards([np.ones((3, 2)), np.full((2, 2), np.inf)], 0.1), "shards\\[1\\] must be finite"),
+        (
+            lambda: compress.cluster_shards([np.ones((3, 2)), np.full((2, 2), np.inf)], 0.1),
+            "shards\\[1\\] must be finite",
+        ),
         (lambda: compress.cluster_shards([], 0.1), "at least one shard"),
     ],
 )

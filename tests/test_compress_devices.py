@@ -1,4 +1,5 @@
 """Scale-out of jaxsub.compress on 8 simulated CPU devices (subprocess: XLA_FLAGS must be set before JAX starts)."""
+
 import json
 import os
 import subprocess
@@ -20,11 +21,16 @@ def _env():
 
 @pytest.mark.multidevice
 def test_sharded_logdensity_and_per_shard_clustering_equal_single_device():
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_compress_devices_script.py")], env=_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "_compress_devices_script.py")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     # value and gradient of the sharded compressed log-density equal the single-device ones
     # up to float32 reassociation of the sums (relative ~1e-7 per term, ~1e3 terms)
     assert out["rel_diff"] <= 2e-5, out
@@ -52,8 +58,10 @@ def run_peers(commands, env, timeout: float, poll: float = 0.1) -> list[str]:
     import time
 
     with tempfile.TemporaryDirectory() as tmp:
-        files = [(open(os.path.join(tmp, f"{i}.out"), "w+"), open(os.path.join(tmp, f"{i}.err"), "w+"))
-                 for i in range(len(commands))]
+        files = [
+            (open(os.path.join(tmp, f"{i}.out"), "w+"), open(os.path.join(tmp, f"{i}.err"), "w+"))
+            for i in range(len(commands))
+        ]
         procs = [subprocess.Popen(cmd, env=env, stdout=o, stderr=e, text=True) for cmd, (o, e) in zip(commands, files)]
 
         def text(i, k):
@@ -73,14 +81,17 @@ def run_peers(commands, env, timeout: float, poll: float = 0.1) -> list[str]:
                     while time.monotonic() < grace and any(p.poll() is None for p in procs):
                         time.sleep(poll)
                     failed += [i for i, p in enumerate(procs) if i not in failed and p.poll() not in (None, 0)]
-                    failure = "\n".join(f"peer {i} exited with status {procs[i].returncode}; its stderr:\n"
-                                         f"{text(i, 1)[-2000:]}" for i in failed)
+                    failure = "\n".join(
+                        f"peer {i} exited with status {procs[i].returncode}; its stderr:\n{text(i, 1)[-2000:]}"
+                        for i in failed
+                    )
                     break
                 if len(exited) == len(procs):
                     return [text(i, 0) for i in range(len(procs))]
                 if time.monotonic() - start > timeout:
                     failure = f"peers still running after {timeout:.0f} s; stderr:\n" + "\n".join(
-                        f"--- peer {i}:\n{text(i, 1)[-1500:]}" for i in range(len(procs)))
+                        f"--- peer {i}:\n{text(i, 1)[-1500:]}" for i in range(len(procs))
+                    )
                     break
                 time.sleep(poll)
         finally:
@@ -118,15 +129,18 @@ def test_two_process_distributed_clustering_and_logdensity_equal_single_process(
     port = str(_free_port())
     script = str(ROOT / "tests" / "_compress_devices_script.py")
     stdouts = run_peers([[sys.executable, script, "distributed", str(i), port] for i in range(2)], env, timeout=300.0)
-    outs = [json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):]) for out in stdouts]
+    outs = [
+        json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][len("RESULT ") :]) for out in stdouts
+    ]
     x = np.random.default_rng(0).standard_normal((3001, 3)).astype(np.float32)[:3000].astype(np.float64)
     ref = compress.cluster_shards(np.array_split(x, 2), 0.4)
     for out in outs:  # every process returns the same global clustering
         assert out["c"] == ref.c and out["labels"] == ref.labels.tolist() and out["counts"] == ref.counts.tolist()
         np.testing.assert_array_equal(np.asarray(out["centroids"]), ref.centroids)  # bit-exact exchange
         assert out["radius"] <= 0.4
-    fn = compress.logdensity(lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), ref,
-                             second_order=False)  # the sharded log-density is first order
+    fn = compress.logdensity(
+        lambda m: -0.5 * jnp.sum(m**2), lambda m, xi: -0.5 * jnp.sum((xi - m) ** 2), ref, second_order=False
+    )  # the sharded log-density is first order
     value, grad = jax.value_and_grad(fn)(jnp.asarray([0.3, -0.2, 0.1], jnp.float32))
     for out in outs:
         # float32 partial sums over ~half the centroids each, added by the psum: reassociation only

@@ -1,5 +1,6 @@
 """Safe defaults of jaxsub.compress: second-order log-densities, radius choices that say whether the
 target was met, labels kept discrete, and named errors for wrong shapes and non-finite data."""
+
 import warnings
 
 import jax
@@ -56,7 +57,9 @@ def test_logdensity_defaults_to_second_order_where_covariances_exist():
     # and the default is the better posterior: its gradient at the exact MAP is nearer zero (the exact one)
     exact_b, sd = _exact_map(x, y)
     g_default = jax.grad(compress.logdensity(_logprior, _loglik, cl))(jnp.asarray(exact_b, jnp.float32))
-    g_first = jax.grad(compress.logdensity(_logprior, _loglik, cl, second_order=False))(jnp.asarray(exact_b, jnp.float32))
+    g_first = jax.grad(compress.logdensity(_logprior, _loglik, cl, second_order=False))(
+        jnp.asarray(exact_b, jnp.float32)
+    )
     assert float(jnp.linalg.norm(g_default)) < 0.2 * float(jnp.linalg.norm(g_first))
     # plain data carry no covariances: the default is the exact (first-order) log-density
     exact = compress.logdensity(_logprior, _loglik, (jnp.asarray(x, jnp.float32), jnp.asarray(y)))
@@ -69,8 +72,17 @@ def test_logdensity_defaults_to_second_order_where_covariances_exist():
 def _choose(target, on_miss="warn", radii=(2.0, 1.0, 0.5)):
     x, y = _logistic_data()
     data = (jnp.asarray(x, jnp.float32), jnp.asarray(y))
-    return compress.choose_radius(_logprior, _loglik, data, lambda r: compress.cluster_supervised(x, y, r), radii,
-                                  jnp.zeros(2), target=target, second_order=False, on_miss=on_miss)
+    return compress.choose_radius(
+        _logprior,
+        _loglik,
+        data,
+        lambda r: compress.cluster_supervised(x, y, r),
+        radii,
+        jnp.zeros(2),
+        target=target,
+        second_order=False,
+        on_miss=on_miss,
+    )
 
 
 def test_choose_radius_warns_and_reports_a_missed_target():

@@ -1,11 +1,11 @@
 """Tests for jaxsub.coreference (racing Gibbs for pairwise-factor clustering, paper §5.3)."""
+
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import tv_distance, tv_tolerance
 
 from jaxsub import coreference as co
@@ -24,8 +24,15 @@ RAGGED = [1, 50, 30, 15, 8, 4, 2, 1, 1, 8]  # cluster sizes of block 0 (mention 
 # race_cost=38: the cost model at its boundary for mention 0 (its race is expected to save exactly
 # 119 - (39 small-arm members + 2 raced arms + 4 m1) = 38 evaluations, so it races: the TV tests check
 # that every draw raced); see test_cost_model_updates_exactly_where_a_race_cannot_pay.
-RACE = dict(delta=0.05, first_batch_size=10, min_race_size=20, max_candidates=16, min_arm_draws=2.0, race_widths=(),
-            race_cost=38.0)
+RACE = dict(
+    delta=0.05,
+    first_batch_size=10,
+    min_race_size=20,
+    max_candidates=16,
+    min_arm_draws=2.0,
+    race_widths=(),
+    race_cost=38.0,
+)
 SMALL_MEMBERS = 15 + 8 + 4 + 2 + 1 + 1 + 8
 
 
@@ -146,7 +153,7 @@ def _check_racing_conditional(schedule, widths, batch_size):
         assert evals.min() >= SMALL_MEMBERS - 15 + 3 * RACE["first_batch_size"]
     # negative control: the same draws are far from a wrong conditional (largest cluster halved)
     a_wrong = np.asarray(mentions["a"]).copy()
-    a_wrong[first[1]:first[1] + 25] = 0.0
+    a_wrong[first[1] : first[1] + 25] = 0.0
     _, wrong = _exact_conditional(a_wrong, labels, 0, range(120), beta)
     assert tv_distance(emp, wrong) > delta + tol
     # sizes stay consistent with labels (no cluster dropped)
@@ -202,7 +209,7 @@ def _numpy_exact_sweep(key, labels, a, blocks, beta, lists=None, small_cap=64):
             y = labels[i]
             cols = act[s] + ([tail[s][0]] if sizes[y] > 1 else [])
             sums = np.zeros(len(cols))
-            for j in blocks.order[s:s + n]:
+            for j in blocks.order[s : s + n]:
                 if j != i:
                     sums[cols.index(labels[j])] += beta * float(a[j])
             new = cols[int(np.argmax(sums + noise[: len(cols)]))]
@@ -228,13 +235,13 @@ def _assert_state_consistent(state, blocks):
     np.testing.assert_array_equal(apos[act], np.arange(m))
     for s in np.unique(blocks.start):
         n = blocks.size[s]
-        assert set(act[s:s + n]) == set(range(s, s + n)) and set(mem[s:s + n]) == set(blocks.order[s:s + n])
+        assert set(act[s : s + n]) == set(range(s, s + n)) and set(mem[s : s + n]) == set(blocks.order[s : s + n])
         k = nact[s]
-        assert np.all(sizes[act[s:s + k]] > 0) and np.all(sizes[act[s + k:s + n]] == 0)
-        ends = seg[s:s + k] + sizes[act[s:s + k]]
-        assert seg[s] == s and ends[-1] == s + n and np.all(seg[s + 1:s + k] == ends[:-1])  # contiguous tiling
+        assert np.all(sizes[act[s : s + k]] > 0) and np.all(sizes[act[s + k : s + n]] == 0)
+        ends = seg[s : s + k] + sizes[act[s : s + k]]
+        assert seg[s] == s and ends[-1] == s + n and np.all(seg[s + 1 : s + k] == ends[:-1])  # contiguous tiling
         for q in range(s, s + k):
-            assert np.all(lab[mem[seg[q]:seg[q] + sizes[act[q]]]] == act[q])
+            assert np.all(lab[mem[seg[q] : seg[q] + sizes[act[q]]]] == act[q])
 
 
 def test_exact_sweep_matches_numpy_reference():
@@ -282,8 +289,9 @@ def test_cost_model_updates_exactly_where_a_race_cannot_pay():
     # m1 = 10) is expected to save 119 - (39 + 2 + 40) = 38 evaluations; at width 16 the cost is F itself
     assert co.options.race_costs(38.0, (16, 70)) == (38.0, 38.0 * (38 + 70) / (38 + 16))
     assert co.options.race_costs(38.0, (2, 4)) == (38.0, 38.0)  # narrower races are not cheaper
-    pays = functools.partial(co.options.race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0,
-                             first_batch_size=10)
+    pays = functools.partial(
+        co.options.race_pays, jnp.int32(119), jnp.int32(39), jnp.int32(2), width=0, first_batch_size=10
+    )
     assert bool(pays(co.options.race_costs(38.0, (16,)))) and not bool(pays(co.options.race_costs(38.5, (16,))))
     # the race side of the boundary is compiled into every racing test here (RACE: F = 38, mention 0 races).
     # Static part: no update of the class K <= 128 can save more than 128 - (1 + 40) = 87 evaluations, so
@@ -409,8 +417,12 @@ def test_bad_inputs_raise_value_error():
 
 
 def test_default_similarity_factor_and_encoding():
-    cols = {"name": ["john smith", "jon smith", "mary jones", None, "m jones"], "city": ["a", "a", "b", "a", None],
-            "year": [1990.0, 1991.0, 2010.0, np.nan, 2009.0], "coauthors": ["x;y", "y;z", "q", "x", ""]}
+    cols = {
+        "name": ["john smith", "jon smith", "mary jones", None, "m jones"],
+        "city": ["a", "a", "b", "a", None],
+        "year": [1990.0, 1991.0, 2010.0, np.nan, 2009.0],
+        "coauthors": ["x;y", "y;z", "q", "x", ""],
+    }
     kinds = {"name": "string", "city": "categorical", "year": "numeric", "coauthors": "tokens"}
     enc = co.encode_mentions(cols, kinds, hash_dim=64)
     f = jax.jit(co.similarity_factor(kinds, scales={"year": 2.0}))  # one compile for the three calls
@@ -424,31 +436,41 @@ def test_default_similarity_factor_and_encoding():
     assert only == pytest.approx(cat + tok, abs=1e-6)
     # the packed form (one dot product over [bags, presence flags], codes, numbers) gives the same values
     # on every pair, missing fields included, with non-default weights, thresholds, scales and bias
-    settings = dict(weights={"name": 2.0, "city": 0.5, "year": 1.5, "coauthors": 3.0}, thresholds={"name": 0.6},
-                    scales={"year": 2.0}, bias=0.25)
+    settings = dict(
+        weights={"name": 2.0, "city": 0.5, "year": 1.5, "coauthors": 3.0},
+        thresholds={"name": 0.6},
+        scales={"year": 2.0},
+        bias=0.25,
+    )
     ref_f = co.similarity_factor(kinds, **settings)
     sim = co.packed_similarity(kinds, **settings)
     packed = sim.pack(enc)
     assert packed["dense"].shape == (5, 2 * 64 + 2) and packed["codes"].shape == (5, 1)
+
     def all_pairs(g, x):  # eager (op by op on [5, 5] batches): no compile
         return jax.vmap(jax.vmap(g, (None, 0)), (0, None))(x, x)
 
-    np.testing.assert_allclose(np.asarray(all_pairs(sim.factor, packed)), np.asarray(all_pairs(ref_f, enc)),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(all_pairs(sim.factor, packed)), np.asarray(all_pairs(ref_f, enc)), rtol=1e-6, atol=1e-6
+    )
 
 
 # --------------------------------------------------------------------------- sufficient statistics
 SUFF_KINDS = {"name": "string", "venue": "categorical", "year": "numeric"}
-SUFF_SETTINGS = dict(weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.5}, scales={"year": 2.0},
-                     bias=-0.3)
+SUFF_SETTINGS = dict(
+    weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.5}, scales={"year": 2.0}, bias=-0.3
+)
 
 
 def _suff_problem():
     """7 mentions, missing fields of every kind, two blocks (5 + 2: ragged), the pairwise matrix F."""
     from jaxsub.coreference import sufficient as su
 
-    cols = {"name": ["ann lee", "ann li", None, "bob ray", "bob rae", "ann lee", "x"],
-            "venue": ["a", "b", "a", None, "b", "a", "c"], "year": [1.0, 2.0, np.nan, 5.0, 4.0, 1.5, 3.0]}
+    cols = {
+        "name": ["ann lee", "ann li", None, "bob ray", "bob rae", "ann lee", "x"],
+        "venue": ["a", "b", "a", None, "b", "a", "c"],
+        "year": [1.0, 2.0, np.nan, 5.0, 4.0, 1.5, 3.0],
+    }
     sim = co.packed_similarity(SUFF_KINDS, **SUFF_SETTINGS)
     x = sim.pack(co.encode_mentions(cols, SUFF_KINDS, hash_dim=8))
     blocks = co.make_blocks([0, 1, 0, 0, 1, 0, 0])
@@ -475,8 +497,12 @@ def test_sufficient_statistics_conditional_equals_pairwise_and_sweep_counts():
     labels = blocks.start[blocks.position] + np.array([0, 0, 0, 1, 1, 0, 1])  # ... written per block
     state = su.init(jnp.asarray(labels, jnp.int32), blocks)
     for i in range(7):
-        np.testing.assert_allclose(np.asarray(k.log_conditional(state, x, i, 1.7)),
-                                   _pairwise_log_conditional(blocks, labels, f, i, 1.7), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(k.log_conditional(state, x, i, 1.7)),
+            _pairwise_log_conditional(blocks, labels, f, i, 1.7),
+            rtol=1e-5,
+            atol=1e-5,
+        )
     # one jitted sweep: valid labels, candidates and member terms counted (NumPy replay of the draws' counts)
     new, info = jax.jit(k.step)(jax.random.key(0), state, x, 1.0)
     new = np.asarray(new.labels)
@@ -492,7 +518,7 @@ def _partitions(items):
         return
     for rest in _partitions(items[1:]):
         for k in range(len(rest)):
-            yield rest[:k] + [[items[0]] + rest[k]] + rest[k + 1:]
+            yield rest[:k] + [[items[0]] + rest[k]] + rest[k + 1 :]
         yield [[items[0]]] + rest
 
 
@@ -509,19 +535,22 @@ def test_sufficient_statistics_sweep_equal_in_law_to_exact_posterior():
             parts = pa + pb
             key = tuple(sorted(tuple(sorted(c)) for c in parts))
             states[key] = len(states)
-            logp.append(sum(f[i, j] for c in parts for a, i in enumerate(c) for j in c[a + 1:]))
+            logp.append(sum(f[i, j] for c in parts for a, i in enumerate(c) for j in c[a + 1 :]))
     probs = np.exp(np.asarray(logp) - max(logp))
     probs /= probs.sum()
 
     def chains(beta):
         def chain(key):
-            return jax.lax.fori_loop(0, 30, lambda t, s: k.step(jax.random.fold_in(key, t), s, x, beta)[0],
-                                     su.init(None, blocks)).labels
+            return jax.lax.fori_loop(
+                0, 30, lambda t, s: k.step(jax.random.fold_in(key, t), s, x, beta)[0], su.init(None, blocks)
+            ).labels
+
         return np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(3), 4000)))
 
     def codes(labels):
-        return np.array([states[tuple(sorted(tuple(np.flatnonzero(lab == c)) for c in np.unique(lab)))]
-                         for lab in labels])
+        return np.array(
+            [states[tuple(sorted(tuple(np.flatnonzero(lab == c)) for c in np.unique(lab)))] for lab in labels]
+        )
 
     tol = tv_tolerance(probs, 4000)
     assert tv_distance(np.bincount(codes(chains(1.0)), minlength=probs.size) / 4000, probs) < tol
@@ -532,10 +561,19 @@ def test_crf_similarity_templates_values_and_missing_fields():
     """Thresholded templates by hand: name cos = 1 (≥ high: +w), cos = 0 (< t: -w), missing (0); venue ±w;
     year |Δ| ≤ s (+w), s < |Δ| ≤ 3 s (0), > 3 s (-w), NaN (0); bias added once."""
     kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
-    cols = {"name": ["ann lee", "ann lee", "zzz", None], "venue": ["a", "a", "b", None],
-            "year": [2000.0, 2003.0, 2009.0, np.nan]}
-    sim = co.crf_similarity(kinds, {"name": 2.0, "venue": 0.5, "year": 1.5}, thresholds={"name": 0.4},
-                            high={"name": 0.9}, scales={"year": 2.0}, bias=0.25)
+    cols = {
+        "name": ["ann lee", "ann lee", "zzz", None],
+        "venue": ["a", "a", "b", None],
+        "year": [2000.0, 2003.0, 2009.0, np.nan],
+    }
+    sim = co.crf_similarity(
+        kinds,
+        {"name": 2.0, "venue": 0.5, "year": 1.5},
+        thresholds={"name": 0.4},
+        high={"name": 0.9},
+        scales={"year": 2.0},
+        bias=0.25,
+    )
     x = sim.pack(co.encode_mentions(cols, kinds, hash_dim=64))
     f = np.asarray(jax.vmap(jax.vmap(sim.factor, (None, 0)), (0, None))(x, x))  # eager
     cos02 = float(np.dot(np.asarray(x["dense"][0, :64]), np.asarray(x["dense"][2, :64])))
@@ -561,8 +599,12 @@ def test_init_options_and_factor_settings_refuse_bad_values():
     m = blocks.num_mentions
     good = np.asarray(state.labels)
     bad_labels = {
-        "integer array of shape": [good.astype(np.float32), np.where(np.arange(m) == 3, np.nan, good), good[:-1],
-                                   good[None]],
+        "integer array of shape": [
+            good.astype(np.float32),
+            np.where(np.arange(m) == 3, np.nan, good),
+            good[:-1],
+            good[None],
+        ],
         "mention 0 has label -1": [np.where(np.arange(m) == 0, -1, good)],
         "mention 120 has label 0": [np.where(np.arange(m) == 120, 0, good)],  # another block's cluster id
     }
@@ -576,12 +618,16 @@ def test_init_options_and_factor_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="temperatures"):
         co.fit(jax.random.key(0), _factor, mentions, blocks, [1.0, np.nan])
     bad_options = {
-        "chunk_size": {"chunk_size": 0}, "max_candidates": {"max_candidates": 1},
+        "chunk_size": {"chunk_size": 0},
+        "max_candidates": {"max_candidates": 1},
         "min_race_size": {"min_race_size": 19, "first_batch_size": 10},
         "min_arm_draws": [{"min_arm_draws": -0.5}, {"min_arm_draws": 11.0, "first_batch_size": 10}],
-        "race_widths": [{"race_widths": (1,)}, {"race_widths": 3}], "batch_size": {"batch_size": 0},
-        "control_variate": {"control_variate": "yes"}, "visit": [{"visit": [m]}, {"visit": [[0]]}],
-        "schedule": {"schedule": "shared"}, "delta": [{"delta": 0.0}, {"delta": float("nan")}],
+        "race_widths": [{"race_widths": (1,)}, {"race_widths": 3}],
+        "batch_size": {"batch_size": 0},
+        "control_variate": {"control_variate": "yes"},
+        "visit": [{"visit": [m]}, {"visit": [[0]]}],
+        "schedule": {"schedule": "shared"},
+        "delta": [{"delta": 0.0}, {"delta": float("nan")}],
         "cv_members": {"cv_members": 51, "hybrid": True},
     }
     for name, cases in bad_options.items():
@@ -598,8 +644,10 @@ def test_init_options_and_factor_settings_refuse_bad_values():
         co.conditional_update(blocks, m)
     kinds = {"name": "string", "year": "numeric"}
     bad_settings = {
-        "weights": {"weights": {"name": float("nan")}}, "thresholds": {"thresholds": {"name": 1.5}},
-        "scales": {"scales": {"year": 0.0}}, "bias": {"bias": float("inf")},
+        "weights": {"weights": {"name": float("nan")}},
+        "thresholds": {"thresholds": {"name": 1.5}},
+        "scales": {"scales": {"year": 0.0}},
+        "bias": {"bias": float("inf")},
     }
     for name, kw in bad_settings.items():
         for constructor in (co.similarity_factor, co.packed_similarity, co.crf_similarity):
@@ -609,5 +657,11 @@ def test_init_options_and_factor_settings_refuse_bad_values():
         co.packed_similarity(kinds, scales={"yaer": 2.0})
     with pytest.raises(ValueError, match="high"):
         co.crf_similarity(kinds, high={"name": 1.5})
-    co.crf_similarity(kinds, weights={"name": -1.0, "year": 2.0}, thresholds={"name": -0.2}, scales={"year": 3.0},
-                      high={"name": 0.9}, bias=-1.0)  # in range: accepted
+    co.crf_similarity(
+        kinds,
+        weights={"name": -1.0, "year": 2.0},
+        thresholds={"name": -0.2},
+        scales={"year": 3.0},
+        high={"name": 0.9},
+        bias=-1.0,
+    )  # in range: accepted

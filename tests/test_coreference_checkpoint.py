@@ -1,4 +1,5 @@
 """Checkpoint and resume of :func:`jaxsub.coreference.fit`: a run killed after a checkpoint resumes to the same draws."""
+
 import importlib.util
 import os
 import signal
@@ -71,8 +72,9 @@ def test_killed_run_resumes_to_the_uninterrupted_draws(run_module, tmp_path):
     script, ns = run_module
     ckpt = tmp_path / "ckpt"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, str(script), str(ckpt)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ckpt)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 120
         while checkpoint.latest_step(ckpt) is None:
@@ -104,8 +106,16 @@ def test_checkpoint_of_another_run_or_bad_interval_refused(run_module, tmp_path)
     for changed in ({"rng_key": jax.random.key(10)}, {"temperatures": betas * 2}, {"exact": False}):
         args = {"rng_key": jax.random.key(9), "temperatures": betas, "exact": True, **changed}
         with pytest.raises(ValueError, match="different run"):
-            co.fit(args["rng_key"], ns["factor"], mentions, blocks, args["temperatures"], exact=args["exact"],
-                   checkpoint_dir=tmp_path)
+            co.fit(
+                args["rng_key"],
+                ns["factor"],
+                mentions,
+                blocks,
+                args["temperatures"],
+                exact=args["exact"],
+                checkpoint_dir=tmp_path,
+            )
     with pytest.raises(ValueError, match="checkpoint_every"):
-        co.fit(jax.random.key(9), ns["factor"], mentions, blocks, betas, checkpoint_dir=tmp_path / "x",
-               checkpoint_every=0)
+        co.fit(
+            jax.random.key(9), ns["factor"], mentions, blocks, betas, checkpoint_dir=tmp_path / "x", checkpoint_every=0
+        )

@@ -1,4 +1,5 @@
 """Tests of jaxsub.anneal.crosscat: exact invariance by enumeration, the new-view MH ratio, missing cells, errors."""
+
 from __future__ import annotations
 
 import functools
@@ -11,19 +12,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_discrete_matches
 from scipy import integrate
+from test_anneal import _while_bodies, fast_xla_compile  # noqa: F401  (autouse fixture)
 
 import jaxsub.anneal as an
-from helpers import assert_discrete_matches
-from test_anneal import _while_bodies, fast_xla_compile  # noqa: F401  (autouse fixture)
 from jaxsub.anneal import crosscat as cc
+from jaxsub.anneal import exact
 from jaxsub.anneal.crosscat import copy_avoidance, score_cache
 from jaxsub.anneal.crosscat import hypers as cc_hypers
 from jaxsub.anneal.crosscat import partitions as cc_partitions
 from jaxsub.anneal.crosscat import rows as cc_rows
 from jaxsub.anneal.crosscat import scores as cc_scores
 from jaxsub.anneal.crosscat import views as cc_views
-from jaxsub.anneal import exact
 
 FEATS = (an.DirichletCategorical(3, 0.5), an.BetaBernoulli(0.5, 0.5), an.NormalInverseChiSquared(0.0, 1.0, 2.0, 1.0))
 DATA = np.array([[0, 1, -1.0], [0, 1, np.nan], [2, 0, 1.2], [2, np.nan, 1.5]])
@@ -52,7 +53,7 @@ def _ref_log_joint(model, view_part, row_parts, data=DATA):
     return lp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _enumerate(model):
     n, F = DATA.shape
     parts = list(exact.enumerate_partitions(n))
@@ -79,7 +80,7 @@ def _batch_states(model, parts, states, idx, capacity=4):
     return enc, _batched_init(model, capacity)(jnp.asarray(vo), jnp.asarray(z))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batched_init(model, capacity):
     """One compiled batched ``init`` per model (shared by the tests on DATA)."""
     enc = cc.encode_table(model, DATA)
@@ -110,8 +111,15 @@ def _exact_observable(parts, states, probs):
 
 
 @pytest.mark.parametrize("kind", ["crp", pytest.param("pitman_yor", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("move", ["rows", pytest.param("feature_gibbs", marks=pytest.mark.slow),
-                                  pytest.param("new_view_mh", marks=pytest.mark.slow), "feature_sweep"])
+@pytest.mark.parametrize(
+    "move",
+    [
+        "rows",
+        pytest.param("feature_gibbs", marks=pytest.mark.slow),
+        pytest.param("new_view_mh", marks=pytest.mark.slow),
+        "feature_sweep",
+    ],
+)
 def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
     """3 features x 4 rows (one missing cell in two columns): start at exact draws, apply a move, chi-square.
 
@@ -130,6 +138,7 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
         if move == "feature_sweep":  # all partitions pre-drawn in one loop (unbatched trip, as in build_sweep)
             return cc.feature_sweep(key, s, model=model, data=enc, trip=trip)[0]
         if move == "rows":  # 4 full-data Gibbs ticks in every view (one traced tick in a loop: one small compile)
+
             def one(t, s):
                 u = cc.tick_words(jax.random.fold_in(key, t), s.z.shape[0])
                 return cc.row_tick(u, s, an.GIBBS, 1.0, model=model, data=enc)[0]
@@ -143,8 +152,9 @@ def test_every_move_leaves_exact_crosscat_posterior_invariant(kind, move):
         s = jax.lax.fori_loop(0, 2, cat, s)
         return mv(jax.random.fold_in(key, 2), s, (1, jnp.int32(0)), model=model, data=enc)[0]  # feature 2 (real)
 
-    out = jax.jit(jax.vmap(step, in_axes=(0, 0, None)))(jax.random.split(jax.random.key(2), num), st,
-                                                         jnp.int32(DATA.shape[0]))
+    out = jax.jit(jax.vmap(step, in_axes=(0, 0, None)))(
+        jax.random.split(jax.random.key(2), num), st, jnp.int32(DATA.shape[0])
+    )
     assert not np.any(np.asarray(out.halted))
     draws = _observe(parts, out)
     assert_discrete_matches(draws, _exact_observable(parts, states, probs))
@@ -177,8 +187,9 @@ def test_feature_sweep_on_the_subsample_window_only_leaves_the_exact_posterior_i
     init_b = jax.jit(jax.vmap(lambda a, b: cc.init(model, enc, 4, view_of=a, z=b)))
     st = init_b(jnp.asarray(vo), jnp.asarray(z))
     assert np.all(np.asarray(st.order[0, :4]) == inside) and np.all(np.asarray(st.num_assigned) == 4)
-    out, ok = jax.jit(jax.vmap(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc, trip=jnp.int32(4),
-                                                             width=5)))(jax.random.split(jax.random.key(6), num), st)
+    out, ok = jax.jit(jax.vmap(lambda k, s: cc.feature_sweep(k, s, model=model, data=enc, trip=jnp.int32(4), width=5)))(
+        jax.random.split(jax.random.key(6), num), st
+    )
     assert np.all(np.asarray(ok)) and not np.any(np.asarray(out.halted))
     zo = np.asarray(out.z)
     assert np.all(zo[:, :, [1, 4, 6]] == -1)
@@ -224,8 +235,9 @@ def test_block_tick_moves_the_handful_jointly_from_its_exact_conditional():
     # words 0-1 pick row r exactly: floor(W n / 2^64) = r for W = (r + 1/2) 2^64 / n (high word; low word 0)
     hi = np.asarray([((2 * c[1] + 1) << 31) // n for c in cases], np.uint32)
     us = us.at[:, :, 0].set(jnp.asarray(hi)[:, None]).at[:, :, 1].set(jnp.uint32(0))
-    step = jax.jit(jax.vmap(jax.vmap(lambda u, s, b: cc.block_tick(u, s, b, model=model, data=enc)[0],
-                                     in_axes=(0, None, None))))
+    step = jax.jit(
+        jax.vmap(jax.vmap(lambda u, s, b: cc.block_tick(u, s, b, model=model, data=enc)[0], in_axes=(0, None, None)))
+    )
     out = step(us, st, jnp.asarray([c[2] for c in cases], jnp.int32))
     assert not np.any(np.asarray(out.halted))
     z_out = np.asarray(out.z)
@@ -304,12 +316,14 @@ def test_new_view_mh_acceptance_matches_direct_formula():
     seen = set()
     num = st.view_of.shape[0]
     lp_before = {}  # reference log joint of each starting state (the same for the three features)
-    cat_prop = jax.jit(jax.vmap(lambda k, s, j: cc_views._new_view_proposal(k, s, (0, j), model=model, data=enc),
-                                in_axes=(0, 0, None)))  # features 0 and 1 (categorical): one compile, j traced
+    cat_prop = jax.jit(
+        jax.vmap(lambda k, s, j: cc_views._new_view_proposal(k, s, (0, j), model=model, data=enc), in_axes=(0, 0, None))
+    )  # features 0 and 1 (categorical): one compile, j traced
     for f in range(3):
         keys = jax.random.split(jax.random.key(f), num)
-        props, log_accs, valids = (cat_prop(keys, st, jnp.int32(f)) if f < 2 else
-                                   jax.jit(jax.vmap(partial_proposal(model, enc, f)))(keys, st))
+        props, log_accs, valids = (
+            cat_prop(keys, st, jnp.int32(f)) if f < 2 else jax.jit(jax.vmap(partial_proposal(model, enc, f)))(keys, st)
+        )
         for c in range(num):
             if not bool(valids[c]):
                 continue
@@ -346,16 +360,19 @@ def test_new_view_mh_acceptance_with_a_proposal_drawn_under_other_hyperparameter
 
     def prop(k, s, f):
         k1, k2 = jax.random.split(k)
-        z, sz, ok = cc_partitions._draw_partitions(k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q),
-                                        s.sizes.shape[1])
-        return cc_views._new_view_proposal(k1, s, f, model=model, data=enc,
-                                     fresh=(z[0], sz[0], ok[0], jnp.float32(a_q), jnp.float32(d_q)))
+        z, sz, ok = cc_partitions._draw_partitions(
+            k2, s.order, s.num_assigned, jnp.full((1,), a_q), jnp.full((1,), d_q), s.sizes.shape[1]
+        )
+        return cc_views._new_view_proposal(
+            k1, s, f, model=model, data=enc, fresh=(z[0], sz[0], ok[0], jnp.float32(a_q), jnp.float32(d_q))
+        )
 
     seen = set()
     rp = model.row_prior
     for f in (0,):  # one compile: feature 0 alone or sharing its view gives refresh and split proposals
         props, log_accs, valids = jax.jit(jax.vmap(functools.partial(prop, f=f)))(
-            jax.random.split(jax.random.key(10 + f), num), st)
+            jax.random.split(jax.random.key(10 + f), num), st
+        )
         for c in range(num):
             vo0, vo1 = np.asarray(st.view_of[c]), np.asarray(props.view_of[c])
             alone0 = (vo0 == vo0[f]).sum() == 1
@@ -401,8 +418,7 @@ def test_non_uniform_dirichlet_predictive_matches_numerical_integration():
     for lvl in range(3):
         got = float(pred(jnp.asarray([lvl])))
         a = beta + c  # posterior Dirichlet; its theta_l marginal is Beta(a_l, A - a_l): E[theta_l] by quadrature
-        num, _ = integrate.quad(lambda t: t * beta_dist.pdf(t, a[lvl], a.sum() - a[lvl]), 0, 1, epsabs=1e-12,
-                                limit=200)
+        num, _ = integrate.quad(lambda t: t * beta_dist.pdf(t, a[lvl], a.sum() - a[lvl]), 0, 1, epsabs=1e-12, limit=200)
         np.testing.assert_allclose(math.exp(got), num, rtol=1e-4)
     # negative control: the symmetric-concentration predictive (mean pseudo-count) differs
     sym = (beta.mean() + c[0]) / (3 * beta.mean() + c.sum())
@@ -434,8 +450,12 @@ def test_bad_tables_and_settings_raise():
     with pytest.raises(ValueError, match="initial_views"):
         cc.fit(jax.random.key(0), np.zeros((4, 2)), model, an.linear_anneal(4, 8), initial_views="random")
     with pytest.raises(ValueError, match="blocks > 1"):  # block Gibbs (Anneal Stepsize) needs the random policy
-        cc.fit(jax.random.key(0), np.zeros((4, 2)), model,
-               an.Schedule(np.full(4, an.ADD, np.int8), 4, policy="fifo", blocks=np.array([1, 2, 1, 1])))
+        cc.fit(
+            jax.random.key(0),
+            np.zeros((4, 2)),
+            model,
+            an.Schedule(np.full(4, an.ADD, np.int8), 4, policy="fifo", blocks=np.array([1, 2, 1, 1])),
+        )
 
 
 def test_prior_view_partition_draws_the_view_prior():
@@ -461,15 +481,18 @@ def test_parallel_crp_partition_draw_matches_the_eppf_and_the_capacity_flag():
     labels are in order of first appearance along ``order``, unassigned rows -1, ``sizes`` the label counts;
     capacity 2: ``ok`` is exactly "at most 2 tables". Negative control: the sequential rule's "uniform *table*"
     (not row) for joiners gives a different law, rejected by the same check."""
-    alpha, n, m = 1.3, 6, 4
+    alpha, m = 1.3, 4  # 6 rows, 4 of them assigned
     order = jnp.asarray([3, 0, 5, 1, 4, 2], jnp.int32)
     parts = list(exact.enumerate_partitions(m))
     index = {tuple(p): i for i, p in enumerate(parts)}
     probs = np.exp([exact.log_eppf(np.bincount(p), alpha, 0.0) for p in parts])
     probs /= probs.sum()
-    draw = jax.jit(lambda k, cap: cc_partitions._draw_crp_partitions(k, order, jnp.asarray(m, jnp.int32), jnp.full((3,), alpha,
-                                                                                                       jnp.float32), cap),
-                   static_argnums=1)
+    draw = jax.jit(
+        lambda k, cap: cc_partitions._draw_crp_partitions(
+            k, order, jnp.asarray(m, jnp.int32), jnp.full((3,), alpha, jnp.float32), cap
+        ),
+        static_argnums=1,
+    )
     z, sizes, ok = jax.vmap(lambda k: draw(k, 8))(jax.random.split(jax.random.key(3), 4000))
     z, sizes, ok = np.asarray(z), np.asarray(sizes), np.asarray(ok)
     assert ok.all()
@@ -577,19 +600,24 @@ def test_row_score_cache_carried_through_ticks_equals_the_one_rebuilt_from_the_s
     for view_of in ([0, 0, 0], [0, 1, 2], [1, 0, 1]):
         s, cache = run(jnp.asarray(view_of, jnp.int32))
         assert int(s.num_assigned) == DATA.shape[0] and not bool(s.halted)
-        cache = score_cache._fresh_cache(s, cache)  # the last add's NIX cluster is refreshed lazily (with the next removal)
+        cache = score_cache._fresh_cache(
+            s, cache
+        )  # the last add's NIX cluster is refreshed lazily (with the next removal)
         ref = score_cache._score_cache(s)
         chex.assert_trees_all_equal(cache.cat_n, ref.cat_n)
         chex.assert_trees_all_close(cache.real, ref.real, rtol=1e-5, atol=1e-5)
     # the cached Student-t predictive parameters give the NIX marginal ratio p(X + x) / p(X) (Murphy 2007, eq. 171)
     from jaxsub.anneal import mixture as mx
+
     nix = jnp.asarray([0.3, 0.7, 1.5, 2.0])
     for vals in ([], [1.2], [0.1, -2.0, 3.5, 0.4]):
         v = np.asarray(vals, np.float32)
         stats = jnp.asarray([len(v), v.sum(), (v * v).sum()], jnp.float32)
         lm = lambda w: mx.nix_log_marginal(nix, jnp.asarray([len(w)]), jnp.asarray([[w.sum(), (w * w).sum()]]))  # noqa: E731
         for x in (-1.0, 0.5, 4.0):
-            got = cc_scores._t_logpdf(cc_scores._nix_pred_params(nix, stats)[None, None], jnp.asarray([x]), jnp.asarray([True]))
+            got = cc_scores._t_logpdf(
+                cc_scores._nix_pred_params(nix, stats)[None, None], jnp.asarray([x]), jnp.asarray([True])
+            )
             want = lm(np.append(v, np.float32(x))) - lm(v)
             np.testing.assert_allclose(float(got[0, 0]), float(want), rtol=0, atol=2e-4)
 
@@ -609,7 +637,8 @@ def test_hyper_grid_gibbs_matches_exact_conditionals(capacity, labels):
     g = (0.3, 1.0, 3.0)
     grids = cc.CrossCatGrids(row_alpha=(0.5, 2.0, 8.0), dirichlet=g)
     out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers))(
-        jax.random.split(jax.random.key(0), 20000))
+        jax.random.split(jax.random.key(0), 20000)
+    )
     counts = [[3, 0, 0], [0, 0, 2], [0, 1, 0]]
 
     def lm(beta):  # Dirichlet-multinomial marginal, written out
@@ -628,7 +657,6 @@ def test_hyper_grid_gibbs_matches_exact_conditionals(capacity, labels):
     assert np.mean(np.asarray(out.cat_prior[:, 0, 0]) != np.asarray(out.cat_prior[:, 0, 2])) > 0.3
 
 
-
 def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
     """A view that runs out of cluster slots halts (nothing dropped); ``fit`` doubles the capacity and resumes.
 
@@ -641,8 +669,15 @@ def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
     x = np.column_stack([np.arange(24) % 3, np.random.default_rng(0).normal(size=24) * 5.0])
     x[5, 1] = np.nan
     sched = an.sequential_gibbs(24, 48)
-    kw = dict(num_chains=2, grids=None, feature_moves=False, num_checkpoints=2, cache=an.SweepCache(), initial_views="one",
-              threads=2)
+    kw = dict(
+        num_chains=2,
+        grids=None,
+        feature_moves=False,
+        num_checkpoints=2,
+        cache=an.SweepCache(),
+        initial_views="one",
+        threads=2,
+    )
     with pytest.raises(an.CapacityError, match="max_capacity=8"):
         cc.fit(jax.random.key(0), x, model, sched, capacity=8, max_capacity=8, **kw)
     grown = cc.fit(jax.random.key(0), x, model, sched, capacity=8, **kw)
@@ -666,7 +701,9 @@ def test_fit_grows_capacity_on_the_host_and_resumes_exactly():
     assert grown.log_joint.shape == grown.heldout.shape and np.all(np.isfinite(grown.log_joint))
     for c in range(2):
         assert grown.view_labels[c][0] == 0 and set(grown.view_labels[c]) == set(range(len(set(vo[c]))))
-        np.testing.assert_array_equal(grown.view_labels[c][:, None] == grown.view_labels[c][None], vo[c][:, None] == vo[c][None])
+        np.testing.assert_array_equal(
+            grown.view_labels[c][:, None] == grown.view_labels[c][None], vo[c][:, None] == vo[c][None]
+        )
         for f in range(2):
             lab, ref_z = grown.row_labels[c, f], z[c, vo[c, f]]
             assert lab.max() + 1 == len(set(ref_z[ref_z >= 0])) and lab[np.argmax(lab >= 0)] == 0
@@ -683,8 +720,9 @@ def test_crosscat_diagnose_flags_a_stuck_chain():
     ncl = 12.0 + rng.normal(0, 0.5, (k, chains))
 
     def fit_of(held):
-        return cc.CrossCatFit(None, held, None, np.full((k, chains), 2.0), ncl, np.arange(k, dtype=float), 0.0,
-                              np.full(k, 32), lj)
+        return cc.CrossCatFit(
+            None, held, None, np.full((k, chains), 2.0), ncl, np.arange(k, dtype=float), 0.0, np.full(k, 32), lj
+        )
 
     ok = cc.diagnose(fit_of(held), num_test_rows=t)
     assert not ok.stuck.any() and ok.converged, ok.message
@@ -707,7 +745,8 @@ def test_fifo_policy_visits_rows_in_order():
     assert sched.policy == "fifo"
     sweep = jax.jit(cc.build_sweep(model, span=1, feature_moves=False, policy="fifo"))
     st = jax.vmap(lambda k: cc.init(model, enc, 4, view_of=jnp.asarray([0, 0, 1]), policy="fifo", rng_key=k))(
-        jax.random.split(jax.random.key(3), 2))
+        jax.random.split(jax.random.key(3), 2)
+    )
     order0 = np.asarray(st.order)
     assert all(sorted(o) == list(range(n)) for o in order0.tolist())
     keys = jax.random.split(jax.random.key(4), 2)
@@ -744,14 +783,25 @@ def test_fit_with_loom_schedule_final_passes_reach_the_exact_crosscat_posterior(
     res = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1)
     assert not np.any(np.asarray(res.state.halted)) and np.all(np.asarray(res.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, res.state), _exact_observable(parts, states, probs))
-    two = cc.fit(jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
-                 threads=2)
+    two = cc.fit(
+        jax.random.key(5), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1, threads=2
+    )
     chex.assert_trees_all_equal(two.state.view_of, res.state.view_of)
     chex.assert_trees_all_equal(two.state.z, res.state.z)
     chex.assert_trees_all_equal(two.state.order, res.state.order)
     # feature moves on the FIFO window's rows only (widths 2 and 3: windows that wrap around the cycle), same law
-    win = cc.fit(jax.random.key(7), DATA, model, sched, num_chains=4000, capacity=4, grids=None, num_checkpoints=1,
-                 feature_widths=(2, 3), feature_min_rows=1)  # moves from 1 row on (default: 4 = all rows here)
+    win = cc.fit(
+        jax.random.key(7),
+        DATA,
+        model,
+        sched,
+        num_chains=4000,
+        capacity=4,
+        grids=None,
+        num_checkpoints=1,
+        feature_widths=(2, 3),
+        feature_min_rows=1,
+    )  # moves from 1 row on (default: 4 = all rows here)
     assert not np.any(np.asarray(win.state.halted)) and np.all(np.asarray(win.state.num_assigned) == n)
     assert_discrete_matches(_observe(parts, win.state), _exact_observable(parts, states, probs))
 
@@ -797,7 +847,8 @@ def test_hyper_step_on_the_occupied_clusters_only_equals_the_full_capacity_step(
 
     def draws(widths=cc_hypers.HYPER_WIDTHS):
         out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids, widths=widths).hypers))(
-            keys)
+            keys
+        )
         return np.asarray(out.cat_prior), np.asarray(out.nix)
 
     short = draws()
@@ -817,7 +868,7 @@ def _has_cond(jaxpr) -> bool:
         if eqn.primitive.name == "cond":
             return True
         for v in eqn.params.values():
-            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
                 sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
                 if hasattr(sub, "eqns") and _has_cond(sub):
                     return True
@@ -846,8 +897,9 @@ def test_vmapped_hyper_step_takes_one_width_for_all_chains_with_the_same_draws()
 
     together = jax.jit(jax.vmap(jax.vmap(step, in_axes=(0, 0, None)), in_axes=(0, None, None)))(keys, st, occ)
     # each chain's own width (occupied=None: the batched switch selects each chain's own branch)
-    alone = jax.jit(jax.vmap(jax.vmap(lambda k, s_: cc.resample_hypers(k, s_, model=model, grids=grids).hypers),
-                             in_axes=(0, None)))(keys, st)
+    alone = jax.jit(
+        jax.vmap(jax.vmap(lambda k, s_: cc.resample_hypers(k, s_, model=model, grids=grids).hypers), in_axes=(0, None))
+    )(keys, st)
     np.testing.assert_array_equal(np.asarray(together.cat_prior), np.asarray(alone.cat_prior))
     np.testing.assert_array_equal(np.asarray(together.nix), np.asarray(alone.nix))
     assert len(np.unique(np.asarray(together.cat_prior))) > 3  # the draws do vary
@@ -887,8 +939,10 @@ def test_first_true_is_argmax_of_a_boolean_array():
         b[0, 0] = False
         b[0, 1] = True
         for axis in (-1, 1, 0):
-            np.testing.assert_array_equal(np.asarray(an.moves._first_true(jnp.asarray(b), axis=axis)),
-                                          np.asarray(jnp.argmax(jnp.asarray(b), axis=axis)))
+            np.testing.assert_array_equal(
+                np.asarray(an.moves._first_true(jnp.asarray(b), axis=axis)),
+                np.asarray(jnp.argmax(jnp.asarray(b), axis=axis)),
+            )
 
 
 def test_vmapped_row_ticks_draw_what_each_chain_draws_alone():
@@ -906,7 +960,7 @@ def test_vmapped_row_ticks_draw_what_each_chain_draws_alone():
     sweep = jax.jit(cc.build_sweep(model, span=span, feature_moves=False))
     together = sweep(states0, keys, w, enc)
     for c in range(3):
-        alone = sweep(jax.tree.map(lambda a: a[c:c + 1], states0), keys[c:c + 1], w[c:c + 1], enc)
+        alone = sweep(jax.tree.map(lambda a: a[c : c + 1], states0), keys[c : c + 1], w[c : c + 1], enc)
         chex.assert_trees_all_equal(jax.tree.map(lambda a: a[c], together), jax.tree.map(lambda a: a[0], alone))
     assert len(np.unique(np.asarray(together.z)[:, 0], axis=0)) > 1  # the chains differ
 
@@ -921,8 +975,11 @@ def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_rea
     n = 400
     x = np.column_stack([rng.integers(0, 3, n), rng.normal(0.3, 1.2, n), rng.normal(0.5, 1.1, n)]).astype(float)
     x[::7, 1] = np.nan  # missing cells: the column's n is its observed cells
-    feats = (an.DirichletCategorical(3, 1.0), an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0),
-             an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0))
+    feats = (
+        an.DirichletCategorical(3, 1.0),
+        an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0),
+        an.NormalInverseChiSquared(0.0, 1.0, 1.0, 1.0),
+    )
     model = cc.CrossCatModel(an.CRP(1.0), an.CRP(1.0), feats)
     g, base = cc.data_grids(model, x), cc.default_crosscat_grids(model)
     assert g.dirichlet == base.dirichlet and g.row_alpha == base.row_alpha
@@ -932,15 +989,21 @@ def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_rea
     v = np.mean([real[obs[:, j], j].var() for j in range(2)])
     a = math.log(obs.sum(0).min())
     draws = 400_000
-    mc = {"nix_mu0": rng.normal(m, math.sqrt(v), draws), "nix_kappa0": rng.gamma(1.0, 1.0, draws),
-          "nix_nu0": a / rng.gamma(a, 1.0, draws), "nix_sigma2": v / rng.gamma(a, 1.0, draws)}
+    mc = {
+        "nix_mu0": rng.normal(m, math.sqrt(v), draws),
+        "nix_kappa0": rng.gamma(1.0, 1.0, draws),
+        "nix_nu0": a / rng.gamma(a, 1.0, draws),
+        "nix_sigma2": v / rng.gamma(a, 1.0, draws),
+    }
     q = (np.arange(12) + 0.5) / 12
     tol = 4 * np.sqrt(q * (1 - q) / draws)
     for name, sample in mc.items():
         cdf = np.mean(sample[None, :] <= np.asarray(getattr(g, name))[:, None], axis=1)
         np.testing.assert_array_less(np.abs(cdf - q), tol, err_msg=name)
         cdf0 = np.mean(sample[None, :] <= np.asarray(getattr(base, name))[:, None], axis=1)
-        assert np.max(np.abs(cdf0 - q)) > 0.1, name  # negative control (tol is < 0.004): the default grids are not this hyperprior
+        assert np.max(np.abs(cdf0 - q)) > 0.1, (
+            name
+        )  # negative control (tol is < 0.004): the default grids are not this hyperprior
     with pytest.raises(ValueError, match="standardise"):
         cc.data_grids(model, x * np.array([1.0, 1.0, 5.0]))
     with pytest.raises(ValueError, match="num"):
@@ -953,7 +1016,7 @@ def test_data_grids_discretise_lace_nix_hyperprior_and_reject_unstandardised_rea
     np.testing.assert_allclose(w.nix_sigma2, v * np.asarray(base.nix_sigma2), rtol=1e-6)
     assert w.nix_kappa0 == base.nix_kappa0 and w.nix_nu0 == base.nix_nu0
     gm, gk, gnu, gs2 = (np.asarray(t) for t in (w.nix_mu0, w.nix_kappa0, w.nix_nu0, w.nix_sigma2))
-    expect = (-(gm - m) ** 2 / (2 * v), -gk + np.log(gk), -a * np.log(gnu) - a / gnu, -a * np.log(gs2) - v / gs2)
+    expect = (-((gm - m) ** 2) / (2 * v), -gk + np.log(gk), -a * np.log(gnu) - a / gnu, -a * np.log(gs2) - v / gs2)
     for got, e, name in zip(w.nix_logprior, expect, ("mu0", "kappa0", "nu0", "sigma2")):
         np.testing.assert_allclose(got, np.maximum(e - e.max(), -200.0), rtol=1e-6, atol=1e-6, err_msg=name)
     assert np.ptp(w.nix_logprior[3]) > 10  # not uniform: sigma2 far below var / log n is down-weighted
@@ -982,8 +1045,14 @@ def _two_cluster_nix_problem():
             n, xb = xs.size, xs.mean()
             kn, vn = k0 + n, v0 + n
             vs = v0 * s2 + np.sum((xs - xb) ** 2) + n * k0 / kn * (m0 - xb) ** 2
-            out += (lg(vn / 2) - lg(v0 / 2) + 0.5 * np.log(k0 / kn) + 0.5 * v0 * np.log(v0 * s2) - 0.5 * vn * np.log(vs)
-                    - 0.5 * n * np.log(np.pi))
+            out += (
+                lg(vn / 2)
+                - lg(v0 / 2)
+                + 0.5 * np.log(k0 / kn)
+                + 0.5 * v0 * np.log(v0 * s2)
+                - 0.5 * vn * np.log(vs)
+                - 0.5 * n * np.log(np.pi)
+            )
         return out
 
     return model, x, st, log_ev
@@ -996,15 +1065,17 @@ def test_weighted_nix_grid_gibbs_matches_exact_conditionals():
     model, _, st, log_ev = _two_cluster_nix_problem()
 
     keys = jax.random.split(jax.random.key(3), 20000)
-    for name, grid, lw, idx in (("nix_mu0", (-1.0, 0.0, 1.5), (0.0, -1.0, -2.5), 0),
-                                ("nix_sigma2", (0.1, 0.5, 2.0, 6.0), (-3.0, 0.0, 0.5, -1.0), 3)):
+    for name, grid, lw, idx in (
+        ("nix_mu0", (-1.0, 0.0, 1.5), (0.0, -1.0, -2.5), 0),
+        ("nix_sigma2", (0.1, 0.5, 2.0, 6.0), (-3.0, 0.0, 0.5, -1.0), 3),
+    ):
         weights = [None] * 4
         weights[idx] = lw
         grids = cc.CrossCatGrids(**{name: grid}, nix_logprior=tuple(weights))
         out = jax.jit(jax.vmap(lambda k: cc.resample_hypers(k, st, model=model, grids=grids).hypers.nix[0, idx]))(keys)
         draws = np.searchsorted(np.asarray(grid, np.float32), np.asarray(out))
         base = [0.2, 0.7, 1.5, 0.8]
-        ll = np.array([log_ev(*(base[:idx] + [g] + base[idx + 1:])) for g in grid])
+        ll = np.array([log_ev(*(base[:idx] + [g] + base[idx + 1 :])) for g in grid])
         p = np.exp(ll + np.asarray(lw) - np.max(ll + np.asarray(lw)))
         assert_discrete_matches(draws, p / p.sum())
         q = np.exp(ll - ll.max())  # negative control: the unweighted conditional
@@ -1034,7 +1105,6 @@ def test_data_grids_without_the_sigma2_weight_drops_only_that_weight_and_draws_s
     with pytest.raises(ValueError, match="sigma2_weight"):
         cc.data_grids(model, x, style="weights", sigma2_weight="no")
 
-
     # sigma2 alone (the other parameters fixed at the model's), with data_grids' sigma2 points and sigma2 weight
     grids = cc.CrossCatGrids(nix_sigma2=nos2.nix_sigma2, nix_logprior=(None, None, None, nos2.nix_logprior[3]))
     keys = jax.random.split(jax.random.key(5), 20000)
@@ -1063,16 +1133,37 @@ def test_sweep_growth_runs_the_moves_as_the_subsample_grows():
     expect = {0.0: (20, 44), 2.0: (40, 24)}  # (swept, since_hyper) after 64 adds
     caches = {g: an.SweepCache() for g in expect}  # one compiled sweep per growth (span n: 1N and 3N share it)
     for g, (swept, since) in expect.items():
-        r = cc.fit(jax.random.key(1), x, model, an.linear_anneal(n, n), num_chains=2, capacity=16, sweep_growth=g,
-                   span=n, cache=caches[g])
+        r = cc.fit(
+            jax.random.key(1),
+            x,
+            model,
+            an.linear_anneal(n, n),
+            num_chains=2,
+            capacity=16,
+            sweep_growth=g,
+            span=n,
+            cache=caches[g],
+        )
         assert np.all(np.asarray(r.state.swept) == swept) and np.all(np.asarray(r.state.since_hyper) == since), g
         assert np.all(np.asarray(r.state.num_assigned) == n) and not np.any(np.asarray(r.state.halted))
         ref = jax.vmap(lambda vo, z: cc.init(model, enc, 16, view_of=vo, z=z))(r.state.view_of, r.state.z)
         np.testing.assert_array_equal(np.asarray(r.state.cat_counts), np.asarray(ref.cat_counts))
         np.testing.assert_allclose(np.asarray(r.state.real_stats), np.asarray(ref.real_stats), rtol=1e-5, atol=1e-4)
         np.testing.assert_array_equal(np.asarray(r.state.sizes), np.asarray(ref.sizes))
-    three = [cc.fit(jax.random.key(2), x, model, an.linear_anneal(n, 3 * n), num_chains=2, capacity=16,
-                    sweep_growth=g, span=n, cache=caches[g]).state for g in expect]
+    three = [
+        cc.fit(
+            jax.random.key(2),
+            x,
+            model,
+            an.linear_anneal(n, 3 * n),
+            num_chains=2,
+            capacity=16,
+            sweep_growth=g,
+            span=n,
+            cache=caches[g],
+        ).state
+        for g in expect
+    ]
     chex.assert_trees_all_equal(three[0], three[1])
     for bad in (1.0, 0.5, -2.0, float("inf"), True, "2"):
         with pytest.raises(ValueError, match="sweep_growth"):

@@ -1,4 +1,5 @@
 """Dataset loaders: clear errors when files are missing, correct parsing of the shipped files."""
+
 import gzip
 
 import numpy as np

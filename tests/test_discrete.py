@@ -7,16 +7,26 @@ delta in total variation (Prop. 1), plus the Monte Carlo tolerance of
 problem is chosen so that the samplers do eliminate arms (mean evaluations well
 below N * D, asserted), otherwise the TV check would be vacuous.
 """
+
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from discrete_problems import (
+    SMALL_D,
+    SMALL_N,
+    SMALL_OPTIONS,
+    exact_probs,
+    factor_fn,
+    reward_table,
+    small_racing,
+    small_racing_jitted,
+)
+from helpers import assert_discrete_matches, assert_tv_within, tv_tolerance
 
 import jaxsub
-from discrete_problems import SMALL_D, SMALL_N, SMALL_OPTIONS, exact_probs, factor_fn, reward_table, small_racing, small_racing_jitted
-from helpers import assert_discrete_matches, assert_tv_within, tv_tolerance
 from jaxsub import discrete
 
 NUM_DRAWS = 20_000
@@ -51,7 +61,9 @@ def test_gumbel_max_matches_softmax(rng_key, dtype):
     with jax.enable_x64(dtype == jnp.float64):
         sample = discrete.gumbel_max(factor_fn(table, dtype), D, N, block_size=700)  # last block masked
         weights = discrete.exact_log_weights(factor_fn(table, dtype), D, N, jnp.asarray(log_f0, dtype), block_size=700)
-        np.testing.assert_allclose(np.asarray(jax.nn.softmax(weights), np.float64), p, rtol=1e-4 if dtype == jnp.float32 else 1e-10)
+        np.testing.assert_allclose(
+            np.asarray(jax.nn.softmax(weights), np.float64), p, rtol=1e-4 if dtype == jnp.float32 else 1e-10
+        )
         x, info = draw(sample, rng_key, jnp.asarray(log_f0, dtype))
     assert_discrete_matches(x, p)
     assert np.all(info.num_evaluations == N * D) and info.is_exact.all()
@@ -105,7 +117,13 @@ RACING_CASES = {
     # name: (dist, probs, sigma, delta, options)
     "normal_pairwise": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="pairwise")),
     "normal_marginal": ("normal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="marginal")),
-    "heavy_tailed_lognormal": ("lognormal", [0.1, 0.35, 0.3, 0.15, 0.1], 4e-3, 0.05, dict(bound="normal", variance="pairwise")),
+    "heavy_tailed_lognormal": (
+        "lognormal",
+        [0.1, 0.35, 0.3, 0.15, 0.1],
+        4e-3,
+        0.05,
+        dict(bound="normal", variance="pairwise"),
+    ),
     "two_states": ("normal", [0.3, 0.7], 1e-2, 0.05, dict(bound="normal", variance="pairwise")),
     "uniform_ebs": ("uniform", [0.2, 0.5, 0.3], 1e-3, 0.05, dict(bound="ebs", variance="pairwise")),
 }
@@ -172,7 +190,15 @@ def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
     table = reward_table(probs, N, 4e-3, seed=2)
     # (the same table and sampler as test_racing_within_delta_in_tv[normal_pairwise]: shared draws)
     x, info = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, bound="normal", variance="pairwise")
-    x0, info0 = _table_draws(rng_key, table, delta=delta, max_block_size=TEST_BLOCK, bound="normal", variance="pairwise", exact_pass_cost=None)
+    x0, info0 = _table_draws(
+        rng_key,
+        table,
+        delta=delta,
+        max_block_size=TEST_BLOCK,
+        bound="normal",
+        variance="pairwise",
+        exact_pass_cost=None,
+    )
     check_budget(info, N, D)
     # Stages end at T = 50, 100, ..., 1600, 3200, 4000: the stage 1600 -> 3200 is
     # the first adding >= N / 4 random data, so races alive at T = 1600 take the pass.
@@ -260,7 +286,16 @@ def test_compact_states_path_matches_full_path(rng_key, variance):
 
     fast = dict(max_block_size=50, exact_pass_cost=None)  # one loop per level to compile; same on both paths
     full = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, **fast)
-    compact = discrete.racing(factor_fn(table), D, N, delta=0.05, variance=variance, log_factor_states_fn=states_fn, num_compact_states=3, **fast)
+    compact = discrete.racing(
+        factor_fn(table),
+        D,
+        N,
+        delta=0.05,
+        variance=variance,
+        log_factor_states_fn=states_fn,
+        num_compact_states=3,
+        **fast,
+    )
     xa, ia = draw(full, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     xb, ib = draw(compact, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert calls and all(c == (3,) for c in calls)
@@ -287,7 +322,9 @@ def test_column_compaction_matches_states_path(rng_key):
 
     fast = dict(max_block_size=50, exact_pass_cost=None)  # one loop per level to compile; same on every path
     columns = discrete.racing(factor_fn(table), D, N, delta=0.05, **fast)
-    states = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=D // 4, **fast)
+    states = discrete.racing(
+        factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=D // 4, **fast
+    )
     xa, ia = draw(columns, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     xb, ib = draw(states, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert calls and all(c == (D // 4,) for c in calls)
@@ -300,7 +337,9 @@ def test_column_compaction_matches_states_path(rng_key):
 
     assert compaction_levels(D, 2) == [10, 2]
     calls.clear()
-    levels = discrete.racing(factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2, **fast)
+    levels = discrete.racing(
+        factor_fn(table), D, N, delta=0.05, log_factor_states_fn=states_fn, num_compact_states=2, **fast
+    )
     xc, ic = draw(levels, rng_key, jnp.zeros(D, jnp.float32), num_draws=2000)
     assert set(calls) == {(10,), (2,)}
     np.testing.assert_array_equal(xa, xc)
@@ -316,11 +355,21 @@ def test_exact_option_uses_all_data_and_tiny_delta_is_exact_in_law(rng_key):
     N, D = 600, 5
     table = reward_table(probs, N, 4e-3, seed=5)
     # max_block_size=50: one chunk-size loop per sampler (fewer loops to compile; chunking changes no statistic)
-    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=0.5, exact=True, max_block_size=50), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    x, info = draw(
+        discrete.racing(factor_fn(table), D, N, delta=0.5, exact=True, max_block_size=50),
+        rng_key,
+        jnp.zeros(D, jnp.float32),
+        5000,
+    )
     assert info.is_exact.all() and np.all(info.num_data_used == N)
     assert_discrete_matches(x, exact_probs(table))
     # delta -> 0: B_Normal grows (about 37 at 1e-300) and only overwhelming gaps eliminate.
-    x, info = draw(discrete.racing(factor_fn(table), D, N, delta=1e-300, max_block_size=50), rng_key, jnp.zeros(D, jnp.float32), 5000)
+    x, info = draw(
+        discrete.racing(factor_fn(table), D, N, delta=1e-300, max_block_size=50),
+        rng_key,
+        jnp.zeros(D, jnp.float32),
+        5000,
+    )
     assert info.is_exact.mean() > 0.5
     assert_discrete_matches(x, exact_probs(table))
 
@@ -346,7 +395,9 @@ def test_mh_mode_without_gumbel_noise(rng_key, control_variate):
         fn = lambda idx: loglik(pair[None, :], yj[idx][:, None])  # noqa: E731
         cv = discrete.data_taylor_control_variate(loglik, pair, yj) if control_variate else None
         # max_block_size=TEST_BLOCK: two chunk sizes (50, 200) instead of four, fewer loops to compile
-        sample = discrete.racing(fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv, max_block_size=TEST_BLOCK)
+        sample = discrete.racing(
+            fn, 2, N, delta=0.05, gumbel_noise=False, control_variate=cv, max_block_size=TEST_BLOCK
+        )
         return sample(key, jnp.stack([lu, jnp.zeros((), jnp.float32)]))
 
     x, info = jax.jit(jax.vmap(one))(keys, jnp.asarray(thetas), jnp.asarray(log_u))
@@ -434,8 +485,12 @@ def test_minus_inf_state_never_returned(rng_key, which):
 @functools.cache
 def _nan_race():
     """One compiled race (N = 1000, D = 3, delta = 0.1) for both NaN tests: the table is an argument."""
-    return jax.jit(jax.vmap(lambda key, table, log_f0: discrete.racing(lambda idx: table[idx], 3, 1000, delta=0.1)(key, log_f0),
-                            in_axes=(0, None, None)))
+    return jax.jit(
+        jax.vmap(
+            lambda key, table, log_f0: discrete.racing(lambda idx: table[idx], 3, 1000, delta=0.1)(key, log_f0),
+            in_axes=(0, None, None),
+        )
+    )
 
 
 @pytest.mark.parametrize("which", ["racing", pytest.param("lil_ucb", marks=pytest.mark.slow), "gumbel_max"])
@@ -474,7 +529,9 @@ def test_nan_single_datum_flagged_by_racing_when_reached(rng_key):
     x, info = _nan_race()(keys, jnp.asarray(table, jnp.float32), jnp.zeros(D, jnp.float32))
     # Position of the bad datum in each draw's permutation (white box: racing uses
     # the first half of split(rng_key) for the permutation).
-    perms = jax.vmap(lambda k: permutation_indices(permutation_round_keys(jax.random.split(k)[0]), jnp.arange(N), N))(keys)
+    perms = jax.vmap(lambda k: permutation_indices(permutation_round_keys(jax.random.split(k)[0]), jnp.arange(N), N))(
+        keys
+    )
     position = np.argmax(np.asarray(perms) == bad, axis=1)
     reached = np.asarray(info.num_data_used) > position
     assert 0 < reached.sum() < reached.size  # both kinds of draws occur
@@ -514,7 +571,12 @@ def test_no_retracing(rng_key):
 
 
 @pytest.mark.parametrize(
-    "name", ["racing_normal", pytest.param("racing_ebs_marginal", marks=pytest.mark.slow), pytest.param("lil_ucb", marks=pytest.mark.slow)]
+    "name",
+    [
+        "racing_normal",
+        pytest.param("racing_ebs_marginal", marks=pytest.mark.slow),
+        pytest.param("lil_ucb", marks=pytest.mark.slow),
+    ],
 )
 def test_float64(rng_key, name):
     probs = [0.2, 0.5, 0.3]
@@ -526,7 +588,9 @@ def test_float64(rng_key, name):
         sample = dict(
             # max_block_size=50: one chunk-size loop (+ the exact pass, the compensated float64 sums)
             racing_normal=lambda: discrete.racing(fn, D, N, delta=0.05, max_block_size=50),
-            racing_ebs_marginal=lambda: discrete.racing(fn, D, N, delta=0.05, bound="ebs", variance="marginal", reward_range=C),
+            racing_ebs_marginal=lambda: discrete.racing(
+                fn, D, N, delta=0.05, bound="ebs", variance="marginal", reward_range=C
+            ),
             lil_ucb=lambda: discrete.lil_ucb(fn, D, N, delta=0.05, reward_range=float(C.max()), batch_size=8),
         )[name]()
         x, info = draw(sample, rng_key, jnp.zeros(D, jnp.float64), num_draws=3000)
@@ -626,7 +690,9 @@ def _pinned_problem():
 
 def test_block_size_one_reproduces_todays_draws():
     table, keys = _pinned_problem()
-    assert SMALL_OPTIONS["block_size"] == 1 and (SMALL_N, SMALL_D) == table.shape  # the shared small race, B = 1 explicitly
+    assert (
+        SMALL_OPTIONS["block_size"] == 1 and (SMALL_N, SMALL_D) == table.shape
+    )  # the shared small race, B = 1 explicitly
     _, vmapped = small_racing_jitted()
     x, info = vmapped(keys, jnp.asarray(table, jnp.float32), jnp.zeros((16, 3), jnp.float32))
     np.testing.assert_array_equal(np.asarray(x), _PINNED_X)
@@ -639,14 +705,18 @@ def test_block_sums_are_exact_with_a_short_last_block():
     N, D = 1000, 3
     table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=3)
     sums = table.astype(np.float32).astype(np.float64).sum(axis=0)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64)
+    sample = discrete.racing(
+        factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64
+    )
     run = jax.jit(sample)
     for f0 in ([0.0, 0.0, 0.0], [0.6, 0.0, 0.0], [0.0, -0.6, 0.2]):
         x, info = run(jax.random.key(0), jnp.asarray(f0, jnp.float32))
         assert int(x) == int(np.argmax(sums + np.asarray(f0))) and bool(info.is_exact)
         assert int(info.num_data_used) == N and int(info.num_evaluations) == N * D
     table[N - 1, 1] = -np.inf  # the last row sits in the short last block
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64)
+    sample = discrete.racing(
+        factor_fn(table), D, N, delta=0.1, exact=True, gumbel_noise=False, block_size=7, max_block_size=64
+    )
     assert int(jax.jit(sample)(jax.random.key(0), jnp.zeros(D, jnp.float32))[0]) != 1
 
 
@@ -667,7 +737,9 @@ def test_block_racing_within_delta_and_negative_control(rng_key):
 
     @jax.jit
     def run(table, a):  # one compiled sampler for both tables and both thresholds
-        sample = discrete.racing(lambda idx: table[idx], D, N, delta=delta, block_size=B, first_batch_size=20, max_block_size=80)
+        sample = discrete.racing(
+            lambda idx: table[idx], D, N, delta=delta, block_size=B, first_batch_size=20, max_block_size=80
+        )
         return jax.vmap(sample.with_coefficients, in_axes=(0, None, None, None))(keys, jnp.zeros(D, jnp.float32), a, b)
 
     x, info = jax.tree.map(np.asarray, run(jnp.asarray(table, jnp.float32), a))
@@ -720,9 +792,22 @@ def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypat
 
     def run():
         out = []
-        for opts in ({}, {"log_factor_states_fn": lambda idx, s: table[idx[:, None], s[None, :]]}, {"control_variate": cv}):
-            sample = discrete.racing(lambda idx: table[idx], D, N, delta=0.05, block_size=B, first_batch_size=20,
-                                     max_block_size=40, exact_pass_cost=0.01, **opts)
+        for opts in (
+            {},
+            {"log_factor_states_fn": lambda idx, s: table[idx[:, None], s[None, :]]},
+            {"control_variate": cv},
+        ):
+            sample = discrete.racing(
+                lambda idx: table[idx],
+                D,
+                N,
+                delta=0.05,
+                block_size=B,
+                first_batch_size=20,
+                max_block_size=40,
+                exact_pass_cost=0.01,
+                **opts,
+            )
             out.append(jax.tree.map(np.asarray, jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, jnp.zeros(D))))
         return out
 
@@ -749,7 +834,9 @@ def test_exact_pass_cost_auto_by_number_of_states():
 
     def switch(D, **kw):
         fn = lambda idx: jnp.zeros((idx.shape[0], D))  # noqa: E731
-        return build_config(fn, D, 10**6, delta=0.05, options=RaceOptions(block_size=64, **kw), with_params=False)[0].switch_stage
+        return build_config(fn, D, 10**6, delta=0.05, options=RaceOptions(block_size=64, **kw), with_params=False)[
+            0
+        ].switch_stage
 
     # 15 625 blocks, stages of 50, 50, 100, ..., 3200, 6400 new blocks: N / 4 -> the 6400 stage
     # (index 8), N / 16 -> the 1600 stage (index 6).
@@ -793,9 +880,14 @@ def test_factor_shape_is_checked_at_construction():
     """A factor built for 4 states, handed to a 3-state sampler, used to fail only inside the first race."""
     table = jnp.zeros((100, 4), jnp.float32)
     fn = lambda idx: table[idx]  # noqa: E731
-    for make in (lambda: discrete.racing(fn, 3, 100, delta=0.1), lambda: discrete.gumbel_max(fn, 3, 100),
-                 lambda: discrete.lil_ucb(fn, 3, 100, delta=0.1, reward_range=1.0)):
-        with pytest.raises(ValueError, match=r"log_factor_fn\(indices of shape \(2,\)\) must return shape \[m, D\] = \(2, 3\)"):
+    for make in (
+        lambda: discrete.racing(fn, 3, 100, delta=0.1),
+        lambda: discrete.gumbel_max(fn, 3, 100),
+        lambda: discrete.lil_ucb(fn, 3, 100, delta=0.1, reward_range=1.0),
+    ):
+        with pytest.raises(
+            ValueError, match=r"log_factor_fn\(indices of shape \(2,\)\) must return shape \[m, D\] = \(2, 3\)"
+        ):
             make()
     with pytest.raises(ValueError, match=r"must return shape \[m, D\] = \(2, 3\)"):
         discrete.racing_ragged(lambda idx: table[idx[:, 0]], 3, 100, delta=0.1)

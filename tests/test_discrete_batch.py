@@ -6,14 +6,15 @@ with the same key (x and every counter), and the empirical law of many batched
 draws must be within delta (plus Monte Carlo error) of the exact p in total
 variation, as for single draws (tests/test_discrete.py).
 """
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from discrete_problems import SMALL_D, SMALL_N, exact_probs, factor_fn, reward_table, small_racing, small_racing_jitted
 from helpers import assert_tv_within, variants
+
 from jaxsub import discrete
 
 NUM_DRAWS = 20_000
@@ -95,7 +96,9 @@ def test_batched_with_coefficients_equals_vmapped_with_coefficients(rng_key):
     entry point gives the draws of the vmapped single-draw one."""
     N, D, B = 400, 3, 8
     table = reward_table([0.2, 0.5, 0.3], N, 4e-3, seed=13)
-    sample = discrete.racing(factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False, exact_pass_cost=None)
+    sample = discrete.racing(
+        factor_fn(table), D, N, delta=0.5, max_block_size=50, gumbel_noise=False, exact_pass_cost=None
+    )
     keys = jax.random.split(rng_key, B)
     log_f0s = jax.random.gumbel(jax.random.fold_in(rng_key, 1), (B, D), jnp.float32)
     # One jitted function per path, built once: both deltas reuse their compiled programs
@@ -120,8 +123,16 @@ def test_batched_compact_states_and_control_variate_equal_single(rng_key):
     h_mean = jnp.mean(h, axis=0)
     cv = (lambda idx, p: h[idx] + p, lambda p: h_mean + p)
     sample = discrete.racing_batch(
-        lambda idx, p: t[idx], D, N, delta=0.05, group_size=4, control_variate=cv, max_block_size=50, exact_pass_cost=None,
-        log_factor_states_fn=lambda idx, states, p: t[idx[:, None], states[None, :]], num_compact_states=3,
+        lambda idx, p: t[idx],
+        D,
+        N,
+        delta=0.05,
+        group_size=4,
+        control_variate=cv,
+        max_block_size=50,
+        exact_pass_cost=None,
+        log_factor_states_fn=lambda idx, states, p: t[idx[:, None], states[None, :]],
+        num_compact_states=3,
     )
     keys = jax.random.split(rng_key, B)
     log_f0s = 0.3 * jax.random.normal(jax.random.key(1), (B, D), jnp.float32)
@@ -165,7 +176,8 @@ def test_first_stage_equals_the_generic_first_round():
     assert has_first_stage(cfg)
     lf0 = jnp.zeros((B, D)).at[3, 1].set(-jnp.inf).at[5, 1:].set(-jnp.inf)  # draw 5: one state left
     states, ctxs = jax.vmap(functools.partial(init_race, cfg), in_axes=(0, 0, None, None, None))(
-        jax.random.split(jax.random.key(4), B), lf0, None, a, b)
+        jax.random.split(jax.random.key(4), B), lf0, None, a, b
+    )
     generic = _as_np(jax.jit(lambda s, c: first_round(loop_specs(cfg)[0], s, c))(states, ctxs))
     fast = _as_np(jax.jit(lambda s, c: first_stage(cfg, s, c))(states, ctxs))
     assert generic.done[5] and fast.count[5] == 0  # decided at initialisation: left alone

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import Z_CRITICAL
+
 from jaxsub import discrete
 from jaxsub.racing.bounds import doubling_schedule, stage_sd
 from jaxsub.subsample import permutation_indices
@@ -83,7 +83,13 @@ def test_b_normal_is_cached_and_monotone():
 
 @pytest.mark.parametrize(
     "args, match",
-    [((0.0, 100, 10), "delta"), ((1.0, 100, 10), "delta"), ((0.1, 100, 0), "first_batch_size"), ((0.1, 100, 101), "first_batch_size"), ((0.1, 0, 1), "num_data")],
+    [
+        ((0.0, 100, 10), "delta"),
+        ((1.0, 100, 10), "delta"),
+        ((0.1, 100, 0), "first_batch_size"),
+        ((0.1, 100, 101), "first_batch_size"),
+        ((0.1, 0, 1), "num_data"),
+    ],
 )
 def test_b_normal_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):
@@ -113,8 +119,15 @@ def test_per_stage_eliminations_follow_the_exact_crossing_law(rng_key):
     z = rng.standard_normal(N)
     table = jnp.asarray(np.stack([np.zeros(N), (z - z.mean()) / z.std()], axis=1), jnp.float32)
     sample = discrete.racing(
-        lambda idx: table[idx], 2, N, delta=delta, first_batch_size=m1, max_block_size=m1,
-        gumbel_noise=False, skew_guard=None, exact_pass_cost=None,
+        lambda idx: table[idx],
+        2,
+        N,
+        delta=delta,
+        first_batch_size=m1,
+        max_block_size=m1,
+        gumbel_noise=False,
+        skew_guard=None,
+        exact_pass_cost=None,
     )
     B = discrete.b_normal(delta, N, m1)
     expected = first_crossing_probabilities(B, N, m1, two_sided=True)
@@ -126,7 +139,7 @@ def test_per_stage_eliminations_follow_the_exact_crossing_law(rng_key):
     def stage_rates(a):
         _, info = run(keys, jnp.zeros(2, jnp.float32), jnp.asarray(a, jnp.float32), jnp.asarray(coef_b, jnp.float32))
         stopped = (np.asarray(info.num_alive) == 1) & ~np.asarray(info.is_exact)
-        return np.bincount(np.asarray(info.num_stages)[stopped], minlength=len(a) + 1)[1:len(a) + 1] / num
+        return np.bincount(np.asarray(info.num_stages)[stopped], minlength=len(a) + 1)[1 : len(a) + 1] / num
 
     def within(rates):
         se = np.sqrt(expected * (1 - expected) / num)
@@ -197,7 +210,9 @@ def test_skew_guard_waived_beyond_the_cantelli_gap():
 
     N, D, delta, m1 = 20_000, 2, 0.05, 50
     opts = race_options(None, dict(first_batch_size=m1), "racing")
-    cfg, a, b = build_config(lambda idx: jnp.zeros((idx.shape[0], D)), D, N, delta=delta, options=opts, with_params=False)
+    cfg, a, b = build_config(
+        lambda idx: jnp.zeros((idx.shape[0], D)), D, N, delta=delta, options=opts, with_params=False
+    )
     k = np.sqrt(cfg.num_stages * (D - 1) / delta - 1)
     assert cfg.skew_waiver == pytest.approx(k / cfg.b_threshold, rel=1e-6) and 1 < cfg.skew_waiver < SKEW_WAIVER
     f32 = jnp.float32

@@ -6,14 +6,15 @@ and the exact path must match p (chi-square). Negative control: the same
 ragged problem zero-padded to max N_i (``pad_populations``) and raced with
 Racing-Normal fails, because the padded small arms have very skewed rewards.
 """
+
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import assert_discrete_matches, assert_tv_within, tv_distance, tv_tolerance
+
 from jaxsub import discrete
 
 SIZES = np.array([1, 30, 3000, 0])
@@ -170,7 +171,9 @@ def test_ragged_fixed_schedule_single_test_rate_and_negative_controls():
     def rate(schedule, d):
         @jax.jit
         def run(ks, dd):
-            sample = discrete.racing_ragged(fn, 2, n0, delta=dd, first_batch_size=m1, gumbel_noise=False, schedule=schedule)
+            sample = discrete.racing_ragged(
+                fn, 2, n0, delta=dd, first_batch_size=m1, gumbel_noise=False, schedule=schedule
+            )
             return jax.vmap(lambda k: sample(k, jnp.zeros(2, jnp.float32), sizes))(ks)
 
         _, info = run(keys, jnp.float32(d))

@@ -28,6 +28,7 @@ import jaxsub
 ROOT = Path(__file__).resolve().parent.parent
 API_DIR = ROOT / "docs" / "api"
 
+
 class Public(NamedTuple):
     path: str  # the public dotted path, e.g. "jaxsub.discrete.racing"
     module: types.ModuleType  # the module whose __all__ lists it

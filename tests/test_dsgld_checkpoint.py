@@ -6,6 +6,7 @@
 * ``examples/multihost_dsgld.py --checkpoint-dir``: a run resumed from an earlier checkpoint
   (the newest one lost) writes the same draws as the uninterrupted run.
 """
+
 import os
 import signal
 import subprocess
@@ -79,11 +80,13 @@ def test_multi_device_run_killed_and_resumed_is_bit_identical(tmp_path):
     directory = tmp_path / "ckpt"
     script = tmp_path / "run.py"
     body = SCRIPT.replace("PAUSE", "0.1").replace("NUM_ROUNDS", str(NUM_ROUNDS)).replace("EVERY", str(EVERY))
-    script.write_text(body + textwrap.dedent(f"""
+    script.write_text(
+        body
+        + textwrap.dedent(f"""
         run({str(directory)!r})
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    """)
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 180
         while checkpoint.latest_step(directory) is None:
@@ -110,17 +113,33 @@ def test_multi_device_run_killed_and_resumed_is_bit_identical(tmp_path):
 def test_multihost_example_resumes_to_the_same_draws(tmp_path):
     script = str(ROOT / "examples" / "multihost_dsgld.py")
     env = dict(_env(), XLA_FLAGS="--xla_backend_optimization_level=0 --xla_cpu_multi_thread_eigen=false")
-    common = [sys.executable, script, "--num-processes", "1", "--local-devices", "8", "--rounds", "8",
-              "--local-steps", "3", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "2"]
-    first = subprocess.run(common + ["--out", str(tmp_path / "a.npz")], env=env, capture_output=True, text=True,
-                           timeout=300)
+    common = [
+        sys.executable,
+        script,
+        "--num-processes",
+        "1",
+        "--local-devices",
+        "8",
+        "--rounds",
+        "8",
+        "--local-steps",
+        "3",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--checkpoint-every",
+        "2",
+    ]
+    first = subprocess.run(
+        common + ["--out", str(tmp_path / "a.npz")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     folder = tmp_path / "ckpt" / "process-0"
     assert checkpoint.latest_step(folder) == 8
     (folder / "ckpt-000000000008.npz").unlink()  # lost: the resumed run recomputes rounds 6-8
     assert checkpoint.latest_step(folder) == 6
-    second = subprocess.run(common + ["--out", str(tmp_path / "b.npz")], env=env, capture_output=True, text=True,
-                            timeout=300)
+    second = subprocess.run(
+        common + ["--out", str(tmp_path / "b.npz")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
     np.testing.assert_array_equal(a["draws"], b["draws"])

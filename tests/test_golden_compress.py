@@ -13,6 +13,7 @@ Regenerate (only when a change of the outputs is intended, and say why in the co
 
 which rewrites ``tests/golden/compress_clusterings.npz`` and ``tests/golden/compress_logdensity.npz``.
 """
+
 from __future__ import annotations
 
 import pathlib

@@ -18,6 +18,7 @@ Regenerate (only when a change of the draws is intended, and say why in the comm
     PYTHONPATH=. python tests/test_golden_coreference.py --regenerate              # the Gibbs sweep and fit
     PYTHONPATH=. python tests/test_golden_coreference.py --regenerate sufficient   # co.sufficient
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,9 @@ NUM_SWEEPS = 3
 BETAS = np.asarray([0.5, 1.0, 2.0], np.float32)
 
 #: Racing settings small enough for blocks of ~50 mentions (class K <= 64 races: min_race_size <= 64).
-BASE = dict(delta=0.1, first_batch_size=5, min_race_size=10, max_candidates=8, min_arm_draws=1.0,
-            race_widths=(), race_cost=0.0)
+BASE = dict(
+    delta=0.1, first_batch_size=5, min_race_size=10, max_candidates=8, min_arm_draws=1.0, race_widths=(), race_cost=0.0
+)
 
 #: name -> (build_kernel settings, exact, check_decisions); ``traced`` compiles the flags as traced bools.
 CASES = {
@@ -93,18 +95,19 @@ def _run_case(name):
 def _run_fit(exact):
     blocks, mentions, labels = _problem()
     name = "fit_exact" if exact else "fit_raced"
-    state, trace = co.fit(jax.random.key(5), _factor, mentions, blocks, BETAS, position=labels, exact=exact,
-                          **BASE)
-    counts = np.stack([trace.num_evaluations, trace.num_races, trace.num_exact, trace.num_nan, trace.num_errors,
-                       trace.num_checked]).astype(np.int64)
+    state, trace = co.fit(jax.random.key(5), _factor, mentions, blocks, BETAS, position=labels, exact=exact, **BASE)
+    counts = np.stack(
+        [trace.num_evaluations, trace.num_races, trace.num_exact, trace.num_nan, trace.num_errors, trace.num_checked]
+    ).astype(np.int64)
     return {f"{name}/labels": np.asarray(state.labels), f"{name}/trace": counts}
 
 
 #: ``co.sufficient`` (exact Gibbs with per-cluster sums): packed similarity of a string, a categorical and a
 #: numeric field; small candidate / member chunks so that both streamed loops take several steps.
 SUFFICIENT_KINDS = {"name": "string", "venue": "categorical", "year": "numeric"}
-SUFFICIENT_SETTINGS = dict(weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.7},
-                           scales={"year": 3.0}, bias=-1.5)
+SUFFICIENT_SETTINGS = dict(
+    weights={"name": 2.0, "venue": 0.5, "year": 1.0}, thresholds={"name": 0.7}, scales={"year": 3.0}, bias=-1.5
+)
 
 
 def _run_sufficient():
@@ -112,12 +115,16 @@ def _run_sufficient():
     rng = np.random.default_rng(8)
     m = blocks.num_mentions
     names = [f"{'abcdef'[e % 6]}{'ghij'[e % 4]} smith" for e in rng.integers(0, 12, m)]
-    fields = {"name": names, "venue": [None if v < 0 else "v" + str(v) for v in rng.integers(-1, 3, m)],
-              "year": [float("nan") if y < 1992 else float(y) for y in rng.integers(1990, 2000, m)]}
+    fields = {
+        "name": names,
+        "venue": [None if v < 0 else "v" + str(v) for v in rng.integers(-1, 3, m)],
+        "year": [float("nan") if y < 1992 else float(y) for y in rng.integers(1990, 2000, m)],
+    }
     mentions = co.encode_mentions(fields, SUFFICIENT_KINDS, hash_dim=8)
     packed = co.packed_similarity(SUFFICIENT_KINDS, **SUFFICIENT_SETTINGS).pack(mentions)
-    suff = co.sufficient.build_kernel(blocks, SUFFICIENT_KINDS, **SUFFICIENT_SETTINGS, candidate_chunk=3,
-                                      member_chunk=7)
+    suff = co.sufficient.build_kernel(
+        blocks, SUFFICIENT_KINDS, **SUFFICIENT_SETTINGS, candidate_chunk=3, member_chunk=7
+    )
     step = jax.jit(suff.step)
     state = co.sufficient.init(labels, blocks)
     out_labels, out_info = [], []
@@ -126,8 +133,11 @@ def _run_sufficient():
         out_labels.append(np.asarray(state.labels))
         out_info.append(np.asarray([int(v) for v in info], np.int64))
     conditional = np.stack([np.asarray(suff.log_conditional(state, packed, i, 1.5)) for i in (0, 50, 90)])
-    return {"sufficient/labels": np.stack(out_labels), "sufficient/info": np.stack(out_info),
-            "sufficient/log_conditional": conditional}
+    return {
+        "sufficient/labels": np.stack(out_labels),
+        "sufficient/info": np.stack(out_info),
+        "sufficient/log_conditional": conditional,
+    }
 
 
 def _generate():

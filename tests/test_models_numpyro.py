@@ -10,6 +10,7 @@ of both runs (ESS-gated, ``tests/helpers.py``), fixed seeds. Negative controls:
 the same comparison rejects a compressed posterior at a coarse radius, and the models the adapter cannot take raise a ``ValueError`` naming
 the site.
 """
+
 from functools import partial
 from typing import NamedTuple
 
@@ -101,7 +102,10 @@ def test_density_and_gradient_equal_numpyro_potential_energy(name):
         return numpyro_logdensity(position), jax.grad(numpyro_logdensity)(position)
 
     positions = 0.5 * jax.random.normal(jax.random.key(3), (4, m.initial_position.shape[0]))
-    (values, grads), (expected, expected_grads) = jax.jit(jax.vmap(ours))(positions), jax.jit(jax.vmap(theirs))(positions)
+    (values, grads), (expected, expected_grads) = (
+        jax.jit(jax.vmap(ours))(positions),
+        jax.jit(jax.vmap(theirs))(positions),
+    )
     np.testing.assert_allclose(values, jnp.stack([expected, expected], axis=1), rtol=1e-5)
     scale = jnp.max(jnp.abs(expected_grads), axis=1, keepdims=True)
     np.testing.assert_allclose(grads / scale, expected_grads / scale, atol=1e-5)
@@ -233,11 +237,18 @@ def test_racing_mh_with_taylor_control_variate_agrees_with_nuts(glm, reference):
     m = glm
     center = jnp.asarray(reference.mean, jnp.float32)
     cv = jaxsub.racing_mh.parameter_taylor_control_variate(m.loglikelihood_fn, m.data, center)
-    algo = jaxsub.racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05, step_size=_step_scale(reference),
-                            control_variate=cv)
+    algo = jaxsub.racing_mh(
+        m.logprior_fn, m.loglikelihood_fn, m.data, delta=0.05, step_size=_step_scale(reference), control_variate=cv
+    )
     key = jax.random.key(11)
-    trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(_starts(reference, key)), 1500,
-                              transform=lambda s, i: s.position, info_transform=lambda s, i: i.num_evaluations)
+    trace = jaxsub.run_chains(
+        key,
+        algo,
+        jax.vmap(algo.init)(_starts(reference, key)),
+        1500,
+        transform=lambda s, i: s.position,
+        info_transform=lambda s, i: i.num_evaluations,
+    )
     _agrees(trace.states, reference)
     assert float(jnp.mean(trace.infos)) < m.data.shape[0]  # the race reads less than the two full passes
 
@@ -245,11 +256,13 @@ def test_racing_mh_with_taylor_control_variate_agrees_with_nuts(glm, reference):
 def test_sgld_racing_mh_agrees_with_nuts(glm, reference):
     m = glm
     sd = float(np.sqrt(np.min(np.diag(reference.cov))))
-    algo = jaxsub.sgld_racing_mh(m.logprior_fn, m.loglikelihood_fn, m.data, step_size=0.5 * sd**2,
-                                 batch_size=50, delta=0.05)
+    algo = jaxsub.sgld_racing_mh(
+        m.logprior_fn, m.loglikelihood_fn, m.data, step_size=0.5 * sd**2, batch_size=50, delta=0.05
+    )
     key = jax.random.key(12)
-    trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(_starts(reference, key)), 2000,
-                              transform=lambda s, i: s.position)
+    trace = jaxsub.run_chains(
+        key, algo, jax.vmap(algo.init)(_starts(reference, key)), 2000, transform=lambda s, i: s.position
+    )
     _agrees(trace.states, reference)
 
 
@@ -270,8 +283,15 @@ def test_compressed_nuts_agrees_with_nuts_and_a_coarse_radius_does_not(glm, refe
         clustering = jaxsub.compress.cluster(np.asarray(m.data), radius)
         assert clustering.c < m.data.shape[0]
         pseudo = jaxsub.compress.pseudodata(clustering, size=m.data.shape[0])
-        draws = np.asarray(run(jnp.asarray(pseudo.data, jnp.float32), jnp.asarray(pseudo.weights, jnp.float32), key,
-                               jnp.asarray(np.diag(reference.cov), jnp.float32), _starts(reference, key)))
+        draws = np.asarray(
+            run(
+                jnp.asarray(pseudo.data, jnp.float32),
+                jnp.asarray(pseudo.weights, jnp.float32),
+                key,
+                jnp.asarray(np.diag(reference.cov), jnp.float32),
+                _starts(reference, key),
+            )
+        )
         if agrees:
             _agrees(draws, reference)
         else:
@@ -292,6 +312,7 @@ def test_dsgld_over_shards_agrees_with_nuts(glm, reference, conducive):
     else:
         algo = jaxsub.dsgld(m.logprior_fn, m.loglikelihood_fn, shards, **settings)
     key = jax.random.key(14)
-    trace = jaxsub.run_chains(key, algo, jax.vmap(algo.init)(_starts(reference, key)), 2000,
-                              transform=lambda s, i: s.position)
+    trace = jaxsub.run_chains(
+        key, algo, jax.vmap(algo.init)(_starts(reference, key)), 2000, transform=lambda s, i: s.position
+    )
     _agrees(trace.states, reference)

@@ -5,6 +5,7 @@
 * ``run_chain`` / ``run_chains`` warn at the end of a run with flagged steps (how many steps
   and chains), and raise at the flagged step with ``checked=True``.
 """
+
 import warnings
 from typing import NamedTuple
 
@@ -156,8 +157,9 @@ def test_run_chains_checked_raises_and_racing_chains_check(rng_key):
     with pytest.raises(InvalidStateError, match=r"run_chains: info.has_nan was True at step 3 \(chains \[0\]\)"):
         jaxsub.run_chains(rng_key, _flagging_step([4, 8]), starts, 10, checked=True)
     with pytest.raises(InvalidStateError, match="at step 7"):  # the first flagged step of a later chunk
-        jaxsub.run_chain(rng_key, _flagging_step([8]), jnp.asarray(0), 10, checked=True, progress_bar=True,
-                         num_progress_updates=4)
+        jaxsub.run_chain(
+            rng_key, _flagging_step([8]), jnp.asarray(0), 10, checked=True, progress_bar=True, num_progress_updates=4
+        )
     # A step with a while_loop (a race) under vmap over chains: checkified per chain.
     sample = discrete.racing(_fn(_table()), D, N, delta=0.1)
 

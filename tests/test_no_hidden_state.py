@@ -19,6 +19,7 @@ returning Python scalars, e.g. the ``b_normal`` threshold or the Feistel radices
 and of loaded datasets are allowed: they hold no compiled program and no state
 that changes results.
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,7 +30,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxsub"
 #: Functions allowed to call ``jax.jit``: drivers of host-side loops, compiling at each call.
 DRIVERS = {
     "jaxsub/base.py": {"run_chain", "run_chains"},
-    "jaxsub/racing/control_variates.py": {"parameter_taylor_control_variate"},  # one pass over the data in blocks, before sampling
+    "jaxsub/racing/control_variates.py": {
+        "parameter_taylor_control_variate"
+    },  # one pass over the data in blocks, before sampling
     "jaxsub/coreference/fit.py": {"fit"},  # annealed sweeps driven from the host
 }
 
@@ -57,7 +60,10 @@ def _name(node) -> str | None:
 
 def _compiles(node) -> bool:
     return any(isinstance(n, ast.Call) and _name(n.func) in COMPILERS for n in ast.walk(node)) or any(
-        _name(d) in COMPILERS for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.Lambda)) for d in getattr(n, "decorator_list", [])
+        _name(d) in COMPILERS
+        for n in ast.walk(node)
+        if isinstance(n, (ast.FunctionDef, ast.Lambda))
+        for d in getattr(n, "decorator_list", [])
     )
 
 
@@ -85,7 +91,9 @@ def hidden_state(source: str, relpath: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if any(_name(d) in CACHES for d in node.decorator_list) and _compiles(node):
-                found.append(f"{relpath}:{node.lineno}: {node.name} caches a compiled program (@{'/'.join(CACHES)} + jit)")
+                found.append(
+                    f"{relpath}:{node.lineno}: {node.name} caches a compiled program (@{'/'.join(CACHES)} + jit)"
+                )
         if isinstance(node, ast.Call) and _name(node.func) in CACHES and node.args and _compiles(node.args[0]):
             found.append(f"{relpath}:{node.lineno}: lru_cache/cache around a jitted function")
 
@@ -96,7 +104,9 @@ def hidden_state(source: str, relpath: str) -> list[str]:
             value = stmt.value
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
-                isinstance(value, ast.Call) and _name(value.func) in {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakValueDictionary", "WeakKeyDictionary"}
+                isinstance(value, ast.Call)
+                and _name(value.func)
+                in {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakValueDictionary", "WeakKeyDictionary"}
             )
             if mutable:
                 module_containers |= {t.id for t in targets if isinstance(t, ast.Name)}
@@ -112,15 +122,22 @@ def hidden_state(source: str, relpath: str) -> list[str]:
             if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in module_containers:
                 found.append(f"{relpath}:{node.lineno}: {owner[id(node)]} writes into module-level {t.value.id}")
         if (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
-            and isinstance(node.func.value, ast.Name) and node.func.value.id in module_containers
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in module_containers
         ):
             found.append(f"{relpath}:{node.lineno}: {owner[id(node)]} mutates module-level {node.func.value.id}")
 
     # 3. jit at import time
     for stmt in tree.body if relpath not in MODULE_JIT_DRIVERS else ():
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(_name(d) in COMPILERS for d in stmt.decorator_list):
-            found.append(f"{relpath}:{stmt.lineno}: @jit on module-level {stmt.name} (compiled-program cache at import)")
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            _name(d) in COMPILERS for d in stmt.decorator_list
+        ):
+            found.append(
+                f"{relpath}:{stmt.lineno}: @jit on module-level {stmt.name} (compiled-program cache at import)"
+            )
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) and _compiles(stmt):
             found.append(f"{relpath}:{stmt.lineno}: jax.jit evaluated at import time")
 
@@ -129,13 +146,25 @@ def hidden_state(source: str, relpath: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _name(node.func) in COMPILERS and id(node) in owner:
             if owner[id(node)] not in allowed:
-                found.append(f"{relpath}:{node.lineno}: jax.jit inside {owner[id(node)]} (only drivers compile: {sorted(allowed) or 'none here'})")
+                found.append(
+                    f"{relpath}:{node.lineno}: jax.jit inside {owner[id(node)]} (only drivers compile: {sorted(allowed) or 'none here'})"
+                )
 
     # 5. keys made inside the library
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _name(node.func) in {"key", "PRNGKey"} and isinstance(node.func, ast.Attribute):
-            if isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "random" and all(isinstance(a, ast.Constant) for a in node.args):
-                found.append(f"{relpath}:{node.lineno}: a PRNG key made from a constant inside the library (pass keys in)")
+        if (
+            isinstance(node, ast.Call)
+            and _name(node.func) in {"key", "PRNGKey"}
+            and isinstance(node.func, ast.Attribute)
+        ):
+            if (
+                isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "random"
+                and all(isinstance(a, ast.Constant) for a in node.args)
+            ):
+                found.append(
+                    f"{relpath}:{node.lineno}: a PRNG key made from a constant inside the library (pass keys in)"
+                )
     return sorted(set(found))
 
 

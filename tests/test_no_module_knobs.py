@@ -10,6 +10,7 @@
    (or ``monkeypatch.setattr("jaxsub....", ...)``) and ``module.NAME = ...`` where ``module`` is a
    ``jaxsub`` module: tests and benchmarks pass options instead.
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,14 +35,26 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("jaxsub/racing/info.py", "MAX_EVALUATIONS"): "format: the int32 range of the evaluation counters",
     ("jaxsub/subsample.py", "MAX_DOMAIN"): "format: indices are uint32",
     ("jaxsub/subsample.py", "_MAX_RADIX"): "format: Lemire's reduction is exact in 32 bits up to 2^16",
-    ("jaxsub/subsample.py", "NUM_ROUNDS"): "format: Feistel rounds define the permutation (changing them changes every draw)",
+    (
+        "jaxsub/subsample.py",
+        "NUM_ROUNDS",
+    ): "format: Feistel rounds define the permutation (changing them changes every draw)",
     ("jaxsub/subsample.py", "_ROUND_BITS"): "format: Feistel round budget defines the permutation",
     # tuning knobs outside jaxsub/compress: their owners move them into options
-    ("jaxsub/coreference/options.py", "DEFAULT_MIN_ARM_DRAWS"): "default of CorefOptions.min_arm_draws (the record carries it)",
-    ("jaxsub/coreference/options.py", "DEFAULT_BATCH_SIZE"): "default of CorefOptions.batch_size (the record carries it)",
+    (
+        "jaxsub/coreference/options.py",
+        "DEFAULT_MIN_ARM_DRAWS",
+    ): "default of CorefOptions.min_arm_draws (the record carries it)",
+    (
+        "jaxsub/coreference/options.py",
+        "DEFAULT_BATCH_SIZE",
+    ): "default of CorefOptions.batch_size (the record carries it)",
     ("jaxsub/coreference/options.py", "DEFAULT_RACE_COST"): "default of CorefOptions.race_cost (the record carries it)",
     ("jaxsub/coreference/options.py", "WIDTH_COST_OFFSET"): "cost model: measured engine overhead per race, in µs",
-    ("jaxsub/coreference/options.py", "SMALL_CLASS_CAP"): "layout: blocks up to this size share one compiled update (no draw depends on it)",
+    (
+        "jaxsub/coreference/options.py",
+        "SMALL_CLASS_CAP",
+    ): "layout: blocks up to this size share one compiled update (no draw depends on it)",
     ("jaxsub/racing/compaction.py", "COLUMN_COMPACT_MIN_D"): PENDING,
     ("jaxsub/racing/compaction.py", "LEVEL_RATIO"): PENDING,
     ("jaxsub/racing/config.py", "DEFAULT_MAX_BLOCK"): PENDING,
@@ -65,7 +78,10 @@ ALLOWED: dict[tuple[str, str], str] = {
 PATCHES_ALLOWED: dict[tuple[str, str], str] = {
     ("tests/test_datasets.py", "jaxsub.datasets"): "stubs the source-checkout locator (the file system, not a setting)",
     ("tests/test_crosscat.py", "jaxsub.anneal.crosscat"): "patches _HYPER_WIDTHS, a knob to move into options (owner)",
-    ("tests/test_discrete.py", "jaxsub.racing.exact_pass"): "patches ROW_PASS / PASS_LADDER, knobs to move into options (owner)",
+    (
+        "tests/test_discrete.py",
+        "jaxsub.racing.exact_pass",
+    ): "patches ROW_PASS / PASS_LADDER, knobs to move into options (owner)",
 }
 
 
@@ -122,7 +138,12 @@ def _module_aliases(tree: ast.Module) -> dict[str, str]:
                         aliases[a.asname] = a.name
                     else:
                         aliases["jaxsub"] = "jaxsub"
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "jaxsub" and not node.level:
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "jaxsub"
+            and not node.level
+        ):
             for a in node.names:
                 if _is_module(f"{node.module}.{a.name}"):
                     aliases[a.asname or a.name] = f"{node.module}.{a.name}"
@@ -150,7 +171,11 @@ def module_patches(source: str) -> list[tuple[str, int]]:
             if name != "setattr" or not node.args:
                 continue
             target = node.args[0]
-            if isinstance(target, ast.Constant) and isinstance(target.value, str) and target.value.startswith("jaxsub."):
+            if (
+                isinstance(target, ast.Constant)
+                and isinstance(target.value, str)
+                and target.value.startswith("jaxsub.")
+            ):
                 out.append((target.value, node.lineno))
                 continue
             dotted = _dotted(target, aliases)
@@ -217,5 +242,11 @@ def test_scanners_catch_known_offenders():
         "    monkeypatch.setattr(cf, 'ThreadPoolExecutor', None)\n"
     )
     assert sorted(t for t, _ in patches) == sorted(
-        ["jaxsub.compress.api", "jaxsub.compress.options", "jaxsub.compress.api.Z", "jaxsub.compress.api.W", "jaxsub.compress"]
+        [
+            "jaxsub.compress.api",
+            "jaxsub.compress.options",
+            "jaxsub.compress.api.Z",
+            "jaxsub.compress.api.W",
+            "jaxsub.compress",
+        ]
     )

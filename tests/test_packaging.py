@@ -7,6 +7,7 @@
   fresh virtual environment (dependencies from the package index, or pip's cache),
   and run the README quickstart from outside the source tree with small sizes.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,7 +23,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from _docblocks import ROOT, python_blocks
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -79,7 +79,9 @@ def test_wheel_ships_only_jaxsub():
 
 def _run(cmd, **kwargs):
     result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     return result
 
 
@@ -90,8 +92,13 @@ def test_wheel_installs_in_fresh_venv_and_runs_quickstart(tmp_path):
     # Build from a clean copy (a stale build/ folder could otherwise leak old files into the wheel);
     # pip builds in an isolated build environment (setuptools from the index or pip's cache).
     source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".ci", "build", "dist", "*.egg-info", "__pycache__", "results", ".pytest_cache", ".benchmarks"))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".ci", "build", "dist", "*.egg-info", "__pycache__", "results", ".pytest_cache", ".benchmarks"
+        ),
+    )
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist), str(source)])
     (wheel,) = dist.glob("jaxsub-*.whl")
     top = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
@@ -107,8 +114,7 @@ def test_wheel_installs_in_fresh_venv_and_runs_quickstart(tmp_path):
     script.write_text(
         "import jaxsub, pathlib\n"
         f"assert pathlib.Path(jaxsub.__file__).is_relative_to({str(env_dir)!r}), jaxsub.__file__\n"
-        "import jaxsub.datasets\n"
-        + quickstart.source("small")
+        "import jaxsub.datasets\n" + quickstart.source("small")
     )
     clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JAXSUB_DATA_DIR")}
     out = _run([str(python), str(script)], cwd=tmp_path, env=clean_env, timeout=600)

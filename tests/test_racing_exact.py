@@ -6,6 +6,7 @@ per draw at B = 256, docs/guides/discrete.md). It must give the same sums as one
 block up to float rounding (the same law for gumbel_max), keep the -inf / NaN flags, and batched
 draws must equal one-at-a-time draws.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,8 +36,10 @@ def test_sub_block_sums_equal_one_pass_and_float64(table, relative):
     @jax.jit
     def both():
         fn = lambda idx: tab[idx]  # noqa: E731
-        return (exact_sums(fn, D, N, BLOCK, jnp.float32, relative=relative, sub_block=SUB_BLOCK),
-                exact_sums(fn, D, N, BLOCK, jnp.float32, relative=relative))
+        return (
+            exact_sums(fn, D, N, BLOCK, jnp.float32, relative=relative, sub_block=SUB_BLOCK),
+            exact_sums(fn, D, N, BLOCK, jnp.float32, relative=relative),
+        )
 
     (new, new_inf, new_bad), (old, old_inf, old_bad) = jax.tree.map(np.asarray, both())
     for inf, bad in ((new_inf, new_bad), (old_inf, old_bad)):

@@ -1,14 +1,15 @@
 """Racing Gibbs (jaxsub.racing_gibbs): exact conditionals, TV within delta, composition, config errors."""
+
 import blackjax
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import Z_CRITICAL, assert_discrete_matches, assert_tv_within
 from scipy.special import softmax
 
 import jaxsub
-from helpers import Z_CRITICAL, assert_discrete_matches, assert_tv_within
 
 
 def _categorical_problem(num_data=400, num_states=4, seed=0, scale=1.0):
@@ -53,7 +54,9 @@ def test_exact_gibbs_matches_conditional():
 # delta = 0.05 is slow: its TV check (slack delta + MC error) cannot tell delta = 0.05
 # from 0.9 (no power); test_hard_decisions_within_delta_and_loosened_threshold_rejected
 # (fast) checks the same within-delta property draw by draw, where decisions are hardest, with a negative control.
-@pytest.mark.parametrize("delta", [pytest.param(1e-6, marks=pytest.mark.slow), pytest.param(0.05, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "delta", [pytest.param(1e-6, marks=pytest.mark.slow), pytest.param(0.05, marks=pytest.mark.slow)]
+)
 def test_racing_gibbs_within_delta_of_exact_conditional(delta):
     log_f0, log_factor_fn, probs = _categorical_problem(num_data=1000, scale=1.0)
     gibbs = jaxsub.racing_gibbs(log_f0, log_factor_fn, 1000, delta=delta)
@@ -80,7 +83,9 @@ def test_racing_gibbs_in_sweep_with_blackjax_hmc():
     prior_var = 1.0
     # exact p(z) by quadrature on mu
     grid = np.linspace(-1, 1, 4001)
-    logp = np.stack([-0.5 * grid**2 / prior_var - 0.5 * ((y[:, None] - s * grid[None, :]) ** 2).sum(0) for s in (1.0, -1.0)])
+    logp = np.stack(
+        [-0.5 * grid**2 / prior_var - 0.5 * ((y[:, None] - s * grid[None, :]) ** 2).sum(0) for s in (1.0, -1.0)]
+    )
     m = logp.max()
     pz = np.exp(logp - m).sum(1)
     pz = pz / pz.sum()
@@ -92,7 +97,9 @@ def test_racing_gibbs_in_sweep_with_blackjax_hmc():
         z, mu = carry
         key_z, key_mu = jax.random.split(key)
         log_f0 = jnp.zeros(2, jnp.float32)
-        gibbs = jaxsub.racing_gibbs(log_f0, lambda idx: -0.5 * (y_j[idx][:, None] - signs[None, :] * mu) ** 2, n, delta=0.05)
+        gibbs = jaxsub.racing_gibbs(
+            log_f0, lambda idx: -0.5 * (y_j[idx][:, None] - signs[None, :] * mu) ** 2, n, delta=0.05
+        )
         z_state, _ = gibbs.step(key_z, gibbs.init(z))
         s = signs[z_state.position]
         logdensity = lambda v: -0.5 * v**2 / prior_var - 0.5 * jnp.sum((y_j - s * v) ** 2)  # noqa: E731
@@ -101,7 +108,11 @@ def test_racing_gibbs_in_sweep_with_blackjax_hmc():
         return (z_state.position, mu_state.position), s * mu_state.position
 
     def chain(key):
-        return jax.lax.scan(lambda c, k: sweep(k, c), (jnp.asarray(0, jnp.int32), jnp.zeros((), jnp.float32)), jax.random.split(key, 1500))[1]
+        return jax.lax.scan(
+            lambda c, k: sweep(k, c),
+            (jnp.asarray(0, jnp.int32), jnp.zeros((), jnp.float32)),
+            jax.random.split(key, 1500),
+        )[1]
 
     signed = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(4), 4)))[:, 100:]
     from helpers import assert_mean_matches
@@ -197,15 +208,23 @@ def test_batched_kernel_contract_traced_beta_and_one_trace(with_vmap):
     assert len(set(draws.tolist())) > 1  # the chains' conditionals differ
     assert np.any(np.asarray(concrete[0][1].num_evaluations) < n * d)  # races stopped early
     # beta = inf: each chain's mode, exactly computed (float64 sums of every factor)
-    sums = -0.5 * ((np.asarray(y, np.float64)[:, None, None] - np.asarray(centres)[None, None, :]
-                    - np.asarray(shifts)[None, :, None]) ** 2).sum(0)
+    sums = -0.5 * (
+        (
+            np.asarray(y, np.float64)[:, None, None]
+            - np.asarray(centres)[None, None, :]
+            - np.asarray(shifts)[None, :, None]
+        )
+        ** 2
+    ).sum(0)
     modes = np.argmax(sums, axis=1)
     assert len(set(modes.tolist())) == d  # the modes differ across chains
     wrong = np.sum(np.asarray(concrete[1][0].position) != modes)
     assert np.any(draws != np.asarray(concrete[1][0].position))  # beta reached the race: 0.5 and inf differ
     assert wrong <= c * delta + Z_CRITICAL * np.sqrt(c * delta * (1 - delta)), f"{wrong} of {c} chains missed the mode"
     exact = jaxsub.racing_gibbs.build_kernel(n, delta=None, exact=True)
-    mode0 = exact(keys[0], jaxsub.racing_gibbs.init(0), jnp.zeros(d), lambda i: log_factors(i, shifts[0]), None, jnp.inf)
+    mode0 = exact(
+        keys[0], jaxsub.racing_gibbs.init(0), jnp.zeros(d), lambda i: log_factors(i, shifts[0]), None, jnp.inf
+    )
     assert int(mode0[0].position) == modes[0]
 
 
@@ -226,8 +245,12 @@ def _student_t_nu_problem(num_data=100_000):
         return log_t(z, nu_j[None, :]) - theta[1]
 
     # float64 sums of every factor at (mu, log sigma) = (0, 0): the exact conditional's logits
-    sums = (gammaln64((nu + 1) / 2) - gammaln64(nu / 2) - 0.5 * np.log(nu * np.pi)
-            - (nu + 1) / 2 * np.log1p(y[:, None] ** 2 / nu)).sum(0)
+    sums = (
+        gammaln64((nu + 1) / 2)
+        - gammaln64(nu / 2)
+        - 0.5 * np.log(nu * np.pi)
+        - (nu + 1) / 2 * np.log1p(y[:, None] ** 2 / nu)
+    ).sum(0)
     return nu_j, y_j, log_t, log_factor, sums
 
 
@@ -265,8 +288,9 @@ def test_student_t_nu_wrong_state_rate_and_sweep_within_delta():
     wrong = np.asarray(new.position) != exact_draws
     assert wrong.sum() <= k * delta + Z_CRITICAL * np.sqrt(k * delta * (1 - delta)), f"{wrong.sum()} of {k} draws wrong"
     assert np.mean(np.asarray(info.num_evaluations)) < 0.5 * n * d  # it subsampled
-    unguarded = racing_batch(log_factor, d, n, delta=delta, first_batch_size=50, bound="normal", variance="pairwise",
-                             skew_guard=None)
+    unguarded = racing_batch(
+        log_factor, d, n, delta=delta, first_batch_size=50, bound="normal", variance="pairwise", skew_guard=None
+    )
     wrong_unguarded = np.asarray(jax.jit(unguarded)(keys, log_f0s, theta)[0]) != exact_draws
     diff = wrong_unguarded.astype(float) - wrong.astype(float)
     assert diff.mean() > Z_CRITICAL * diff.std(ddof=1) / np.sqrt(k), (wrong.mean(), wrong_unguarded.mean())
@@ -278,11 +302,13 @@ def test_student_t_nu_wrong_state_rate_and_sweep_within_delta():
         def sweep(carry, key):
             k_nu, k_mh = jax.random.split(key)
             nu_idx, th = carry
-            st, _ = gibbs(k_nu, jaxsub.racing_gibbs.init(nu_idx), jnp.zeros((d,), jnp.float32),
-                          lambda idx: log_factor(idx, th))
+            st, _ = gibbs(
+                k_nu, jaxsub.racing_gibbs.init(nu_idx), jnp.zeros((d,), jnp.float32), lambda idx: log_factor(idx, th)
+            )
             v = nu[st.position]
             mh = blackjax.additive_step_random_walk(
-                lambda t: jnp.sum(log_t((y - t[0]) * jnp.exp(-t[1]), v)) - n * t[1], normal(jnp.asarray([0.005, 0.005])))
+                lambda t: jnp.sum(log_t((y - t[0]) * jnp.exp(-t[1]), v)) - n * t[1], normal(jnp.asarray([0.005, 0.005]))
+            )
             s = mh.init(th)
             for km in jax.random.split(k_mh, 3):
                 s, _ = mh.step(km, s)
@@ -325,14 +351,18 @@ def test_hard_decisions_within_delta_and_loosened_threshold_rejected():
     rng = np.random.default_rng(8)
     gaps = np.concatenate([rng.uniform(-0.1, 0.1, near), rng.uniform(-3, 3, wide)]) * se_total
     keys = jax.random.split(jax.random.key(9), near + wide)
-    noise = np.asarray(jax.vmap(lambda k: jax.random.gumbel(jax.random.split(k)[1], (2,), jnp.float32))(keys), np.float64)
+    noise = np.asarray(
+        jax.vmap(lambda k: jax.random.gumbel(jax.random.split(k)[1], (2,), jnp.float32))(keys), np.float64
+    )
     log_f0s = np.zeros((near + wide, 2))
     log_f0s[:, 1] = gaps - (sums[1] - sums[0]) - (noise[:, 1] - noise[:, 0])
     exact = (gaps > 0).astype(np.int32)
 
     def draws(kernel_delta):
         kernel = jaxsub.racing_gibbs.build_kernel(n, delta=kernel_delta, first_batch_size=m1)
-        step = jax.vmap(lambda k, lf: kernel(k, jaxsub.racing_gibbs.init(0), lf, lambda i: -0.5 * (y_j[i][:, None] - c_j) ** 2))
+        step = jax.vmap(
+            lambda k, lf: kernel(k, jaxsub.racing_gibbs.init(0), lf, lambda i: -0.5 * (y_j[i][:, None] - c_j) ** 2)
+        )
         new, info = jax.jit(step)(keys, jnp.asarray(log_f0s, jnp.float32))
         return np.asarray(new.position), np.asarray(info.num_evaluations)
 

@@ -1,4 +1,5 @@
 """Racing MH (jaxsub.racing_mh): exactness, stationarity, decision errors, composition, config errors."""
+
 import blackjax
 import chex
 import jax
@@ -6,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+from _racing_problems import PRIOR_VAR, full_logdensity, gaussian_mean_problem
 from blackjax.mcmc.random_walk import normal
+from helpers import Z_CRITICAL, assert_mean_matches, assert_variance_matches
 
 import jaxsub
-from _racing_problems import PRIOR_VAR, full_logdensity, gaussian_mean_problem
-from helpers import Z_CRITICAL, assert_mean_matches, assert_variance_matches
 from jaxsub.racing_mh import mh_decision, parameter_taylor_control_variate
 
 
@@ -20,8 +21,22 @@ def _positions(trace):
 
 def _run_pair(algo, rw, key, num_steps, position):
     keep = lambda s, i: (s.position, i.is_accepted)  # noqa: E731
-    a = jaxsub.run_chain(key, algo, algo.init(position), num_steps, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
-    b = jaxsub.run_chain(key, rw, rw.init(position), num_steps, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+    a = jaxsub.run_chain(
+        key,
+        algo,
+        algo.init(position),
+        num_steps,
+        transform=lambda s, i: keep(s, i)[0],
+        info_transform=lambda s, i: keep(s, i)[1],
+    )
+    b = jaxsub.run_chain(
+        key,
+        rw,
+        rw.init(position),
+        num_steps,
+        transform=lambda s, i: keep(s, i)[0],
+        info_transform=lambda s, i: keep(s, i)[1],
+    )
     return a, b
 
 
@@ -50,11 +65,27 @@ def test_tiny_delta_reproduces_exact_mh_with_same_keys():
     y, logprior, loglik, _, post_var = gaussian_mean_problem(num_data=1000)
     step = 2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2)
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=1e-7, step_size=step)
-    rw = blackjax.additive_step_random_walk(full_logdensity(logprior, loglik, y), normal(jnp.asarray(step, jnp.float32)))
+    rw = blackjax.additive_step_random_walk(
+        full_logdensity(logprior, loglik, y), normal(jnp.asarray(step, jnp.float32))
+    )
     start = jnp.asarray([-1.0, 1.0], jnp.float32)
     keep = lambda s, i: (s.position, (i.is_accepted, getattr(i, "num_evaluations", 0)))  # noqa: E731
-    a = jaxsub.run_chain(jax.random.key(7), algo, algo.init(start), 300, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
-    b = jaxsub.run_chain(jax.random.key(7), rw, rw.init(start), 300, transform=lambda s, i: s.position, info_transform=lambda s, i: i.is_accepted)
+    a = jaxsub.run_chain(
+        jax.random.key(7),
+        algo,
+        algo.init(start),
+        300,
+        transform=lambda s, i: keep(s, i)[0],
+        info_transform=lambda s, i: keep(s, i)[1],
+    )
+    b = jaxsub.run_chain(
+        jax.random.key(7),
+        rw,
+        rw.init(start),
+        300,
+        transform=lambda s, i: s.position,
+        info_transform=lambda s, i: i.is_accepted,
+    )
     np.testing.assert_array_equal(np.asarray(a.infos[0]), np.asarray(b.infos))
     np.testing.assert_allclose(np.asarray(a.states), np.asarray(b.states), rtol=0, atol=0)
     acc = np.asarray(b.infos)
@@ -83,7 +114,14 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=step, control_variate=cv)
     starts = jnp.asarray(post_mean, jnp.float32) + jnp.sqrt(post_var[0]) * jax.random.normal(jax.random.key(1), (4, 2))
     keep = lambda s, i: (s.position, i.num_evaluations)  # noqa: E731
-    trace = jaxsub.run_chains(jax.random.key(11), algo, jax.vmap(algo.init)(starts), 4000, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+    trace = jaxsub.run_chains(
+        jax.random.key(11),
+        algo,
+        jax.vmap(algo.init)(starts),
+        4000,
+        transform=lambda s, i: keep(s, i)[0],
+        info_transform=lambda s, i: keep(s, i)[1],
+    )
     samples = np.asarray(trace.states)[:, 400:]
     assert_mean_matches(samples, post_mean, min_ess=300)
     assert_variance_matches(samples, post_var, min_ess=300)
@@ -96,6 +134,7 @@ def test_stationary_distribution_matches_conjugate_posterior(with_cv):
 
 def _scan_chains(kernel, key, starts, steps, args, collect):
     """``len(starts)`` chains of ``steps`` kernel steps (``args[0]`` is the log-prior), each step's ``collect(state, info)``."""
+
     def chain(k, x0):
         def body(st, kk):
             st, info = kernel(kk, st, *args)
@@ -122,7 +161,9 @@ def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=1000)
     chains, steps, burn = 128, 300, 60
     proposal = jaxsub.racing_mh.gaussian_random_walk(2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2))
-    starts = jnp.asarray(post_mean + np.sqrt(post_var) * np.random.default_rng(0).standard_normal((chains, 2)), jnp.float32)
+    starts = jnp.asarray(
+        post_mean + np.sqrt(post_var) * np.random.default_rng(0).standard_normal((chains, 2)), jnp.float32
+    )
     cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
 
     # One compiled chain for both lanes: the control variate scaled by a traced s, s = 0 for plain
@@ -132,8 +173,14 @@ def test_plain_racing_mh_variance_inflation_at_delta_005_is_detected():
     @jax.jit
     def run(key, s):
         scaled = cv._replace(fn=lambda x, idx: s * cv.fn(x, idx), mean=lambda x: s * cv.mean(x))
-        return _scan_chains(kernel, key, starts, steps, (logprior, loglik, y, proposal, scaled),
-                            lambda st, info: (st.position, info.num_evaluations))
+        return _scan_chains(
+            kernel,
+            key,
+            starts,
+            steps,
+            (logprior, loglik, y, proposal, scaled),
+            lambda st, info: (st.position, info.num_evaluations),
+        )
 
     def moments(s):
         positions, evals = run(jax.random.key(3), jnp.float32(s))
@@ -186,8 +233,18 @@ def test_decision_error_at_most_delta_with_negative_control(block):
     def decide(keys, lus, coef_a, coef_b):  # one compiled race for both thresholds
         def one(key, lu):
             accept, evals, *_ = mh_decision(
-                key, jnp.zeros((), jnp.float32), lu, lambda i: jnp.stack([ll(x, y[i]), ll(x_new, y[i])], -1), n,
-                delta=delta, first_batch_size=m1, bound="normal", exact=False, coefficients=(coef_a, coef_b), **options)
+                key,
+                jnp.zeros((), jnp.float32),
+                lu,
+                lambda i: jnp.stack([ll(x, y[i]), ll(x_new, y[i])], -1),
+                n,
+                delta=delta,
+                first_batch_size=m1,
+                bound="normal",
+                exact=False,
+                coefficients=(coef_a, coef_b),
+                **options,
+            )
             return accept, evals
 
         return jax.vmap(one)(keys, lus)
@@ -200,7 +257,9 @@ def test_decision_error_at_most_delta_with_negative_control(block):
     def allowed(k):
         return delta + Z_CRITICAL * np.sqrt(delta * (1 - delta) / k)
 
-    assert errors[:near].mean() <= allowed(near), f"near the threshold: error {errors[:near].mean():.4f} > {allowed(near):.4f}"
+    assert errors[:near].mean() <= allowed(near), (
+        f"near the threshold: error {errors[:near].mean():.4f} > {allowed(near):.4f}"
+    )
     assert errors[near:].mean() <= allowed(wide), f"+-3 se: error {errors[near:].mean():.4f} > {allowed(wide):.4f}"
     assert np.mean(evals[near:]) < n  # not vacuous: most races away from the threshold stopped early
     assert errors[:near].sum() > 0  # the near-threshold decisions are hard: the check is not vacuous
@@ -221,15 +280,27 @@ def test_block_sampling_kernel_decision_error_within_delta_and_b1_is_rows():
     y, logprior, loglik, ll, x, x_new, n, total, sd = _fixed_pair_problem()
     delta, num_trials, block = 0.1, 3000, 4
     # exact gap uniform in +-3 standard errors of the first batch of 50 / B blocks (block sums: sd * sqrt(B))
-    offsets = np.random.default_rng(1).uniform(-3, 3, num_trials) * sd * np.sqrt(block) / np.sqrt(50 // block) * (n // block)
+    offsets = (
+        np.random.default_rng(1).uniform(-3, 3, num_trials) * sd * np.sqrt(block) / np.sqrt(50 // block) * (n // block)
+    )
     log_u = jnp.asarray(total - offsets, jnp.float32)
     exact = np.asarray(log_u) < total
     proposal = lambda key, pos: (x_new, jnp.zeros((), jnp.float32))  # noqa: E731  (fixed pair x -> x')
     state = jaxsub.racing_mh.init(x, logprior)
 
     def decide(key, lu):  # the decision the kernel makes, with log u placed by the test
-        return mh_decision(key, jnp.zeros((), jnp.float32), lu, lambda i: jnp.stack([ll(x, y[i]), ll(x_new, y[i])], -1), n,
-                           delta=delta, first_batch_size=50 // block, bound="normal", exact=False, block_size=block)[:2]
+        return mh_decision(
+            key,
+            jnp.zeros((), jnp.float32),
+            lu,
+            lambda i: jnp.stack([ll(x, y[i]), ll(x_new, y[i])], -1),
+            n,
+            delta=delta,
+            first_batch_size=50 // block,
+            bound="normal",
+            exact=False,
+            block_size=block,
+        )[:2]
 
     keys = jax.random.split(jax.random.key(6), num_trials)
     accept, evals = jax.jit(jax.vmap(decide))(keys, log_u)
@@ -327,7 +398,12 @@ def test_gibbs_sweep_alternating_with_blackjax_hmc():
         key_a, key_b = jax.random.split(key)
         mh = jaxsub.racing_mh(prior, loglik_a(b), data, delta=0.05, step_size=float(2.4 * sd[0]))
         a_state, _ = mh.step(key_a, mh.init(a))
-        hmc = blackjax.hmc(logdensity_b(a_state.position), step_size=float(sd[1]), inverse_mass_matrix=jnp.ones(1), num_integration_steps=3)
+        hmc = blackjax.hmc(
+            logdensity_b(a_state.position),
+            step_size=float(sd[1]),
+            inverse_mass_matrix=jnp.ones(1),
+            num_integration_steps=3,
+        )
         b_state, _ = hmc.step(key_b, hmc.init(b))
         return jnp.stack([a_state.position, b_state.position])
 
@@ -338,7 +414,9 @@ def test_gibbs_sweep_alternating_with_blackjax_hmc():
 
         return jax.lax.scan(body, start, jax.random.split(key, 1500))[1]
 
-    starts = jnp.asarray(post_mean, jnp.float32) + jnp.asarray([[0.01, -0.01], [-0.01, 0.02], [0.0, 0.0], [0.02, 0.0]], jnp.float32)
+    starts = jnp.asarray(post_mean, jnp.float32) + jnp.asarray(
+        [[0.01, -0.01], [-0.01, 0.02], [0.0, 0.0], [0.02, 0.0]], jnp.float32
+    )
     samples = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.key(8), 4), starts)
     samples = np.asarray(samples)[:, 200:]
     assert_mean_matches(samples, post_mean, min_ess=300)
@@ -467,10 +545,22 @@ def test_ebs_racing_mh_decision_error_within_delta():
     delta = 0.1
 
     def error_rate(reward_range, seed):
-        algo = jaxsub.racing_mh(logprior, loglik, y, delta=delta, step_size=0.08, bound="ebs", reward_range=reward_range)
-        keep = lambda s, i: (s.position, (i.is_accepted, i.log_uniform, i.log_prior_proposal_ratio, i.proposal, i.num_evaluations))  # noqa: E731
+        algo = jaxsub.racing_mh(
+            logprior, loglik, y, delta=delta, step_size=0.08, bound="ebs", reward_range=reward_range
+        )
+        keep = lambda s, i: (
+            s.position,
+            (i.is_accepted, i.log_uniform, i.log_prior_proposal_ratio, i.proposal, i.num_evaluations),
+        )  # noqa: E731
         start = jnp.asarray([float(np.log(0.3 / 0.7))])
-        tr = jaxsub.run_chain(jax.random.key(seed), algo, algo.init(start), 1500, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+        tr = jaxsub.run_chain(
+            jax.random.key(seed),
+            algo,
+            algo.init(start),
+            1500,
+            transform=lambda s, i: keep(s, i)[0],
+            info_transform=lambda s, i: keep(s, i)[1],
+        )
         acc, lu, lpr, prop, evals = (np.asarray(a) for a in tr.infos)
         pos = np.asarray(tr.states)
         prev = np.concatenate([start[None], pos[:-1]])
@@ -501,8 +591,15 @@ def test_control_variate_built_on_other_data_is_refused():
         jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.05, control_variate=other)
     kernel = jaxsub.racing_mh.build_kernel(400, delta=0.05)
     with pytest.raises(ValueError, match="num_data"):
-        kernel(jax.random.key(0), jaxsub.racing_mh.init(jnp.zeros(2), logprior), logprior, loglik, y,
-               jaxsub.racing_mh.gaussian_random_walk(0.1), half)
+        kernel(
+            jax.random.key(0),
+            jaxsub.racing_mh.init(jnp.zeros(2), logprior),
+            logprior,
+            loglik,
+            y,
+            jaxsub.racing_mh.gaussian_random_walk(0.1),
+            half,
+        )
 
 
 def test_wrongly_shaped_center_raises_named_error():
@@ -536,8 +633,18 @@ def test_skewed_rewards_decision_error_within_delta():
 
     def rate(**options):
         def dec(k, lu):
-            return mh_decision(k, jnp.zeros((), jnp.float32), lu, pair, n, delta=delta, first_batch_size=m1,
-                               bound="normal", exact=False, **options)[:2]
+            return mh_decision(
+                k,
+                jnp.zeros((), jnp.float32),
+                lu,
+                pair,
+                n,
+                delta=delta,
+                first_batch_size=m1,
+                bound="normal",
+                exact=False,
+                **options,
+            )[:2]
 
         acc, evals = jax.jit(jax.vmap(dec))(jax.random.split(jax.random.key(5), trials), log_u)
         return np.mean(np.asarray(acc) != exact), np.mean(np.asarray(evals)) / (2 * n)
@@ -558,16 +665,37 @@ def test_zero_likelihood_decides_at_once_and_constraint_in_prior_is_exact():
     y_max = float(jnp.max(y))
     loglik = lambda t, yn: jnp.where(yn <= t, -jnp.log(t), -jnp.inf)  # noqa: E731
     n = y.shape[0]
-    pair = lambda t0, t1: (lambda idx: jnp.stack([jax.vmap(loglik, (None, 0))(t0, y[idx]),  # noqa: E731
-                                                 jax.vmap(loglik, (None, 0))(t1, y[idx])], -1))
+    pair = lambda t0, t1: (
+        lambda idx: jnp.stack(
+            [
+                jax.vmap(loglik, (None, 0))(t0, y[idx]),  # noqa: E731
+                jax.vmap(loglik, (None, 0))(t1, y[idx]),
+            ],
+            -1,
+        )
+    )
     accept, evals, stages, _, has_nan = mh_decision(
-        jax.random.key(0), jnp.float32(0.0), jnp.float32(-1.0), pair(jnp.float32(y_max + 0.01), jnp.float32(1.0)),
-        n, delta=0.05, first_batch_size=50, bound="normal", exact=False)
+        jax.random.key(0),
+        jnp.float32(0.0),
+        jnp.float32(-1.0),
+        pair(jnp.float32(y_max + 0.01), jnp.float32(1.0)),
+        n,
+        delta=0.05,
+        first_batch_size=50,
+        bound="normal",
+        exact=False,
+    )
     assert not bool(accept) and int(stages) == 1 and not bool(has_nan)
     logprior = lambda t: jnp.where(t > y_max, -jnp.log(t), -jnp.inf)  # noqa: E731  support in the prior
     algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, step_size=0.002)
-    trace = jaxsub.run_chain(jax.random.key(1), algo, algo.init(jnp.float32(y_max + 0.01)), 250,
-                             transform=lambda s, i: s.position, info_transform=lambda s, i: i.has_nan)
+    trace = jaxsub.run_chain(
+        jax.random.key(1),
+        algo,
+        algo.init(jnp.float32(y_max + 0.01)),
+        250,
+        transform=lambda s, i: s.position,
+        info_transform=lambda s, i: i.has_nan,
+    )
     assert np.all(np.asarray(trace.states) > y_max)
     assert not np.any(np.asarray(trace.infos))
 
@@ -582,10 +710,15 @@ def test_laplace_fit_recovers_conjugate_posterior():
 
 def test_info_summary_and_nan_warning():
     info = jaxsub.racing_mh.RacingMHInfo(
-        is_accepted=np.array([True, False, True, False]), num_evaluations=np.array([20, 40, 200, 20]),
-        num_stages=np.ones(4), is_exact=np.array([False, False, True, False]),
-        has_nan=np.array([False, True, False, False]), proposal=np.zeros(4), log_uniform=np.zeros(4),
-        log_prior_proposal_ratio=np.zeros(4))
+        is_accepted=np.array([True, False, True, False]),
+        num_evaluations=np.array([20, 40, 200, 20]),
+        num_stages=np.ones(4),
+        is_exact=np.array([False, False, True, False]),
+        has_nan=np.array([False, True, False, False]),
+        proposal=np.zeros(4),
+        log_uniform=np.zeros(4),
+        log_prior_proposal_ratio=np.zeros(4),
+    )
     with pytest.warns(RuntimeWarning, match="NaN"):
         out = jaxsub.racing_mh.info_summary(info, 100, delta=0.05)
     assert out["share_of_data_read"] == pytest.approx(70 / 200)
@@ -609,8 +742,9 @@ def test_strong_prior_and_asymmetric_proposal():
     def proposal(with_ratio):
         def prop(key, x):
             x_new = x + c + s * jax.random.normal(key, dtype=jnp.float32)
-            ratio = (-(x - x_new - c) ** 2 + (x_new - x - c) ** 2) / (2 * s * s)
+            ratio = (-((x - x_new - c) ** 2) + (x_new - x - c) ** 2) / (2 * s * s)
             return x_new, ratio if with_ratio else jnp.zeros_like(ratio)
+
         return prop
 
     cv = parameter_taylor_control_variate(loglik, y, jnp.float32(post_mean))
@@ -618,8 +752,9 @@ def test_strong_prior_and_asymmetric_proposal():
     def draws(with_ratio):
         algo = jaxsub.racing_mh(logprior, loglik, y, delta=0.05, proposal=proposal(with_ratio), control_variate=cv)
         starts = jnp.full((4,), post_mean, jnp.float32)
-        tr = jaxsub.run_chains(jax.random.key(9), algo, jax.vmap(algo.init)(starts), 4000,
-                               transform=lambda st, i: st.position)
+        tr = jaxsub.run_chains(
+            jax.random.key(9), algo, jax.vmap(algo.init)(starts), 4000, transform=lambda st, i: st.position
+        )
         return np.asarray(tr.states)[:, 400:, None]
 
     good = draws(True)
@@ -629,7 +764,9 @@ def test_strong_prior_and_asymmetric_proposal():
         assert_mean_matches(draws(False), np.array([post_mean]), min_ess=300)
 
 
-@pytest.mark.parametrize("with_cv", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["control_variate", "plain"])
+@pytest.mark.parametrize(
+    "with_cv", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["control_variate", "plain"]
+)
 def test_batched_kernel_matches_single_chain_kernel(with_cv):
     """Item 4: C chains decided by racing_batch (rounds over unfinished races) give each chain
     the single-chain kernel's decision for the same key, with and without a control variate
@@ -668,7 +805,9 @@ def test_batched_kernel_matches_single_chain_kernel(with_cv):
     assert not np.allclose(np.asarray(half[0].position), np.asarray(new_b.position))  # the step size mattered
     if with_cv:  # the vmap over step sizes (a second compile of the batched race, ~14 CPU-s) is in the slow case
         return
-    lanes = jax.jit(jax.vmap(run_batched, in_axes=(None, None, 0)))(keys, states, jnp.asarray([0.03, 0.015], jnp.float32))
+    lanes = jax.jit(jax.vmap(run_batched, in_axes=(None, None, 0)))(
+        keys, states, jnp.asarray([0.03, 0.015], jnp.float32)
+    )
     for j, concrete in enumerate(((new_b, info_b), half)):
         for got, want in zip(jax.tree.leaves(jax.tree.map(lambda v: v[j], lanes)), jax.tree.leaves(concrete)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
@@ -683,7 +822,10 @@ def _fused_draw_checks(normals, u):
     # independence of the words: normals of one draw with each other and with u (|corr| ~ N(0, 1/n))
     corr = np.corrcoef(np.column_stack([normals, scipy.stats.norm.ppf(np.clip(u, 1e-12, 1 - 1e-12))]), rowvar=False)
     z_corr = np.max(np.abs(corr[np.triu_indices_from(corr, 1)])) * np.sqrt(n)
-    return max(z_mean, z_var, z_corr), (scipy.stats.kstest(flat, "norm").pvalue, scipy.stats.kstest(u, "uniform").pvalue)
+    return max(z_mean, z_var, z_corr), (
+        scipy.stats.kstest(flat, "norm").pvalue,
+        scipy.stats.kstest(u, "uniform").pvalue,
+    )
 
 
 def test_fused_random_bits_draw_laws_and_stationarity():
@@ -714,14 +856,22 @@ def test_fused_random_bits_draw_laws_and_stationarity():
     y, logprior, loglik, post_mean, post_var = gaussian_mean_problem(num_data=1000)
     chains, steps, burn = 128, 300, 60
     proposal = jaxsub.racing_mh.gaussian_random_walk(2.38 * float(np.sqrt(post_var[0])) / np.sqrt(2))
-    starts = jnp.asarray(post_mean + np.sqrt(post_var) * np.random.default_rng(1).standard_normal((chains, 2)), jnp.float32)
+    starts = jnp.asarray(
+        post_mean + np.sqrt(post_var) * np.random.default_rng(1).standard_normal((chains, 2)), jnp.float32
+    )
     cv = parameter_taylor_control_variate(loglik, y, jnp.asarray(post_mean, jnp.float32))
     kernel = jaxsub.racing_mh.build_kernel(1000, delta=0.05, fused_random_bits=True)
 
     @jax.jit
     def run(key):
-        return _scan_chains(kernel, key, starts, steps, (logprior, loglik, y, proposal, cv),
-                            lambda st, info: (st.position, info.is_accepted))
+        return _scan_chains(
+            kernel,
+            key,
+            starts,
+            steps,
+            (logprior, loglik, y, proposal, cv),
+            lambda st, info: (st.position, info.is_accepted),
+        )
 
     positions, accepted = run(jax.random.key(4))
     zs = (np.asarray(positions)[:, burn:] - post_mean) / np.sqrt(post_var)
@@ -736,7 +886,10 @@ def test_fused_random_bits_draw_laws_and_stationarity():
     xp = x + (2.38 / np.sqrt(2)) * rng.standard_normal((400_000, 2))
     expected = np.mean(np.minimum(1.0, np.exp(-0.5 * (xp**2 - x**2).sum(1))))
     per_chain = np.asarray(accepted)[:, burn:].mean(1)
-    assert abs(per_chain.mean() - expected) <= Z_CRITICAL * per_chain.std(ddof=1) / np.sqrt(chains), (per_chain.mean(), expected)
+    assert abs(per_chain.mean() - expected) <= Z_CRITICAL * per_chain.std(ddof=1) / np.sqrt(chains), (
+        per_chain.mean(),
+        expected,
+    )
 
 
 def test_one_name_per_concept_and_aliases():
@@ -745,8 +898,11 @@ def test_one_name_per_concept_and_aliases():
     import importlib
     import sys
 
-    for alias, canonical in [("jaxsub.racing_mh", "jaxsub.racing.mh"), ("jaxsub.racing_gibbs", "jaxsub.racing.gibbs"),
-                             ("jaxsub.sgld_racing_mh", "jaxsub.racing.sgld_mh")]:
+    for alias, canonical in [
+        ("jaxsub.racing_mh", "jaxsub.racing.mh"),
+        ("jaxsub.racing_gibbs", "jaxsub.racing.gibbs"),
+        ("jaxsub.sgld_racing_mh", "jaxsub.racing.sgld_mh"),
+    ]:
         a, c = importlib.import_module(alias), importlib.import_module(canonical)
         assert sys.modules[alias] is a and a is not c
         assert sorted(a.__all__) == sorted(c.__all__)

@@ -1,15 +1,16 @@
 """Racing MH refuses invalid input loudly, warns where it knows the answer is poor, and its
 acceptance test sees the prior (a strong-prior check with power in the default run)."""
+
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxsub
 from _racing_problems import gaussian_mean_problem
 from helpers import Z_CRITICAL
+
+import jaxsub
 
 
 def _logistic(num_data=400, seed=0):
@@ -46,15 +47,18 @@ def test_non_finite_data_is_refused_by_every_constructor():
     with pytest.raises(ValueError, match="data must be finite"):
         jaxsub.racing_mh.parameter_taylor_control_variate(loglik, data, jnp.zeros(3))
     with pytest.raises(ValueError, match="data must be finite"):
-        jaxsub.discrete.data_taylor_control_variate(lambda t, yn: -0.5 * (yn - t) ** 2, jnp.zeros(2),
-                                                    y.at[3].set(jnp.inf))
+        jaxsub.discrete.data_taylor_control_variate(
+            lambda t, yn: -0.5 * (yn - t) ** 2, jnp.zeros(2), y.at[3].set(jnp.inf)
+        )
     centres = jnp.asarray([-0.1, 0.0, 0.1])
     with pytest.raises(ValueError, match="data must be finite"):
-        jaxsub.racing_gibbs(jnp.zeros(3), lambda idx: -0.5 * (bad[idx, :1] - centres[None, :]) ** 2, 400,
-                            delta=0.05, data=bad)
+        jaxsub.racing_gibbs(
+            jnp.zeros(3), lambda idx: -0.5 * (bad[idx, :1] - centres[None, :]) ** 2, 400, delta=0.05, data=bad
+        )
     with pytest.raises(ValueError, match="log_f0 must not hold NaN"):
-        jaxsub.racing_gibbs(jnp.asarray([0.0, jnp.nan, 0.0]), lambda idx: -0.5 * (x[idx, :1] - centres) ** 2, 400,
-                            delta=0.05)
+        jaxsub.racing_gibbs(
+            jnp.asarray([0.0, jnp.nan, 0.0]), lambda idx: -0.5 * (x[idx, :1] - centres) ** 2, 400, delta=0.05
+        )
 
 
 def test_position_is_checked_against_the_model_at_init():
@@ -135,9 +139,17 @@ def test_info_summary_reads_num_data_and_warns_without_control_variate():
 
 def test_info_summary_warns_when_most_data_is_read():
     info = jaxsub.racing_mh.RacingMHInfo(
-        is_accepted=np.array([True, False]), num_evaluations=np.array([180, 200]), num_stages=np.ones(2),
-        is_exact=np.array([False, True]), has_nan=np.zeros(2, bool), proposal=np.zeros(2), log_uniform=np.zeros(2),
-        log_prior_proposal_ratio=np.zeros(2), num_data=np.array([100, 100]), has_control_variate=np.ones(2, bool))
+        is_accepted=np.array([True, False]),
+        num_evaluations=np.array([180, 200]),
+        num_stages=np.ones(2),
+        is_exact=np.array([False, True]),
+        has_nan=np.zeros(2, bool),
+        proposal=np.zeros(2),
+        log_uniform=np.zeros(2),
+        log_prior_proposal_ratio=np.zeros(2),
+        num_data=np.array([100, 100]),
+        has_control_variate=np.ones(2, bool),
+    )
     with pytest.warns(RuntimeWarning, match="read 95% of the data"):
         jaxsub.racing_mh.info_summary(info)
     info = info._replace(num_data=None)
@@ -159,8 +171,11 @@ def test_acceptance_with_flat_likelihood_equals_prior_ratio_expectation():
     logprior = lambda t: -0.5 * jnp.sum(t**2)  # noqa: E731  N(0, 1)
     loglik = lambda t, d: 0.0 * jnp.sum(t) * jnp.sum(d)  # noqa: E731  ≡ 0
     x0 = jnp.asarray([1.0], jnp.float32)
-    for name, kwargs in [("raced", {"delta": 0.05}), ("block", {"delta": 0.05, "block_size": 4}),
-                         ("exact", {"delta": None, "exact": True})]:
+    for name, kwargs in [
+        ("raced", {"delta": 0.05}),
+        ("block", {"delta": 0.05, "block_size": 4}),
+        ("exact", {"delta": None, "exact": True}),
+    ]:
         algo = jaxsub.racing_mh(logprior, loglik, data, step_size=1.5, **kwargs)
         infos = _one_step_infos(algo, x0, num_keys)
         prop = np.asarray(infos.proposal, np.float64)[:, 0]

@@ -1,13 +1,14 @@
 """SGLD proposal + racing MH correction (jaxsub.sgld_racing_mh)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _racing_problems import gaussian_mean_problem
 from blackjax.sgmcmc.gradients import grad_estimator
+from helpers import assert_mean_matches, assert_variance_matches
 
 import jaxsub
-from _racing_problems import gaussian_mean_problem
-from helpers import assert_mean_matches, assert_variance_matches
 from jaxsub.sgld_racing_mh import sgld_proposal
 from jaxsub.subsample import permutation_indices
 
@@ -44,7 +45,14 @@ def test_corrected_sgld_targets_the_posterior(exact):
     starts = jnp.asarray(post_mean, jnp.float32) + 0.02 * jax.random.normal(jax.random.key(0), (4, 2))
     keep = lambda s, i: (s.position, i.is_accepted)  # noqa: E731
     # 4 x 1500 steps (ESS >= 300 gated below; tolerances from the ESS-based Monte Carlo error)
-    trace = jaxsub.run_chains(jax.random.key(1), algo, jax.vmap(algo.init)(starts), 1500, transform=lambda s, i: keep(s, i)[0], info_transform=lambda s, i: keep(s, i)[1])
+    trace = jaxsub.run_chains(
+        jax.random.key(1),
+        algo,
+        jax.vmap(algo.init)(starts),
+        1500,
+        transform=lambda s, i: keep(s, i)[0],
+        info_transform=lambda s, i: keep(s, i)[1],
+    )
     samples = np.asarray(trace.states)[:, 150:]
     acc = float(np.mean(np.asarray(trace.infos)))
     assert 0.2 < acc < 0.9  # the correction is doing something
@@ -76,8 +84,9 @@ def test_traced_step_size_under_vmap():
 
     def run(step):
         algo = jaxsub.sgld_racing_mh(logprior, loglik, y, step_size=step, batch_size=40, delta=0.05)
-        return jaxsub.run_chain(jax.random.key(0), algo, algo.init(jnp.zeros(2)), 10,
-                                transform=lambda s, i: s.position).states
+        return jaxsub.run_chain(
+            jax.random.key(0), algo, algo.init(jnp.zeros(2)), 10, transform=lambda s, i: s.position
+        ).states
 
     traced = jax.jit(jax.vmap(run))(jnp.asarray([1e-4, 1e-3], jnp.float32))
     concrete = jax.jit(lambda: run(1e-3))()

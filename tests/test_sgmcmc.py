@@ -15,19 +15,19 @@ variance). DSGLD with one local step and ``f_s ∝ N_s`` is the same recursion
 with ``w = N(x̄_B - x̄)``. Tolerances are Monte Carlo errors (ESS-gated) from
 ``tests/helpers.py``.
 """
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_mean_matches, assert_variance_matches, variants
 from scipy import stats
 
 import jaxsub
 from jaxsub.sgmcmc import dsgld as dsgld_module
 from jaxsub.sgmcmc.shards import make_shards, minibatch_indices
 from jaxsub.sgmcmc.surrogates import conducive_arrays, conducive_gradient
-
-from helpers import assert_mean_matches, assert_variance_matches, variants
 
 PRIOR_VAR = 5.0
 
@@ -135,7 +135,8 @@ def test_cg_estimator_is_unbiased_over_shards_exactly(diagonal):
     for s in range(3):
         cfn = lambda p, s=s: conducive_gradient(p, s, arrays)
         est = dsgld_module.shard_gradient_estimator(
-            logistic_logprior, logistic_loglik, jnp.int32(shards.sizes[s]), jnp.float32(probs[s]), jnp.float32, cfn)
+            logistic_logprior, logistic_loglik, jnp.int32(shards.sizes[s]), jnp.float32(probs[s]), jnp.float32, cfn
+        )
         g = _full_minibatch_gradient(lambda b: est(theta, b), shards.data, s, shards.sizes[s])
         g = jax.tree.map(lambda x: probs[s] * np.asarray(x, np.float64), g)
         total = g if total is None else jax.tree.map(np.add, total, g)
@@ -209,8 +210,13 @@ def _stationary(shards, probs, eps, n, kind):
 
 def _run(algorithm, num_chains, num_rounds, burn, start):
     init = jax.vmap(algorithm.init)(jnp.tile(jnp.asarray(start, jnp.float32), (num_chains, 1)))
-    trace = jaxsub.run_chains(jax.random.key(2026), algorithm, init, num_rounds,
-                              transform=lambda s, i: {"position": s.position, "shard": i.shard})
+    trace = jaxsub.run_chains(
+        jax.random.key(2026),
+        algorithm,
+        init,
+        num_rounds,
+        transform=lambda s, i: {"position": s.position, "shard": i.shard},
+    )
     return np.asarray(trace.states["position"])[:, burn:], np.asarray(trace.states["shard"])
 
 
@@ -231,8 +237,15 @@ def _check_moments(draws, mean, cov):
 def test_cg_dsgld_conjugate_matches_exact_moments():
     shards = blob_shards()
     eps, n, L = 4e-5, 10, 10
-    algo = jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=eps, batch_size=n,
-                           local_steps=L, surrogates=exact_surrogates(shards))
+    algo = jaxsub.cg_dsgld(
+        gaussian_logprior,
+        gaussian_loglik,
+        shards,
+        step_size=eps,
+        batch_size=n,
+        local_steps=L,
+        surrogates=exact_surrogates(shards),
+    )
     sizes = np.array([len(x) for x in shards])
     probs = sizes / sizes.sum()
     mean, cov, post_cov = _stationary(shards, probs, eps, n, "cg")
@@ -273,13 +286,24 @@ def test_cg_dsgld_stays_put_where_dsgld_drifts_with_many_local_steps():
     kw = dict(step_size=1e-4, batch_size=10, local_steps=200, shard_probs=probs)
     post_mean = np.concatenate(shards).mean(0) * 200 / (200 + 1 / PRIOR_VAR)
     packed = make_shards(shards)
-    run = jax.jit(jaxsub.sgmcmc.sample_rounds(gaussian_logprior, gaussian_loglik, batch_size=10, local_steps=200,
-                                              num_rounds=80, shard_size=50))
+    run = jax.jit(
+        jaxsub.sgmcmc.sample_rounds(
+            gaussian_logprior, gaussian_loglik, batch_size=10, local_steps=200, num_rounds=80, shard_size=50
+        )
+    )
     start = jnp.tile(jnp.asarray(post_mean, jnp.float32), (2, 1))
     out, traces = {}, {}
     for name, alpha in (("dsgld", 0.0), ("cg", 1.0)):
-        _, traces[name] = run(jax.random.key(2026), start, packed.data, jnp.asarray(packed.sizes, jnp.int32),
-                              jnp.asarray(probs, jnp.float32), conducive_arrays(surrogates, probs), 1e-4, alpha)
+        _, traces[name] = run(
+            jax.random.key(2026),
+            start,
+            packed.data,
+            jnp.asarray(packed.sizes, jnp.int32),
+            jnp.asarray(probs, jnp.float32),
+            conducive_arrays(surrogates, probs),
+            1e-4,
+            alpha,
+        )
         draws = np.asarray(traces[name])[:, 10:]
         out[name] = float(np.mean(np.sum((draws - post_mean) ** 2, -1)))
     # posterior variance per coordinate is 1/200: CG-DSGLD's spread is of that order,
@@ -298,8 +322,16 @@ def test_cg_dsgld_stays_put_where_dsgld_drifts_with_many_local_steps():
 def test_step_variants_agree_and_info(variant):
     shards = logistic_shards()
     surrogates = jaxsub.sgmcmc.gaussian_surrogates(np.zeros((3, 4)), np.ones((3, 4)))
-    algo = jaxsub.cg_dsgld(logistic_logprior, logistic_loglik, shards, step_size=1e-3, batch_size=5,
-                           local_steps=2, surrogates=surrogates, return_local_positions=True)
+    algo = jaxsub.cg_dsgld(
+        logistic_logprior,
+        logistic_loglik,
+        shards,
+        step_size=1e-3,
+        batch_size=5,
+        local_steps=2,
+        surrogates=surrogates,
+        return_local_positions=True,
+    )
     state = algo.init({"w": jnp.zeros(3), "b": jnp.zeros(())})
     step = variants(algo.step)[variant]
     ref_state, ref_info = jax.jit(algo.step)(jax.random.key(5), state)
@@ -314,8 +346,15 @@ def test_step_variants_agree_and_info(variant):
 def test_float64_works():
     with jax.enable_x64(True):
         shards = [x.astype(np.float64) for x in blob_shards()]
-        algo = jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=1e-4, batch_size=5,
-                               local_steps=2, surrogates=exact_surrogates(shards))
+        algo = jaxsub.cg_dsgld(
+            gaussian_logprior,
+            gaussian_loglik,
+            shards,
+            step_size=1e-4,
+            batch_size=5,
+            local_steps=2,
+            surrogates=exact_surrogates(shards),
+        )
         state = algo.init(jnp.zeros(2, jnp.float64))
         new, info = jax.jit(algo.step)(jax.random.key(0), state)
         assert new.position.dtype == jnp.float64
@@ -340,8 +379,17 @@ def test_fitted_surrogates_recover_gaussian_likelihoods(covariance, with_prior):
     kw = dict(logprior_fn=gaussian_logprior, prior=(0.0, 1.0 / PRIOR_VAR)) if with_prior else {}
     num_samples = 20000
     sur = jaxsub.sgmcmc.gaussian_surrogates(
-        shards=shards, loglikelihood_fn=gaussian_loglik, rng_key=jax.random.key(9), position=jnp.zeros(2),
-        step_size=5e-4, batch_size=10, num_samples=num_samples, num_burnin=500, covariance=covariance, **kw)
+        shards=shards,
+        loglikelihood_fn=gaussian_loglik,
+        rng_key=jax.random.key(9),
+        position=jnp.zeros(2),
+        step_size=5e-4,
+        batch_size=10,
+        num_samples=num_samples,
+        num_burnin=500,
+        covariance=covariance,
+        **kw,
+    )
     info = sur.fit_info
     assert info.num_sgld_steps == 20500 and info.likelihood_gradient_evaluations == 3 * 20500 * 10
     assert info.seconds > 0
@@ -397,11 +445,25 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="precisions must be"):
         jaxsub.sgmcmc.gaussian_surrogates(np.zeros((4, 2)), np.ones((3, 2)))
     with pytest.raises(ValueError, match="prior"):
-        jaxsub.sgmcmc.gaussian_surrogates(shards=shards, loglikelihood_fn=ll, rng_key=jax.random.key(0),
-                                          position=jnp.zeros(2), step_size=1e-3, batch_size=5, logprior_fn=lp)
+        jaxsub.sgmcmc.gaussian_surrogates(
+            shards=shards,
+            loglikelihood_fn=ll,
+            rng_key=jax.random.key(0),
+            position=jnp.zeros(2),
+            step_size=1e-3,
+            batch_size=5,
+            logprior_fn=lp,
+        )
     with pytest.raises(ValueError, match="covariance"):
-        jaxsub.sgmcmc.gaussian_surrogates(shards=shards, loglikelihood_fn=ll, rng_key=jax.random.key(0),
-                                          position=jnp.zeros(2), step_size=1e-3, batch_size=5, covariance="low")
+        jaxsub.sgmcmc.gaussian_surrogates(
+            shards=shards,
+            loglikelihood_fn=ll,
+            rng_key=jax.random.key(0),
+            position=jnp.zeros(2),
+            step_size=1e-3,
+            batch_size=5,
+            covariance="low",
+        )
     with pytest.raises(ValueError, match="participating"):
         jaxsub.sgmcmc.multi_device(lp, ll, shards, participating=5, **good)
     with pytest.raises(ValueError, match="strictly positive"):
@@ -431,10 +493,12 @@ def test_nan_in_data_is_rejected_at_construction():
     shards[2][3, 1] = np.nan
     lp, ll = gaussian_logprior, gaussian_loglik
     good = dict(step_size=1e-3, batch_size=5, local_steps=2)
-    for make in (lambda: jaxsub.dsgld(lp, ll, shards, **good),
-                 lambda: jaxsub.cg_dsgld(lp, ll, shards, surrogates=exact_surrogates(blob_shards()), **good),
-                 lambda: jaxsub.sgmcmc.multi_device(lp, ll, shards, **good),
-                 lambda: jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2))):
+    for make in (
+        lambda: jaxsub.dsgld(lp, ll, shards, **good),
+        lambda: jaxsub.cg_dsgld(lp, ll, shards, surrogates=exact_surrogates(blob_shards()), **good),
+        lambda: jaxsub.sgmcmc.multi_device(lp, ll, shards, **good),
+        lambda: jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2)),
+    ):
         with pytest.raises(ValueError, match="NaN/inf .*first in shard 2"):
             make()
     # padding rows (copies of row 0) are not data: a short finite shard passes
@@ -451,8 +515,9 @@ def test_kernel_takes_model_data_and_traced_hyperparameters():
     state = jaxsub.cg_dsgld.init(jnp.ones(2))
 
     def step(eps, alpha):
-        return kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs,
-                      arrays, eps, alpha)[0].position
+        return kernel(
+            jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, arrays, eps, alpha
+        )[0].position
 
     batched = jax.jit(jax.vmap(step))(jnp.array([1e-4, 2e-4]), jnp.array([1.0, 0.0]))
     one = jax.jit(step)  # traced scalars: one compile for the three unbatched calls
@@ -460,7 +525,8 @@ def test_kernel_takes_model_data_and_traced_hyperparameters():
     np.testing.assert_allclose(batched[1], one(2e-4, 0.0), rtol=1e-5)
     # α = 0 is DSGLD with the same keys
     ds = jaxsub.dsgld.build_kernel(batch_size=5, local_steps=3)(
-        jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, 2e-4)[0].position
+        jax.random.key(0), state, gaussian_logprior, gaussian_loglik, shards.data, sizes, probs, 2e-4
+    )[0].position
     np.testing.assert_allclose(batched[1], ds, rtol=1e-5)
     assert not np.allclose(batched[0], one(1e-4, 0.0))
 
@@ -487,9 +553,16 @@ def test_laplace_surrogates_equal_exact_ones_on_a_conjugate_model(structure):
     ll = lambda th, d: -0.5 * (d[1] - d[0] @ th) ** 2 / sigma**2  # noqa: E731
     lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
     with jax.enable_x64(True):
-        sur = jaxsub.sgmcmc.laplace_surrogates(lp, ll, [(x.astype(np.float64), y.astype(np.float64)) for x, y in shards],
-                                               jnp.zeros(3, jnp.float64), structure=structure, rank=3, num_steps=50,
-                                               rng_key=jax.random.key(0))
+        sur = jaxsub.sgmcmc.laplace_surrogates(
+            lp,
+            ll,
+            [(x.astype(np.float64), y.astype(np.float64)) for x, y in shards],
+            jnp.zeros(3, jnp.float64),
+            structure=structure,
+            rank=3,
+            num_steps=50,
+            rng_key=jax.random.key(0),
+        )
     assert sur.fit_info.method == "laplace" and sur.fit_info.num_sgld_steps == 0
     for s, (x, y) in enumerate(shards):
         x, y = x.astype(np.float64), y.astype(np.float64)
@@ -521,14 +594,30 @@ def test_laplace_damping_keeps_separable_shards_finite():
     ll = lambda th, d: d["y"] * (d["x"] @ th) - jnp.logaddexp(0.0, d["x"] @ th)  # noqa: E731
     lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
     data = {"x": x, "y": y}  # stacked [S, N, ...] shards
-    sur = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
-                                           optimizer=__import__("optax").adam(0.05), expansion="local")
+    sur = jaxsub.sgmcmc.laplace_surrogates(
+        lp,
+        ll,
+        data,
+        jnp.zeros(2),
+        structure="full",
+        num_steps=2000,
+        optimizer=__import__("optax").adam(0.05),
+        expansion="local",
+    )
     assert np.all(np.isfinite(sur.mean)) and np.all(np.isfinite(sur.precision))
     assert np.all(sur.fit_info.gradient_norm < 1e-5)  # converged to the damped mode
     assert np.all(np.abs(sur.mean) < 15)
-    undamped = jaxsub.sgmcmc.laplace_surrogates(lp, ll, data, jnp.zeros(2), structure="full", num_steps=2000,
-                                                damping=0.0, optimizer=__import__("optax").adam(0.05),
-                                                expansion="local")
+    undamped = jaxsub.sgmcmc.laplace_surrogates(
+        lp,
+        ll,
+        data,
+        jnp.zeros(2),
+        structure="full",
+        num_steps=2000,
+        damping=0.0,
+        optimizer=__import__("optax").adam(0.05),
+        expansion="local",
+    )
     # negative control: without damping the separable shards' optimiser runs away (no mode to converge to)
     assert np.all(undamped.fit_info.gradient_norm[:2] > 100 * sur.fit_info.gradient_norm[:2])
     for s in (0, 1):
@@ -559,15 +648,43 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
         p = 1 / (1 + np.exp(-x @ theta))
         theta += np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + np.eye(2), x.T @ (y - p) - theta)
     opt = optax.sgd(2.0)
-    fed = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                           fedavg_local_steps=1, optimizer=opt, expansion="fedavg")
+    fed = jaxsub.sgmcmc.laplace_surrogates(
+        lp,
+        ll,
+        shards,
+        jnp.zeros(2),
+        structure="full",
+        num_steps=3000,
+        fedavg_local_steps=1,
+        optimizer=opt,
+        expansion="fedavg",
+    )
     # the same compute as a reusable jitted program gives the same surrogates; a program built for
     # another structure is refused
-    program = jax.jit(jaxsub.sgmcmc.laplace_program(lp, ll, jnp.zeros(2), structure="full", num_steps=3000,
-                                                    fedavg_local_steps=1, optimizer=opt, expansion="fedavg"))
-    again = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                             fedavg_local_steps=1, optimizer=opt, program=program,
-                                             expansion="fedavg")
+    program = jax.jit(
+        jaxsub.sgmcmc.laplace_program(
+            lp,
+            ll,
+            jnp.zeros(2),
+            structure="full",
+            num_steps=3000,
+            fedavg_local_steps=1,
+            optimizer=opt,
+            expansion="fedavg",
+        )
+    )
+    again = jaxsub.sgmcmc.laplace_surrogates(
+        lp,
+        ll,
+        shards,
+        jnp.zeros(2),
+        structure="full",
+        num_steps=3000,
+        fedavg_local_steps=1,
+        optimizer=opt,
+        program=program,
+        expansion="fedavg",
+    )
     np.testing.assert_allclose(again.precision, fed.precision, rtol=1e-4)
     np.testing.assert_allclose(again.shift, fed.shift, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="program was built for another structure"):
@@ -575,8 +692,9 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     points = fed.fit_info.expansion_point
     np.testing.assert_array_equal(points, np.broadcast_to(points[0], points.shape))  # one common point
     np.testing.assert_allclose(points[0], theta, atol=2e-3)
-    local = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000,
-                                             expansion="local", optimizer=optax.sgd(2.0))
+    local = jaxsub.sgmcmc.laplace_surrogates(
+        lp, ll, shards, jnp.zeros(2), structure="full", num_steps=3000, expansion="local", optimizer=optax.sgd(2.0)
+    )
     lpts = local.fit_info.expansion_point
     assert np.all(local.fit_info.gradient_norm < 1e-4)  # each at its own damped mode
     assert np.linalg.norm(lpts[0] - lpts[1]) > 1.0 and np.min(np.linalg.norm(lpts - theta, axis=1)) > 0.05
@@ -590,9 +708,19 @@ def test_laplace_fedavg_expansion_is_a_common_point_at_the_global_mode():
     gn = (lambda th, d: d[0] @ th, lambda z, d: d[1] * z - jnp.logaddexp(0.0, z))
     # (one compile for both Gauss-Newton paths: low rank with rank = d is the GGN-vector-product eigenpairs
     # plus the remaining GGN diagonal, so D_s + U_s U_sᵀ must be the whole Hessian)
-    sgd = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(2), structure="lowrank", rank=2,
-                                           curvature="gauss_newton", gauss_newton=gn,
-                                           num_steps=3000, optimizer=opt, rng_key=jax.random.key(0))
+    sgd = jaxsub.sgmcmc.laplace_surrogates(
+        lp,
+        ll,
+        shards,
+        jnp.zeros(2),
+        structure="lowrank",
+        rank=2,
+        curvature="gauss_newton",
+        gauss_newton=gn,
+        num_steps=3000,
+        optimizer=opt,
+        rng_key=jax.random.key(0),
+    )
     np.testing.assert_allclose(sgd.fit_info.expansion_point, np.broadcast_to(theta, (3, 2)), atol=2e-3)
     hess = []
     for xs, ys in shards:
@@ -619,8 +747,9 @@ def test_laplace_options_record_equals_keywords():
     shards, sigma = linear_shards()
     ll = lambda th, d: -0.5 * (d[1] - d[0] @ th) ** 2 / sigma**2  # noqa: E731
     lp = lambda th: -0.5 * jnp.sum(th**2)  # noqa: E731
-    by_keywords = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(3), structure="diag", num_steps=20,
-                                                   expansion="local")
+    by_keywords = jaxsub.sgmcmc.laplace_surrogates(
+        lp, ll, shards, jnp.zeros(3), structure="diag", num_steps=20, expansion="local"
+    )
     record = LaplaceOptions(structure="full", num_steps=20, expansion="local")
     by_record = jaxsub.sgmcmc.laplace_surrogates(lp, ll, shards, jnp.zeros(3), record, structure="diag")
     np.testing.assert_array_equal(np.asarray(by_keywords.precision), np.asarray(by_record.precision))
@@ -651,16 +780,29 @@ def mlp_problem(num_shards=4, n=30, seed=0):
         x = rng.normal(size=(n, 3)).astype(np.float32)
         y = ((x[:, 0] + s % 3 > 0.5).astype(np.int32) + (s % 2)) % 3
         shards.append((x, y.astype(np.int32)))
-    params = {"w1": jnp.asarray(0.1 * rng.normal(size=(3, 4)), jnp.float32), "b1": jnp.zeros(4),
-              "w2": jnp.asarray(0.1 * rng.normal(size=(4, 3)), jnp.float32), "b2": jnp.zeros(3)}
+    params = {
+        "w1": jnp.asarray(0.1 * rng.normal(size=(3, 4)), jnp.float32),
+        "b1": jnp.zeros(4),
+        "w2": jnp.asarray(0.1 * rng.normal(size=(4, 3)), jnp.float32),
+        "b2": jnp.zeros(3),
+    }
     return shards, params
 
 
 @pytest.mark.parametrize("structure", ["diag", "lowrank", "full"])
 def test_pytree_network_positions_through_every_path(structure):
     shards, params = mlp_problem()
-    sur = jaxsub.sgmcmc.laplace_surrogates(mlp_logprior, mlp_loglik, shards, params, structure=structure, rank=4,
-                                           curvature="fisher", num_steps=30, rng_key=jax.random.key(1))
+    sur = jaxsub.sgmcmc.laplace_surrogates(
+        mlp_logprior,
+        mlp_loglik,
+        shards,
+        params,
+        structure=structure,
+        rank=4,
+        curvature="fisher",
+        num_steps=30,
+        rng_key=jax.random.key(1),
+    )
     dim = sum(int(np.size(p)) for p in jax.tree.leaves(params))
     assert sur.dim == dim and (sur.factor is None) == (structure != "lowrank")
     chains = jax.tree.map(lambda p: jnp.stack([p, 0.5 * p, -p]), params)
@@ -669,8 +811,9 @@ def test_pytree_network_positions_through_every_path(structure):
     if structure == "diag":
         algos.append(jaxsub.dsgld(mlp_logprior, mlp_loglik, shards, **kw))
     for algo in algos:
-        trace = jaxsub.run_chains(jax.random.key(0), algo, jax.vmap(algo.init)(chains), 4,
-                                  transform=lambda s, i: s.position)
+        trace = jaxsub.run_chains(
+            jax.random.key(0), algo, jax.vmap(algo.init)(chains), 4, transform=lambda s, i: s.position
+        )
         chex.assert_trees_all_equal_structs(trace.states, params)
         assert trace.states["w1"].shape == (3, 4, 3, 4)
         assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(trace.states))
@@ -700,9 +843,19 @@ def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation()
     mu = [x.mean(0) + 0.3 for x in shards]
     sur = jaxsub.sgmcmc.gaussian_surrogates(mu, [l * np.ones(2) for l in lam])
     eps = 1.0 / sum(sizes)
-    algo = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=eps, batch_size=4,
-                                      local_steps=1, surrogates=sur, chains_per_shard=chains, shard_probs=probs,
-                                      participating=m, return_local_positions=True)
+    algo = jaxsub.sgmcmc.multi_device(
+        gaussian_logprior,
+        gaussian_loglik,
+        shards,
+        step_size=eps,
+        batch_size=4,
+        local_steps=1,
+        surrogates=sur,
+        chains_per_shard=chains,
+        shard_probs=probs,
+        participating=m,
+        return_local_positions=True,
+    )
     theta0 = np.array([0.5, -0.5], np.float32)
     state = algo.init(jnp.tile(jnp.asarray(theta0), (num_shards * chains, 1)))
     _, info = jax.jit(jax.vmap(algo.step, in_axes=(0, None)))(jax.random.split(jax.random.key(3), rounds), state)
@@ -727,9 +880,12 @@ def test_multi_device_unbiased_with_nonuniform_probs_and_partial_participation()
     combined, se = probs @ per_mean, np.sqrt((probs**2) @ per_se**2)
     np.testing.assert_array_less(np.abs(combined - 0.5 * eps * exact), 4 * se)
     # negative control: scaling by 1/S instead of 1/f_d (likelihood and conducive term)
-    ignore_f = (-theta0 / PRIOR_VAR + sum(p * num_shards * (x - theta0).sum(0) for p, x in zip(probs, shards))
-                - sum(l * (theta0 - u) for l, u in zip(lam, mu))
-                + sum(p * num_shards * l * (theta0 - u) for p, l, u in zip(probs, lam, mu)))
+    ignore_f = (
+        -theta0 / PRIOR_VAR
+        + sum(p * num_shards * (x - theta0).sum(0) for p, x in zip(probs, shards))
+        - sum(l * (theta0 - u) for l, u in zip(lam, mu))
+        + sum(p * num_shards * l * (theta0 - u) for p, l, u in zip(probs, lam, mu))
+    )
     assert np.max(np.abs(combined - 0.5 * eps * ignore_f) / se) > 8
 
 
@@ -743,9 +899,18 @@ def test_many_clients_partial_participation_targets_the_posterior():
     shards = [(rng.uniform(-2, 2, size=2) + 0.5 * rng.normal(size=(n, 2))).astype(np.float32) for n in sizes]
     sur = exact_surrogates(shards)
     probs = sizes / sizes.sum()
-    algo = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=2e-4, batch_size=5,
-                                      local_steps=5, surrogates=sur, chains_per_shard=1, shard_probs=probs,
-                                      participating=30)
+    algo = jaxsub.sgmcmc.multi_device(
+        gaussian_logprior,
+        gaussian_loglik,
+        shards,
+        step_size=2e-4,
+        batch_size=5,
+        local_steps=5,
+        surrogates=sur,
+        chains_per_shard=1,
+        shard_probs=probs,
+        participating=30,
+    )
     post_mean = np.concatenate(shards).sum(0) / (sizes.sum() + 1 / PRIOR_VAR)
     state = algo.init(jnp.tile(jnp.asarray(post_mean, jnp.float32), (num_shards, 1)))
     trace = jaxsub.run_chain(jax.random.key(4), algo, state, 400)
@@ -765,16 +930,26 @@ def test_integer_position_is_promoted_and_wrong_shape_named():
     assert state.position.dtype == jnp.result_type(float)
     new, info = jax.jit(algo.step)(jax.random.key(0), state)
     assert bool(info.is_finite) and new.position.shape == (2,)
-    with pytest.raises(ValueError, match=r"position does not fit the model: position \(3,\) float32, datum \(2,\) float32; TypeError"):
+    with pytest.raises(
+        ValueError, match=r"position does not fit the model: position \(3,\) float32, datum \(2,\) float32; TypeError"
+    ):
         algo.init(jnp.zeros(3))
     bad_prior = jaxsub.dsgld(lambda t: t, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2)
     with pytest.raises(ValueError, match=r"logprior_fn\(position\) must return a scalar"):
         bad_prior.init(jnp.zeros(2))
-    cg = jaxsub.cg_dsgld(gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2,
-                         surrogates=exact_surrogates(shards))
+    cg = jaxsub.cg_dsgld(
+        gaussian_logprior,
+        gaussian_loglik,
+        shards,
+        step_size=1e-3,
+        batch_size=5,
+        local_steps=2,
+        surrogates=exact_surrogates(shards),
+    )
     assert cg.init(jnp.zeros(2, jnp.int32)).position.dtype == jnp.result_type(float)
-    md = jaxsub.sgmcmc.multi_device(gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5,
-                                    local_steps=2)
+    md = jaxsub.sgmcmc.multi_device(
+        gaussian_logprior, gaussian_loglik, shards, step_size=1e-3, batch_size=5, local_steps=2
+    )
     assert md.init(jnp.zeros((4, 2), jnp.int32)).position.dtype == jnp.result_type(float)
     with pytest.raises(ValueError, match="position does not fit the model"):
         md.init(jnp.zeros((4, 3)))
@@ -787,8 +962,9 @@ def test_traced_bad_hyperparameters_are_flagged_and_warned():
     state = dsgld_module.init(jnp.zeros(2))
 
     def step(eps):
-        return lambda key, s: kernel(key, s, gaussian_logprior, gaussian_loglik, jnp.asarray(shards.data),
-                                     jnp.asarray(shards.sizes), probs, eps)
+        return lambda key, s: kernel(
+            key, s, gaussian_logprior, gaussian_loglik, jnp.asarray(shards.data), jnp.asarray(shards.sizes), probs, eps
+        )
 
     _, info = jax.jit(lambda eps: step(eps)(jax.random.key(0), state))(-1e-3)
     assert bool(info.bad_hyperparameter)
@@ -798,13 +974,29 @@ def test_traced_bad_hyperparameters_are_flagged_and_warned():
         jaxsub.run_chain(jax.random.key(1), step(jnp.asarray(-1e-3)), state, 4)
     cg_kernel = jaxsub.sgmcmc.cg_dsgld.build_kernel(batch_size=5, local_steps=2)
     arrays = conducive_arrays(exact_surrogates(blob_shards()), np.asarray(probs))
-    _, info = cg_kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(shards.data),
-                        jnp.asarray(shards.sizes), probs, arrays, 1e-3, jnp.asarray(-0.5))
+    _, info = cg_kernel(
+        jax.random.key(0),
+        state,
+        gaussian_logprior,
+        gaussian_loglik,
+        jnp.asarray(shards.data),
+        jnp.asarray(shards.sizes),
+        probs,
+        arrays,
+        1e-3,
+        jnp.asarray(-0.5),
+    )
     assert bool(info.bad_hyperparameter)
     functions = jaxsub.sgmcmc.multi_device_kernel(num_shards=4, chains_per_shard=1, batch_size=5, local_steps=2)
     inputs = functions.make_inputs(blob_shards())
-    _, info = functions.kernel(jax.random.key(0), functions.init(jnp.zeros((4, 2))), gaussian_logprior,
-                               gaussian_loglik, inputs, jnp.asarray(jnp.nan))
+    _, info = functions.kernel(
+        jax.random.key(0),
+        functions.init(jnp.zeros((4, 2))),
+        gaussian_logprior,
+        gaussian_loglik,
+        inputs,
+        jnp.asarray(jnp.nan),
+    )
     assert bool(info.bad_hyperparameter)
 
 
@@ -814,17 +1006,47 @@ def test_kernel_refuses_another_data_layout():
     other = make_shards([x[:24] for x in blob_shards()])
     probs = jnp.full((4,), 0.25, jnp.float32)
     state = dsgld_module.init(jnp.zeros(2))
-    kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(equal.data),
-           jnp.asarray(equal.sizes), probs, 1e-3)
+    kernel(
+        jax.random.key(0),
+        state,
+        gaussian_logprior,
+        gaussian_loglik,
+        jnp.asarray(equal.data),
+        jnp.asarray(equal.sizes),
+        probs,
+        1e-3,
+    )
     with pytest.raises(ValueError, match="built for shards of 20 rows"):
-        kernel(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(other.data),
-               jnp.asarray(other.sizes), probs, 1e-3)
+        kernel(
+            jax.random.key(0),
+            state,
+            gaussian_logprior,
+            gaussian_loglik,
+            jnp.asarray(other.data),
+            jnp.asarray(other.sizes),
+            probs,
+            1e-3,
+        )
     small = dsgld_module.build_kernel(batch_size=30, local_steps=2)
     with pytest.raises(ValueError, match="batch_size = 30 exceeds the data's rows per shard"):
-        small(jax.random.key(0), state, gaussian_logprior, gaussian_loglik, jnp.asarray(equal.data),
-              jnp.asarray(equal.sizes), probs, 1e-3)
+        small(
+            jax.random.key(0),
+            state,
+            gaussian_logprior,
+            gaussian_loglik,
+            jnp.asarray(equal.data),
+            jnp.asarray(equal.sizes),
+            probs,
+            1e-3,
+        )
     four = jaxsub.sgmcmc.multi_device_kernel(num_shards=4, chains_per_shard=1, batch_size=5, local_steps=2)
     three = jaxsub.sgmcmc.multi_device_kernel(num_shards=3, chains_per_shard=1, batch_size=5, local_steps=2)
     with pytest.raises(ValueError, match="leading num_shards = 4 axis"):
-        four.kernel(jax.random.key(0), four.init(jnp.zeros((4, 2))), gaussian_logprior, gaussian_loglik,
-                    three.make_inputs(blob_shards()[:3]), 1e-3)
+        four.kernel(
+            jax.random.key(0),
+            four.init(jnp.zeros((4, 2))),
+            gaussian_logprior,
+            gaussian_loglik,
+            three.make_inputs(blob_shards()[:3]),
+            1e-3,
+        )

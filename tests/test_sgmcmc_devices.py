@@ -4,6 +4,7 @@ The 8-device runs need ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
 set before JAX initialises, so they run in subprocesses
 (``tests/_sgmcmc_devices_script.py``, ``examples/multihost_dsgld.py``).
 """
+
 import json
 import os
 import socket
@@ -16,10 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_mean_matches
 
 import jaxsub
-
-from helpers import assert_mean_matches
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,11 +38,16 @@ def _env():
 
 @pytest.mark.multidevice
 def test_eight_devices_equal_one_device_and_only_chains_move():
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_sgmcmc_devices_script.py")], env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "_sgmcmc_devices_script.py")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     assert out["names"] == ["dsgld", "cg_dsgld", "cg_pytree_lowrank_nonuniform_partial"]
     for name in out["names"]:
         assert out[f"{name}_finite"]
@@ -83,8 +88,10 @@ def _wait_all(procs: dict, timeout: float) -> None:
             failed = [name for name, code in codes.items() if code not in (None, 0)]
             if failed:
                 name = failed[0]
-                pytest.fail(f"{name} exited with status {codes[name]} (its peers were stopped):\n"
-                            f"{procs[name].log[1].read_text()[-3000:]}")
+                pytest.fail(
+                    f"{name} exited with status {codes[name]} (its peers were stopped):\n"
+                    f"{procs[name].log[1].read_text()[-3000:]}"
+                )
             if all(code == 0 for code in codes.values()):
                 return
             if time.monotonic() > deadline:
@@ -100,8 +107,10 @@ def _wait_all(procs: dict, timeout: float) -> None:
 
 def test_wait_all_fails_fast_when_a_peer_dies(tmp_path):
     """A peer that dies stops the wait at once, with its error; its partner is killed."""
-    procs = {"dead": _start([sys.executable, "-c", "import sys; sys.exit('peer failed: boom')"], tmp_path, "dead"),
-             "waiting": _start([sys.executable, "-c", "import time; time.sleep(120)"], tmp_path, "waiting")}
+    procs = {
+        "dead": _start([sys.executable, "-c", "import sys; sys.exit('peer failed: boom')"], tmp_path, "dead"),
+        "waiting": _start([sys.executable, "-c", "import time; time.sleep(120)"], tmp_path, "waiting"),
+    }
     start = time.monotonic()
     with pytest.raises(pytest.fail.Exception, match="(?s)dead exited with status 1.*peer failed: boom"):
         _wait_all(procs, timeout=120)
@@ -122,13 +131,42 @@ def test_two_processes_equal_one_process(tmp_path):
     common = ["--rounds", "8", "--local-steps", "5"]
     port = _free_port()
     procs = {
-        f"process {i}": _start([sys.executable, script, "--num-processes", "2", "--process-id", str(i),
-                                "--address", f"127.0.0.1:{port}", "--init-timeout", "60",
-                                "--out", str(tmp_path / "multi.npz"), *common], tmp_path, f"process{i}")
+        f"process {i}": _start(
+            [
+                sys.executable,
+                script,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--init-timeout",
+                "60",
+                "--out",
+                str(tmp_path / "multi.npz"),
+                *common,
+            ],
+            tmp_path,
+            f"process{i}",
+        )
         for i in (0, 1)
     }
-    procs["single"] = _start([sys.executable, script, "--num-processes", "1", "--local-devices", "8",
-                              "--out", str(tmp_path / "single.npz"), *common], tmp_path, "single")
+    procs["single"] = _start(
+        [
+            sys.executable,
+            script,
+            "--num-processes",
+            "1",
+            "--local-devices",
+            "8",
+            "--out",
+            str(tmp_path / "single.npz"),
+            *common,
+        ],
+        tmp_path,
+        "single",
+    )
     _wait_all(procs, timeout=300)
     multi, ref = np.load(tmp_path / "multi.npz"), np.load(tmp_path / "single.npz")
     assert int(multi["process_count"]) == 2 and int(ref["process_count"]) == 1
@@ -144,9 +182,16 @@ def test_multi_device_layout_targets_the_posterior():
     sizes = (40, 60, 50, 30)
     shards = [(rng.uniform(-3, 3, size=2) + 0.35 * rng.normal(size=(n, 2))).astype(np.float32) for n in sizes]
     sur = jaxsub.sgmcmc.gaussian_surrogates([x.mean(0) for x in shards], [len(x) * np.eye(2) for x in shards])
-    algo = jaxsub.sgmcmc.multi_device(lambda t: -0.5 * jnp.sum(t**2) / 5.0, lambda t, x: -0.5 * jnp.sum((x - t) ** 2),
-                                      shards, step_size=4e-5, batch_size=10, local_steps=10, surrogates=sur,
-                                      chains_per_shard=4)
+    algo = jaxsub.sgmcmc.multi_device(
+        lambda t: -0.5 * jnp.sum(t**2) / 5.0,
+        lambda t, x: -0.5 * jnp.sum((x - t) ** 2),
+        shards,
+        step_size=4e-5,
+        batch_size=10,
+        local_steps=10,
+        surrogates=sur,
+        chains_per_shard=4,
+    )
     N = sum(sizes)
     post_mean = np.concatenate(shards).mean(0) * N / (N + 0.2)
     state = algo.init(jnp.tile(jnp.asarray(post_mean, jnp.float32), (16, 1)))

@@ -17,6 +17,7 @@ For every case the test checks:
 A source-level test also rejects functions with attributes attached (``fn.batched = ...``):
 several functions are returned as a ``NamedTuple``.
 """
+
 import ast
 import inspect
 import typing
@@ -28,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from blackjax.base import SamplingAlgorithm
-
 from contract_cases import NUMERIC_HYPERPARAMETERS, all_cases, discover_constructors
 from helpers import assert_follows_sampling_api
 
@@ -65,18 +65,24 @@ def test_case_traces_every_numeric_hyperparameter(name):
     case = CASES[name]()
     expected = [p for p in _constructor_parameters(CONSTRUCTORS[name]) if p in NUMERIC_HYPERPARAMETERS]
     untested = [p for p in expected if p not in case.hyperparameters and p not in case.static]
-    assert not untested, f"{name} takes {untested} but its case neither traces them (Case.hyperparameters) nor says why they are static (Case.static)"
+    assert not untested, (
+        f"{name} takes {untested} but its case neither traces them (Case.hyperparameters) nor says why they are static (Case.static)"
+    )
     for p, reason in case.static.items():
         assert isinstance(reason, str) and reason.strip(), f"{name}: give the reason why {p} is static"
 
 
 def _result_type_ok(constructor, result):
     if constructor.kind == "namedtuple":
-        assert isinstance(result, constructor.returns), f"{constructor.name} returned {type(result)}, annotated {constructor.returns}"
+        assert isinstance(result, constructor.returns), (
+            f"{constructor.name} returned {type(result)}, annotated {constructor.returns}"
+        )
         for field in result._fields:
             assert callable(getattr(result, field)), f"{constructor.name}: field {field} is not callable"
     else:
-        assert isinstance(result, SamplingAlgorithm), f"{constructor.name} returned {type(result)}, not a SamplingAlgorithm"
+        assert isinstance(result, SamplingAlgorithm), (
+            f"{constructor.name} returned {type(result)}, not a SamplingAlgorithm"
+        )
 
 
 def _assert_trees_close(a, b, what):
@@ -106,7 +112,9 @@ def check_constructor(constructor, case):
     if isinstance(result, SamplingAlgorithm) or (hasattr(result, "init") and hasattr(result, "step")):
         assert_follows_sampling_api(result, case.position, jax.random.key(0))
     else:
-        assert case.call is not None, f"{name}: the case must give call(result, rng_key) to exercise the returned functions"
+        assert case.call is not None, (
+            f"{name}: the case must give call(result, rng_key) to exercise the returned functions"
+        )
 
         @jax.jit
         @chex.assert_max_traces(n=1)
@@ -141,7 +149,8 @@ def check_hyperparameter_traced(name, case, hyperparameter):
     for i, v in enumerate(values):
         concrete = jax.jit(lambda k, v=v: run(v, k))(key)
         _assert_trees_close(
-            jax.tree.map(lambda x: x[i], batched), concrete,
+            jax.tree.map(lambda x: x[i], batched),
+            concrete,
             f"{name}: vmapped call at {hyperparameter}={v} differs from the concrete call",
         )
 
@@ -168,7 +177,9 @@ def check_module_contract(module, case, monkeypatch):
     model = [p for p in build_params if p.endswith("_fn") or p in MODEL_OR_DATA]
     assert not model, f"{module.__name__}.build_kernel takes model functions or data {model}: pass them to the kernel"
     hypers = [p for p in build_params if p in case.hyperparameters]
-    assert not hypers, f"{module.__name__}.build_kernel takes hyperparameters {hypers}: pass them to the kernel (they may be traced)"
+    assert not hypers, (
+        f"{module.__name__}.build_kernel takes hyperparameters {hypers}: pass them to the kernel (they may be traced)"
+    )
 
     kernels = []
     original = module.build_kernel
@@ -194,8 +205,12 @@ KNOWN_MODULE_DEBT: dict[str, str] = {}
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MODULE_DEBT[n])) if n in KNOWN_MODULE_DEBT else n
-     for n in MODULE_CONSTRUCTORS],
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MODULE_DEBT[n]))
+        if n in KNOWN_MODULE_DEBT
+        else n
+        for n in MODULE_CONSTRUCTORS
+    ],
 )
 def test_build_kernel_takes_structure_and_kernel_takes_key_and_state(name, monkeypatch):
     if name not in CASES:
@@ -207,7 +222,6 @@ def test_checks_accept_blackjax_mala(monkeypatch):
     """Positive control: BlackJAX's own MALA (the convention we copy) passes every check above."""
     import blackjax
     from blackjax.mcmc import mala
-
     from contract_cases import Case
 
     logdensity = lambda x: -0.5 * jnp.sum(x**2)  # noqa: E731
@@ -225,7 +239,7 @@ def test_checks_reject_model_bound_at_build_time(monkeypatch):
 
     module = types.ModuleType("fake_sampler")
     module.init = lambda position: position
-    module.build_kernel = lambda logdensity_fn: (lambda rng_key, state: (state, ()))
+    module.build_kernel = lambda logdensity_fn: lambda rng_key, state: (state, ())
     module.as_top_level_api = lambda: None
     case = Case(lambda: None, jnp.zeros(2), {})
     with pytest.raises(AssertionError, match="model functions or data"):
@@ -240,13 +254,20 @@ def _functions_with_attributes(tree: ast.AST):
         body_nodes = list(ast.iter_child_nodes(scope))
         local_functions = {n.name for n in body_nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         local_functions |= {
-            t.id for n in body_nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda)
-            for t in n.targets if isinstance(t, ast.Name)
+            t.id
+            for n in body_nodes
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda)
+            for t in n.targets
+            if isinstance(t, ast.Name)
         }
         for node in body_nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in local_functions:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id in local_functions
+                    ):
                         hits.append((node.lineno, target.value.id, target.attr))
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 call = node.value
@@ -285,7 +306,9 @@ def test_contract_example_in_architecture_doc_passes_the_checks(monkeypatch):
     module = types.ModuleType("contract_example")
     exec(compile(block.code, block.id, "exec"), module.__dict__)  # noqa: S102 - our own documentation
     logdensity = module.logdensity
-    case = Case(lambda step_size: module.as_top_level_api(logdensity, step_size=step_size), jnp.zeros(2), {"step_size": 0.5})
+    case = Case(
+        lambda step_size: module.as_top_level_api(logdensity, step_size=step_size), jnp.zeros(2), {"step_size": 0.5}
+    )
     assert_follows_sampling_api(case.make(**case.hyperparameters), case.position, jax.random.key(0))
     check_hyperparameter_traced("docs/architecture.md example", case, "step_size")
     check_module_contract(module, case, monkeypatch)
@@ -315,8 +338,12 @@ def test_namedtuple_of_functions_path():
     discovered = _classify("pair", _pair_constructor)
     assert discovered == Constructor("pair", _pair_constructor, "namedtuple", None, _Pair)
     logits = jnp.log(jnp.asarray([0.2, 0.3, 0.5]))
-    case = Case(_pair_constructor, None, {"temperature": 1.0},
-                call=lambda fns, key: (fns.sample(key, logits), fns.sample_many(key, logits, 4)))
+    case = Case(
+        _pair_constructor,
+        None,
+        {"temperature": 1.0},
+        call=lambda fns, key: (fns.sample(key, logits), fns.sample_many(key, logits, 4)),
+    )
     check_constructor(discovered, case)
     check_hyperparameter_traced("pair", case, "temperature")
     with pytest.raises(AssertionError, match="must give call"):

@@ -9,6 +9,7 @@ over the tests of one function) and mean/variance z-tests of sample sums
 Each uniformity test is also run on a deliberately weak network (too few
 rounds) and must fail there, so the tests can fail.
 """
+
 import math
 
 import chex
@@ -16,13 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ALPHA, assert_mean_matches, assert_variance_matches, variants
 from scipy import stats
 
 from jaxsub import subsample
 from jaxsub.sgmcmc.shards import minibatch_indices
 from jaxsub.subsample import MAX_DOMAIN, NUM_ROUNDS, permutation_indices, permutation_round_keys
-
-from helpers import ALPHA, assert_mean_matches, assert_variance_matches, variants
 
 U32 = jnp.uint32
 
@@ -45,7 +45,11 @@ def test_radices_minimise_the_excess():
         assert 2 <= a <= 2**16 and 2 <= b <= 2**16 and a * b >= n
         s = math.isqrt(n - 1) + 1
         # no pair in the searched window does better
-        best = min(max(2, -(-n // x)) * x - n for x in range(max(2, (s + 1) // 2), min(2**16, 2 * s) + 1) if -(-n // x) <= 2**16)
+        best = min(
+            max(2, -(-n // x)) * x - n
+            for x in range(max(2, (s + 1) // 2), min(2**16, 2 * s) + 1)
+            if -(-n // x) <= 2**16
+        )
         assert a * b - n == best
 
 
@@ -91,7 +95,9 @@ def test_bijection_every_population_up_to_300():
     size = 300
     doms = [subsample._domain(n) for n in range(1, size + 1)]
     fields = [jnp.asarray(np.repeat([d[i] for d in doms], 3)) for i in range(4)]
-    dom = subsample._Domain(fields[0].astype(U32), fields[1].astype(U32), fields[2].astype(U32), fields[3].astype(jnp.int32))
+    dom = subsample._Domain(
+        fields[0].astype(U32), fields[1].astype(U32), fields[2].astype(U32), fields[3].astype(jnp.int32)
+    )
     keys = jax.vmap(permutation_round_keys)(jax.random.split(jax.random.key(0), 3 * size))
     perm = jax.jit(jax.vmap(lambda k, d: subsample._permute(k, jnp.arange(size, dtype=U32), d)))
     out = np.asarray(perm(keys, dom))
@@ -203,7 +209,9 @@ def _check_positions_uniform(draws, num_items):
         assert p > alpha, f"position {s} not uniform: p = {p:.3g}"
     off_diagonal = ~np.eye(num_items, dtype=bool)
     for s, t in pairs:
-        counts = np.bincount(draws[:, s] * num_items + draws[:, t], minlength=num_items**2).reshape(num_items, num_items)
+        counts = np.bincount(draws[:, s] * num_items + draws[:, t], minlength=num_items**2).reshape(
+            num_items, num_items
+        )
         assert counts[~off_diagonal].sum() == 0
         p = _chi2_pvalue(counts[off_diagonal], num_keys / (num_items * (num_items - 1)))
         assert p > alpha, f"positions ({s}, {t}) not a uniform pair: p = {p:.3g}"
@@ -279,10 +287,14 @@ def _check_sample_sums(num_items, num_positions, offset, num_keys, seed, rounds=
 
 @pytest.mark.parametrize(
     "num_items, num_positions, offset",
-    [(10_000, 5000, 0), (10_007, 300, 123),
-     # N >= 10^6 are slow: the fast cases keep T = N/2 at 10^4 (where 4 rounds fail) and a prime with
-     # walking; the bijection at 2^20 + 1 stays fast (test_bijection_awkward_populations_with_walking)
-     pytest.param(10**6, 2000, 0, marks=pytest.mark.slow), pytest.param(2**20 + 1, 2000, 777_777, marks=pytest.mark.slow)],
+    [
+        (10_000, 5000, 0),
+        (10_007, 300, 123),
+        # N >= 10^6 are slow: the fast cases keep T = N/2 at 10^4 (where 4 rounds fail) and a prime with
+        # walking; the bijection at 2^20 + 1 stays fast (test_bijection_awkward_populations_with_walking)
+        pytest.param(10**6, 2000, 0, marks=pytest.mark.slow),
+        pytest.param(2**20 + 1, 2000, 777_777, marks=pytest.mark.slow),
+    ],
 )
 def test_sample_sums_match_sampling_without_replacement(num_items, num_positions, offset):
     _check_sample_sums(num_items, num_positions, offset, 8000, seed=num_items + offset)

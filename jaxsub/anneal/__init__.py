@@ -75,6 +75,7 @@ slots are full halts (``AnnealState.halted``) instead of dropping one; ``fit`` d
 the capacity outside jit and resumes exactly, or raises ``CapacityError`` beyond
 ``max_capacity``.
 """
+
 from jaxsub.anneal import crosscat, driver, exact, mixture, model, moves, options, schedules, sweep, two_urns
 from jaxsub.anneal.driver import (
     Diagnostics,
@@ -87,11 +88,6 @@ from jaxsub.anneal.driver import (
     heldout_rows,
     heldout_score,
 )
-from jaxsub.anneal.options import FitOptions
-from jaxsub.anneal.moves import AnnealState, TickInfo, init, resample_hypers, tick
-# the package re-exports the kernel and the SamplingAlgorithm constructor; BlackJAX's sampler module (init,
-# build_kernel, as_top_level_api) is jaxsub.anneal.sweep, so its as_top_level_api is not re-exported here
-from jaxsub.anneal.sweep import build_kernel, build_sweep, collapsed_gibbs
 from jaxsub.anneal.mixture import (
     CapacityError,
     MixtureState,
@@ -122,6 +118,8 @@ from jaxsub.anneal.model import (
     encode,
     init_hypers,
 )
+from jaxsub.anneal.moves import AnnealState, TickInfo, init, resample_hypers, tick
+from jaxsub.anneal.options import FitOptions
 from jaxsub.anneal.schedules import (
     ADD,
     ADD_PRIOR,
@@ -136,5 +134,9 @@ from jaxsub.anneal.schedules import (
     sequential_gibbs,
     simulated_annealing,
 )
+
+# the package re-exports the kernel and the SamplingAlgorithm constructor; BlackJAX's sampler module (init,
+# build_kernel, as_top_level_api) is jaxsub.anneal.sweep, so its as_top_level_api is not re-exported here
+from jaxsub.anneal.sweep import build_kernel, build_sweep, collapsed_gibbs
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -4,6 +4,7 @@ Shapes are static and always checked. Values are checked when they are concrete 
 array) and let through when traced (``jax.jit(algo.init)``), as :func:`jaxsub.validation.check_hyperparameter`
 does: a traced label out of range cannot raise, so validate before tracing.
 """
+
 from __future__ import annotations
 
 import jax

@@ -14,6 +14,7 @@ Compiled programs are kept only in an explicit :class:`SweepCache` the caller ow
 cached at module level apart from ``jax.jit``'s own cache of the module-level
 jitted functions below.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,10 +64,18 @@ class SweepCache:
         return len(self.executables)
 
 
-def _run_sweep(states, chain_keys, windows, data, hyper_min_rows, *, model, policy, span, energy_ramp, grids,
-               sweep_growth=0.0):
-    return build_sweep(model, policy=policy, span=span, energy_ramp=energy_ramp, grids=grids,
-                       hyper_min_rows=hyper_min_rows, sweep_growth=sweep_growth)(states, chain_keys, windows, data)
+def _run_sweep(
+    states, chain_keys, windows, data, hyper_min_rows, *, model, policy, span, energy_ramp, grids, sweep_growth=0.0
+):
+    return build_sweep(
+        model,
+        policy=policy,
+        span=span,
+        energy_ramp=energy_ramp,
+        grids=grids,
+        hyper_min_rows=hyper_min_rows,
+        sweep_growth=sweep_growth,
+    )(states, chain_keys, windows, data)
 
 
 _sweep_jit = jax.jit(_run_sweep, static_argnames=("model", "policy", "span", "energy_ramp", "grids", "sweep_growth"))
@@ -127,10 +136,12 @@ _heldout_rows_jit = jax.jit(heldout_rows, static_argnames=("model", "batch_size"
 def _init_chains(keys, assignments, data, hypers, *, model, capacity, policy, dtype):
     """Batched :func:`~jaxsub.anneal.moves.init` (one compiled program instead of op-by-op dispatch)."""
     if assignments is None:
-        return jax.vmap(lambda k: init(None, model, data, capacity, rng_key=k, policy=policy, hypers=hypers,
-                                       dtype=dtype))(keys)
-    return jax.vmap(lambda k, z: init(z, model, data, capacity, rng_key=k, policy=policy, hypers=hypers,
-                                      dtype=dtype))(keys, assignments)
+        return jax.vmap(
+            lambda k: init(None, model, data, capacity, rng_key=k, policy=policy, hypers=hypers, dtype=dtype)
+        )(keys)
+    return jax.vmap(lambda k, z: init(z, model, data, capacity, rng_key=k, policy=policy, hypers=hypers, dtype=dtype))(
+        keys, assignments
+    )
 
 
 _init_chains_jit = jax.jit(_init_chains, static_argnames=("model", "capacity", "policy", "dtype"))
@@ -225,8 +236,6 @@ class FitResult(NamedTuple):
     heldout_rows: np.ndarray | None
 
 
-
-
 class _Run(NamedTuple):
     """The validated inputs of one :func:`fit` call (host side)."""
 
@@ -243,8 +252,10 @@ def _prepare(data, model, schedule, test_data, cache, options, overrides) -> _Ru
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a jaxsub.anneal.Schedule; got {type(schedule).__name__}")
     if schedule.blocks is not None and np.any(schedule.blocks != 1):
-        raise ValueError("schedule has blocks > 1 (block Gibbs, e.g. anneal_stepsize): fit moves one row per tick; "
-                         "use jaxsub.anneal.two_urns.run_schedule")
+        raise ValueError(
+            "schedule has blocks > 1 (block Gibbs, e.g. anneal_stepsize): fit moves one row per tick; "
+            "use jaxsub.anneal.two_urns.run_schedule"
+        )
     dtype = overrides["dtype"] if "dtype" in overrides else (options or FitOptions()).dtype
     enc = encode(model, data, dtype)
     n = enc.cat.shape[0]
@@ -270,7 +281,9 @@ def _check_initial_assignments(run: _Run, initial_assignments):
         raise ValueError(f"initial_assignments use label {int(z.max())} >= capacity {o.capacity}")
     sizes = (z >= 0).sum(axis=1)
     if np.any(sizes != schedule.initial_size):
-        raise ValueError(f"initial_assignments assign {sizes.tolist()} rows; the schedule expects {schedule.initial_size}")
+        raise ValueError(
+            f"initial_assignments assign {sizes.tolist()} rows; the schedule expects {schedule.initial_size}"
+        )
     if schedule.policy == "fifo" and schedule.initial_size not in (0, n):
         raise ValueError("a 'fifo' schedule can only start empty or from a full assignment")
     return jnp.asarray(z, jnp.int32)
@@ -282,20 +295,34 @@ def _initial_states(rng_key, run: _Run, assignments):
     k_init, k_run = jax.random.split(rng_key)
     init_keys = jax.random.split(k_init, o.num_chains)
     chain_keys = jax.random.split(k_run, o.num_chains)
-    states = _init_chains_jit(init_keys, assignments, run.enc, init_hypers(run.model, o.dtype), model=run.model,
-                              capacity=o.capacity, policy=run.schedule.policy, dtype=o.dtype)
+    states = _init_chains_jit(
+        init_keys,
+        assignments,
+        run.enc,
+        init_hypers(run.model, o.dtype),
+        model=run.model,
+        capacity=o.capacity,
+        policy=run.schedule.policy,
+        dtype=o.dtype,
+    )
     return states, chain_keys
 
 
 def _compiled_sweep(run: _Run, states, chain_keys, windows, min_rows):
     """The compiled sweep for these shapes from ``run.cache`` (compiled now if missing): ``(exe, seconds)``."""
     o, schedule = run.options, run.schedule
-    sig = (run.model, schedule.policy, o.span, schedule.energy_ramp, o.grids, o.sweep_growth,
-           tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, run.enc))))
+    sig = (
+        run.model,
+        schedule.policy,
+        o.span,
+        schedule.energy_ramp,
+        o.grids,
+        o.sweep_growth,
+        tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves((states, chain_keys, windows, run.enc))),
+    )
     if sig in run.cache.executables:
         return run.cache.executables[sig], 0.0
-    static = dict(model=run.model, policy=schedule.policy, span=o.span, energy_ramp=schedule.energy_ramp,
-                  grids=o.grids)
+    static = dict(model=run.model, policy=schedule.policy, span=o.span, energy_ramp=schedule.energy_ramp, grids=o.grids)
     if o.sweep_growth:
         static["sweep_growth"] = o.sweep_growth
     t0 = time.perf_counter()
@@ -310,7 +337,8 @@ def _grow_if_halted(run: _Run, states, capacity: int):
     if capacity >= run.options.max_capacity:
         raise mx.CapacityError(
             f"a chain needs more than max_capacity={run.options.max_capacity} clusters at tick "
-            f"{int(np.asarray(states.cursor).min())}; raise max_capacity (or capacity)")
+            f"{int(np.asarray(states.cursor).min())}; raise max_capacity (or capacity)"
+        )
     capacity = min(2 * capacity, run.options.max_capacity)
     return mx.grow(states, capacity)._replace(halted=jnp.zeros((run.options.num_chains,), bool)), capacity
 
@@ -321,26 +349,50 @@ def _trace_row(run: _Run, states, elapsed: float, capacity: int):
     rows_t = _heldout_rows_jit(run.model, states, run.test) if run.test is not None else None
     held = np.asarray(jnp.sum(rows_t, axis=-1)) if rows_t is not None else np.full(run.options.num_chains, np.nan)
     h = states.mixture.hypers
-    row = (np.asarray(states.cursor).copy(), np.asarray(states.num_assigned), np.asarray(ncl), np.asarray(lj), held,
-           np.asarray(h.alpha), np.asarray(h.discount), elapsed, capacity)
+    row = (
+        np.asarray(states.cursor).copy(),
+        np.asarray(states.num_assigned),
+        np.asarray(ncl),
+        np.asarray(lj),
+        held,
+        np.asarray(h.alpha),
+        np.asarray(h.discount),
+        elapsed,
+        capacity,
+    )
     return row, rows_t
 
 
 def _result(states, rows: list, rows_t, compile_seconds: float) -> FitResult:
     cols = list(zip(*rows))
     trace = FitTrace(
-        tick=np.stack(cols[0]), num_assigned=np.stack(cols[1]), num_clusters=np.stack(cols[2]),
-        log_joint=np.stack(cols[3]), heldout=np.stack(cols[4]), alpha=np.stack(cols[5]),
-        discount=np.stack(cols[6]), seconds=np.asarray(cols[7]), compile_seconds=compile_seconds,
+        tick=np.stack(cols[0]),
+        num_assigned=np.stack(cols[1]),
+        num_clusters=np.stack(cols[2]),
+        log_joint=np.stack(cols[3]),
+        heldout=np.stack(cols[4]),
+        alpha=np.stack(cols[5]),
+        discount=np.stack(cols[6]),
+        seconds=np.asarray(cols[7]),
+        compile_seconds=compile_seconds,
         capacity=np.asarray(cols[8]),
     )
     labels = compact_labels(np.asarray(states.mixture.assignments))
     return FitResult(states, trace, labels, None if rows_t is None else np.asarray(rows_t))
 
 
-def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, test_data=None,
-        initial_assignments=None, cache: SweepCache | None = None, options: FitOptions | None = None,
-        **overrides) -> FitResult:
+def fit(
+    rng_key: PRNGKey,
+    data,
+    model: MixtureModel,
+    schedule: Schedule,
+    *,
+    test_data=None,
+    initial_assignments=None,
+    cache: SweepCache | None = None,
+    options: FitOptions | None = None,
+    **overrides,
+) -> FitResult:
     """Run a subsample schedule on ``num_chains`` independent chains (vmap) and trace scores.
 
     Parameters
@@ -393,9 +445,16 @@ def fit(rng_key: PRNGKey, data, model: MixtureModel, schedule: Schedule, *, test
     while not (progress.rows and _finished(run, progress)):
         progress = _step(run, progress, chain_keys)
         if run.options.checkpoint_dir is not None and (
-                len(progress.rows) % run.options.checkpoint_every == 0 or _finished(run, progress)):
-            resume.save(run.options.checkpoint_dir, len(progress.rows), _checkpoint_tree(progress),
-                        capacity=progress.capacity, num_entries=len(progress.rows), meta=meta)
+            len(progress.rows) % run.options.checkpoint_every == 0 or _finished(run, progress)
+        ):
+            resume.save(
+                run.options.checkpoint_dir,
+                len(progress.rows),
+                _checkpoint_tree(progress),
+                capacity=progress.capacity,
+                num_entries=len(progress.rows),
+                meta=meta,
+            )
         if bar is not None:
             bar.update(int(progress.rows[-1][0].min()) - bar.n)
     if bar is not None:
@@ -420,8 +479,9 @@ def _finished(run: _Run, p: _Progress) -> bool:
 
 def _step(run: _Run, p: _Progress, chain_keys) -> _Progress:
     """One compiled span of every chain, capacity growth, and its trace entry."""
-    windows = jnp.asarray(schedule_windows(np.asarray(run.schedule.codes), np.asarray(p.states.cursor),
-                                           run.options.span))
+    windows = jnp.asarray(
+        schedule_windows(np.asarray(run.schedule.codes), np.asarray(p.states.cursor), run.options.span)
+    )
     min_rows = jnp.asarray(run.options.hyper_min_rows, jnp.int32)  # traced: one compiled sweep for every value
     sweep, comp = _compiled_sweep(run, p.states, chain_keys, windows, min_rows)
     t0 = time.perf_counter()
@@ -436,9 +496,22 @@ def _meta(rng_key, run: _Run, assignments) -> dict:
     """What a checkpoint must match: the run's key, data, model, schedule, test data and draw-changing options."""
     o = run.options._replace(checkpoint_dir=None, checkpoint_every=1, progress_bar=False)
     s = run.schedule
-    return {"driver": "jaxsub.anneal.fit",
-            "run": resume.fingerprint(rng_key, run.enc, run.test, assignments, repr(run.model), s.codes, s.policy,
-                                      s.energy_ramp, s.num_rows, s.initial_size, repr(o))}
+    return {
+        "driver": "jaxsub.anneal.fit",
+        "run": resume.fingerprint(
+            rng_key,
+            run.enc,
+            run.test,
+            assignments,
+            repr(run.model),
+            s.codes,
+            s.policy,
+            s.energy_ramp,
+            s.num_rows,
+            s.initial_size,
+            repr(o),
+        ),
+    }
 
 
 def _checkpoint_tree(p: _Progress) -> dict:
@@ -456,8 +529,9 @@ def _checkpoint_like(run: _Run, states, capacity: int, num_entries: int) -> dict
 
 def _from_checkpoint(tree: dict) -> _Progress:
     rows = resume.unstack_rows(tree["trace"])
-    return _Progress(tree["states"], int(rows[-1][8]), rows, tree.get("rows_t"), float(tree["clock"][0]),
-                     float(tree["clock"][1]))
+    return _Progress(
+        tree["states"], int(rows[-1][8]), rows, tree.get("rows_t"), float(tree["clock"][0]), float(tree["clock"][1])
+    )
 
 
 def _progress_bar(options: FitOptions, schedule: Schedule):
@@ -515,8 +589,14 @@ def _rhat(x: np.ndarray) -> float:
     return float(potential_scale_reduction(jnp.asarray(x), chain_axis=0, sample_axis=1))
 
 
-def diagnose(trace: FitTrace, *, window: float = 0.5, rhat_threshold: float = 1.1,
-             num_test_rows: int | None = None, gap: float = 3.0) -> Diagnostics:
+def diagnose(
+    trace: FitTrace,
+    *,
+    window: float = 0.5,
+    rhat_threshold: float = 1.1,
+    num_test_rows: int | None = None,
+    gap: float = 3.0,
+) -> Diagnostics:
     """R-hat across chains and a stuck-chain flag from a :func:`fit` trace.
 
     The last ``window`` fraction of the checkpoints (at least 2) is diagnosed. R-hat

@@ -7,10 +7,11 @@
   posterior over all set partitions of a tiny data set (N <= ~8), used by the
   tests to check that the Gibbs kernel leaves it invariant.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from scipy.special import gammaln
@@ -193,8 +194,12 @@ def log_marginal_feature(feature, values) -> float:
         kn, nun = k0 + n, nu0 + n
         nus2n = nu0 * s2 + ss + k0 * n / kn * (xbar - mu0) ** 2
         return float(
-            gammaln(nun / 2) - gammaln(nu0 / 2) + 0.5 * math.log(k0 / kn)
-            + nu0 / 2 * math.log(nu0 * s2) - nun / 2 * math.log(nus2n) - n / 2 * math.log(math.pi)
+            gammaln(nun / 2)
+            - gammaln(nu0 / 2)
+            + 0.5 * math.log(k0 / kn)
+            + nu0 / 2 * math.log(nu0 * s2)
+            - nun / 2 * math.log(nus2n)
+            - n / 2 * math.log(math.pi)
         )
     raise ValueError(f"unknown feature {feature!r}")
 

@@ -23,6 +23,7 @@ with ``d = 0`` for the CRP (Obermeyer et al. 2014, eq. star; Pitman & Yor
 A cluster is never dropped: when an add finds no empty slot the kernels stop
 (see :mod:`jaxsub.anneal.moves`) and :func:`grow` reallocates outside jit.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,10 +31,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxsub.anneal.model import EncodedData, Finite, Hypers, MixtureModel, init_hypers
+from jaxsub.anneal.model import EncodedData, Hypers, MixtureModel, init_hypers
 from jaxsub.validation import check_int
 
 __all__ = [
@@ -89,8 +89,9 @@ class MixtureState(NamedTuple):
         return int(self.sizes.shape[-1])
 
 
-def empty_state(model: MixtureModel, num_rows: int, capacity: int, hypers: Hypers | None = None,
-                dtype=jnp.float32) -> MixtureState:
+def empty_state(
+    model: MixtureModel, num_rows: int, capacity: int, hypers: Hypers | None = None, dtype=jnp.float32
+) -> MixtureState:
     """A state with no row assigned (the start of Sequential and Anneal schedules).
 
     Parameters
@@ -132,8 +133,9 @@ def empty_state(model: MixtureModel, num_rows: int, capacity: int, hypers: Hyper
     )
 
 
-def state_from_assignments(model: MixtureModel, data: EncodedData, assignments, capacity: int,
-                           hypers: Hypers | None = None, dtype=jnp.float32) -> MixtureState:
+def state_from_assignments(
+    model: MixtureModel, data: EncodedData, assignments, capacity: int, hypers: Hypers | None = None, dtype=jnp.float32
+) -> MixtureState:
     """Build the sufficient statistics of a given assignment vector (``-1`` = unassigned).
 
     Works under ``jit``/``vmap`` (``capacity`` is static); labels must lie in
@@ -354,9 +356,7 @@ def predictive_log_scores(model: MixtureModel, state: MixtureState, cat_row, rea
         b = h.cat_prior[cat_row]  # [Fc]
         out = out + jnp.sum(jnp.log(b + c) - jnp.log(h.cat_total + n[:, None]), axis=-1)
     if real_row.shape[-1]:
-        out = out + jnp.sum(
-            _student_t_logpdf(real_row.astype(dt), n[:, None], state.real_sums, h.nix), axis=-1
-        )
+        out = out + jnp.sum(_student_t_logpdf(real_row.astype(dt), n[:, None], state.real_sums, h.nix), axis=-1)
     return out
 
 
@@ -366,8 +366,9 @@ def _new_slot(sizes):
     return jnp.argmax(empty), jnp.any(empty)
 
 
-def assign_logits(model: MixtureModel, state: MixtureState, cat_row, real_row, beta=1.0,
-                  prior_only=False) -> jnp.ndarray:
+def assign_logits(
+    model: MixtureModel, state: MixtureState, cat_row, real_row, beta=1.0, prior_only=False
+) -> jnp.ndarray:
     """Unnormalised log-probabilities of eq. (star) over the ``capacity`` slots.
 
     Existing cluster ``k``: ``log(n_k - d) + beta log p(x | X_k)``; the first empty
@@ -466,7 +467,8 @@ def dirichlet_multinomial_log_marginal(pseudo, counts) -> jnp.ndarray:
     total = jnp.sum(pseudo, axis=-1)
     pseudo_b = pseudo[..., None, :]
     per = (
-        gammaln(total[..., None]) - gammaln(total[..., None] + nk)
+        gammaln(total[..., None])
+        - gammaln(total[..., None] + nk)
         + jnp.sum(gammaln(pseudo_b + c) - gammaln(pseudo_b), axis=-1)
     )
     return jnp.sum(per, axis=-1)
@@ -488,8 +490,12 @@ def nix_log_marginal(params, sizes, sums) -> jnp.ndarray:
     nus2 = nu0 * s2 + sq + kappa0 * mu0 * mu0 - kappa_n * mu_n * mu_n
     nus2 = jnp.maximum(nus2, nu0 * s2 * 1e-6)
     per = (
-        gammaln(0.5 * nu_n) - gammaln(0.5 * nu0) + 0.5 * (jnp.log(kappa0) - jnp.log(kappa_n))
-        + 0.5 * nu0 * jnp.log(nu0 * s2) - 0.5 * nu_n * jnp.log(nus2) - 0.5 * n * _LOG_PI
+        gammaln(0.5 * nu_n)
+        - gammaln(0.5 * nu0)
+        + 0.5 * (jnp.log(kappa0) - jnp.log(kappa_n))
+        + 0.5 * nu0 * jnp.log(nu0 * s2)
+        - 0.5 * nu_n * jnp.log(nus2)
+        - 0.5 * n * _LOG_PI
     )
     return jnp.sum(per, axis=-1)
 
@@ -544,8 +550,9 @@ def log_joint(model: MixtureModel, state: MixtureState) -> jnp.ndarray:
     return log_partition_prior(model, state.sizes, h.alpha, h.discount) + cluster_log_marginals(model, state)
 
 
-def heldout_log_predictive(model: MixtureModel, state: MixtureState, test: EncodedData,
-                           batch_size: int = 8192) -> jnp.ndarray:
+def heldout_log_predictive(
+    model: MixtureModel, state: MixtureState, test: EncodedData, batch_size: int = 8192
+) -> jnp.ndarray:
     """Per-row held-out log predictive ``log p(x_t | pi, X)`` (the paper's cross-validation score).
 
     ``p(x_t | ...) = sum_k (n_k - d)/(n + alpha) p(x_t | X_k) + (alpha + K d)/(n + alpha) p(x_t)``
@@ -579,8 +586,7 @@ def heldout_log_predictive(model: MixtureModel, state: MixtureState, test: Encod
         k_new, _ = _new_slot(sizes)
         num_k = jnp.sum(occ).astype(dt)
         slot = jnp.arange(sizes.shape[0])
-        w = jnp.where(occ, sizes.astype(dt) - h.discount,
-                      jnp.where(slot == k_new, h.alpha + num_k * h.discount, 0.0))
+        w = jnp.where(occ, sizes.astype(dt) - h.discount, jnp.where(slot == k_new, h.alpha + num_k * h.discount, 0.0))
         logw = jnp.log(w) - jnp.log(n + h.alpha)
     num = test.cat.shape[0]
     pad = (-num) % batch_size
@@ -634,5 +640,6 @@ def grow(state, new_capacity: int):
         widths[batch + axis_from_batch] = (0, extra)
         return jnp.pad(x, widths)
 
-    return state._replace(sizes=pad(state.sizes, 0), cat_counts=pad(state.cat_counts, 0),
-                          real_sums=pad(state.real_sums, 0))
+    return state._replace(
+        sizes=pad(state.sizes, 0), cat_counts=pad(state.cat_counts, 0), real_sums=pad(state.real_sums, 0)
+    )

@@ -21,10 +21,12 @@ Obermeyer, Glidden & Jonas, "Scaling nonparametric Bayesian inference via
 subsample-annealing", AISTATS 2014.
 Pitman & Yor, "The two-parameter Poisson-Dirichlet distribution", Ann. Prob. 1997.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple, Union
 
 import jax.numpy as jnp
 import numpy as np
@@ -76,9 +78,7 @@ class PitmanYor:
 
     def __post_init__(self):
         object.__setattr__(self, "alpha", check_real("alpha", self.alpha, low=0.0))
-        object.__setattr__(
-            self, "discount", check_real("discount", self.discount, low=0.0, high=1.0, low_closed=True)
-        )
+        object.__setattr__(self, "discount", check_real("discount", self.discount, low=0.0, high=1.0, low_closed=True))
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Finite:
         object.__setattr__(self, "weights", tuple(float(v) for v in w / w.sum()))
 
 
-PartitionPrior = Union[CRP, PitmanYor, Finite]
+PartitionPrior = Union[CRP, PitmanYor, Finite]  # noqa: UP007  (a runtime alias read by isinstance and docs)
 
 
 # --------------------------------------------------------------------------- features
@@ -153,7 +153,7 @@ class NormalInverseChiSquared:
         object.__setattr__(self, "sigma2", check_real("sigma2", self.sigma2, low=0.0))
 
 
-Feature = Union[BetaBernoulli, DirichletCategorical, NormalInverseChiSquared]
+Feature = Union[BetaBernoulli, DirichletCategorical, NormalInverseChiSquared]  # noqa: UP007
 
 
 @dataclass(frozen=True)
@@ -261,9 +261,7 @@ def init_hypers(model: MixtureModel, dtype=jnp.float32) -> Hypers:
     for i in model.cat_columns:
         pc.extend(model.features[i].pseudo_counts())
     cat_prior = np.asarray(pc, np.float64)
-    cat_total = np.asarray(
-        [sum(model.features[i].pseudo_counts()) for i in model.cat_columns], np.float64
-    )
+    cat_total = np.asarray([sum(model.features[i].pseudo_counts()) for i in model.cat_columns], np.float64)
     nix = np.asarray(
         [[f.mu0, f.kappa0, f.nu0, f.sigma2] for f in (model.features[i] for i in model.real_columns)],
         np.float64,

@@ -24,6 +24,7 @@ Obermeyer, Glidden & Jonas, "Scaling nonparametric Bayesian inference via
 subsample-annealing", AISTATS 2014. Neal, "Markov chain sampling methods for
 Dirichlet process mixture models", JCGS 2000.
 """
+
 from __future__ import annotations
 
 import math
@@ -168,13 +169,24 @@ def moves_due(since_hyper, num_assigned, swept, sweep_growth: float = 0.0):
     """
     due = since_hyper >= jnp.maximum(num_assigned, 1)
     if sweep_growth:
-        grown = num_assigned.astype(jnp.float32) >= jnp.float32(sweep_growth) * jnp.maximum(swept, 1).astype(jnp.float32)
+        grown = num_assigned.astype(jnp.float32) >= jnp.float32(sweep_growth) * jnp.maximum(swept, 1).astype(
+            jnp.float32
+        )
         due = due | grown
     return due
 
 
-def init(position, model: MixtureModel, data: EncodedData, capacity: int, *, rng_key: PRNGKey | None = None,
-         policy: str = "random", hypers: Hypers | None = None, dtype=jnp.float32) -> AnnealState:
+def init(
+    position,
+    model: MixtureModel,
+    data: EncodedData,
+    capacity: int,
+    *,
+    rng_key: PRNGKey | None = None,
+    policy: str = "random",
+    hypers: Hypers | None = None,
+    dtype=jnp.float32,
+) -> AnnealState:
     """Initial chain state (BlackJAX's ``init(position, ...)``): a given assignment vector, or an empty subsample.
 
     Parameters
@@ -312,8 +324,9 @@ def _sample_index(u, logits):
     return _first_true(c > u * c[-1]), top + jnp.log(c[-1])
 
 
-def tick(rng_key: PRNGKey, state: AnnealState, code, beta, *, model: MixtureModel, data: EncodedData,
-         policy: str = "random") -> tuple[AnnealState, TickInfo]:
+def tick(
+    rng_key: PRNGKey, state: AnnealState, code, beta, *, model: MixtureModel, data: EncodedData, policy: str = "random"
+) -> tuple[AnnealState, TickInfo]:
     """One schedule tick (see :mod:`jaxsub.anneal.schedules` for the codes) on one chain.
 
     Remove (bit 0 of ``code``): policy ``"random"`` picks a uniform assigned row,
@@ -400,8 +413,9 @@ def random_churn_reads(order, w_add, m, m1, j_r, r, g_rem, g_add):
     o_m1 = after_removal_swap(m1c, _get(order, m1c))
     i32 = lambda *v: jnp.stack([jnp.asarray(x, jnp.int32) for x in v])  # noqa: E731
     order_pos = i32(j_r, last, j_a, m1c)
-    order_val = i32(jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last),
-                    jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1))
+    order_val = i32(
+        jnp.where(g_rem, o_last, r), jnp.where(g_rem, r, o_last), jnp.where(g_add, o_m1, a), jnp.where(g_add, a, o_m1)
+    )
     return a, order_pos, order_val
 
 
@@ -433,8 +447,12 @@ def _noop_writes(state: AnnealState, policy: str) -> _Writes:
     """Writes that change nothing (re-write element 0 of each array), for one chain."""
     z = jnp.zeros((), jnp.int32)
     n_order = 4 if policy == "random" else 0
-    return _Writes(jnp.zeros((n_order,), jnp.int32), jnp.full((n_order,), _get(state.order, z), jnp.int32),
-                   jnp.zeros((2,), jnp.int32), jnp.full((2,), _get(state.mixture.assignments, z), jnp.int32))
+    return _Writes(
+        jnp.zeros((n_order,), jnp.int32),
+        jnp.full((n_order,), _get(state.order, z), jnp.int32),
+        jnp.zeros((2,), jnp.int32),
+        jnp.full((2,), _get(state.mixture.assignments, z), jnp.int32),
+    )
 
 
 TICK_WORDS = 5  # uint32 words per mixture tick: remove pick (2), add pick (2), cluster draw (1)
@@ -528,8 +546,9 @@ def _grid_draw(key, grid, logp):
     return grid[jax.random.categorical(key, logp)]
 
 
-def resample_hypers(rng_key: PRNGKey, mixture: mx.MixtureState, *, model: MixtureModel,
-                    grids: HyperGrids) -> mx.MixtureState:
+def resample_hypers(
+    rng_key: PRNGKey, mixture: mx.MixtureState, *, model: MixtureModel, grids: HyperGrids
+) -> mx.MixtureState:
     """One Gibbs sweep over the hyperparameters on their grids, given the partition.
 
     Each hyperparameter ``h`` with grid ``{h_1..h_G}`` (uniform prior on the grid) is
@@ -602,5 +621,3 @@ def resample_hypers(rng_key: PRNGKey, mixture: mx.MixtureState, *, model: Mixtur
 def _gated_hypers(key, mixture, need, *, model, grids):
     new = resample_hypers(key, mixture, model=model, grids=grids)
     return jax.tree.map(lambda a, b: jnp.where(need, a, b), new.hypers, mixture.hypers)
-
-

@@ -1,4 +1,5 @@
 """The tuning options of the mixture driver :func:`~jaxsub.anneal.fit`, declared once (:class:`FitOptions`)."""
+
 from __future__ import annotations
 
 import math
@@ -69,8 +70,9 @@ class FitOptions(NamedTuple):
     checkpoint_every: int = 1
 
 
-def fit_options(options: FitOptions | None, overrides: dict, model: MixtureModel, num_rows: int,
-                num_ticks: int) -> FitOptions:
+def fit_options(
+    options: FitOptions | None, overrides: dict, model: MixtureModel, num_rows: int, num_ticks: int
+) -> FitOptions:
     """``options`` (default :class:`FitOptions`) with the keyword ``overrides`` applied, validated and resolved.
 
     Defaults that depend on the data are filled in (``span``, ``hyper_min_rows``, ``grids="default"``; a
@@ -124,10 +126,15 @@ def fit_options(options: FitOptions | None, overrides: dict, model: MixtureModel
     if not isinstance(o.progress_bar, bool):
         raise ValueError(f"progress_bar must be a bool; got {o.progress_bar!r}")
     return o._replace(
-        num_chains=check_int("num_chains", o.num_chains, low=1), capacity=capacity, max_capacity=max_capacity,
-        grids=grids, num_checkpoints=num_checkpoints,
+        num_chains=check_int("num_chains", o.num_chains, low=1),
+        capacity=capacity,
+        max_capacity=max_capacity,
+        grids=grids,
+        num_checkpoints=num_checkpoints,
         span=math.ceil(num_ticks / num_checkpoints) if o.span is None else check_int("span", o.span, low=1),
-        hyper_min_rows=min(num_rows, 100) if o.hyper_min_rows is None else check_int("hyper_min_rows",
-                                                                                     o.hyper_min_rows, low=0),
+        hyper_min_rows=min(num_rows, 100)
+        if o.hyper_min_rows is None
+        else check_int("hyper_min_rows", o.hyper_min_rows, low=0),
         sweep_growth=check_sweep_growth(o.sweep_growth),
-        checkpoint_every=check_int("checkpoint_every", o.checkpoint_every, low=1))
+        checkpoint_every=check_int("checkpoint_every", o.checkpoint_every, low=1),
+    )

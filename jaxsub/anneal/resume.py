@@ -12,11 +12,12 @@ change draws): resuming from a folder written by a different run raises ``ValueE
 functions of the states, the chain keys and the schedule, so a resumed run makes the same draws and traces as
 an uninterrupted one (the wall-clock fields aside).
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import jax
 import numpy as np

@@ -27,6 +27,7 @@ Users build their own schedule with :class:`Schedule` directly (any code
 sequence whose subsample size stays in ``[0, N]``), or concatenate pieces with
 :meth:`Schedule.then`.
 """
+
 from __future__ import annotations
 
 import math
@@ -123,8 +124,10 @@ class Schedule:
         if self.blocks is not None:
             blocks = np.asarray(self.blocks)
             if blocks.shape != codes.shape or not np.issubdtype(blocks.dtype, np.integer):
-                raise ValueError(f"blocks must be an integer array shaped like codes {codes.shape}; got "
-                                 f"{blocks.dtype} shape {blocks.shape}")
+                raise ValueError(
+                    f"blocks must be an integer array shaped like codes {codes.shape}; got "
+                    f"{blocks.dtype} shape {blocks.shape}"
+                )
             if blocks.min() < 1 or blocks.max() > n:
                 raise ValueError(f"blocks must lie in [1, num_rows={n}]; got [{blocks.min()}, {blocks.max()}]")
             object.__setattr__(self, "blocks", blocks.astype(np.int32))
@@ -160,7 +163,7 @@ class Schedule:
                 since = 0
         return np.asarray(out, np.int64)
 
-    def then(self, other: "Schedule", name: str | None = None) -> "Schedule":
+    def then(self, other: Schedule, name: str | None = None) -> Schedule:
         """Concatenate two schedules on the same rows (policy and ramp of ``self``)."""
         if other.num_rows != self.num_rows:
             raise ValueError(f"cannot concatenate schedules for {self.num_rows} and {other.num_rows} rows")
@@ -168,8 +171,15 @@ class Schedule:
         if self.blocks is not None or other.blocks is not None:
             ones = lambda s: np.ones(len(s), np.int32) if s.blocks is None else s.blocks  # noqa: E731
             blocks = np.concatenate([ones(self), ones(other)])
-        return Schedule(np.concatenate([self.codes, other.codes]), self.num_rows, self.policy,
-                        self.energy_ramp, name or f"{self.name}+{other.name}", self.initial_size, blocks)
+        return Schedule(
+            np.concatenate([self.codes, other.codes]),
+            self.num_rows,
+            self.policy,
+            self.energy_ramp,
+            name or f"{self.name}+{other.name}",
+            self.initial_size,
+            blocks,
+        )
 
 
 def prior_gibbs(num_rows: int, num_gibbs: int, *, policy: str = "random") -> Schedule:
@@ -218,8 +228,7 @@ def sequential_gibbs(num_rows: int, num_assignments: int, *, policy: str = "rand
     return Schedule(codes, n, policy, 0, "Sequential+Gibbs")
 
 
-def linear_anneal(num_rows: int, num_assignments: int, *, policy: str = "random",
-                  final_gibbs: int = 0) -> Schedule:
+def linear_anneal(num_rows: int, num_assignments: int, *, policy: str = "random", final_gibbs: int = 0) -> Schedule:
     """The linear subsample-annealing schedule of section 2.4, ``beta(t) ~ t / T``.
 
     Tick ``t = 1..T`` (``T = num_assignments >= N``) targets the subsample size
@@ -257,8 +266,9 @@ def linear_anneal(num_rows: int, num_assignments: int, *, policy: str = "random"
     return Schedule(codes, n, policy, 0, "Anneal")
 
 
-def simulated_annealing(num_rows: int, num_gibbs: int, *, policy: str = "random",
-                        ramp_fraction: float = 0.9) -> Schedule:
+def simulated_annealing(
+    num_rows: int, num_gibbs: int, *, policy: str = "random", ramp_fraction: float = 0.9
+) -> Schedule:
     """Classical simulated annealing on the energy ("Anneal Energy" of Figure 2).
 
     Prior initialisation (``N`` ADD_PRIOR ticks, untempered prior), then
@@ -341,8 +351,15 @@ def loom_extra_passes(size: int, extra_passes: float, small: int, big: int) -> i
     return 0 if passes <= 2 else int(passes - 1)
 
 
-def loom(num_rows: int, *, extra_passes: float = 500.0, small: int = 4000, big: int = int(1e9),
-         accelerate: bool = True, final_gibbs: int = 0) -> Schedule:
+def loom(
+    num_rows: int,
+    *,
+    extra_passes: float = 500.0,
+    small: int = 4000,
+    big: int = int(1e9),
+    accelerate: bool = True,
+    final_gibbs: int = 0,
+) -> Schedule:
     """The posterior/loom production schedule (FIFO window with extra passes, NOTES.md section 4).
 
     Rows sit in a shuffled cyclic order (policy ``"fifo"``). With ``P`` extra

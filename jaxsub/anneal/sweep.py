@@ -11,10 +11,12 @@
 Nothing here is jitted or cached: the caller (the :mod:`jaxsub.anneal.driver`,
 or the user) compiles.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +46,16 @@ __all__ = ["as_top_level_api", "build_kernel", "build_sweep", "collapsed_gibbs",
 
 
 # --------------------------------------------------------------------------- sweeps
-def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int = 0,
-                grids: HyperGrids | None = None, hyper_min_rows: int = 0, sweep_growth: float = 0.0) -> Callable:
+def build_sweep(
+    model: MixtureModel,
+    *,
+    policy: str,
+    span: int,
+    energy_ramp: int = 0,
+    grids: HyperGrids | None = None,
+    hyper_min_rows: int = 0,
+    sweep_growth: float = 0.0,
+) -> Callable:
     """A function ``sweep(states, chain_keys, windows, data) -> states`` running ``span`` ticks of every chain.
 
     ``states`` is a batched :class:`AnnealState` (leading chain axis), ``chain_keys``
@@ -95,8 +105,14 @@ def build_sweep(model: MixtureModel, *, policy: str, span: int, energy_ramp: int
     ValueError
         A ``sweep_growth`` that is neither 0 nor a real > 1.
     """
-    config = SweepConfig(model, policy, span, energy_ramp, grids if grids is not None and not grids.empty else None,
-                         check_sweep_growth(sweep_growth))
+    config = SweepConfig(
+        model,
+        policy,
+        span,
+        energy_ramp,
+        grids if grids is not None and not grids.empty else None,
+        check_sweep_growth(sweep_growth),
+    )
 
     def sweep(states, chain_keys, windows, data):
         return _sweep(config, hyper_min_rows, states, chain_keys, windows, data)
@@ -142,8 +158,11 @@ def _span_uniforms(span: int, chain_key, cursor):
 def _run_hyper(config: SweepConfig, hyper_keys, need, st):
     k_hyp = jax.vmap(jax.random.fold_in)(hyper_keys, st.cursor)
     hyp = jax.vmap(partial(_gated_hypers, model=config.model, grids=config.grids))(k_hyp, st.mixture, need)
-    return st._replace(mixture=st.mixture._replace(hypers=hyp), since_hyper=jnp.where(need, 0, st.since_hyper),
-                       swept=jnp.where(need, st.num_assigned, st.swept))
+    return st._replace(
+        mixture=st.mixture._replace(hypers=hyp),
+        since_hyper=jnp.where(need, 0, st.since_hyper),
+        swept=jnp.where(need, st.num_assigned, st.swept),
+    )
 
 
 def _keep(st):
@@ -155,7 +174,8 @@ def _sweep_body(config: SweepConfig, hyper_min_rows, hyper_keys, windows, base, 
     # the previous tick's [N]-array writes first, then this tick's reads (no copies)
     states = jax.vmap(_apply_writes)(states, pending)
     states, pending, need = jax.vmap(partial(_one_tick, config, hyper_min_rows), in_axes=(0, 0, 0, 0, None))(
-        states, u, windows, base, data)
+        states, u, windows, base, data
+    )
     if config.grids is not None:
         states = jax.lax.cond(jnp.any(need), partial(_run_hyper, config, hyper_keys, need), _keep, states)
     return (states, pending), None
@@ -200,8 +220,6 @@ def schedule_windows(codes: np.ndarray, cursors: np.ndarray, span: int, dtype=np
     return np.where(idx < codes.size, codes[np.minimum(idx, codes.size - 1)], -1).astype(dtype)
 
 
-
-
 # --------------------------------------------------------------------------- SamplingAlgorithm
 def _cycle_hypers(model: MixtureModel, grids: HyperGrids, k_hyp, st: AnnealState) -> AnnealState:
     """The hyperparameter step after a full cycle of the full-data Gibbs kernel."""
@@ -243,8 +261,9 @@ def build_kernel(model: MixtureModel, grids: HyperGrids | None = None) -> Callab
     return kernel
 
 
-def as_top_level_api(model: MixtureModel, data, capacity: int, *, grids: HyperGrids | None = None,
-                     dtype=jnp.float32) -> SamplingAlgorithm:
+def as_top_level_api(
+    model: MixtureModel, data, capacity: int, *, grids: HyperGrids | None = None, dtype=jnp.float32
+) -> SamplingAlgorithm:
     """Full-data random-scan collapsed Gibbs as a BlackJAX ``SamplingAlgorithm``.
 
     ``init(position)``: ``position`` is an ``[N]`` assignment vector with every label in

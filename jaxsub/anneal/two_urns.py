@@ -20,6 +20,7 @@ same model, so block-1 passes leave the exact posterior
 heuristic (no detailed balance claimed), used only while ``beta < 1/2``.
 Pure and jit/vmap-able; O(1) per tick.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -69,8 +70,12 @@ def log_weight(i, j, num_red: int, num_blue: int, alpha, p_left):
     i = jnp.asarray(i, jnp.float32)
     j = jnp.asarray(j, jnp.float32)
     n = num_red + num_blue
-    return ((i + j) * jnp.log(p_left) + (n - i - j) * jnp.log1p(-p_left)
-            + betaln(alpha + i, alpha + j) + betaln(alpha + num_red - i, alpha + num_blue - j))
+    return (
+        (i + j) * jnp.log(p_left)
+        + (n - i - j) * jnp.log1p(-p_left)
+        + betaln(alpha + i, alpha + j)
+        + betaln(alpha + num_red - i, alpha + num_blue - j)
+    )
 
 
 TICK_WORDS = 3  # uint32 words per block tick: the picked ball (2, exact integer pick), the urn draw (1)
@@ -123,14 +128,16 @@ def block_tick(u, state: UrnCounts, block, *, num_red: int, num_blue: int, alpha
     j_l = jnp.where(red, state.blue_left, to_left)
     i_r = jnp.where(red, base, state.red_left)
     j_r = jnp.where(red, state.blue_left, base)
-    diff = (log_weight(i_l, j_l, num_red, num_blue, alpha, p_left)
-            - log_weight(i_r, j_r, num_red, num_blue, alpha, p_left))
+    diff = log_weight(i_l, j_l, num_red, num_blue, alpha, p_left) - log_weight(
+        i_r, j_r, num_red, num_blue, alpha, p_left
+    )
     go_left = bits_to_uniform(u[2]) < jax.nn.sigmoid(diff)  # P(left) = e^L_l / (e^L_l + e^L_r)
     return UrnCounts(jnp.where(go_left, i_l, i_r).astype(jnp.int32), jnp.where(go_left, j_l, j_r).astype(jnp.int32))
 
 
-def run_schedule(rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: int, alpha: float, p_left: float,
-                 num_chains: int) -> UrnCounts:
+def run_schedule(
+    rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: int, alpha: float, p_left: float, num_chains: int
+) -> UrnCounts:
     """Run ``schedule`` (ADD_PRIOR prefix then GIBBS ticks, with ``blocks``) on ``num_chains`` chains: final counts.
 
     Not jitted here beyond one ``lax.scan``; wrap in ``jax.jit`` for repeated use. The ADD_PRIOR
@@ -179,10 +186,14 @@ def run_schedule(rng_key: PRNGKey, schedule: Schedule, num_red: int, num_blue: i
     blocks = jnp.asarray(schedule.blocks[n:] if schedule.blocks is not None else [1] * (len(codes) - n), jnp.int32)
     k_init, k_run = jax.random.split(rng_key)
     ki, kj = jax.random.split(k_init)
-    init = UrnCounts(jax.random.binomial(ki, num_red, p_left, (num_chains,)).astype(jnp.int32),
-                     jax.random.binomial(kj, num_blue, p_left, (num_chains,)).astype(jnp.int32))
-    step = jax.vmap(lambda u, s, b: block_tick(u, s, b, num_red=num_red, num_blue=num_blue, alpha=alpha,
-                                               p_left=p_left), in_axes=(0, 0, None))
+    init = UrnCounts(
+        jax.random.binomial(ki, num_red, p_left, (num_chains,)).astype(jnp.int32),
+        jax.random.binomial(kj, num_blue, p_left, (num_chains,)).astype(jnp.int32),
+    )
+    step = jax.vmap(
+        lambda u, s, b: block_tick(u, s, b, num_red=num_red, num_blue=num_blue, alpha=alpha, p_left=p_left),
+        in_axes=(0, 0, None),
+    )
 
     def body(st, xs):
         t, b = xs  # one batch of random words per tick for all chains

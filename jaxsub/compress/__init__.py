@@ -25,6 +25,7 @@ posterior with any BlackJAX algorithm.
 * :func:`kl_bound` -- ``K0 delta^2`` of Theorem 1; :func:`gaussian_kl` -- the
   paper's approxKL (Lemma 1 on moment-matched Gaussians).
 """
+
 from jaxsub.compress.api import cluster, cluster_supervised
 from jaxsub.compress.clustering import Clustering
 from jaxsub.compress.density import Pseudodata, logdensity, pseudodata

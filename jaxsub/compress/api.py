@@ -18,6 +18,7 @@ References
 ----------
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021), Algorithm 1.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -146,8 +147,12 @@ def cluster(
     rule = check_choice("rule", rule, RULES)
     arr = as_features(x)
     opts, method = resolve_settings(
-        method, arr.shape[1], options,
-        kdtree_eps=kdtree_eps, projected_dims=projected_dims, projected_candidates=projected_candidates,
+        method,
+        arr.shape[1],
+        options,
+        kdtree_eps=kdtree_eps,
+        projected_dims=projected_dims,
+        projected_candidates=projected_candidates,
     )
     scale = max_norm(arr) if standardize else 1.0
     if scale != 1.0:
@@ -259,8 +264,16 @@ def cluster_supervised(
         mode = "by_label" if _integer_valued(yarr) else "joint"
     if mode == "joint":
         yf = as_features(yarr, "y")
-        joint = cluster(np.column_stack([arr, yf]), delta, method=method, key=key, standardize=standardize, rule=rule,
-                        options=options, **search_kwargs)
+        joint = cluster(
+            np.column_stack([arr, yf]),
+            delta,
+            method=method,
+            key=key,
+            standardize=standardize,
+            rule=rule,
+            options=options,
+            **search_kwargs,
+        )
         return joint._replace(centroids=joint.centroids[:, :-1], targets=joint.centroids[:, -1])
     if not _integer_valued(yarr):
         raise ValueError(

@@ -1,4 +1,5 @@
 """The result of the clustering (:class:`Clustering`) and the checks of its input features."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple

@@ -17,6 +17,7 @@ References
 ----------
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021), eq. (2).
 """
+
 from __future__ import annotations
 
 from functools import partial

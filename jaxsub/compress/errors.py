@@ -5,6 +5,7 @@ References
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021), Theorem 1, Lemma 1, §4
 (approxKL).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

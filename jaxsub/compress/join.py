@@ -9,6 +9,7 @@ cluster's members (only those in the outer shell ``||x_i - a_j|| + ||mu_j' - a_j
 recomputed). Unlike a running bound that adds every centroid move and stops clusters far below
 ``delta``, the rule lets clusters grow to radius ``delta``: it spends the radius.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +20,9 @@ from jaxsub.compress.state import Clusters, segment_sums
 __all__ = ["exact_join", "greedy_join", "join_block"]
 
 
-def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, member_bounds=None, *, opts: ClusterOptions) -> np.ndarray:
+def join_block(
+    x, rows, cid, clusters: Clusters, delta, exact, labels, pool, member_bounds=None, *, opts: ClusterOptions
+) -> np.ndarray:
     """Vectorised join of ``rows`` to the clusters ``cid`` of their nearest anchors; returns the accepted mask.
 
     The anchor ``a_j`` of a cluster is its member mean after its last join; ``far_j`` bounds the members' distances to ``a_j``. Join rule
@@ -53,8 +56,9 @@ def join_block(x, rows, cid, clusters: Clusters, delta, exact, labels, pool, mem
     take = np.ones(rows.size, bool)
     block_sums = None
     if exact is True:
-        take, block_sums = exact_join(x, xs, rows, cid, starts, gid, clusters, delta, labels, pool, member_bounds,
-                                      opts=opts)
+        take, block_sums = exact_join(
+            x, xs, rows, cid, starts, gid, clusters, delta, labels, pool, member_bounds, opts=opts
+        )
     if take.all():
         clusters.sums[gid] += block_sums if exact is True else segment_sums(xs, starts)
     else:
@@ -81,8 +85,9 @@ def greedy_join(x, rows, cid, clusters: Clusters, exact, labels) -> np.ndarray:
     cnt = np.bincount(cid, minlength=num)
     gid = np.flatnonzero(cnt)
     xs = x[rows]
-    clusters.sums[gid] += np.column_stack([np.bincount(cid, weights=xs[:, k], minlength=num)[gid]
-                                           for k in range(xs.shape[1])])
+    clusters.sums[gid] += np.column_stack(
+        [np.bincount(cid, weights=xs[:, k], minlength=num)[gid] for k in range(xs.shape[1])]
+    )
     clusters.counts[gid] += cnt[gid]
     if exact:  # the reference greedy leader pass keeps its anchors at the leaders
         clusters.move(gid, clusters.sums[gid] / clusters.counts[gid][:, None])
@@ -90,8 +95,9 @@ def greedy_join(x, rows, cid, clusters: Clusters, exact, labels) -> np.ndarray:
     return np.ones(rows.size, bool)
 
 
-def exact_join(x, xs, rows, cid, starts, gid, clusters: Clusters, delta, labels, pool, member_bounds, *,
-               opts: ClusterOptions):
+def exact_join(
+    x, xs, rows, cid, starts, gid, clusters: Clusters, delta, labels, pool, member_bounds, *, opts: ClusterOptions
+):
     """The exact rule of :func:`join_block` for rows sorted by cluster; returns ``(take, block_sums)``.
 
     ``xs = x[rows]``, ``cid`` the proposed clusters (sorted), ``starts`` the first row of each

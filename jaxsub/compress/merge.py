@@ -12,6 +12,7 @@ blocked stream (4,739 / 2,873 / 1,222 vs 4,753 / 2,927 / 1,422 at ``delta = 0.1 
 0.91 / 0.92 / 1.17x its CPU time; on low-dimensional data and tight blobs it is slower than
 leader + trim and may open more clusters; its screen is O(N^2) for d > 16.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -111,7 +112,9 @@ def merge_rounds(sq, ei, ej, eg, delta, weights=None, eps=1e-5, rows=None, *, op
         if not ok.size:
             break
         # 4. mutual nearest mergeable partners (one or more matchings)
-        dist2 = ss[pa[ok]] / cnt[pa[ok]] ** 2 + ss[pb[ok]] / cnt[pb[ok]] ** 2 - 2.0 * cg[ok] / (cnt[pa[ok]] * cnt[pb[ok]])
+        dist2 = (
+            ss[pa[ok]] / cnt[pa[ok]] ** 2 + ss[pb[ok]] / cnt[pb[ok]] ** 2 - 2.0 * cg[ok] / (cnt[pa[ok]] * cnt[pb[ok]])
+        )
         take = mutual_matchings(ok[np.argsort(dist2, kind="stable")], pa, pb, n, opts.merge_matchings)
         a, b = pa[take], pb[take]
         partner = np.full(n, -1)
@@ -139,7 +142,15 @@ def merge_labels(x: np.ndarray, z: np.ndarray | None, delta: float, *, opts: Clu
     weights = np.bincount(inv).astype(np.float64)
     if z is None:
         xc = u - u.mean(axis=0)
-        lab = merge_rounds(np.einsum("ij,ij->i", xc, xc), *kdtree_graph(xc, delta, opts=opts), delta, weights, eps=1e-12, rows=xc, opts=opts)
+        lab = merge_rounds(
+            np.einsum("ij,ij->i", xc, xc),
+            *kdtree_graph(xc, delta, opts=opts),
+            delta,
+            weights,
+            eps=1e-12,
+            rows=xc,
+            opts=opts,
+        )
     else:
         xc = u - u.mean(axis=0)
         # float32 products where their round-off (eps = 1e-5 of the squared norms, a 10x margin) is
@@ -148,8 +159,12 @@ def merge_labels(x: np.ndarray, z: np.ndarray | None, delta: float, *, opts: Clu
         xc = xc.astype(np.float32) if use32 else xc
         sqc = np.einsum("ij,ij->i", xc, xc)
         with one_blas_thread(opts.blas_threads):
-            ei, ej, eg = neighbour_graph(xc, sqc, np.ascontiguousarray(z if u is x else z[first], np.float32), delta, opts=opts)
-        lab = merge_rounds(sqc.astype(np.float64), ei, ej, eg, delta, weights, eps=1e-5 if use32 else 1e-12, rows=xc, opts=opts)
+            ei, ej, eg = neighbour_graph(
+                xc, sqc, np.ascontiguousarray(z if u is x else z[first], np.float32), delta, opts=opts
+            )
+        lab = merge_rounds(
+            sqc.astype(np.float64), ei, ej, eg, delta, weights, eps=1e-5 if use32 else 1e-12, rows=xc, opts=opts
+        )
     return lab[inv]
 
 

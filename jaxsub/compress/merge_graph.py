@@ -1,4 +1,5 @@
 """The neighbour graph of the merge rounds: row pairs within ``2 delta`` and their inner products."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,9 @@ def neighbour_graph(xc32: np.ndarray, sq32: np.ndarray, z32: np.ndarray, delta: 
     g = np.empty(key.size, np.float64)
 
     def products(s):  # gathered products in batches (bounded memory)
-        g[s : s + opts.merge_batch] = np.einsum("ij,ij->i", xc32[a[s : s + opts.merge_batch]], xc32[b[s : s + opts.merge_batch]])
+        g[s : s + opts.merge_batch] = np.einsum(
+            "ij,ij->i", xc32[a[s : s + opts.merge_batch]], xc32[b[s : s + opts.merge_batch]]
+        )
 
     in_threads(products, range(0, key.size, opts.merge_batch), opts=opts)
     near = sq32[a] + sq32[b] - 2.0 * g <= reach2
@@ -89,7 +92,9 @@ def complete_pairs(rows, sq, lab, ent, pa, pb, delta, ei, ej, eg, *, opts: Clust
     j = order[start[pb[rep]] + local % b[rep]]
     g = np.empty(i.size)
     for s in range(0, i.size, opts.merge_batch):
-        g[s : s + opts.merge_batch] = np.einsum("ij,ij->i", rows[i[s : s + opts.merge_batch]], rows[j[s : s + opts.merge_batch]])
+        g[s : s + opts.merge_batch] = np.einsum(
+            "ij,ij->i", rows[i[s : s + opts.merge_batch]], rows[j[s : s + opts.merge_batch]]
+        )
     slack = 1e-5 * (1.0 + float(sq.max()))
     far = sq[i] + sq[j] - 2.0 * g > 4.0 * delta * delta * (1.0 + 1e-3) ** 2 + slack
     ok = np.bincount(rep, weights=far, minlength=pa.size) == 0

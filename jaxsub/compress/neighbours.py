@@ -12,6 +12,7 @@ References
 S. Arya, D. Mount, N. Netanyahu, R. Silverman, A. Wu. An optimal algorithm for approximate
 nearest neighbor searching in fixed dimensions. J. ACM 45 (1998).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -42,7 +43,9 @@ class Search(NamedTuple):
         return np.column_stack([proj, np.sqrt(np.maximum(resid2, 0.0))])
 
 
-def make_search(x: np.ndarray, method: str, rng: np.random.Generator, wide: bool = False, *, opts: ClusterOptions) -> Search:
+def make_search(
+    x: np.ndarray, method: str, rng: np.random.Generator, wide: bool = False, *, opts: ClusterOptions
+) -> Search:
     """Search coordinates for ``method`` (``opts`` gives ``kdtree_eps``, ``projected_dims``,
     ``projected_candidates``).
 
@@ -72,8 +75,13 @@ def make_search(x: np.ndarray, method: str, rng: np.random.Generator, wide: bool
     # orthonormal to float32 round-off (~1e-6): the screens' thresholds are widened far past that
     # (no second LAPACK factorisation: on a loaded machine each threaded one costs seconds)
     basis = np.ascontiguousarray(vt[:k].T.astype(np.float64))
-    return Search(mean, np.ascontiguousarray(basis[:, : min(opts.projected_dims, d)]), opts.projected_candidates, opts.kdtree_eps,
-                   basis if wide else None)
+    return Search(
+        mean,
+        np.ascontiguousarray(basis[:, : min(opts.projected_dims, d)]),
+        opts.projected_candidates,
+        opts.kdtree_eps,
+        basis if wide else None,
+    )
 
 
 def one_blas_thread(threads: int):
@@ -138,7 +146,9 @@ def nearest_anchors(x, zx, anchors, zanchors, rows, reach, search: Search, tries
     return np.where(dist <= reach, cand, -1), dist
 
 
-def open_isolated(x, zx, rows, clusters: Clusters, delta, labels, search: Search, out: list, *, opts: ClusterOptions) -> np.ndarray:
+def open_isolated(
+    x, zx, rows, clusters: Clusters, delta, labels, search: Search, out: list, *, opts: ClusterOptions
+) -> np.ndarray:
     """Open a singleton cluster for every row of ``rows`` with no other row of ``rows`` within ``2 delta``.
 
     Such a row can never share a cluster with another row of the set (a centroid within
@@ -149,7 +159,9 @@ def open_isolated(x, zx, rows, clusters: Clusters, delta, labels, search: Search
     from scipy.spatial import cKDTree
 
     z = zx[rows]
-    workers = -1 if opts.isolated_parallel_rows is not None and rows.size >= opts.isolated_parallel_rows else opts.workers
+    workers = (
+        -1 if opts.isolated_parallel_rows is not None and rows.size >= opts.isolated_parallel_rows else opts.workers
+    )
     dist, _ = cKDTree(z).query(z, k=2, eps=0.0, distance_upper_bound=2.0 * delta * (1.0 + 1e-9), workers=workers)
     isolated = np.isinf(np.asarray(dist)[:, 1])
     if isolated.any():

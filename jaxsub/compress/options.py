@@ -6,6 +6,7 @@ running time (block sizes, thread counts, screens); the clustering's guarantee (
 ``<= delta``, exact in float64) holds for every valid value, because the final check and
 :func:`~jaxsub.compress.repair.repair` enforce it whatever the passes decided.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -152,13 +153,36 @@ class ClusterOptions(NamedTuple):
 
 #: Lower bounds of the integer settings (``low`` of :func:`jaxsub.validation.check_int`).
 _INT_LOW = (
-    ("kdtree_max_dim", 0), ("projected_dims", 1), ("projected_candidates", 1), ("workers", -1),
-    ("parallel_query_rows", 0), ("first_block", 1), ("base_rows", 1), ("join_rounds", 1), ("tries", 1),
-    ("blas_threads", 1), ("pca_rows", 2), ("pca_power_iterations", 0), ("isolation_dims", 1),
-    ("isolation_block", 1), ("isolation_checks", 0), ("greedy_pairs_max", 1), ("greedy_pairs_probe", 1),
-    ("isolated_parallel_rows", 0), ("chunk", 1), ("block_candidates", 1), ("block_tries", 1), ("merge_block", 1),
-    ("merge_neighbours", 1), ("merge_batch", 1), ("graph_threads", 1), ("merge_max_rounds", 0),
-    ("merge_matchings", 1), ("trim_min_rows", 0), ("max_covariance_dim", 0), ("cov_threads", 1),
+    ("kdtree_max_dim", 0),
+    ("projected_dims", 1),
+    ("projected_candidates", 1),
+    ("workers", -1),
+    ("parallel_query_rows", 0),
+    ("first_block", 1),
+    ("base_rows", 1),
+    ("join_rounds", 1),
+    ("tries", 1),
+    ("blas_threads", 1),
+    ("pca_rows", 2),
+    ("pca_power_iterations", 0),
+    ("isolation_dims", 1),
+    ("isolation_block", 1),
+    ("isolation_checks", 0),
+    ("greedy_pairs_max", 1),
+    ("greedy_pairs_probe", 1),
+    ("isolated_parallel_rows", 0),
+    ("chunk", 1),
+    ("block_candidates", 1),
+    ("block_tries", 1),
+    ("merge_block", 1),
+    ("merge_neighbours", 1),
+    ("merge_batch", 1),
+    ("graph_threads", 1),
+    ("merge_max_rounds", 0),
+    ("merge_matchings", 1),
+    ("trim_min_rows", 0),
+    ("max_covariance_dim", 0),
+    ("cov_threads", 1),
     ("cov_thread_min", 0),
 )
 
@@ -199,10 +223,12 @@ def validate_options(options: ClusterOptions | None) -> ClusterOptions:
         fixed[name] = check_real(f"options.{name}", getattr(options, name), low=0.0, low_closed=True)
     if options.merge_complete_reach is not None:
         fixed["merge_complete_reach"] = check_real(
-            "options.merge_complete_reach", options.merge_complete_reach, low=0.0, low_closed=True)
+            "options.merge_complete_reach", options.merge_complete_reach, low=0.0, low_closed=True
+        )
     fixed["margin"] = check_real("options.margin", options.margin, low=-1.0, high=1.0)
     fixed["trim_min_progress"] = check_real(
-        "options.trim_min_progress", options.trim_min_progress, low=0.0, high=1.0, low_closed=True, high_closed=True)
+        "options.trim_min_progress", options.trim_min_progress, low=0.0, high=1.0, low_closed=True, high_closed=True
+    )
     for name in ("greedy_pairs", "greedy_bincount"):
         if not isinstance(getattr(options, name), bool):
             raise ValueError(f"options.{name} must be a bool; got {getattr(options, name)!r}")

@@ -10,6 +10,7 @@ References
 ----------
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -103,9 +104,11 @@ def _predicted_error(logprior_fn, loglikelihood_fn, exact, cl, flat0, unravel, s
 
 
 def _missed(target: float, tried, errors, on_miss: str) -> None:
-    msg = (f"no candidate radius meets the target error {target} posterior sd: predicted errors "
-           + ", ".join(f"{e:.3g} at radius {r:g}" for r, e in zip(tried, errors))
-           + "; try smaller radii or second_order=True")
+    msg = (
+        f"no candidate radius meets the target error {target} posterior sd: predicted errors "
+        + ", ".join(f"{e:.3g} at radius {r:g}" for r, e in zip(tried, errors))
+        + "; try smaller radii or second_order=True"
+    )
     if on_miss == "raise":
         raise ValueError(msg)
     if on_miss == "warn":
@@ -328,10 +331,21 @@ def posterior(
 
         def cluster_fn(r):
             return cluster_supervised(arr, yarr, r, mode=mode, options=options)
+
     if radii is None:
         norm = float(np.sqrt(np.einsum("ij,ij->i", arr, arr).max())) or 1.0
         radii = tuple(f * norm for f in RADIUS_FRACTIONS)
-    choice = choose_radius(logprior_fn, loglikelihood_fn, data, cluster_fn, radii, position, target=target,
-                           second_order=second_order, newton_steps=newton_steps, on_miss=on_miss)
+    choice = choose_radius(
+        logprior_fn,
+        loglikelihood_fn,
+        data,
+        cluster_fn,
+        radii,
+        position,
+        target=target,
+        second_order=second_order,
+        newton_steps=newton_steps,
+        on_miss=on_miss,
+    )
     fn = logdensity(logprior_fn, loglikelihood_fn, choice.clustering, second_order=second_order)
     return CompressedPosterior(fn, choice.clustering, choice.radius, choice.error, choice.met, choice)

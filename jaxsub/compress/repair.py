@@ -5,6 +5,7 @@ After any rule, the exact centroids and radii are recomputed in float64 and ever
 :func:`repair`, which moves its farthest members out. :func:`~jaxsub.compress.cluster` therefore
 always returns ``radii <= radius``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -125,8 +126,8 @@ def covariances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, counts
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(opts.cov_threads - 1) as pool:
-            futures = [pool.submit(fill, pairs[t::opts.cov_threads]) for t in range(1, opts.cov_threads)]
-            fill(pairs[0::opts.cov_threads])
+            futures = [pool.submit(fill, pairs[t :: opts.cov_threads]) for t in range(1, opts.cov_threads)]
+            fill(pairs[0 :: opts.cov_threads])
             for f in futures:
                 f.result()
     else:

@@ -1,4 +1,5 @@
 """Labels of a clustering rule (before the final exact check): the dispatch over rules and searches."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +54,9 @@ def stream_labels(
         return merge_rule_labels(x, delta, method, rng, opts=opts)
     # the bulk screen of isolated rows (exact-join stream of a large high-dimensional set) needs
     # the wide basis; small sets and the other paths only the search directions
-    screen = exact is True and rule in ("stream", "blocked") and method == "projected" and x.shape[0] > opts.trim_min_rows
+    screen = (
+        exact is True and rule in ("stream", "blocked") and method == "projected" and x.shape[0] > opts.trim_min_rows
+    )
     srch = make_search(x, method, rng, wide=screen, opts=opts)
     labels = np.full(x.shape[0], -1, np.int64)
     if srch.wide is None:
@@ -135,5 +138,7 @@ def blocked_rule(x, x32, zx, zw, rows, delta, labels, srch, *, opts: ClusterOpti
         clusters = Clusters(x.shape[1], zx.shape[1], max(1024, x.shape[0] // 64), srch.coords)
     zb = zx if srch.wide is None else zw
     with one_blas_thread(opts.blas_threads):
-        blocked_pass(x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels, opts=opts)
+        blocked_pass(
+            x, x32, np.einsum("ij,ij->i", x32, x32), zb.astype(np.float32), rows, clusters, delta, labels, opts=opts
+        )
     return clusters.size

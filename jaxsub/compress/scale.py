@@ -24,6 +24,7 @@ References
 ----------
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021).
 """
+
 from __future__ import annotations
 
 import os
@@ -171,10 +172,15 @@ def _cluster_process_shards(x: jax.Array, radius, standardize, workers, kwargs) 
     for j in order:
         pr, i = divmod(int(j), k)
         c, n = int(flat[j, 1]), int(flat[j, 2])
-        rebuilt.append(parts[0]._replace(
-            centroids=cen[pr, i, :c], counts=cnt[pr, i, :c], labels=lab[pr, i, :n], radii=rad[pr, i, :c],
-            covariances=None if cov is None else cov[pr, i, :c],
-        ))
+        rebuilt.append(
+            parts[0]._replace(
+                centroids=cen[pr, i, :c],
+                counts=cnt[pr, i, :c],
+                labels=lab[pr, i, :n],
+                radii=rad[pr, i, :c],
+                covariances=None if cov is None else cov[pr, i, :c],
+            )
+        )
     return _concat(rebuilt, parts[0].target_radius, scale, standardize)
 
 

@@ -7,6 +7,7 @@ float64 distance of the few screened candidates): they are singletons in any clu
 radius ``<= delta`` and no row can join them, so they leave the stream (90 % of MNIST's rows at
 ``delta = 0.1``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Algorithm 1 one row at a time over a small set (exact join by the Gram matrix, or greedy)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -60,7 +61,7 @@ def sequential(x, rows, clusters: Clusters, delta, exact, labels, *, opts: Clust
             c = cnt[:k]
             dist2 = sq[t] - 2.0 * xs[t, :k] / c + ss[:k] / (c * c)
             joined = False
-            for j in np.argsort(dist2)[:opts.tries]:
+            for j in np.argsort(dist2)[: opts.tries]:
                 dj = np.sqrt(max(dist2[j], 0.0))
                 if dj > 2.0 * delta:
                     break
@@ -168,7 +169,7 @@ def sequential_greedy_pairs(x, rows, clusters: Clusters, delta, labels, *, opts:
     reach = 2.0 * delta * (1.0 + 1e-9)
     # a dense set (most rows join; e.g. the first block at large delta): the plain stream of every
     # row is cheaper than listing its pairs. Judged on the first rows' neighbour counts, then on all.
-    probe = tree.query(xr_all[:opts.greedy_pairs_probe], k=opts.greedy_pairs_max + 2, distance_upper_bound=reach)[0]
+    probe = tree.query(xr_all[: opts.greedy_pairs_probe], k=opts.greedy_pairs_max + 2, distance_upper_bound=reach)[0]
     if np.isfinite(probe).sum() > (opts.greedy_pairs_max + 1) * probe.shape[0]:
         return None
     pairs = tree.query_pairs(reach, output_type="ndarray")

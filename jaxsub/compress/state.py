@@ -1,4 +1,5 @@
 """Growable per-cluster state of the streams (:class:`Clusters`) and grouped sums of rows."""
+
 from __future__ import annotations
 
 import numpy as np

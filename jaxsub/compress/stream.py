@@ -15,6 +15,7 @@ References
 Q. Song. Approximate Inference via Clustering. arXiv:2111.14219 (2021), Algorithm 1.
 J. A. Hartigan. Clustering Algorithms. Wiley (1975), the leader algorithm.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,9 @@ from jaxsub.compress.state import Clusters
 __all__ = ["leader_pass"]
 
 
-def leader_pass(x, zx, rows, clusters: Clusters, delta, exact, labels, search: Search, *, opts: ClusterOptions) -> np.ndarray:
+def leader_pass(
+    x, zx, rows, clusters: Clusters, delta, exact, labels, search: Search, *, opts: ClusterOptions
+) -> np.ndarray:
     """Algorithm 1 over ``rows`` (stream order), vectorised by blocks; returns the ids of the clusters opened.
 
     The stream is cut into blocks ``[s, 2 s)`` (first block ``ClusterOptions.first_block`` rows). A block's
@@ -47,11 +50,15 @@ def leader_pass(x, zx, rows, clusters: Clusters, delta, exact, labels, search: S
         block = rows[s:e]
         rest = block
         if local.size:
-            near, _ = nearest_anchors(x, zx, clusters.anchor[local], clusters.zanchor[local], block, delta, search, 1, opts=opts)
+            near, _ = nearest_anchors(
+                x, zx, clusters.anchor[local], clusters.zanchor[local], block, delta, search, 1, opts=opts
+            )
             todo = near[:, 0] >= 0
             joined = np.zeros(block.size, bool)
             if todo.any():
-                joined[todo] = join_block(x, block[todo], local[near[todo, 0]], clusters, delta, exact, labels, rows[:s], opts=opts)
+                joined[todo] = join_block(
+                    x, block[todo], local[near[todo, 0]], clusters, delta, exact, labels, rows[:s], opts=opts
+                )
             left = np.flatnonzero(~joined)
             if exact is True and left.size:
                 # rows refused by their nearest cluster, or with no centroid within delta, try the
@@ -59,7 +66,15 @@ def leader_pass(x, zx, rows, clusters: Clusters, delta, exact, labels, search: S
                 # n rows ends at t n / (n + 1) from the new centroid, so a join is possible up to
                 # t = 2 delta (a singleton cluster)
                 near, _ = nearest_anchors(
-                    x, zx, clusters.anchor[local], clusters.zanchor[local], block[left], 2.0 * delta, search, opts.tries, opts=opts
+                    x,
+                    zx,
+                    clusters.anchor[local],
+                    clusters.zanchor[local],
+                    block[left],
+                    2.0 * delta,
+                    search,
+                    opts.tries,
+                    opts=opts,
                 )
                 for t in range(near.shape[1]):
                     todo = ~joined[left] & (near[:, t] >= 0)
@@ -67,7 +82,9 @@ def leader_pass(x, zx, rows, clusters: Clusters, delta, exact, labels, search: S
                         break
                     sel = left[todo]
                     pool = np.concatenate([rows[:s], block[joined]])  # members so far, this block's included
-                    joined[sel] = join_block(x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool, opts=opts)
+                    joined[sel] = join_block(
+                        x, block[sel], local[near[todo, t]], clusters, delta, exact, labels, pool, opts=opts
+                    )
             rest = block[~joined]
         if rest.size > opts.base_rows and s > 0:
             rest = open_isolated(x, zx, rest, clusters, delta, labels, search, local_out := [], opts=opts)

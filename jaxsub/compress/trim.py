@@ -9,6 +9,7 @@ vectorised rounds). The dropped rows (the outer shells) first try the trimmed cl
 exact join rule (:func:`join_back`), and the rest are clustered again the same way; sets of at
 most ``trim_min_rows`` rows, or sets the trim would mostly drop, go to the exact-join stream.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +50,9 @@ def trim(x: np.ndarray, rows: np.ndarray, lab: np.ndarray, delta: float, *, opts
     return keep
 
 
-def join_back(x, zx, kept, dropped, ids, clusters: Clusters, delta, labels, search: Search, *, opts: ClusterOptions) -> np.ndarray:
+def join_back(
+    x, zx, kept, dropped, ids, clusters: Clusters, delta, labels, search: Search, *, opts: ClusterOptions
+) -> np.ndarray:
     """Rows the trim dropped try the nearest trimmed clusters under the exact join rule; returns the others.
 
     The state of the clusters ``ids`` is reset to their kept members (sum, count, anchor = mean,
@@ -72,7 +75,9 @@ def join_back(x, zx, kept, dropped, ids, clusters: Clusters, delta, labels, sear
     far = np.zeros(clusters.size)
     np.maximum.at(far, lab, np.sqrt(np.einsum("ij,ij->i", diff, diff)))
     clusters.far[live] = far[live]
-    near, _ = nearest_anchors(x, zx, clusters.anchor[live], clusters.zanchor[live], dropped, 2.0 * delta, search, opts.tries, opts=opts)
+    near, _ = nearest_anchors(
+        x, zx, clusters.anchor[live], clusters.zanchor[live], dropped, 2.0 * delta, search, opts.tries, opts=opts
+    )
     joined = np.zeros(dropped.size, bool)
     pool = kept
     for t in range(near.shape[1]):

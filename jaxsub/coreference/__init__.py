@@ -21,6 +21,7 @@
 
 See ``docs/guides/coreference.md``.
 """
+
 from jaxsub._toplevel import TopLevelAPI as _TopLevelAPI
 from jaxsub.coreference import kernel, sufficient
 from jaxsub.coreference.fit import CorefTrace, FitTrace, fit

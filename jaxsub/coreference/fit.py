@@ -5,6 +5,7 @@ are data, one compiled sweep serves them all. With ``checkpoint_dir`` the run sa
 records every ``checkpoint_every`` sweeps (:mod:`jaxsub.checkpoint`) and resumes from the newest
 checkpoint, to the same draws.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,10 +57,24 @@ class CorefTrace(NamedTuple):
 FitTrace = CorefTrace
 
 
-def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temperatures, *, position=None,
-        callback: Callable | None = None, progress_bar: bool = False, sweep: Callable | None = None,
-        exact: bool = False, check_decisions: bool = False, options: CorefOptions | None = None,
-        checkpoint_dir=None, checkpoint_every: int = 1, **option_values) -> tuple[CorefState, CorefTrace]:
+def fit(
+    rng_key,
+    pairwise_log_factor: Callable,
+    mentions,
+    blocks: Blocks,
+    temperatures,
+    *,
+    position=None,
+    callback: Callable | None = None,
+    progress_bar: bool = False,
+    sweep: Callable | None = None,
+    exact: bool = False,
+    check_decisions: bool = False,
+    options: CorefOptions | None = None,
+    checkpoint_dir=None,
+    checkpoint_every: int = 1,
+    **option_values,
+) -> tuple[CorefState, CorefTrace]:
     """Run one sweep per entry of ``temperatures`` (annealed Gibbs for MAP with an increasing β).
 
     Parameters
@@ -126,8 +141,10 @@ def fit(rng_key, pairwise_log_factor: Callable, mentions, blocks: Blocks, temper
         sweep = jax.jit(lambda k, s, x, b: kernel(k, s, pairwise_log_factor, x, b, exact, check))
         run = f"{opts!r} exact={exact!r} check_decisions={check!r}"
     elif option_values or options is not None or exact or check_decisions:
-        raise ValueError("pass either sweep or kernel settings (exact, check_decisions, build_kernel keywords), "
-                         f"not both; got {sorted(option_values) + ['options'] * (options is not None) + ['exact'] * bool(exact)}")
+        raise ValueError(
+            "pass either sweep or kernel settings (exact, check_decisions, build_kernel keywords), "
+            f"not both; got {sorted(option_values) + ['options'] * (options is not None) + ['exact'] * bool(exact)}"
+        )
     state = init(position, blocks)
     progress = _Progress(state, np.zeros((betas.size, len(SweepInfo._fields)), np.int64), np.zeros(betas.size))
     start, meta = 0, None
@@ -182,9 +199,14 @@ def _digest(*arrays) -> str:
 def _run_meta(rng_key, betas, state: CorefState, run: str | None) -> dict:
     """The run's description stored with each checkpoint (a resumed run must match it)."""
     key = jax.random.key_data(rng_key) if jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key) else rng_key
-    meta = {"driver": "jaxsub.coreference.fit", "num_mentions": int(state.labels.shape[0]),
-            "num_sweeps": int(betas.size), "temperatures": _digest(betas), "rng_key": _digest(np.asarray(key)),
-            "position": _digest(np.asarray(state.labels))}
+    meta = {
+        "driver": "jaxsub.coreference.fit",
+        "num_mentions": int(state.labels.shape[0]),
+        "num_sweeps": int(betas.size),
+        "temperatures": _digest(betas),
+        "rng_key": _digest(np.asarray(key)),
+        "position": _digest(np.asarray(state.labels)),
+    }
     if run is not None:
         meta["settings"] = hashlib.sha256(run.encode()).hexdigest()[:24]
     return meta
@@ -192,5 +214,14 @@ def _run_meta(rng_key, betas, state: CorefState, run: str | None) -> dict:
 
 def _trace(state: CorefState, counts, seconds, compile_s: float) -> CorefTrace:
     c = counts.T
-    return CorefTrace(labels=np.asarray(state.labels)[None], num_evaluations=c[0], seconds=seconds, num_races=c[1],
-                      num_exact=c[2], num_nan=c[3], num_errors=c[4], num_checked=c[5], compile_seconds=compile_s)
+    return CorefTrace(
+        labels=np.asarray(state.labels)[None],
+        num_evaluations=c[0],
+        seconds=seconds,
+        num_races=c[1],
+        num_exact=c[2],
+        num_nan=c[3],
+        num_errors=c[4],
+        num_checked=c[5],
+        compile_seconds=compile_s,
+    )

@@ -7,6 +7,7 @@ uncertainty. ``argmax`` over {best exact, large arms} is the Gumbel-max decision
 candidates, so the exact part is exact and the race (over the large arms only, width
 ``#large + 1``) keeps its δ. The noise is the exact update's (``gumbel(k_noise, (W,))``).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -111,16 +112,24 @@ def _hybrid_race(cfg: ClassConfig, model: Model, u: Update, ha: HybridArms, chec
     cum_small_w = jnp.cumsum(ha.n_small_w)
     noise_w = jax.random.gumbel(u.k_noise, (cfg.width,))
     ar_r = jnp.arange(width, dtype=jnp.int32)
-    lc_r = jnp.zeros((width,), jnp.int32).at[jnp.where(ha.large_w, jnp.cumsum(ha.large_w) - 1, width)].set(
-        ar_w, mode="drop")
+    lc_r = (
+        jnp.zeros((width,), jnp.int32)
+        .at[jnp.where(ha.large_w, jnp.cumsum(ha.large_w) - 1, width)]
+        .set(ar_w, mode="drop")
+    )
     live_r = ar_r < ha.num_large
     n_r = jnp.where(live_r, ha.n_w[lc_r], 0)
     zeros = jnp.zeros((width,), jnp.float32)
-    arms = RaceArms(u.xi, u.mem_w, g_w[lc_r], lc_r, u.col_a, u.skip, jnp.cumsum(n_r), n_r,
-                    jnp.maximum(ha.k_large, 1), zeros, zeros)
-    small_sums, bad_small = chunk_sums(partial(factors, model, u.xi), ha.k_small,
-                                       partial(_small_member, u=u, cum_small_w=cum_small_w, n_small_w=ha.n_small_w,
-                                               g_w=g_w), cfg.width, cfg.small_chunk)
+    arms = RaceArms(
+        u.xi, u.mem_w, g_w[lc_r], lc_r, u.col_a, u.skip, jnp.cumsum(n_r), n_r, jnp.maximum(ha.k_large, 1), zeros, zeros
+    )
+    small_sums, bad_small = chunk_sums(
+        partial(factors, model, u.xi),
+        ha.k_small,
+        partial(_small_member, u=u, cum_small_w=cum_small_w, n_small_w=ha.n_small_w, g_w=g_w),
+        cfg.width,
+        cfg.small_chunk,
+    )
     exact_logits = jnp.where((ar_w < u.ncols) & ~ha.large_w, small_sums, -jnp.inf) + noise_w
     best_col = jnp.argmax(exact_logits).astype(jnp.int32)
     # columns: the large arms (compacted), then the best exact candidate, then nothing
@@ -128,8 +137,14 @@ def _hybrid_race(cfg: ClassConfig, model: Model, u: Update, ha: HybridArms, chec
     num_cv = jnp.zeros((), jnp.int32)
     common = {"num_states": width, "num_data": cfg.n_cap, "delta": o.delta, "first_batch_size": o.first_batch_size}
     if o.schedule == "ragged":
-        x, rinfo = race_conditional(u.k_race, log_f0, partial(ragged_rewards, arms=arms, model=model),
-                                    schedule="ragged", population_sizes=n_r, **common)
+        x, rinfo = race_conditional(
+            u.k_race,
+            log_f0,
+            partial(ragged_rewards, arms=arms, model=model),
+            schedule="ragged",
+            population_sizes=n_r,
+            **common,
+        )
         used = rinfo.num_evaluations + ha.k_small
     else:
         cv = None
@@ -138,9 +153,15 @@ def _hybrid_race(cfg: ClassConfig, model: Model, u: Update, ha: HybridArms, chec
             arms = arms._replace(h=h, h_mean=h_mean)
             num_cv = ha.num_large * o.cv_members
             cv = (partial(control_variate_rewards, arms=arms, num_data=cfg.n_cap), h_mean)
-        x, rinfo = race_conditional(u.k_race, log_f0, partial(padded_rewards, arms=arms, model=model,
-                                                              num_data=cfg.n_cap),
-                                    schedule="padded", control_variate=cv, race_schedule=o.race_schedule, **common)
+        x, rinfo = race_conditional(
+            u.k_race,
+            log_f0,
+            partial(padded_rewards, arms=arms, model=model, num_data=cfg.n_cap),
+            schedule="padded",
+            control_variate=cv,
+            race_schedule=o.race_schedule,
+            **common,
+        )
         used = rinfo.num_data_used + ha.k_small
     bad = rinfo.has_nan | bad_small
     x_col = jnp.where(x < ha.num_large, lc_r[jnp.minimum(x, width - 1)], best_col)
@@ -161,8 +182,10 @@ def hybrid_update(cfg: ClassConfig, model: Model, u: Update, exact, check):
         use_race = use_race & ~exact
     width = jnp.sum(ha.num_large + 1 > jnp.asarray(cfg.hybrid_widths[:-1], jnp.int32), dtype=jnp.int32)
     if o.race_cost > 0:
-        use_race = use_race & race_pays(u.K, ha.k_small, ha.num_large, race_costs(o.race_cost, cfg.hybrid_widths),
-                                        width, o.first_batch_size)
-    branches = [partial(exact_update, cfg, model, u)] + [partial(_hybrid_race, cfg, model, u, ha, check, w)
-                                                         for w in cfg.hybrid_widths]
+        use_race = use_race & race_pays(
+            u.K, ha.k_small, ha.num_large, race_costs(o.race_cost, cfg.hybrid_widths), width, o.first_batch_size
+        )
+    branches = [partial(exact_update, cfg, model, u)] + [
+        partial(_hybrid_race, cfg, model, u, ha, check, w) for w in cfg.hybrid_widths
+    ]
     return jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)

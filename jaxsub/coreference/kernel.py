@@ -16,6 +16,7 @@ Y. Chen & Z. Ghahramani, "Scalable discrete sampling as a multi-armed bandit pro
 ICML 2016, §5.3, Prop. 1, eq. 9. S. Singh, M. Wick & A. McCallum, "Monte Carlo MCMC:
 efficient inference by approximate sampling", EMNLP 2012.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -103,8 +104,10 @@ def _check_mentions(mentions, m):
     """``mentions``: a pytree of arrays with leading axis ``m`` (``ValueError`` otherwise)."""
     leaves = jax.tree.leaves(mentions)
     if not leaves or any(jnp.ndim(a) < 1 or jnp.shape(a)[0] != m for a in leaves):
-        raise ValueError(f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
-                         f"got shapes {[jnp.shape(a) for a in leaves]}")
+        raise ValueError(
+            f"mentions must be a pytree of arrays with leading axis {m} (one row per mention); "
+            f"got shapes {[jnp.shape(a) for a in leaves]}"
+        )
 
 
 def _check_factor(pairwise_log_factor):
@@ -168,15 +171,25 @@ def class_steps(blocks: Blocks, options: CorefOptions) -> list:
                 continue
         cfg = class_config(n_cap, options)
         if options.batch_size > 1:
-            out.append((n_cap, class_lanes(blocks, positions, options.batch_size),
-                        partial(batched_round, cfg, blocks_dev)))
+            out.append(
+                (n_cap, class_lanes(blocks, positions, options.batch_size), partial(batched_round, cfg, blocks_dev))
+            )
         else:
             out.append((n_cap, positions, partial(sequential_step, cfg, blocks_dev)))
     return out
 
 
-def _sweep(steps, m: int, rng_key, state: CorefState, pairwise_log_factor, mentions, temperature=1.0, exact=False,
-           check_decisions=False):
+def _sweep(
+    steps,
+    m: int,
+    rng_key,
+    state: CorefState,
+    pairwise_log_factor,
+    mentions,
+    temperature=1.0,
+    exact=False,
+    check_decisions=False,
+):
     """One sweep: every class's updates in turn (the kernel of :func:`build_kernel`)."""
     _check_factor(pairwise_log_factor)
     temperature = check_hyperparameter("temperature", temperature, low=0.0)
@@ -186,14 +199,25 @@ def _sweep(steps, m: int, rng_key, state: CorefState, pairwise_log_factor, menti
     info = zero_info()
     packed = pack(state)
     for c, (positions, step) in enumerate(steps):
-        (packed, _), infos = jax.lax.scan(partial(step, model, exact, check), (packed, jax.random.fold_in(rng_key, c)),
-                                          positions)
+        (packed, _), infos = jax.lax.scan(
+            partial(step, model, exact, check), (packed, jax.random.fold_in(rng_key, c)), positions
+        )
         info = add_info(info, jax.tree.map(lambda a: jnp.sum(a, dtype=jnp.int32), infos))
     return unpack(packed), info
 
 
-def _single_update(step, where, m: int, rng_key, state: CorefState, pairwise_log_factor, mentions, temperature=1.0,
-                   exact=False, check_decisions=False):
+def _single_update(
+    step,
+    where,
+    m: int,
+    rng_key,
+    state: CorefState,
+    pairwise_log_factor,
+    mentions,
+    temperature=1.0,
+    exact=False,
+    check_decisions=False,
+):
     """One update (the function returned by :func:`conditional_update`)."""
     _check_factor(pairwise_log_factor)
     _check_mentions(mentions, m)
@@ -290,8 +314,16 @@ def conditional_update(blocks: Blocks, mention: int, options: CorefOptions | Non
     return partial(_single_update, step, where, m)
 
 
-def as_top_level_api(pairwise_log_factor: Callable, mentions, blocks: Blocks, *, temperature=1.0,
-                     exact: bool = False, options: CorefOptions | None = None, **option_values) -> SamplingAlgorithm:
+def as_top_level_api(
+    pairwise_log_factor: Callable,
+    mentions,
+    blocks: Blocks,
+    *,
+    temperature=1.0,
+    exact: bool = False,
+    options: CorefOptions | None = None,
+    **option_values,
+) -> SamplingAlgorithm:
     """``SamplingAlgorithm``: ``init(position=labels or None)``, ``step(rng_key, state)`` = one sweep.
 
     Parameters

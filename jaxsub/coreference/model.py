@@ -19,17 +19,27 @@ it can never hold more clusters than mentions, so the membership arrays
 This module holds host-side preprocessing (NumPy): feature encoding for the default
 similarity factor and the block structure.
 """
+
 from __future__ import annotations
 
 import zlib
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
 from jaxsub.validation import check_choice, check_int, check_real
 
-__all__ = ["Blocks", "PackedSimilarity", "crf_similarity", "encode_mentions", "make_blocks", "packed_similarity", "similarity_factor"]
+__all__ = [
+    "Blocks",
+    "PackedSimilarity",
+    "crf_similarity",
+    "encode_mentions",
+    "make_blocks",
+    "packed_similarity",
+    "similarity_factor",
+]
 
 FIELD_KINDS = ("string", "tokens", "categorical", "numeric")
 
@@ -97,8 +107,12 @@ def make_blocks(block_keys: Sequence) -> Blocks:
     sizes = np.diff(np.append(first_pos, m))
     position = np.empty(m, np.int32)
     position[order] = np.arange(m, dtype=np.int32)
-    return Blocks(order=order, position=position, start=first_pos[block_of].astype(np.int32),
-                  size=sizes[block_of].astype(np.int32))
+    return Blocks(
+        order=order,
+        position=position,
+        start=first_pos[block_of].astype(np.int32),
+        size=sizes[block_of].astype(np.int32),
+    )
 
 
 # --------------------------------------------------------------------------- features
@@ -119,7 +133,7 @@ def _bag(values, dim: int, grams: Callable[[str], list[str]]) -> np.ndarray:
 
 def _char_ngrams(s: str, n: int = 3) -> list[str]:
     s = f"#{s.strip()}#"
-    return [s[k:k + n] for k in range(max(1, len(s) - n + 1))] if s != "##" else []
+    return [s[k : k + n] for k in range(max(1, len(s) - n + 1))] if s != "##" else []
 
 
 def _tokens(s: str) -> list[str]:
@@ -180,9 +194,14 @@ def encode_mentions(columns: Mapping[str, Sequence], kinds: Mapping[str, str], *
     return out
 
 
-def similarity_factor(kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
-                      thresholds: Mapping[str, float] | None = None, scales: Mapping[str, float] | None = None,
-                      bias: float = 0.0) -> Callable:
+def similarity_factor(
+    kinds: Mapping[str, str],
+    weights: Mapping[str, float] | None = None,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    scales: Mapping[str, float] | None = None,
+    bias: float = 0.0,
+) -> Callable:
     """Default ``pairwise_log_factor(x_i, x_j)`` built from encoded fields.
 
     ``f(x_i, x_j) = bias + Σ_k w_k s_k`` with, for field ``k`` (0 if either value is missing):
@@ -255,11 +274,23 @@ def _similarity_items(kinds, weights, thresholds, scales):
                 raise ValueError(f"{label} names a field not in kinds: {name!r}")
     for name, kind in kinds.items():
         check_choice(f"kinds[{name!r}]", kind, FIELD_KINDS)
-    return [(name, kinds[name], check_real(f"weights[{name!r}]", w),
-             check_real(f"thresholds[{name!r}]", thresholds.get(name, 0.5), low=-1.0, high=1.0, low_closed=True,
-                        high_closed=True),
-             check_real(f"scales[{name!r}]", scales.get(name, 1.0), low=0.0))
-            for name, w in weights.items()]
+    return [
+        (
+            name,
+            kinds[name],
+            check_real(f"weights[{name!r}]", w),
+            check_real(
+                f"thresholds[{name!r}]",
+                thresholds.get(name, 0.5),
+                low=-1.0,
+                high=1.0,
+                low_closed=True,
+                high_closed=True,
+            ),
+            check_real(f"scales[{name!r}]", scales.get(name, 1.0), low=0.0),
+        )
+        for name, w in weights.items()
+    ]
 
 
 class PackedSimilarity(NamedTuple):
@@ -285,9 +316,14 @@ def _categorical_term(a, b, w_cat):
     return jnp.sum(jnp.where((a >= 0) & (b >= 0), s, 0.0))
 
 
-def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
-                      thresholds: Mapping[str, float] | None = None, scales: Mapping[str, float] | None = None,
-                      bias: float = 0.0) -> PackedSimilarity:
+def packed_similarity(
+    kinds: Mapping[str, str],
+    weights: Mapping[str, float] | None = None,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    scales: Mapping[str, float] | None = None,
+    bias: float = 0.0,
+) -> PackedSimilarity:
     """:func:`similarity_factor` with the per-mention work done once: a factor of a few fused array ops.
 
     The string / token terms are rewritten as one dot product. With ``v_k`` the L2-normalised bag
@@ -325,21 +361,30 @@ def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | N
     def pack(mentions):
         bags = [jnp.asarray(mentions[name], jnp.float32) for name, *_ in vec]
         if any(b.ndim != 2 for b in bags) or len({b.shape[1] for b in bags}) > 1:
-            raise ValueError("string / tokens fields must be [M, hash_dim] bags of one hash_dim (from "
-                             f"encode_mentions); got shapes {[b.shape for b in bags]}")
+            raise ValueError(
+                "string / tokens fields must be [M, hash_dim] bags of one hash_dim (from "
+                f"encode_mentions); got shapes {[b.shape for b in bags]}"
+            )
         present = [(jnp.sum(b * b, axis=1) > 0).astype(jnp.float32)[:, None] for b in bags]
         m = jnp.shape(mentions[items[0][0]])[0]
         dense = jnp.concatenate(bags + present, axis=1) if vec else jnp.zeros((m, 0), jnp.float32)
-        codes = (jnp.stack([jnp.asarray(mentions[name], jnp.int32) for name, *_ in cat], axis=1) if cat
-                 else jnp.zeros((m, 0), jnp.int32))
-        numbers = (jnp.stack([jnp.asarray(mentions[name], jnp.float32) for name, *_ in num], axis=1) if num
-                   else jnp.zeros((m, 0), jnp.float32))
+        codes = (
+            jnp.stack([jnp.asarray(mentions[name], jnp.int32) for name, *_ in cat], axis=1)
+            if cat
+            else jnp.zeros((m, 0), jnp.int32)
+        )
+        numbers = (
+            jnp.stack([jnp.asarray(mentions[name], jnp.float32) for name, *_ in num], axis=1)
+            if num
+            else jnp.zeros((m, 0), jnp.float32)
+        )
         return {"dense": dense, "codes": codes, "numbers": numbers}
 
     def omega(dim):
         """ω for bags of ``dim`` columns (one hash_dim for every bag, checked by ``pack``)."""
-        return np.concatenate([np.repeat(np.float32([w for _, _, w, _, _ in vec]), dim),
-                               np.float32([-w * t for _, _, w, t, _ in vec])])
+        return np.concatenate(
+            [np.repeat(np.float32([w for _, _, w, _, _ in vec]), dim), np.float32([-w * t for _, _, w, t, _ in vec])]
+        )
 
     w_cat = np.asarray([w for _, _, w, _, _ in cat], np.float32)
     w_num = np.asarray([w for _, _, w, _, _ in num], np.float32)
@@ -361,9 +406,15 @@ def packed_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | N
     return PackedSimilarity(pack, factor)
 
 
-def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
-                   thresholds: Mapping[str, float] | None = None, high: Mapping[str, float] | None = None,
-                   scales: Mapping[str, float] | None = None, bias: float = 0.0) -> PackedSimilarity:
+def crf_similarity(
+    kinds: Mapping[str, str],
+    weights: Mapping[str, float] | None = None,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    high: Mapping[str, float] | None = None,
+    scales: Mapping[str, float] | None = None,
+    bias: float = 0.0,
+) -> PackedSimilarity:
     """A CRF-style factor of thresholded compatibility templates (Singh et al. 2012), on packed rows.
 
     ``f(x_i, x_j) = bias + Σ_k w_k s_k`` with, for field ``k`` (0 if either value is missing):
@@ -405,8 +456,14 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
         if name not in dict((it[0], 1) for it in vec):
             raise ValueError(f"high names a field that is not a string / tokens field: {name!r}")
     lo = np.float32([t for _, _, _, t, _ in vec])
-    hi = np.float32([check_real(f"high[{name!r}]", high.get(name, (1.0 + t) / 2), low=-1.0, high=1.0, low_closed=True,
-                                high_closed=True) for name, _, _, t, _ in vec])
+    hi = np.float32(
+        [
+            check_real(
+                f"high[{name!r}]", high.get(name, (1.0 + t) / 2), low=-1.0, high=1.0, low_closed=True, high_closed=True
+            )
+            for name, _, _, t, _ in vec
+        ]
+    )
     if np.any(hi <= lo):
         raise ValueError(f"high must exceed thresholds for every string / tokens field; got {hi} vs {lo}")
     w_vec = np.float32([w for _, _, w, _, _ in vec])
@@ -422,8 +479,8 @@ def crf_similarity(kinds: Mapping[str, str], weights: Mapping[str, float] | None
             di, dj = xi["dense"], xj["dense"]
             s_ = len(vec)
             h = (di.shape[-1] - s_) // s_
-            c = jnp.sum((di[:s_ * h] * dj[:s_ * h]).reshape(s_, h), axis=-1)
-            present = (di[s_ * h:] * dj[s_ * h:]) > 0
+            c = jnp.sum((di[: s_ * h] * dj[: s_ * h]).reshape(s_, h), axis=-1)
+            present = (di[s_ * h :] * dj[s_ * h :]) > 0
             s = jnp.where(c >= hi, w_vec, jnp.where(c < lo, -w_vec, 0.0))
             total = total + jnp.sum(jnp.where(present, s, 0.0))
         if cat:

@@ -5,6 +5,7 @@
 (:func:`~jaxsub.coreference.state.pack`) with one scatter per chunk of slots inside one
 ``while_loop``.
 """
+
 from __future__ import annotations
 
 import jax
@@ -54,8 +55,9 @@ def move(packed, i, a, b, s, n, chunk: int, do=True, carry=None):
         j, packed, carry = c
         return j + 1, _scatter(packed, _move_puts(j, packed, plan, chunk)), carry
 
-    _, packed, carry = jax.lax.while_loop(lambda c: c[0] < plan["n_total"], body,
-                                          (jnp.zeros((), jnp.int32), packed, carry))
+    _, packed, carry = jax.lax.while_loop(
+        lambda c: c[0] < plan["n_total"], body, (jnp.zeros((), jnp.int32), packed, carry)
+    )
     return packed, carry
 
 
@@ -66,10 +68,13 @@ def move_batched(packed, i, a, b, s, n, chunk: int, do, carry=None):
     ``j`` of every move is written by one scatter: one ``while_loop`` over ``max_b n_total_b`` chunks.
     """
     plan = jax.vmap(lambda i_, a_, b_, s_, n_, do_: _move_plan(packed, i_, a_, b_, s_, n_, chunk, do_))(
-        i, a, b, s, n, do)
+        i, a, b, s, n, do
+    )
     h = jnp.sum(plan.pop("h"), dtype=jnp.int32) + sum(
-        jnp.sum(x.astype(jnp.int32)) for x in jax.tree.leaves(carry)
-        if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_)
+        jnp.sum(x.astype(jnp.int32))
+        for x in jax.tree.leaves(carry)
+        if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+    )
 
     def body(c):
         j, packed, carry = c
@@ -84,9 +89,19 @@ def move_batched(packed, i, a, b, s, n, chunk: int, do, carry=None):
 
 def _scatter(packed, puts):
     """Write ``puts = [(column, rows, values)]`` into the packed state (rows >= M are dropped)."""
-    rows, cols, vals = (jnp.concatenate(x) for x in zip(*(
-        (jnp.atleast_1d(r), jnp.full(jnp.shape(jnp.atleast_1d(r)), c, jnp.int32),
-         jnp.broadcast_to(jnp.asarray(v, jnp.int32), jnp.shape(jnp.atleast_1d(r)))) for c, r, v in puts)))
+    rows, cols, vals = (
+        jnp.concatenate(x)
+        for x in zip(
+            *(
+                (
+                    jnp.atleast_1d(r),
+                    jnp.full(jnp.shape(jnp.atleast_1d(r)), c, jnp.int32),
+                    jnp.broadcast_to(jnp.asarray(v, jnp.int32), jnp.shape(jnp.atleast_1d(r))),
+                )
+                for c, r, v in puts
+            )
+        )
+    )
     return packed.at[rows, cols].set(vals, mode="drop")
 
 
@@ -123,16 +138,55 @@ def _move_plan(packed, i, a, b, s, n, chunk, do=True, carry=None):
     # loop is hoisted out of its carry by XLA, and the read then forces a copy): they are summed into
     # ``h``, written at row max(M, h) (out of range: dropped) in every chunk
     consts = (carry, j_edge, dest, mp, edge, size_a, size_b, seg_a, seg_b, nact1, tail, emptied, qa, qb, fwd, a, b)
-    h = sum(jnp.sum(x.astype(jnp.int32)) for x in jax.tree.leaves(consts)
-            if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_)
+    h = sum(
+        jnp.sum(x.astype(jnp.int32))
+        for x in jax.tree.leaves(consts)
+        if jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+    )
     del drop
-    return dict(i=i, a=a, b=b, s=s, do=do, j_edge=j_edge, dest=dest, mp=mp, size_a=size_a, size_b=size_b,
-                seg_a=seg_a, nact1=nact1, tail=tail, emptied=emptied, qa=qa, qb=qb, fwd=fwd, count=count,
-                n1=n1, n_total=n_total, start_b=start_b, swap=swap, b_shifted=b_shifted, h=h)
+    return dict(
+        i=i,
+        a=a,
+        b=b,
+        s=s,
+        do=do,
+        j_edge=j_edge,
+        dest=dest,
+        mp=mp,
+        size_a=size_a,
+        size_b=size_b,
+        seg_a=seg_a,
+        nact1=nact1,
+        tail=tail,
+        emptied=emptied,
+        qa=qa,
+        qb=qb,
+        fwd=fwd,
+        count=count,
+        n1=n1,
+        n_total=n_total,
+        start_b=start_b,
+        swap=swap,
+        b_shifted=b_shifted,
+        h=h,
+    )
 
 
-_PUT_COLUMNS = (MEMBERS, MEMBER_POS, SEG_START, ACTIVE, SEG_START, ACTIVE_POS, MEMBERS, MEMBER_POS, LABELS,
-                SIZES, SEG_START, NUM_ACTIVE, LABELS)  # the columns of _move_puts's writes, in order
+_PUT_COLUMNS = (
+    MEMBERS,
+    MEMBER_POS,
+    SEG_START,
+    ACTIVE,
+    SEG_START,
+    ACTIVE_POS,
+    MEMBERS,
+    MEMBER_POS,
+    LABELS,
+    SIZES,
+    SEG_START,
+    NUM_ACTIVE,
+    LABELS,
+)  # the columns of _move_puts's writes, in order
 
 
 def _move_puts(j, packed, pl, chunk):
@@ -148,7 +202,15 @@ def _move_puts(j, packed, pl, chunk):
     # (unless phase 2 wrote it) and a's (backward, a not emptied), num_active.
     drop = packed.shape[0]
     t = jnp.arange(chunk, dtype=jnp.int32)
-    fwd, qa, qb, n1, count, tail, emptied = pl["fwd"], pl["qa"], pl["qb"], pl["n1"], pl["count"], pl["tail"], pl["emptied"]
+    fwd, qa, qb, n1, count, tail, emptied = (
+        pl["fwd"],
+        pl["qa"],
+        pl["qb"],
+        pl["n1"],
+        pl["count"],
+        pl["tail"],
+        pl["emptied"],
+    )
     a, b, i, s, do = pl["a"], pl["b"], pl["i"], pl["s"], pl["do"]
     v = view(packed)
     # phase 1 (slot q's own start may already have moved in the previous chunk, slot q + 1's has not)
@@ -181,8 +243,11 @@ def _move_puts(j, packed, pl, chunk):
         (MEMBER_POS, jnp.stack([jnp.where(one & swap, j_edge, drop), jnp.where(one, i, drop)]), jnp.stack([mp, dest])),
         (LABELS, jnp.atleast_1d(jnp.where(one, i, drop)), jnp.atleast_1d(b)),
         (SIZES, jnp.where(one, jnp.stack([a, b]), drop), jnp.stack([pl["size_a"] - 1, pl["size_b"] + 1])),
-        (SEG_START, jnp.stack([jnp.where(one & ~pl["b_shifted"], qb, drop), jnp.where(one & ~fwd & ~emptied, qa, drop)]),
-         jnp.stack([pl["start_b"], pl["seg_a"] + 1])),
+        (
+            SEG_START,
+            jnp.stack([jnp.where(one & ~pl["b_shifted"], qb, drop), jnp.where(one & ~fwd & ~emptied, qa, drop)]),
+            jnp.stack([pl["start_b"], pl["seg_a"] + 1]),
+        ),
         (NUM_ACTIVE, jnp.atleast_1d(jnp.where(one, s, drop)), jnp.atleast_1d(pl["nact1"] - emptied.astype(jnp.int32))),
         (LABELS, jnp.atleast_1d(jnp.maximum(drop, h)), jnp.atleast_1d(h)),
     ]

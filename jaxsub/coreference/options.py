@@ -8,6 +8,7 @@ allowed range) and :func:`class_config` derives the static :class:`ClassConfig` 
 block sizes, of which every update function is a pure function. The cost model deciding race
 vs exact per update (:func:`race_costs`, :func:`race_pays`) lives here too.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -210,13 +211,17 @@ def _check_bool(name, value):
 
 def _check_combinations(o: CorefOptions) -> None:
     if o.batch_size > 1 and o.schedule != "padded":
-        raise ValueError(f"batch_size > 1 (batched rounds) needs schedule='padded'; got batch_size={o.batch_size}, "
-                         f"schedule={o.schedule!r}")
+        raise ValueError(
+            f"batch_size > 1 (batched rounds) needs schedule='padded'; got batch_size={o.batch_size}, "
+            f"schedule={o.schedule!r}"
+        )
     if o.hybrid and o.batch_size > 1:
         raise ValueError(f"hybrid=True needs the sequential sweep (batch_size=1); got batch_size={o.batch_size}")
     if o.race_schedule != "doubling" and o.schedule != "padded":
-        raise ValueError(f"race_schedule={o.race_schedule!r} needs schedule='padded' (racing_ragged has per-arm "
-                         f"doubling schedules only); got schedule={o.schedule!r}")
+        raise ValueError(
+            f"race_schedule={o.race_schedule!r} needs schedule='padded' (racing_ragged has per-arm "
+            f"doubling schedules only); got schedule={o.schedule!r}"
+        )
     if o.cv_members > 1 and not o.hybrid:
         raise ValueError(f"cv_members > 1 needs hybrid=True; got cv_members={o.cv_members}")
 
@@ -259,12 +264,19 @@ def validate_options(options: CorefOptions, blocks: Blocks) -> CorefOptions:
         chunk_size=check_int("chunk_size", o.chunk_size, low=1),
         visit=_check_visit(o.visit, blocks.num_mentions),
         schedule=check_choice("schedule", o.schedule, SCHEDULES),
-        min_arm_draws=check_real("min_arm_draws", DEFAULT_MIN_ARM_DRAWS if o.min_arm_draws is None else o.min_arm_draws,
-                                 low=0.0, high=float(m1), low_closed=True, high_closed=True),
+        min_arm_draws=check_real(
+            "min_arm_draws",
+            DEFAULT_MIN_ARM_DRAWS if o.min_arm_draws is None else o.min_arm_draws,
+            low=0.0,
+            high=float(m1),
+            low_closed=True,
+            high_closed=True,
+        ),
         race_widths=_check_widths(DEFAULT_RACE_WIDTHS if o.race_widths is None else o.race_widths),
         batch_size=check_int("batch_size", DEFAULT_BATCH_SIZE if o.batch_size is None else o.batch_size, low=1),
-        race_cost=check_real("race_cost", DEFAULT_RACE_COST if o.race_cost is None else o.race_cost, low=0.0,
-                             low_closed=True),
+        race_cost=check_real(
+            "race_cost", DEFAULT_RACE_COST if o.race_cost is None else o.race_cost, low=0.0, low_closed=True
+        ),
         hybrid=_check_bool("hybrid", o.hybrid),
         cv_members=check_int("cv_members", o.cv_members, low=1, high=m1),
         race_schedule=check_choice("race_schedule", o.race_schedule, RACE_SCHEDULES),
@@ -394,8 +406,15 @@ def class_config(n_cap: int, options: CorefOptions) -> ClassConfig:
     max_large = d if o.min_arm_draws <= 0 else min(d, n_cap // m1 + 1)
     dh = max(2, min(d, n_cap // m1 + 1))
     return ClassConfig(
-        options=o, n_cap=n_cap, race=race, width=w, d_cap=d, chunk=chunk, small_chunk=min(chunk, 64),
-        max_large=max_large, widths=tuple(sorted({min(x, d) for x in o.race_widths} | {d})),
+        options=o,
+        n_cap=n_cap,
+        race=race,
+        width=w,
+        d_cap=d,
+        chunk=chunk,
+        small_chunk=min(chunk, 64),
+        max_large=max_large,
+        widths=tuple(sorted({min(x, d) for x in o.race_widths} | {d})),
         hybrid_widths=tuple(sorted({max(2, min(x, dh)) for x in o.race_widths} | {dh})),
         # a race's move (at most D + 1 non-empty clusters) is one iteration of each of the move's loops
         move_chunk=min(w, d + 1 if race else 64),

@@ -10,6 +10,7 @@ mention instead of D). The race's population is the members of the *large* candi
 each, counted) makes a member's reward ``β (f - f(x_i, r_y))``, whose spread is small when clusters
 are tight. The race runs at the narrowest static width in ``race_widths`` holding the candidates.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -41,9 +42,21 @@ from jaxsub.discrete import racing
 __all__ = ["Candidates", "candidates", "race_conditional", "raced_update"]
 
 
-def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_states: int, num_data: int, delta: float,
-                     first_batch_size: int, log_factor_states_fn=None, control_variate=None, population_sizes=None,
-                     race_schedule: str = "doubling"):
+def race_conditional(
+    rng_key,
+    log_f0,
+    log_factor_fn,
+    *,
+    schedule: str,
+    num_states: int,
+    num_data: int,
+    delta: float,
+    first_batch_size: int,
+    log_factor_states_fn=None,
+    control_variate=None,
+    population_sizes=None,
+    race_schedule: str = "doubling",
+):
     """The one call into the racing engine of :mod:`jaxsub.discrete`.
 
     Draws ``argmax_y log_f0[y] + S_y`` by Racing-Normal; ``log_f0`` already carries the Gumbel noise
@@ -93,13 +106,23 @@ def race_conditional(rng_key, log_f0, log_factor_fn, *, schedule: str, num_state
     if schedule == "ragged":
         from jaxsub.discrete import racing_ragged
 
-        sample = racing_ragged(log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size,
-                               gumbel_noise=False)
+        sample = racing_ragged(
+            log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, gumbel_noise=False
+        )
         return sample(rng_key, log_f0, population_sizes)
     sample = racing(
-        log_factor_fn, num_states, num_data, delta=delta, first_batch_size=first_batch_size, bound="normal",
-        variance="marginal", control_variate=control_variate, gumbel_noise=False,
-        log_factor_states_fn=log_factor_states_fn, exact_pass_cost=None, schedule=race_schedule,
+        log_factor_fn,
+        num_states,
+        num_data,
+        delta=delta,
+        first_batch_size=first_batch_size,
+        bound="normal",
+        variance="marginal",
+        control_variate=control_variate,
+        gumbel_noise=False,
+        log_factor_states_fn=log_factor_states_fn,
+        exact_pass_cost=None,
+        schedule=race_schedule,
         # The padded population (a cluster's few rewards among zeros) is skewed by design, so the
         # engine's default skew guard stops no race early here (every race reads all N); the
         # figures in docs/guides/coreference.md were measured with the paper's rule (guard off), which
@@ -169,8 +192,19 @@ def _race_branch(cfg: ClassConfig, model: Model, u: Update, cand: Candidates, ch
     n_c, large = cand.n_c[:width], cand.large[:width]
     ar = jnp.arange(width, dtype=jnp.int32)
     zeros = jnp.zeros((width,), jnp.float32)
-    arms = RaceArms(u.xi, u.mem_w, cand.g_c[:width], ar, u.col_a, u.skip, cand.cum_large[:width],
-                    cand.n_large[:width], jnp.maximum(cand.k_large, 1), zeros, zeros)
+    arms = RaceArms(
+        u.xi,
+        u.mem_w,
+        cand.g_c[:width],
+        ar,
+        u.col_a,
+        u.skip,
+        cand.cum_large[:width],
+        cand.n_large[:width],
+        jnp.maximum(cand.k_large, 1),
+        zeros,
+        zeros,
+    )
     num_cv = jnp.zeros((), jnp.int32)
     cv = None
     if o.control_variate and padded:
@@ -182,18 +216,31 @@ def _race_branch(cfg: ClassConfig, model: Model, u: Update, cand: Candidates, ch
     small_sums, bad_small = zeros, jnp.zeros((), bool)
     if padded:
         small = arms._replace(cum=cand.cum_small[:width], count=cand.n_small[:width])
-        small_sums, bad_small = chunk_sums(partial(factors, model, u.xi), cand.k_small, partial(member_at, small),
-                                           width, cfg.small_chunk)
+        small_sums, bad_small = chunk_sums(
+            partial(factors, model, u.xi), cand.k_small, partial(member_at, small), width, cfg.small_chunk
+        )
     log_f0 = jnp.where(ar < u.ncols, small_sums, -jnp.inf) + noise
     common = {"num_states": width, "num_data": cfg.n_cap, "delta": o.delta, "first_batch_size": o.first_batch_size}
     if padded:
-        x, rinfo = race_conditional(u.k_race, log_f0, partial(padded_rewards, arms=arms, model=model,
-                                                              num_data=cfg.n_cap),
-                                    schedule="padded", control_variate=cv, race_schedule=o.race_schedule, **common)
+        x, rinfo = race_conditional(
+            u.k_race,
+            log_f0,
+            partial(padded_rewards, arms=arms, model=model, num_data=cfg.n_cap),
+            schedule="padded",
+            control_variate=cv,
+            race_schedule=o.race_schedule,
+            **common,
+        )
         used = rinfo.num_data_used + cand.k_small
     else:
-        x, rinfo = race_conditional(u.k_race, log_f0, partial(ragged_rewards, arms=arms, model=model),
-                                    schedule="ragged", population_sizes=n_c, **common)
+        x, rinfo = race_conditional(
+            u.k_race,
+            log_f0,
+            partial(ragged_rewards, arms=arms, model=model),
+            schedule="ragged",
+            population_sizes=n_c,
+            **common,
+        )
         used = rinfo.num_evaluations
     bad = rinfo.has_nan | bad_small
     new = jnp.where(bad, u.a, column_id(u, x))
@@ -212,8 +259,15 @@ def raced_update(cfg: ClassConfig, model: Model, u: Update, exact, check):
         use_race = use_race & ~exact
     width = jnp.sum(u.ncols > jnp.asarray(cfg.widths[:-1], jnp.int32), dtype=jnp.int32)
     if o.race_cost > 0:
-        use_race = use_race & race_pays(u.K, cand.k_small, jnp.sum(cand.large, dtype=jnp.int32),
-                                        race_costs(o.race_cost, cfg.widths), width, o.first_batch_size)
-    branches = [partial(exact_update, cfg, model, u)] + [partial(_race_branch, cfg, model, u, cand, check, w)
-                                                         for w in cfg.widths]
+        use_race = use_race & race_pays(
+            u.K,
+            cand.k_small,
+            jnp.sum(cand.large, dtype=jnp.int32),
+            race_costs(o.race_cost, cfg.widths),
+            width,
+            o.first_batch_size,
+        )
+    branches = [partial(exact_update, cfg, model, u)] + [
+        partial(_race_branch, cfg, model, u, cand, check, w) for w in cfg.widths
+    ]
     return jax.lax.switch(jnp.where(use_race, 1 + width, 0), branches, None)

@@ -15,6 +15,7 @@ describes them (per update, or per lane with a leading axis for
 * ragged populations (:func:`ragged_rewards`): index ``n`` of column ``c`` is the ``n``-th member of
   that column's cluster.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -5,6 +5,7 @@ round (one mention per lane) from the same state and applies the moves
 (:func:`~jaxsub.coreference.moves.move_batched`). The races go through
 :func:`jaxsub.discrete.racing_batch` with the rewards of :mod:`jaxsub.coreference.rewards`.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -124,8 +125,24 @@ def round_lanes(cfg: ClassConfig, blocks_dev, packed, key, ps) -> Lanes:
     skip = mp_i - state.seg_start[s + col_a]
     mem_w = state.members[jnp.clip(s[:, None] + jnp.arange(cfg.width, dtype=jnp.int32)[None, :], 0, last_slot)]
     col_w = state.active_pos[state.labels[mem_w]] - s[:, None]
-    return Lanes(state, valid, i, s, n, jnp.where(valid, n - 1, 0), a, col_a, nact,
-                 nact + (~a_empty).astype(jnp.int32), skip, mem_w, col_w, mp_i - s, keys[:, 0], keys[:, 1])
+    return Lanes(
+        state,
+        valid,
+        i,
+        s,
+        n,
+        jnp.where(valid, n - 1, 0),
+        a,
+        col_a,
+        nact,
+        nact + (~a_empty).astype(jnp.int32),
+        skip,
+        mem_w,
+        col_w,
+        mp_i - s,
+        keys[:, 0],
+        keys[:, 1],
+    )
 
 
 def _pair_factors(model: Model, lanes: Lanes, lane, js):
@@ -200,13 +217,17 @@ def _round_arms(cfg: ClassConfig, lanes: Lanes, exact) -> RoundArms:
     state = lanes.state
     ar_d = jnp.arange(D, dtype=jnp.int32)
     slots = jnp.clip(lanes.s[:, None] + ar_d[None, :], 0, state.labels.shape[0] - 1)
-    n_c = (jnp.where(ar_d[None, :] < lanes.nact[:, None], state.sizes[state.active[slots]], 0)
-           - (ar_d[None, :] == lanes.col_a[:, None]).astype(jnp.int32))
+    n_c = jnp.where(ar_d[None, :] < lanes.nact[:, None], state.sizes[state.active[slots]], 0) - (
+        ar_d[None, :] == lanes.col_a[:, None]
+    ).astype(jnp.int32)
     g_c = state.seg_start[slots] - lanes.s[:, None]
     large = n_c > 0
     if o.min_arm_draws > 0:
-        large = (large & (n_c >= m1)
-                 & (n_c.astype(jnp.float32) * m1 >= o.min_arm_draws * lanes.K[:, None].astype(jnp.float32)))
+        large = (
+            large
+            & (n_c >= m1)
+            & (n_c.astype(jnp.float32) * m1 >= o.min_arm_draws * lanes.K[:, None].astype(jnp.float32))
+        )
     n_large = jnp.where(large, n_c, 0)
     n_small = jnp.where(large, 0, n_c)
     cum_large = jnp.cumsum(n_large, axis=1)
@@ -217,16 +238,28 @@ def _round_arms(cfg: ClassConfig, lanes: Lanes, exact) -> RoundArms:
         use_race = use_race & ~exact
     width = jnp.sum(lanes.ncols[:, None] > jnp.asarray(cfg.widths[:-1], jnp.int32)[None, :], axis=1, dtype=jnp.int32)
     if o.race_cost > 0:
-        use_race = use_race & race_pays(lanes.K, k_small, jnp.sum(large, axis=1, dtype=jnp.int32),
-                                        race_costs(o.race_cost, cfg.widths), width, m1)
+        use_race = use_race & race_pays(
+            lanes.K, k_small, jnp.sum(large, axis=1, dtype=jnp.int32), race_costs(o.race_cost, cfg.widths), width, m1
+        )
     return RoundArms(large, n_c, g_c, n_large, n_small, cum_large, cum_small, k_large, k_small, use_race, width)
 
 
 def _lane_arms(model: Model, lanes: Lanes, ra: RoundArms, cum, count, h, h_mean) -> RaceArms:
     D = cum.shape[1]
     col = jnp.broadcast_to(jnp.arange(D, dtype=jnp.int32)[None, :], cum.shape)
-    return RaceArms(row(model.mentions, lanes.i), lanes.mem_w, ra.g_c, col, lanes.col_a, lanes.skip, cum, count,
-                    jnp.maximum(ra.k_large, 1), h, h_mean)
+    return RaceArms(
+        row(model.mentions, lanes.i),
+        lanes.mem_w,
+        ra.g_c,
+        col,
+        lanes.col_a,
+        lanes.skip,
+        cum,
+        count,
+        jnp.maximum(ra.k_large, 1),
+        h,
+        h_mean,
+    )
 
 
 def _gumbels(k_noise, width: int):
@@ -246,15 +279,31 @@ def _round_races(cfg: ClassConfig, model: Model, lanes: Lanes, ra: RoundArms, ar
     for wi, dw in enumerate(cfg.widths):
         ar = jnp.arange(dw, dtype=jnp.int32)
         sampler = racing_batch(
-            partial(padded_rewards, model=model, num_data=N), dw, N, delta=o.delta, first_batch_size=o.first_batch_size,
-            bound="normal", variance="marginal", control_variate=cv, gumbel_noise=False, exact_pass_cost=None,
-            skew_guard=None, schedule=o.race_schedule)
+            partial(padded_rewards, model=model, num_data=N),
+            dw,
+            N,
+            delta=o.delta,
+            first_batch_size=o.first_batch_size,
+            bound="normal",
+            variance="marginal",
+            control_variate=cv,
+            gumbel_noise=False,
+            exact_pass_cost=None,
+            skew_guard=None,
+            schedule=o.race_schedule,
+        )
         mine = ra.use_race & (ra.width == wi)
         live = jnp.where(ar[None, :] < lanes.ncols[:, None], sums[:, :dw], -jnp.inf) + _gumbels(lanes.k_noise, dw)
         trivial = jnp.where(ar == 0, 0.0, -jnp.inf)[None, :]
         log_f0s = jnp.where(mine[:, None], live, trivial)
-        sliced = arms._replace(seg=arms.seg[:, :dw], col=arms.col[:, :dw], cum=arms.cum[:, :dw],
-                               count=arms.count[:, :dw], h=arms.h[:, :dw], h_mean=arms.h_mean[:, :dw])
+        sliced = arms._replace(
+            seg=arms.seg[:, :dw],
+            col=arms.col[:, :dw],
+            cum=arms.cum[:, :dw],
+            count=arms.count[:, :dw],
+            h=arms.h[:, :dw],
+            h_mean=arms.h_mean[:, :dw],
+        )
         xw, rinfo = sampler(lanes.k_race, log_f0s, sliced)
         x_race = jnp.where(mine, xw, x_race)
         used = jnp.where(mine, rinfo.num_data_used, used)
@@ -269,8 +318,10 @@ def _round_check(cfg: ClassConfig, model: Model, lanes: Lanes, ra: RoundArms, ch
     errs = jnp.zeros_like(x_race)
     for wi, dw in enumerate(cfg.widths):
         ar = jnp.arange(dw, dtype=jnp.int32)
-        xe = jnp.argmax(jnp.where(ar[None, :] < lanes.ncols[:, None], chk_sums[:, :dw], -jnp.inf)
-                        + _gumbels(lanes.k_noise, dw), axis=1).astype(jnp.int32)
+        xe = jnp.argmax(
+            jnp.where(ar[None, :] < lanes.ncols[:, None], chk_sums[:, :dw], -jnp.inf) + _gumbels(lanes.k_noise, dw),
+            axis=1,
+        ).astype(jnp.int32)
         errs = jnp.where(ra.width == wi, (xe != x_race).astype(jnp.int32), errs)
     ok = ra.use_race & jnp.asarray(check) & ~bad_any & ~bad_chk
     return jnp.where(ok, errs, 0), ok.astype(jnp.int32)
@@ -302,8 +353,14 @@ def batched_round(cfg: ClassConfig, blocks_dev, model: Model, exact, check, carr
         ra = _round_arms(cfg, lanes, exact)
         small = _lane_arms(model, lanes, ra, ra.cum_small, ra.n_small, None, None)
         # exact lanes: all K members; racing lanes: the members of their small arms (one flat loop)
-        sums, bad_sum = _flat_sums(cfg, model, lanes, jnp.where(ra.use_race, ra.k_small, lanes.K),
-                                   partial(_small_or_block_member, lanes, small._replace(xi=None), ra.use_race), W)
+        sums, bad_sum = _flat_sums(
+            cfg,
+            model,
+            lanes,
+            jnp.where(ra.use_race, ra.k_small, lanes.K),
+            partial(_small_or_block_member, lanes, small._replace(xi=None), ra.use_race),
+            W,
+        )
     else:
         sums, bad_sum = _flat_sums(cfg, model, lanes, lanes.K, partial(_block_member, lanes), W)
     # exact decisions (every lane; racing lanes overwrite theirs below)
@@ -318,7 +375,8 @@ def batched_round(cfg: ClassConfig, blocks_dev, model: Model, exact, check, carr
         arms = _lane_arms(model, lanes, ra, ra.cum_large, ra.n_large, h, h)
         if cfg.options.control_variate:  # the raced lanes' first-member control variates
             h, num_cv = jax.vmap(partial(first_member_control_variate, model, max_large=cfg.max_large))(
-                arms, ra.large & ra.use_race[:, None], lanes.ncols)
+                arms, ra.large & ra.use_race[:, None], lanes.ncols
+            )
         arms = arms._replace(h=h, h_mean=h * ra.n_c.astype(jnp.float32) / cfg.n_cap)
         x_race, used, bad_race = _round_races(cfg, model, lanes, ra, arms, sums)
         if check is not False:
@@ -329,10 +387,12 @@ def batched_round(cfg: ClassConfig, blocks_dev, model: Model, exact, check, carr
         num_races = ra.use_race.astype(jnp.int32)
     new = jnp.where(bad, lanes.a, lanes.state.active[jnp.clip(lanes.s + x, 0, lanes.state.labels.shape[0] - 1)])
     v32 = lanes.valid.astype(jnp.int32)
-    infos = SweepInfo(evals * v32, num_races * v32, (1 - num_races) * v32, bad.astype(jnp.int32) * v32,
-                      errors * v32, checked * v32)
+    infos = SweepInfo(
+        evals * v32, num_races * v32, (1 - num_races) * v32, bad.astype(jnp.int32) * v32, errors * v32, checked * v32
+    )
     info = jax.tree.map(lambda t: jnp.sum(t, dtype=jnp.int32), infos)
     # the B moves (disjoint rows) written together, chunk by chunk
-    packed, info = move_batched(packed, lanes.i, lanes.a, new, lanes.s, lanes.n, cfg.move_chunk,
-                                lanes.valid & (new != lanes.a), info)
+    packed, info = move_batched(
+        packed, lanes.i, lanes.a, new, lanes.s, lanes.n, cfg.move_chunk, lanes.valid & (new != lanes.a), info
+    )
     return (packed, key), info

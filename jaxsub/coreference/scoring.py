@@ -13,6 +13,7 @@ References
 A. Bagga & B. Baldwin, "Algorithms for scoring coreference chains", LREC workshop on
 linguistic coreference, 1998.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -35,7 +36,8 @@ def _contingency(predicted, truth):
     true = np.asarray(truth).ravel()
     if pred.shape != true.shape or pred.size == 0:
         raise ValueError(
-            f"predicted and truth must be non-empty and of the same length; got {pred.shape}, {true.shape}")
+            f"predicted and truth must be non-empty and of the same length; got {pred.shape}, {true.shape}"
+        )
     _, p = np.unique(pred, return_inverse=True)
     _, t = np.unique(true, return_inverse=True)
     pairs = p.astype(np.int64) * (t.max() + 1) + t
@@ -70,8 +72,8 @@ def b_cubed(predicted, truth) -> Scores:
     """
     n_ct, c, t, n_c, n_t = _contingency(predicted, truth)
     m = n_c.sum()
-    precision = float(np.sum(n_ct ** 2 / n_c[c]) / m)
-    recall = float(np.sum(n_ct ** 2 / n_t[t]) / m)
+    precision = float(np.sum(n_ct**2 / n_c[c]) / m)
+    recall = float(np.sum(n_ct**2 / n_t[t]) / m)
     return Scores(precision, recall, _f1(precision, recall))
 
 

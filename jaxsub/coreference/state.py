@@ -5,6 +5,7 @@ O(candidates + data read); :func:`init` builds it from labels. The sweep works o
 packed as one ``[M, 8]`` int32 array (columns in :class:`CorefState`'s field order, :func:`pack`):
 one scatter per update and no copies (see :mod:`jaxsub.coreference.moves`).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -26,6 +27,7 @@ __all__ = [
     "view",
     "zero_info",
 ]
+
 
 class CorefState(NamedTuple):
     """Cluster membership, with the per-block indexes that make one update O(candidates + data read).
@@ -68,7 +70,6 @@ class CorefState(NamedTuple):
     active_pos: jnp.ndarray
     seg_start: jnp.ndarray
     num_active: jnp.ndarray
-
 
 
 class SweepInfo(NamedTuple):
@@ -174,9 +175,11 @@ def check_labels(position, blocks: Blocks):
         bad = (labels < lo) | (labels >= lo + blocks.size[blocks.position])
         if np.any(bad):
             first = int(np.flatnonzero(bad)[0])
-            raise ValueError("position: every label must be a cluster id of its mention's block (a sorted position "
-                             f"in [start, start + size) of that block); mention {first} has label {int(labels[first])}, "
-                             f"its block's range is [{int(lo[first])}, {int(lo[first] + blocks.size[blocks.position][first])})")
+            raise ValueError(
+                "position: every label must be a cluster id of its mention's block (a sorted position "
+                f"in [start, start + size) of that block); mention {first} has label {int(labels[first])}, "
+                f"its block's range is [{int(lo[first])}, {int(lo[first] + blocks.size[blocks.position][first])})"
+            )
     return jnp.asarray(labels).astype(jnp.int32)
 
 

@@ -7,6 +7,7 @@ is :func:`~jaxsub.coreference.update.exact_update`, :func:`~jaxsub.coreference.r
 or :func:`~jaxsub.coreference.hybrid.hybrid_update`; the move is masked (no ``lax.cond`` over the
 state: a cond copied the whole state per update).
 """
+
 from __future__ import annotations
 
 from jaxsub.coreference.hybrid import hybrid_update

@@ -25,6 +25,7 @@ at the start of every sweep (one scatter-add), so float drift never accumulates 
 References:
     Chen & Ghahramani (2016), §5.3; Singh et al. (2012) (the pairwise-factor CRF).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -39,8 +40,16 @@ from jaxsub.coreference.model import Blocks, _similarity_items
 from jaxsub.coreference.state import init as _coref_init
 from jaxsub.validation import check_hyperparameter, check_int, check_real
 
-__all__ = ["SufficientConfig", "SufficientInfo", "SufficientKernel", "SufficientState", "build_kernel", "init",
-           "log_conditional", "sweep"]
+__all__ = [
+    "SufficientConfig",
+    "SufficientInfo",
+    "SufficientKernel",
+    "SufficientState",
+    "build_kernel",
+    "init",
+    "log_conditional",
+    "sweep",
+]
 
 
 class SufficientState(NamedTuple):
@@ -138,8 +147,12 @@ class SufficientConfig(NamedTuple):
 
 def _omega(cfg: SufficientConfig, dim: int):
     """ω for bags of ``dim`` columns: ``[w_1 1, ..., w_S 1, -w_1 t_1, ..., -w_S t_S]``."""
-    return np.concatenate([np.repeat(np.float32(cfg.vec_weights), dim),
-                           np.float32([-w * t for w, t in zip(cfg.vec_weights, cfg.vec_thresholds)])])
+    return np.concatenate(
+        [
+            np.repeat(np.float32(cfg.vec_weights), dim),
+            np.float32([-w * t for w, t in zip(cfg.vec_weights, cfg.vec_thresholds)]),
+        ]
+    )
 
 
 def _left(cfg: SufficientConfig, dense):
@@ -196,8 +209,13 @@ def log_conditional(cfg: SufficientConfig, state: SufficientState, packed, menti
     sizes = jnp.zeros((m,), jnp.int32).at[lab].add(others.astype(jnp.int32))
     total = cfg.bias * sizes.astype(jnp.float32) + sums @ _left(cfg, dense[mention])
     if cfg.has_member_terms:
-        g = _member_terms(cfg, jnp.asarray(packed["codes"])[mention], jnp.asarray(packed["numbers"])[mention],
-                          jnp.asarray(packed["codes"]), jnp.asarray(packed["numbers"]))
+        g = _member_terms(
+            cfg,
+            jnp.asarray(packed["codes"])[mention],
+            jnp.asarray(packed["numbers"])[mention],
+            jnp.asarray(packed["codes"]),
+            jnp.asarray(packed["numbers"]),
+        )
         total = total + jnp.zeros((m,), jnp.float32).at[lab].add(jnp.where(others, g, 0.0))
     p = int(cfg.blocks.position[mention])
     s_b, n_b = int(cfg.blocks.start[p]), int(cfg.blocks.size[p])
@@ -259,11 +277,17 @@ def _member_step(cfg: SufficientConfig, rows: _Rows, lab_p, p, s_b, n_b, k, acc)
     mc = cfg.member_chunk
     q0 = s_b + k * mc
     q = q0 + jnp.arange(mc, dtype=jnp.int32)
-    g = _member_terms(cfg, rows.codes[p], rows.numbers[p], jax.lax.dynamic_slice_in_dim(rows.codes_p, q0, mc),
-                      jax.lax.dynamic_slice_in_dim(rows.numbers_p, q0, mc))
+    g = _member_terms(
+        cfg,
+        rows.codes[p],
+        rows.numbers[p],
+        jax.lax.dynamic_slice_in_dim(rows.codes_p, q0, mc),
+        jax.lax.dynamic_slice_in_dim(rows.numbers_p, q0, mc),
+    )
     ok = (q < s_b + n_b) & (q != p)
     return acc.at[jnp.where(ok, jax.lax.dynamic_slice_in_dim(lab_p, q0, mc), cfg.blocks.num_mentions)].add(
-        jnp.where(ok, g, 0.0), mode="drop")
+        jnp.where(ok, g, 0.0), mode="drop"
+    )
 
 
 def _candidate_step(cfg: SufficientConfig, rows: _Rows, c: _Carry, key, p, s_b, na, k, loop):
@@ -275,8 +299,9 @@ def _candidate_step(cfg: SufficientConfig, rows: _Rows, c: _Carry, key, p, s_b, 
     cl = jax.lax.dynamic_slice_in_dim(c.active_p, s0, cb)
     ok = slots <= s_b + na
     clc = jnp.where(ok, cl, 0)
-    score = rows.beta * (cfg.bias * c.sizes[clc].astype(jnp.float32) + c.sums[clc] @ rows.left[p]
-                         + (acc[clc] if has_g else 0.0))
+    score = rows.beta * (
+        cfg.bias * c.sizes[clc].astype(jnp.float32) + c.sums[clc] @ rows.left[p] + (acc[clc] if has_g else 0.0)
+    )
     score = jnp.where(c.sizes[clc] > 0, score, 0.0)
     z = jnp.where(ok, score + jax.random.gumbel(jax.random.fold_in(key, k), (cb,)), -jnp.inf)
     j = jnp.argmax(z)
@@ -296,19 +321,33 @@ def _update(cfg: SufficientConfig, rows: _Rows, p, c: _Carry) -> _Carry:
     c, na = _remove(c, p, s_b, v)
     acc = c.acc
     if cfg.has_member_terms:  # categorical / numeric part: per block member, summed into its cluster
-        acc = jax.lax.fori_loop(0, (n_b + cfg.member_chunk - 1) // cfg.member_chunk,
-                                partial(_member_step, cfg, rows, c.lab_p, p, s_b, n_b), acc)
+        acc = jax.lax.fori_loop(
+            0,
+            (n_b + cfg.member_chunk - 1) // cfg.member_chunk,
+            partial(_member_step, cfg, rows, c.lab_p, p, s_b, n_b),
+            acc,
+        )
     # candidates: the na non-empty clusters of the block + one empty (slot s_b + na)
     n_chunks = (na + 1 + cfg.candidate_chunk - 1) // cfg.candidate_chunk
-    acc, _, c_new = jax.lax.fori_loop(0, n_chunks, partial(_candidate_step, cfg, rows, c, key, p, s_b, na),
-                                      (acc, jnp.float32(-jnp.inf), c_old))
+    acc, _, c_new = jax.lax.fori_loop(
+        0, n_chunks, partial(_candidate_step, cfg, rows, c, key, p, s_b, na), (acc, jnp.float32(-jnp.inf), c_old)
+    )
     nan = c_new < 0
     c_new = jnp.where(nan, c_old, c_new)
     # add p to its new cluster (an empty one becomes the block's last active cluster)
     was_empty = c.sizes[c_new] == 0
-    return _Carry(c.lab_p.at[p].set(c_new), c.sums.at[c_new].add(v), c.sizes.at[c_new].add(1), c.active_p,
-                  c.active_pos, c.nact.at[s_b].set(na + was_empty.astype(jnp.int32)), acc, c.n_cand + na + 1,
-                  c.n_terms + (n_b - 1 if cfg.has_member_terms else 0), c.n_nan + nan.astype(jnp.int32))
+    return _Carry(
+        c.lab_p.at[p].set(c_new),
+        c.sums.at[c_new].add(v),
+        c.sizes.at[c_new].add(1),
+        c.active_p,
+        c.active_pos,
+        c.nact.at[s_b].set(na + was_empty.astype(jnp.int32)),
+        acc,
+        c.n_cand + na + 1,
+        c.n_terms + (n_b - 1 if cfg.has_member_terms else 0),
+        c.n_nan + nan.astype(jnp.int32),
+    )
 
 
 def _initial_carry(cfg: SufficientConfig, labels, right, pad: int) -> _Carry:
@@ -319,11 +358,18 @@ def _initial_carry(cfg: SufficientConfig, labels, right, pad: int) -> _Carry:
     empty = (sizes == 0).astype(jnp.int32)
     active = jnp.lexsort((ids, empty, cfg.start)).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    return _Carry(jnp.concatenate([lab, jnp.zeros((pad,), jnp.int32)]),
-                  jnp.zeros((m, right.shape[1]), jnp.float32).at[lab].add(right), sizes,
-                  jnp.concatenate([active, jnp.zeros((pad,), jnp.int32)]),
-                  jnp.zeros((m,), jnp.int32).at[active].set(ids), jnp.zeros((m,), jnp.int32).at[cfg.start].add(1 - empty),
-                  jnp.zeros((m,), jnp.float32), zero, zero, zero)
+    return _Carry(
+        jnp.concatenate([lab, jnp.zeros((pad,), jnp.int32)]),
+        jnp.zeros((m, right.shape[1]), jnp.float32).at[lab].add(right),
+        sizes,
+        jnp.concatenate([active, jnp.zeros((pad,), jnp.int32)]),
+        jnp.zeros((m,), jnp.int32).at[active].set(ids),
+        jnp.zeros((m,), jnp.int32).at[cfg.start].add(1 - empty),
+        jnp.zeros((m,), jnp.float32),
+        zero,
+        zero,
+        zero,
+    )
 
 
 def sweep(cfg: SufficientConfig, rng_key, state: SufficientState, packed, temperature=1.0):
@@ -367,17 +413,32 @@ def sweep(cfg: SufficientConfig, rng_key, state: SufficientState, packed, temper
     right = dense[cfg.order]
     codes = jnp.asarray(packed["codes"], jnp.int32)[cfg.order]
     numbers = jnp.asarray(packed["numbers"], jnp.float32)[cfg.order]
-    rows = _Rows(right, _left(cfg, right), codes, numbers,
-                 jnp.concatenate([codes, jnp.full((pad, codes.shape[1]), -1, jnp.int32)]),
-                 jnp.concatenate([numbers, jnp.full((pad, numbers.shape[1]), jnp.nan, jnp.float32)]), beta, rng_key)
+    rows = _Rows(
+        right,
+        _left(cfg, right),
+        codes,
+        numbers,
+        jnp.concatenate([codes, jnp.full((pad, codes.shape[1]), -1, jnp.int32)]),
+        jnp.concatenate([numbers, jnp.full((pad, numbers.shape[1]), jnp.nan, jnp.float32)]),
+        beta,
+        rng_key,
+    )
     out = jax.lax.fori_loop(0, m, partial(_update, cfg, rows), _initial_carry(cfg, state.labels, right, pad))
     labels = jnp.zeros((m,), jnp.int32).at[cfg.order].set(out.lab_p[:m])
     return SufficientState(labels), SufficientInfo(out.n_cand, out.n_terms, out.n_nan)
 
 
-def build_kernel(blocks: Blocks, kinds: Mapping[str, str], weights: Mapping[str, float] | None = None, *,
-                 thresholds: Mapping[str, float] | None = None, scales: Mapping[str, float] | None = None,
-                 bias: float = 0.0, candidate_chunk: int = 32, member_chunk: int = 256):
+def build_kernel(
+    blocks: Blocks,
+    kinds: Mapping[str, str],
+    weights: Mapping[str, float] | None = None,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    scales: Mapping[str, float] | None = None,
+    bias: float = 0.0,
+    candidate_chunk: int = 32,
+    member_chunk: int = 256,
+):
     """Exact Gibbs sweep with per-cluster sums for the factor of ``packed_similarity(kinds, weights, ...)``.
 
     Parameters
@@ -413,12 +474,19 @@ def build_kernel(blocks: Blocks, kinds: Mapping[str, str], weights: Mapping[str,
     cat = [it for it in items if it[1] == "categorical"]
     num = [it for it in items if it[1] == "numeric"]
     cfg = SufficientConfig(
-        blocks=blocks, order=jnp.asarray(blocks.order, jnp.int32), start=jnp.asarray(blocks.start, jnp.int32),
-        size=jnp.asarray(blocks.size, jnp.int32), vec_weights=tuple(w for _, _, w, _, _ in vec),
-        vec_thresholds=tuple(t for _, _, _, t, _ in vec), w_cat=np.asarray([w for _, _, w, _, _ in cat], np.float32),
+        blocks=blocks,
+        order=jnp.asarray(blocks.order, jnp.int32),
+        start=jnp.asarray(blocks.start, jnp.int32),
+        size=jnp.asarray(blocks.size, jnp.int32),
+        vec_weights=tuple(w for _, _, w, _, _ in vec),
+        vec_thresholds=tuple(t for _, _, _, t, _ in vec),
+        w_cat=np.asarray([w for _, _, w, _, _ in cat], np.float32),
         w_num=np.asarray([w for _, _, w, _, _ in num], np.float32),
-        s_num=np.asarray([sc for _, _, _, _, sc in num], np.float32), bias=check_real("bias", bias),
-        candidate_chunk=candidate_chunk, member_chunk=member_chunk)
+        s_num=np.asarray([sc for _, _, _, _, sc in num], np.float32),
+        bias=check_real("bias", bias),
+        candidate_chunk=candidate_chunk,
+        member_chunk=member_chunk,
+    )
     return SufficientKernel(partial(sweep, cfg), partial(log_conditional, cfg))
 
 

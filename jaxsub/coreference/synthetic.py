@@ -12,6 +12,7 @@ probability ``typo_prob``; it lists 1-3 co-authors of the entity's pool, one of 
 venues, a title of 6 words (4 from the topic, 2 from the whole vocabulary) and a year
 ``~ N(active year, 3)``. Mentions are blocked by ``<first letter> <surname>`` as written.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -37,13 +38,23 @@ def _typo(rng, s: str) -> str:
     if len(s) < 2:
         return s
     k = int(rng.integers(len(s)))
-    return s[:k] + str(rng.choice(_LETTERS)) + s[k + 1:]
+    return s[:k] + str(rng.choice(_LETTERS)) + s[k + 1 :]
 
 
-def author_mentions(num_mentions: int, names, *, seed: int = 0, zipf_exponent: float = 2.2,
-                    max_entity_size: int = 1500, surname_power: float = 1.6, initial_prob: float = 0.5,
-                    typo_prob: float = 0.03, num_coauthors: int = 50_000, vocabulary: int = 5_000,
-                    num_venues: int = 500) -> AuthorMentions:
+def author_mentions(
+    num_mentions: int,
+    names,
+    *,
+    seed: int = 0,
+    zipf_exponent: float = 2.2,
+    max_entity_size: int = 1500,
+    surname_power: float = 1.6,
+    initial_prob: float = 0.5,
+    typo_prob: float = 0.03,
+    num_coauthors: int = 50_000,
+    vocabulary: int = 5_000,
+    num_venues: int = 500,
+) -> AuthorMentions:
     """Generate ``num_mentions`` author mentions (see the module docstring).
 
     Args:

@@ -8,6 +8,7 @@ with ``i`` removed); if ``i`` was alone, ``a``'s column is the empty candidate, 
 column (:func:`chunk_sums`) and draws by the Gumbel-max trick (:func:`exact_update`);
 :func:`checked_info` re-makes a race's decision exactly under the same noise.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -20,8 +21,16 @@ from jaxsub.coreference.options import ClassConfig
 from jaxsub.coreference.rewards import Model, factors, row
 from jaxsub.coreference.state import SweepInfo, view
 
-__all__ = ["Update", "block_member", "block_window", "checked_info", "chunk_sums", "column_id", "exact_update",
-           "update_context"]
+__all__ = [
+    "Update",
+    "block_member",
+    "block_window",
+    "checked_info",
+    "chunk_sums",
+    "column_id",
+    "exact_update",
+    "update_context",
+]
 
 
 class Update(NamedTuple):
@@ -80,8 +89,23 @@ def update_context(cfg: ClassConfig, blocks_dev, model: Model, packed, key, p) -
     skip = mp_i - state.seg_start[s + col_a]  # i's offset in a's segment
     xi = row(model.mentions, i)
     mem_w = state.members[jnp.clip(s + jnp.arange(cfg.width, dtype=jnp.int32), 0, last_slot)]
-    return Update(state, i, s, n, n - 1, a, col_a, nact, nact + (~a_empty).astype(jnp.int32), mp_i, skip, xi, mem_w,
-                  k_noise, k_race)
+    return Update(
+        state,
+        i,
+        s,
+        n,
+        n - 1,
+        a,
+        col_a,
+        nact,
+        nact + (~a_empty).astype(jnp.int32),
+        mp_i,
+        skip,
+        xi,
+        mem_w,
+        k_noise,
+        k_race,
+    )
 
 
 def column_id(u: Update, c):
@@ -131,8 +155,9 @@ def exact_update(cfg: ClassConfig, model: Model, u: Update, _=None):
     Returns ``(new cluster id, SweepInfo)``; a NaN / +inf factor keeps ``i`` in its cluster.
     """
     ar_w = jnp.arange(cfg.width, dtype=jnp.int32)
-    sums, bad = chunk_sums(partial(factors, model, u.xi), u.K, partial(block_member, window=block_window(u)),
-                           cfg.width, cfg.chunk)
+    sums, bad = chunk_sums(
+        partial(factors, model, u.xi), u.K, partial(block_member, window=block_window(u)), cfg.width, cfg.chunk
+    )
     logits = jnp.where(ar_w < u.ncols, sums, -jnp.inf) + jax.random.gumbel(u.k_noise, (cfg.width,))
     x = jnp.argmax(logits)
     bad = bad | ~jnp.isfinite(logits[x])
@@ -142,8 +167,9 @@ def exact_update(cfg: ClassConfig, model: Model, u: Update, _=None):
 
 
 def _check_decision(cfg, model, u, bad, x_col, num_cols, noise, _):
-    sums, bad_x = chunk_sums(partial(factors, model, u.xi), u.K, partial(block_member, window=block_window(u)),
-                             num_cols, cfg.chunk)
+    sums, bad_x = chunk_sums(
+        partial(factors, model, u.xi), u.K, partial(block_member, window=block_window(u)), num_cols, cfg.chunk
+    )
     x_exact = jnp.argmax(jnp.where(jnp.arange(num_cols) < u.ncols, sums, -jnp.inf) + noise)
     ok = ~bad & ~bad_x
     return (ok & (x_exact != x_col)).astype(jnp.int32), ok.astype(jnp.int32)
@@ -161,5 +187,11 @@ def checked_info(cfg: ClassConfig, model: Model, u: Update, check, bad, used, x_
         errors, checked = (do_check if check else _no_check)(None)
     else:
         errors, checked = jax.lax.cond(check, do_check, _no_check, None)
-    return SweepInfo(used.astype(jnp.int32), jnp.ones((), jnp.int32), jnp.zeros((), jnp.int32),
-                     bad.astype(jnp.int32), errors, checked)
+    return SweepInfo(
+        used.astype(jnp.int32),
+        jnp.ones((), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        bad.astype(jnp.int32),
+        errors,
+        checked,
+    )

@@ -26,6 +26,7 @@ is a :class:`RacingInfo`.
   doubling schedule (§5.3; traced N_i, delta and inverse temperature beta);
 * :func:`pad_populations` -- the same target by zero-padding to max N_i (simpler, slower).
 """
+
 from jaxsub.racing import (
     ControlVariate,
     LilUCBSampler,

@@ -6,6 +6,7 @@
   ``logdensity_fn`` for BlackJAX NUTS). NumPyro is an optional dependency
   (``pip install jaxsub[numpyro]``), imported when a model is converted.
 """
+
 from jaxsub.models.numpyro import DataField, NumPyroModel, from_numpyro
 
 __all__ = ["DataField", "NumPyroModel", "from_numpyro"]

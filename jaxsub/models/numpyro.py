@@ -45,6 +45,7 @@ the data plate's size must come from the data (``numpyro.plate("data",
 x.shape[0])``), and the latent sites' shapes must not depend on ``N``; both
 are checked at construction.
 """
+
 from __future__ import annotations
 
 import math
@@ -169,7 +170,7 @@ def datum_arguments(spec: ModelSpec, datum) -> dict:
     """The model's data arguments for one data row, each with a leading axis of one."""
     out = {}
     for field in spec.fields:
-        value = datum[field.start:field.stop].reshape(field.shape)
+        value = datum[field.start : field.stop].reshape(field.shape)
         if not jnp.issubdtype(field.dtype, jnp.floating):
             value = jnp.round(value).astype(field.dtype)
         out[field.name] = value[None]
@@ -315,11 +316,19 @@ def _data_matrix(data, dtype) -> tuple[tuple, jax.Array]:
         if num_data is None:
             num_data = check_int(f"len(data[{name!r}])", value.shape[0], low=2)
         elif value.shape[0] != num_data:
-            raise ValueError(f"data[{name!r}] must have leading axis N = {num_data} like the others; got {value.shape[0]}")
+            raise ValueError(
+                f"data[{name!r}] must have leading axis N = {num_data} like the others; got {value.shape[0]}"
+            )
         if not (np.issubdtype(value.dtype, np.number) or value.dtype == bool):
             raise ValueError(f"data[{name!r}] must be numeric; got dtype {value.dtype}")
-        if not np.issubdtype(value.dtype, np.floating) and value.size and np.abs(value.astype(np.float64)).max() >= exact:
-            raise ValueError(f"data[{name!r}] must be below {exact:g} in absolute value to be stored exactly in {np.dtype(dtype).name}")
+        if (
+            not np.issubdtype(value.dtype, np.floating)
+            and value.size
+            and np.abs(value.astype(np.float64)).max() >= exact
+        ):
+            raise ValueError(
+                f"data[{name!r}] must be below {exact:g} in absolute value to be stored exactly in {np.dtype(dtype).name}"
+            )
         width = math.prod(value.shape[1:])
         fields.append(DataField(name, tuple(value.shape[1:]), jnp.asarray(value[:1]).dtype, start, start + width))
         columns.append(value.reshape(num_data, width).astype(np.float64))
@@ -395,8 +404,10 @@ def _check_factorisation(spec: ModelSpec, rows, position) -> None:
     """On two rows, NumPyro's log density must equal the prior plus the two per-row terms."""
     from numpyro.infer.util import potential_energy
 
-    kwargs = {**spec.model_kwargs, **{f.name: jnp.concatenate([datum_arguments(spec, r)[f.name] for r in rows])
-                                      for f in spec.fields}}
+    kwargs = {
+        **spec.model_kwargs,
+        **{f.name: jnp.concatenate([datum_arguments(spec, r)[f.name] for r in rows]) for f in spec.fields},
+    }
     with jax.numpy_dtype_promotion("standard"):
         whole = -potential_energy(spec.model, spec.model_args, kwargs, spec.unravel(position))
     parts = logprior(spec, position) + sum(loglikelihood(spec, position, r) for r in rows)

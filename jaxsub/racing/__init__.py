@@ -27,7 +27,10 @@ Public aliases, unchanged: :mod:`jaxsub.discrete` (the samplers), ``jaxsub.racin
 ``jaxsub.racing_gibbs``, ``jaxsub.sgld_racing_mh`` (the kernel modules, callable BlackJAX style).
 Without-replacement index sampling lives in :mod:`jaxsub.subsample` (shared with other families).
 """
+
+from jaxsub.racing import gibbs, mh, sgld_mh  # noqa: E402  (the kernels import the engine above)
 from jaxsub.racing.bounds import b_normal, doubling_schedule, normal_crossing_probability, racing_coefficients
+from jaxsub.racing.config import RaceOptions
 from jaxsub.racing.control_variates import (
     ControlVariate,
     data_moments,
@@ -35,14 +38,12 @@ from jaxsub.racing.control_variates import (
     parameter_taylor_control_variate,
     taylor_control_variate,
 )
-from jaxsub.racing.config import RaceOptions
 from jaxsub.racing.engine import RacingBatchSampler, RacingSampler, racing, racing_batch
-from jaxsub.racing.info import RacingInfo, check_beta
-from jaxsub.racing.populations import pad_populations
 from jaxsub.racing.gumbel import exact_log_weights, gumbel_max
+from jaxsub.racing.info import RacingInfo, check_beta
 from jaxsub.racing.lil_ucb import LilUCBSampler, lil_ucb
+from jaxsub.racing.populations import pad_populations
 from jaxsub.racing.ragged import racing_ragged
-from jaxsub.racing import gibbs, mh, sgld_mh  # noqa: E402  (the kernels import the engine above)
 
 __all__ = [
     "ControlVariate",

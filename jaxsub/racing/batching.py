@@ -5,6 +5,7 @@
 ``vmap``-ed groups of a static size plus single draws for the remainder, so a batch costs
 the sum of its draws' work. Every draw gets the result of the single-draw loop.
 """
+
 from __future__ import annotations
 
 import jax
@@ -92,6 +93,7 @@ def run_sequential(loops, states, ctxs):
         i = order[j]
         s = jax.tree.map(lambda a: a[i], st)
         c = jax.tree.map(lambda a: a[i], ctxs)
+
         def run(s, loops):
             for cond, body in loops:
                 s = jax.lax.while_loop(cond, lambda x, body=body: body(x, c), s)

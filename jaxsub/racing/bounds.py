@@ -14,6 +14,7 @@ Python floats.
   law of the stage at which a race between equal arms first eliminates one.
 * :data:`KAPPA_EBS` -- the constant of the empirical Bernstein-Serfling bound (eq. 6).
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,17 @@ from jaxsub.racing.info import check_sizes
 from jaxsub.validation import check_choice, check_int, check_real
 
 __all__ = [
-    "KAPPA_EBS", "SCHEDULES", "b_normal", "doubling_schedule", "ebs_rho", "fixed_schedule", "race_schedule", "first_crossing_probabilities", "normal_crossing_probability",
-    "racing_coefficients", "stage_sd",
+    "KAPPA_EBS",
+    "SCHEDULES",
+    "b_normal",
+    "doubling_schedule",
+    "ebs_rho",
+    "fixed_schedule",
+    "race_schedule",
+    "first_crossing_probabilities",
+    "normal_crossing_probability",
+    "racing_coefficients",
+    "stage_sd",
 ]
 
 #: kappa = 7/3 + 3/sqrt(2) of the empirical Bernstein-Serfling bound, eq. 6
@@ -165,7 +175,9 @@ def normal_crossing_probability(bound: float, num_data: int, first_batch_size: i
     return total
 
 
-def first_crossing_probabilities(bound: float, num_data: int, first_batch_size: int, *, two_sided: bool = False) -> np.ndarray:
+def first_crossing_probabilities(
+    bound: float, num_data: int, first_batch_size: int, *, two_sided: bool = False
+) -> np.ndarray:
     """``P(|z_1|, ..., |z_{t-1}| <= B, |z_t| > B)`` for each tested stage ``t < t*`` (``two_sided``),
     or the one-sided ``P(z_1..z_{t-1} <= B, z_t > B)``: the stage at which the Gaussian walk of
     Corollary 4 first crosses the threshold.
@@ -261,8 +273,14 @@ def ebs_rho(t: int, n: int) -> float:
 
 
 def racing_coefficients(
-    delta: float, num_states: int, num_data: int, first_batch_size: int = 50, *, bound: str = "normal",
-    variance: str = "pairwise", schedule: str = "doubling",
+    delta: float,
+    num_states: int,
+    num_data: int,
+    first_batch_size: int = 50,
+    *,
+    bound: str = "normal",
+    variance: str = "pairwise",
+    schedule: str = "doubling",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-stage coefficients ``(a_t, b_t)`` of ``G(T_t, sigma, C) = a_t sigma + b_t C``, t < t*.
 

@@ -5,6 +5,7 @@ are evaluated; without it (pairwise variances, ``D >= COLUMN_COMPACT_MIN_D``) al
 columns are evaluated but only the survivors' enter the co-moment update. The levels
 ``K_j = D // 4, D // 16, ..., K`` are static, so each is one compiled loop body.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp

@@ -7,9 +7,11 @@ take them as keyword arguments (or an ``options=RaceOptions(...)`` record) and
 values and the model's functions, :class:`RaceModel`); the engine's pieces (stage body,
 elimination, compaction, exact pass, batching) are pure functions of it.
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,6 +72,7 @@ def resolve_exact_pass_cost(exact_pass_cost, num_states: int):
     if isinstance(exact_pass_cost, str) and exact_pass_cost == "auto":
         return DEFAULT_EXACT_PASS_COST if num_states < LARGE_D_PASS else LARGE_D_EXACT_PASS_COST
     return exact_pass_cost
+
 
 #: Default ``skew_guard``. Racing-Normal assumes each stage mean
 #: is Normal; with skewed rewards (heavy-tailed residuals) a race that stops after
@@ -333,7 +336,13 @@ def chunk_groups(sizes, first_batch_size: int, max_block_size: int) -> list[tupl
 
 
 def build_config(
-    log_factor_fn, num_states, num_data, *, delta, options: RaceOptions, with_params: bool,
+    log_factor_fn,
+    num_states,
+    num_data,
+    *,
+    delta,
+    options: RaceOptions,
+    with_params: bool,
 ) -> tuple[RaceConfig, np.ndarray, np.ndarray]:
     """Validate the settings of :func:`jaxsub.racing.racing` / ``racing_batch`` (``ValueError`` naming
     the parameter) and return ``(config, coef_a, coef_b)``, the per-stage threshold coefficients
@@ -352,7 +361,9 @@ def build_config(
         check_sizes(num_states, num_rows, 2)  # N * D within the int32 counters (in rows)
         num_data = -(-num_rows // block_size)  # the population: ceil(N / B) blocks
         if num_data < 2:
-            raise ValueError(f"block_size must leave >= 2 blocks (block_size < num_data = {num_rows}); got {block_size}")
+            raise ValueError(
+                f"block_size must leave >= 2 blocks (block_size < num_data = {num_rows}); got {block_size}"
+            )
     num_states, num_data, first_batch_size = check_sizes(num_states, num_data, first_batch_size)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     bound = check_choice("bound", bound, ("normal", "ebs"))
@@ -395,7 +406,12 @@ def build_config(
             raise ValueError(f"log_factor_states_fn must be callable; got {log_factor_states_fn!r}")
         if num_states > 2:
             default_k = min(4, num_states - 1)
-            k_min = check_int("num_compact_states", default_k if num_compact_states is None else num_compact_states, low=2, high=num_states - 1)
+            k_min = check_int(
+                "num_compact_states",
+                default_k if num_compact_states is None else num_compact_states,
+                low=2,
+                high=num_states - 1,
+            )
             levels = compaction_levels(num_states, k_min)
     elif variance == "pairwise" and num_states >= COLUMN_COMPACT_MIN_D:
         # No per-state factor: all D columns are still evaluated, but once at most
@@ -413,12 +429,16 @@ def build_config(
     if exact_pass_cost is not None:
         exact_pass_cost = check_real("exact_pass_cost", exact_pass_cost, low=0.0, high=1.0, high_closed=True)
         switch_stage = switch_stage_of(sizes, N, D, exact_pass_cost, can_eliminate)
-    coef_a, coef_b = racing_coefficients(delta, D, N, first_batch_size, bound=bound, variance=variance, schedule=schedule)
+    coef_a, coef_b = racing_coefficients(
+        delta, D, N, first_batch_size, bound=bound, variance=variance, schedule=schedule
+    )
     if skew_guard is not None:
         skew_guard = check_real("skew_guard", skew_guard, low=0.0)
     use_skew = skew_guard is not None and bound == "normal"
     b_threshold = float(coef_a[0] / stage_sd(N, sizes[:1])[0]) if use_skew and len(coef_a) else 0.0
-    skew_waiver = cantelli_waiver(delta, D, num_stages, variance == "pairwise", b_threshold) if use_skew else SKEW_WAIVER
+    skew_waiver = (
+        cantelli_waiver(delta, D, num_stages, variance == "pairwise", b_threshold) if use_skew else SKEW_WAIVER
+    )
     groups = chunk_groups(sizes, first_batch_size, max_block_size)
     group_size = check_int("group_size", group_size, low=1)
     h_mean_fn = None
@@ -426,10 +446,24 @@ def build_config(
         h_mean_fn = cv.mean  # per-draw mean h_mean(params) -> [D]
     model = RaceModel(log_factor_fn, log_factor_states_fn, cv, h_mean_fn, reward_range, row_functions)
     config = RaceConfig(
-        num_states=D, num_data=N, num_rows=num_rows, block_size=block_size, stage_ends=tuple(int(t) for t in sizes),
-        chunk_groups=tuple(groups), max_block_size=max_block_size, pairwise=variance == "pairwise",
-        gumbel_noise=gumbel_noise, can_eliminate=can_eliminate, levels=tuple(levels), switch_stage=switch_stage,
-        use_skew=use_skew, skew_guard=skew_guard, b_threshold=b_threshold, skew_waiver=skew_waiver, group_size=group_size,
-        with_params=bool(with_params), model=model,
+        num_states=D,
+        num_data=N,
+        num_rows=num_rows,
+        block_size=block_size,
+        stage_ends=tuple(int(t) for t in sizes),
+        chunk_groups=tuple(groups),
+        max_block_size=max_block_size,
+        pairwise=variance == "pairwise",
+        gumbel_noise=gumbel_noise,
+        can_eliminate=can_eliminate,
+        levels=tuple(levels),
+        switch_stage=switch_stage,
+        use_skew=use_skew,
+        skew_guard=skew_guard,
+        b_threshold=b_threshold,
+        skew_waiver=skew_waiver,
+        group_size=group_size,
+        with_params=bool(with_params),
+        model=model,
     )
     return config, coef_a, coef_b

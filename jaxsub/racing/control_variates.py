@@ -26,11 +26,13 @@ Racing then uses ``l - h + E[h]``: same means, variance reduced when the
 log-likelihood is close to quadratic in ``y`` (exactly zero for a Gaussian
 location-scale likelihood).
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.flatten_util
@@ -92,7 +94,9 @@ class ControlVariate(_ControlVariateFields):
 
     __slots__ = ()
 
-    def __new__(cls, fn=None, mean=None, num_data=None, fingerprint=None, center_size=None, *, value_fn=None, mean_fn=None):
+    def __new__(
+        cls, fn=None, mean=None, num_data=None, fingerprint=None, center_size=None, *, value_fn=None, mean_fn=None
+    ):
         if value_fn is not None:
             if fn is not None:
                 raise ValueError("ControlVariate: give fn or value_fn, not both")
@@ -234,7 +238,11 @@ def data_taylor_control_variate(
         return loglik_fn(theta, y_vec[0] if scalar_data else y_vec)
 
     def expansion(theta):
-        return ll_vec(theta, y_hat), jax.grad(ll_vec, argnums=1)(theta, y_hat), jax.hessian(ll_vec, argnums=1)(theta, y_hat)
+        return (
+            ll_vec(theta, y_hat),
+            jax.grad(ll_vec, argnums=1)(theta, y_hat),
+            jax.hessian(ll_vec, argnums=1)(theta, y_hat),
+        )
 
     l0, g, H = jax.vmap(expansion)(states)  # [D], [D, k], [D, k, k]
     dm = m - y_hat

@@ -1,9 +1,10 @@
 """Data helpers shared by the racing kernels (MH, Gibbs, SGLD-MH): the data is a pytree of
 arrays with a leading data axis ``N``; a model's per-datum log-likelihood
 ``loglikelihood_fn(position, datum)`` is vmapped over the rows a race reads."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +22,7 @@ def num_data_of(data: ArrayLikeTree) -> int:
         raise ValueError("data must be a non-empty pytree of arrays with a leading data axis")
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) > 0 else -1 for leaf in leaves}
     if len(sizes) != 1 or -1 in sizes:
-        raise ValueError(
-            f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}"
-        )
+        raise ValueError(f"every leaf of data must share the leading (data) axis; got leading sizes {sorted(sizes)}")
     return sizes.pop()
 
 
@@ -59,7 +58,9 @@ def resolve_num_data(num_data, data, *, low: int = 1) -> int:
 
     if data is None:
         if num_data is None:
-            raise ValueError("num_data is required when data is not given (it must equal the rows log_factor_fn indexes)")
+            raise ValueError(
+                "num_data is required when data is not given (it must equal the rows log_factor_fn indexes)"
+            )
         return check_int("num_data", num_data, low=low)
     rows = num_data_of(data)
     if num_data is not None and check_int("num_data", num_data, low=low) != rows:
@@ -105,6 +106,8 @@ def gather(data: ArrayLikeTree, indices: Array) -> ArrayTree:
     return jax.tree.map(lambda a: jnp.take(a, indices, axis=0), data)
 
 
-def batch_loglikelihood(loglikelihood_fn: Callable, position: ArrayLikeTree, data: ArrayLikeTree, indices: Array) -> Array:
+def batch_loglikelihood(
+    loglikelihood_fn: Callable, position: ArrayLikeTree, data: ArrayLikeTree, indices: Array
+) -> Array:
     """``[loglikelihood_fn(position, data[n]) for n in indices]`` (vmapped), shape ``[m]``."""
     return jax.vmap(loglikelihood_fn, in_axes=(None, 0))(position, gather(data, indices))

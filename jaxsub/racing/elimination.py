@@ -9,6 +9,7 @@ with ``G(T_t, sigma, C) = a_t sigma + b_t C`` (:func:`jaxsub.racing.racing_coeff
 and for Racing-Normal the skewness guard: the Cornish-Fisher threshold
 and no elimination while the stage mean's skewness exceeds ``skew_guard``.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,9 @@ def skew_factor(cfg, m2_diag: Array, m3: Array, best: Array, T: Array) -> tuple[
     return jnp.maximum(factor, 1), g_t <= cfg.skew_guard
 
 
-def eliminate(cfg, mean_d: Array, m2: Array, alive: Array, stage: Array, count: Array, c, m3: Array | None = None) -> Array:
+def eliminate(
+    cfg, mean_d: Array, m2: Array, alive: Array, stage: Array, count: Array, c, m3: Array | None = None
+) -> Array:
     """Alg. 1's elimination step at the end of stage ``stage`` (T = count): the arms kept alive."""
     pairwise, use_skew = cfg.pairwise, cfg.use_skew
     mu = estimates(mean_d, alive, c)

@@ -89,11 +89,12 @@ replacement", Bernoulli 2015 (EBS bound).
 T. F. Chan, G. H. Golub & R. J. LeVeque, "Algorithms for computing the sample
 variance", 1979 (parallel variance merge).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -255,7 +256,9 @@ def racing(
     """
     opts = race_options(options, option_values, "racing")
     num_data = resolve_num_data(num_data, data, low=2)
-    cfg, coef_a, coef_b = build_config(log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False)
+    cfg, coef_a, coef_b = build_config(
+        log_factor_fn, num_states, num_data, delta=delta, options=opts, with_params=False
+    )
     check_factor_fn(log_factor_fn, cfg.num_states, (2,))
     gumbel_noise = opts.gumbel_noise
     loops = loop_specs(cfg)
@@ -349,7 +352,6 @@ def racing_batch(
         return single(rng_key, log_f0, params, coef_a, coef_b, check_beta(beta, gumbel_noise))
 
     return RacingBatchSampler(sample_batch, sample_single)
-
 
 
 def loop_specs(cfg: RaceConfig) -> list:

@@ -5,6 +5,7 @@ kernels' ``exact=True`` decisions and the racing engine's exact pass all add
 ``sum_n (log f_n(i) - ref_n)`` in blocks, with :func:`relative_block_sum` for a block and
 :func:`kahan_add` between blocks.
 """
+
 from __future__ import annotations
 
 import jax
@@ -68,8 +69,16 @@ def kahan_add(total: Array, comp: Array, y: Array) -> tuple[Array, Array]:
     return t, jnp.where(jnp.isfinite(t), (t - total) - y, jnp.zeros((), t.dtype))
 
 
-def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, dtype, *, relative: bool = True,
-               sub_block: int | None = None):
+def exact_sums(
+    log_factor_fn,
+    num_states: int,
+    num_data: int,
+    block_size: int,
+    dtype,
+    *,
+    relative: bool = True,
+    sub_block: int | None = None,
+):
     """``sum_n (log f_n(i) - ref_n)`` for every i, and flags for -inf / NaN columns.
 
     ``ref_n`` is the row's first entry when it is finite (else 0; ``relative=False``: 0), so
@@ -117,6 +126,7 @@ def exact_sums(log_factor_fn, num_states: int, num_data: int, block_size: int, d
             acc = jax.lax.fori_loop(0, block_size // S, step, jnp.zeros((D, S), dtype))
             return jnp.sum(acc, axis=1)
     else:
+
         def block_sum(b):
             pos = b * block_size + jnp.arange(block_size, dtype=jnp.int32)
             return relative_block_sum(factors(pos), (pos < N)[:, None], relative)

@@ -6,6 +6,7 @@ a running race restarts its sums at ``T = 0`` and computes the exact means of it
 surviving arms (contiguous reads, no permutation, no co-moments), then returns their
 argmax. This only removes error events, so Prop. 1's bound still holds.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -126,6 +127,11 @@ def pass_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> RaceS
     bad = at_end & jnp.any(alive & ~jnp.isfinite(total))
     mean_d = jnp.where(at_end, jnp.where(alive, total / N, jnp.zeros((), dtype)), total)
     return s._replace(
-        count=count, mean_d=mean_d, alive=alive, pass_comp=comp,
-        done=s.done | at_end | bad | ~jnp.any(alive), has_nan=s.has_nan | bad, num_evaluations=num_eval,
+        count=count,
+        mean_d=mean_d,
+        alive=alive,
+        pass_comp=comp,
+        done=s.done | at_end | bad | ~jnp.any(alive),
+        has_nan=s.has_nan | bad,
+        num_evaluations=num_eval,
     )

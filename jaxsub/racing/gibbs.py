@@ -30,9 +30,11 @@ problem", ICML 2016, §2-§3, §5.2.
 Carlin, B. P. & Chib, S. "Bayesian model choice via Markov chain Monte Carlo
 methods", JRSS B 57(3), 1995.
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +55,12 @@ from jaxsub.types import Array, ArrayLike, PRNGKey
 from jaxsub.validation import check_choice, check_int
 
 __all__ = [
-    "RacingGibbsInfo", "RacingGibbsState", "as_top_level_api", "build_batched_kernel", "build_kernel", "init",
+    "RacingGibbsInfo",
+    "RacingGibbsState",
+    "as_top_level_api",
+    "build_batched_kernel",
+    "build_kernel",
+    "init",
     "exact_conditional_sums",
 ]
 
@@ -250,7 +257,12 @@ def build_kernel(
     engine_block = {"block_size": block_size} if block_size > 1 else {}
 
     def kernel(
-        rng_key: PRNGKey, state: RacingGibbsState, log_f0: Array, log_factor_fn: Callable, control_variate=None, beta=None
+        rng_key: PRNGKey,
+        state: RacingGibbsState,
+        log_f0: Array,
+        log_factor_fn: Callable,
+        control_variate=None,
+        beta=None,
     ):
         log_f0 = jnp.asarray(log_f0)
         check_beta(beta)
@@ -443,14 +455,25 @@ def build_batched_kernel(
         check_beta(beta)
         kwargs = {} if control_variate is None else {"control_variate": control_variate}
         sample = racing_batch(
-            log_factor_fn, log_f0s.shape[1], num_data, delta=delta, first_batch_size=first_batch_size,
-            bound="normal", variance=variance, group_size=group_size, **engine_options, **kwargs,
+            log_factor_fn,
+            log_f0s.shape[1],
+            num_data,
+            delta=delta,
+            first_batch_size=first_batch_size,
+            bound="normal",
+            variance=variance,
+            group_size=group_size,
+            **engine_options,
+            **kwargs,
         )
         draws, info = sample(rng_keys, log_f0s, params, beta)
         has_nan = info.has_nan
         new = jnp.where(has_nan, states.position, draws.astype(jnp.int32))
         infos = RacingGibbsInfo(
-            jnp.asarray(info.num_evaluations, jnp.int32), jnp.asarray(info.num_stages, jnp.int32), info.is_exact, has_nan
+            jnp.asarray(info.num_evaluations, jnp.int32),
+            jnp.asarray(info.num_stages, jnp.int32),
+            info.is_exact,
+            has_nan,
         )
         return RacingGibbsState(new), infos
 

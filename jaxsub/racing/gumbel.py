@@ -5,9 +5,10 @@
 (Kuzmin & Warmuth 2005; Papandreou & Yuille 2011). All ``N x D`` factors are
 evaluated, in blocks of ``block_size`` data so memory stays ``O(block_size D)``.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +22,15 @@ from jaxsub.validation import check_int
 __all__ = ["gumbel_max", "exact_log_weights"]
 
 
-def exact_log_weights(log_factor_fn, num_states: int, num_data: int, log_f0: Array, *, block_size: int = 32768,
-                      sub_block: int | None = None):
+def exact_log_weights(
+    log_factor_fn,
+    num_states: int,
+    num_data: int,
+    log_f0: Array,
+    *,
+    block_size: int = 32768,
+    sub_block: int | None = None,
+):
     """``log f0(i) + sum_n log f_n(i)`` up to a constant common to all states.
 
     Evaluates all ``N x D`` factors in blocks.

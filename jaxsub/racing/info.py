@@ -4,6 +4,7 @@
 :func:`~jaxsub.racing.lil_ucb` and :func:`~jaxsub.racing.racing_ragged`; the checks raise
 ``ValueError`` naming the parameter (concrete values only: traced ones pass through).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

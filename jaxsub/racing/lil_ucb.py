@@ -17,11 +17,13 @@ returning the most pulled arm. The three modifications of §3.2:
 
 So ``T_i <= N`` and at most ``N D`` rewards are drawn (Prop. 2).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -225,9 +227,7 @@ def lil_ucb(
             pulls = jnp.where(s.alive, s.pulls, 0)
             lil_stop = pulls.astype(dtype) >= 1 + stopping_ratio * (total - pulls).astype(dtype)
             exact_top = s.pulls[top] >= N  # modification 3
-            winner = jnp.where(
-                exact_top, top, jnp.argmax(jnp.where(s.alive, s.pulls, -1)).astype(jnp.int32)
-            )
+            winner = jnp.where(exact_top, top, jnp.argmax(jnp.where(s.alive, s.pulls, -1)).astype(jnp.int32))
             stop = s.stop | exact_top | jnp.any(lil_stop) | (jnp.sum(s.alive, dtype=jnp.int32) <= 1)
             winner = jnp.where(jnp.sum(s.alive, dtype=jnp.int32) <= 1, jnp.argmax(bounds).astype(jnp.int32), winner)
             return stop, jnp.where(s.stop, s.winner, winner), top

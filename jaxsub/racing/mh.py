@@ -55,10 +55,11 @@ Korattikara, A., Chen, Y. & Welling, M. "Austerity in MCMC land", ICML 2014.
 Bardenet, R., Doucet, A. & Holmes, C. "Towards scaling up MCMC: an adaptive
 subsampling approach", ICML 2014; "On MCMC methods for tall data", JMLR 2017.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from blackjax.base import SamplingAlgorithm
 
@@ -197,10 +198,14 @@ def as_top_level_api(
     check_finite_data(data)
     if proposal is None:
         if step_size is None:
-            raise ValueError("racing_mh needs a proposal or a step_size for the default Gaussian random walk; got neither")
+            raise ValueError(
+                "racing_mh needs a proposal or a step_size for the default Gaussian random walk; got neither"
+            )
         proposal = gaussian_random_walk(check_step_size(step_size))
     elif not callable(proposal):
-        raise ValueError(f"proposal must be a callable (rng_key, position) -> (proposed, log_q_ratio); got {proposal!r}")
+        raise ValueError(
+            f"proposal must be a callable (rng_key, position) -> (proposed, log_q_ratio); got {proposal!r}"
+        )
     kernel = build_kernel(
         num_data, delta=delta, first_batch_size=first_batch_size, bound=bound, exact=exact, block_size=block_size
     )

@@ -5,10 +5,12 @@ loops until the slowest chain's race is done; here the rounds of the batched rac
 only the unfinished races. Chain ``c`` gets the decision of the single-chain kernel built with
 the same ``fused_random_bits`` and called with key ``rng_keys[c]``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,8 +48,12 @@ class BatchedMHConfig(NamedTuple):
 def _pair_loglik(loglikelihood_fn, data, indices, params):
     x, xp = params
     return jnp.stack(
-        [batch_loglikelihood(loglikelihood_fn, x, data, indices),
-         batch_loglikelihood(loglikelihood_fn, xp, data, indices)], axis=-1)
+        [
+            batch_loglikelihood(loglikelihood_fn, x, data, indices),
+            batch_loglikelihood(loglikelihood_fn, xp, data, indices),
+        ],
+        axis=-1,
+    )
 
 
 def _pair_cv_values(control_variate: ControlVariate, indices, params):
@@ -62,8 +68,9 @@ def _select(accept, new, old):
     return jnp.where(accept.reshape(accept.shape + (1,) * (jnp.ndim(old) - 1)), new, old)
 
 
-def batched_step(cfg: BatchedMHConfig, rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal,
-                 control_variate=None):
+def batched_step(
+    cfg: BatchedMHConfig, rng_keys, states, logprior_fn, loglikelihood_fn, data, proposal, control_variate=None
+):
     """One step of C chains (see :func:`build_batched_kernel`)."""
     control_variate = check_control_variate(control_variate)
     check_control_variate_matches(control_variate, data, None)
@@ -73,13 +80,25 @@ def batched_step(cfg: BatchedMHConfig, rng_keys, states, logprior_fn, loglikelih
     proposed, logprior_new, log_u, gap, race_keys = jax.vmap(propose_one)(rng_keys, states)
     kwargs = {}
     if control_variate is not None:
-        kwargs["control_variate"] = (partial(_pair_cv_values, control_variate), partial(_pair_cv_means, control_variate))
+        kwargs["control_variate"] = (
+            partial(_pair_cv_values, control_variate),
+            partial(_pair_cv_means, control_variate),
+        )
     if cfg.block_size > 1:
         kwargs["block_size"] = cfg.block_size
     sample = racing_batch(
-        partial(_pair_loglik, loglikelihood_fn, data), 2, cfg.num_data, delta=cfg.delta,
-        first_batch_size=cfg.first_batch_size, bound=cfg.bound, variance="pairwise", gumbel_noise=False,
-        group_size=cfg.group_size, exact_pass_cost=cfg.exact_pass_cost, max_block_size=cfg.max_block_size, **kwargs,
+        partial(_pair_loglik, loglikelihood_fn, data),
+        2,
+        cfg.num_data,
+        delta=cfg.delta,
+        first_batch_size=cfg.first_batch_size,
+        bound=cfg.bound,
+        variance="pairwise",
+        gumbel_noise=False,
+        group_size=cfg.group_size,
+        exact_pass_cost=cfg.exact_pass_cost,
+        max_block_size=cfg.max_block_size,
+        **kwargs,
     )
     choice, info = sample(race_keys, jnp.stack([log_u, gap], axis=-1), (states.position, proposed))
     has_nan = info.has_nan
@@ -88,9 +107,18 @@ def batched_step(cfg: BatchedMHConfig, rng_keys, states, logprior_fn, loglikelih
     new_states = RacingMHState(
         jax.tree.map(pick, proposed, states.position), pick(logprior_new.astype(states.logprior.dtype), states.logprior)
     )
-    infos = RacingMHInfo(accept, info.num_evaluations, info.num_stages, info.is_exact, has_nan, proposed, log_u, gap,
-                         jnp.full(accept.shape, cfg.num_data, jnp.int32),
-                         jnp.full(accept.shape, control_variate is not None))
+    infos = RacingMHInfo(
+        accept,
+        info.num_evaluations,
+        info.num_stages,
+        info.is_exact,
+        has_nan,
+        proposed,
+        log_u,
+        gap,
+        jnp.full(accept.shape, cfg.num_data, jnp.int32),
+        jnp.full(accept.shape, control_variate is not None),
+    )
     return new_states, infos
 
 
@@ -159,8 +187,14 @@ def build_batched_kernel(
     if max_block_size is not None:
         max_block_size = check_int("max_block_size", max_block_size, low=first_batch_size)
     cfg = BatchedMHConfig(
-        num_data, delta, first_batch_size, bound, check_int("group_size", group_size, low=1),
-        check_block_size(block_size, num_data, first_batch_size), check_exact_pass_cost(exact_pass_cost),
-        max_block_size, check_bool("fused_random_bits", fused_random_bits),
+        num_data,
+        delta,
+        first_batch_size,
+        bound,
+        check_int("group_size", group_size, low=1),
+        check_block_size(block_size, num_data, first_batch_size),
+        check_exact_pass_cost(exact_pass_cost),
+        max_block_size,
+        check_bool("fused_random_bits", fused_random_bits),
     )
     return partial(batched_step, cfg)

@@ -4,6 +4,7 @@ Every check raises a ``ValueError`` that names the parameter, the value received
 the allowed range (:mod:`jaxsub.validation`); traced values (``jax.vmap`` over a
 hyperparameter) pass through unchecked.
 """
+
 from __future__ import annotations
 
 import jax

@@ -4,10 +4,11 @@ The test ``log u < log_f0_gap + sum_n [l_n(x') - l_n(x)]`` is a race between the
 ``{x, x'}`` with ``log f_0 = [log u, log_f0_gap]`` (eq. 12 divided by ``p(x) q(x'|x)``),
 per-datum log-likelihoods as factors and no Gumbel noise (``u`` supplies the randomness).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import jax.numpy as jnp
 

@@ -7,9 +7,10 @@ position the model cannot evaluate, a log-likelihood that is not a scalar per da
 position is checked against the model with :func:`jax.eval_shape` on one datum (no compute).
 Traced values (inside ``jit``) are not inspected.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +76,7 @@ def float_position(position: ArrayLikeTree) -> ArrayTree:
     ArrayTree
         The same pytree with float leaves.
     """
+
     def promote(leaf):
         leaf = jnp.asarray(leaf)
         if jnp.issubdtype(leaf.dtype, jnp.inexact):

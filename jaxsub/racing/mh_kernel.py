@@ -9,10 +9,12 @@ An MH step from ``x`` with proposal ``x' ~ q(.|x)`` and ``u ~ U(0, 1)`` accepts 
 
 decided by the race of :func:`jaxsub.racing.mh_decision.mh_decision` on a subsample.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -162,8 +164,9 @@ def propose(rng_key: PRNGKey, state: RacingMHState, logprior_fn: Callable, propo
     return proposed, logprior_new, log_u, log_f0_gap, key_race
 
 
-def check_kernel_inputs(num_data: int, bound: str, exact: bool, state, loglikelihood_fn, data, control_variate,
-                        reward_range):
+def check_kernel_inputs(
+    num_data: int, bound: str, exact: bool, state, loglikelihood_fn, data, control_variate, reward_range
+):
     """The call-time checks of the racing MH kernel (``ValueError`` naming the argument; shapes only, no compute)."""
     check_position(state.position, loglikelihood_fn, data, name="state.position")
     control_variate = check_control_variate(control_variate)
@@ -286,8 +289,18 @@ def build_kernel(
             lambda: RacingMHState(proposed, logprior_new.astype(state.logprior.dtype)),
             lambda: state,
         )
-        info = RacingMHInfo(accept, evals, stages, is_exact, has_nan, proposed, log_u, log_f0_gap,
-                            jnp.asarray(num_data, jnp.int32), jnp.asarray(control_variate is not None))
+        info = RacingMHInfo(
+            accept,
+            evals,
+            stages,
+            is_exact,
+            has_nan,
+            proposed,
+            log_u,
+            log_f0_gap,
+            jnp.asarray(num_data, jnp.int32),
+            jnp.asarray(control_variate is not None),
+        )
         return new_state, info
 
     return kernel

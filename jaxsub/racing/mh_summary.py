@@ -1,4 +1,5 @@
 """Summaries of racing MH traces: how much data the decisions read, and warnings where the answer is poor."""
+
 from __future__ import annotations
 
 import warnings

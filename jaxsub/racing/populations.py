@@ -5,9 +5,10 @@
   rewards (a short last block sums its rows only, so every arm's total is exact);
 * :func:`pad_populations` -- arms with different ``N_i`` padded with zero factors to ``max N_i``.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -102,9 +103,9 @@ def _tree_sum_minor(v: Array) -> Array:
     b = v.shape[-1]
     while b > 1:
         half = b // 2
-        head = v[..., :half] + v[..., half:2 * half]
+        head = v[..., :half] + v[..., half : 2 * half]
         if b % 2:  # odd: the last element joins the first sum (concatenate fuses, a scatter would not)
-            head = jnp.concatenate([head[..., :1] + v[..., 2 * half:], head[..., 1:]], axis=-1)
+            head = jnp.concatenate([head[..., :1] + v[..., 2 * half :], head[..., 1:]], axis=-1)
         v = head
         b = half
     return v[..., 0]

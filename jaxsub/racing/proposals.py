@@ -5,6 +5,7 @@
 proposal normals, ``log u`` and the race's permutation keys from ONE ``jax.random.bits`` call
 (``fused_random_bits=True``: one threefry loop per step instead of six; same law, other draws).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -96,7 +97,8 @@ def can_fuse(proposal, position) -> bool:
     """
     leaves = jax.tree.leaves(position)
     return isinstance(proposal, GaussianRandomWalk) and all(
-        any(jnp.result_type(leaf) == t for t in _FUSED_FLOATS) for leaf in leaves)
+        any(jnp.result_type(leaf) == t for t in _FUSED_FLOATS) for leaf in leaves
+    )
 
 
 def uniform_from_bits(bits, dtype, minval, maxval):
@@ -129,7 +131,7 @@ def fused_draws(rng_key: PRNGKey, num_normals: int, dtype):
     lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
     normals = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(uniform_from_bits(bits[:num_normals], jnp.float32, lo, 1.0))
     log_u = jnp.log(uniform_from_bits(bits[num_normals], jnp.float32, 0.0, 1.0)).astype(dtype)
-    return normals.astype(dtype), log_u, bits[num_normals + 1:]
+    return normals.astype(dtype), log_u, bits[num_normals + 1 :]
 
 
 def flat_size(position) -> int:

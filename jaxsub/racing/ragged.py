@@ -44,9 +44,10 @@ References
 ----------
 Chen & Ghahramani (2016), Alg. 1, §5.3 and App. C.3.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -184,12 +185,22 @@ def racing_ragged(
         arm_delta = jnp.asarray(delta, dtype) / D
         z = ndtri(1.0 - arm_delta / jnp.maximum(tested, 1).astype(dtype))
         alive0 = (offset > -jnp.inf) & ~jnp.isnan(offset)
-        bad0 = jnp.any(jnp.isnan(offset) | (offset == jnp.inf)) | beta_is_bad(beta) | ~((jnp.asarray(delta) > 0) & (jnp.asarray(delta) < 1))
+        bad0 = (
+            jnp.any(jnp.isnan(offset) | (offset == jnp.inf))
+            | beta_is_bad(beta)
+            | ~((jnp.asarray(delta) > 0) & (jnp.asarray(delta) < 1))
+        )
         zeros = jnp.zeros((D,), dtype)
         # state: (count, mean, m2, alive, done, has_nan, evals, stage)
         s0 = (
-            jnp.zeros((), jnp.int32), zeros, zeros, alive0,
-            bad0 | (jnp.sum(alive0) <= 1), bad0, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
+            jnp.zeros((), jnp.int32),
+            zeros,
+            zeros,
+            alive0,
+            bad0 | (jnp.sum(alive0) <= 1),
+            bad0,
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), jnp.int32),
         )
 
         def estimates(count, mean, alive):
@@ -207,7 +218,9 @@ def racing_ragged(
                     # index order (no permutation: contiguous reads, no cycle walking).
                     idx = jnp.minimum(pos[None, :], jnp.maximum(pop, 1)[:, None] - 1)
                 else:
-                    idx = jax.vmap(dynamic_permutation_indices, in_axes=(0, None, 0))(round_keys, pos, jnp.maximum(pop, 1))
+                    idx = jax.vmap(dynamic_permutation_indices, in_axes=(0, None, 0))(
+                        round_keys, pos, jnp.maximum(pop, 1)
+                    )
                 r = jnp.asarray(log_factor_fn(idx.T))
                 if r.shape != (csize, D):
                     raise ValueError(f"log_factor_fn must return shape [m, {D}]; got {r.shape} for m={csize}")
@@ -237,8 +250,12 @@ def racing_ragged(
                     kept = alive & ~(mu[best] - mu > u[best] + u)
                     alive = jnp.where(at_end & ~bad, kept, alive)
                     exhausted = exhausted | ~alive
-                done = done | bad | (jnp.sum(alive) <= 1) | (at_end & jnp.all(exhausted | ~alive)) | (
-                    at_end & (stage == num_stages - 1)
+                done = (
+                    done
+                    | bad
+                    | (jnp.sum(alive) <= 1)
+                    | (at_end & jnp.all(exhausted | ~alive))
+                    | (at_end & (stage == num_stages - 1))
                 )
                 return count, mean, m2, alive, done, has_nan | bad, evals, stage + (at_end & ~done).astype(jnp.int32)
 

@@ -31,9 +31,10 @@ dynamics", ICML 2011.
 Chen, Y. & Ghahramani, Z. "Scalable discrete sampling as a multi-armed bandit
 problem", ICML 2016, §5.2 (SGLD corrected with Racing-Normal MH).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -157,9 +158,7 @@ def build_kernel(
         if grad_estimator is None:
             grad_estimator = blackjax_grad_estimator(logprior_fn, loglikelihood_fn, num_data)
         proposal = sgld_proposal(grad_estimator, data, num_data, batch_size, step_size)
-        return mh_kernel(
-            rng_key, state, logprior_fn, loglikelihood_fn, data, proposal, control_variate, reward_range
-        )
+        return mh_kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, proposal, control_variate, reward_range)
 
     return kernel
 
@@ -240,7 +239,15 @@ def as_top_level_api(
 
     def step_fn(rng_key: PRNGKey, state: RacingMHState):
         return kernel(
-            rng_key, state, logprior_fn, loglikelihood_fn, data, step_size, grad_estimator, control_variate, reward_range
+            rng_key,
+            state,
+            logprior_fn,
+            loglikelihood_fn,
+            data,
+            step_size,
+            grad_estimator,
+            control_variate,
+            reward_range,
         )
 
     return SamplingAlgorithm(init_fn, step_fn)

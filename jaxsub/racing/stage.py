@@ -12,6 +12,7 @@ chunk moments are shifted sums merged with Chan et al.'s parallel update; third 
 (the skewness guard) with Pebay's. A ``-inf`` reward eliminates its arm at once (a zero
 factor); NaN / ``+inf`` stop the race at the stage end and set ``has_nan``.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -26,7 +27,18 @@ from jaxsub.racing.info import RacingInfo, beta_is_bad, flag_invalid
 from jaxsub.subsample import NUM_ROUNDS, permutation_indices, permutation_round_keys
 from jaxsub.types import Array
 
-__all__ = ["RaceCtx", "RaceState", "finish", "first_stage", "has_first_stage", "init_race", "call_model", "rewards", "rewards_states", "stage_body"]
+__all__ = [
+    "RaceCtx",
+    "RaceState",
+    "finish",
+    "first_stage",
+    "has_first_stage",
+    "init_race",
+    "call_model",
+    "rewards",
+    "rewards_states",
+    "stage_body",
+]
 
 
 class RaceState(NamedTuple):
@@ -125,7 +137,6 @@ def init_race(cfg, rng_key, log_f0, params, coef_a, coef_b, beta=None) -> tuple[
         params=params,
     )
     return state, ctx
-
 
 
 def call_model(cfg, fn, indices, *args_and_params):
@@ -252,8 +263,9 @@ def stage_body(cfg, csize: int, k: int | None, s: RaceState, c: RaceCtx) -> Race
         # Entering ``switch_stage`` still running: take the exact pass when it keeps the
         # count within N D (see ``exact_pass_cost``): restart the sums at T = 0; the race
         # loops (``~exact_pass`` in their conditions) then leave this draw to the pass loop.
-        take = (at_end & ~done & (s.stage == switch_stage - 1)
-                & (jnp.sum(alive, dtype=jnp.int32) * N <= N * D - num_eval))
+        take = (
+            at_end & ~done & (s.stage == switch_stage - 1) & (jnp.sum(alive, dtype=jnp.int32) * N <= N * D - num_eval)
+        )
         count = jnp.where(take, 0, count).astype(jnp.int32)
         mean_d = jnp.where(take, jnp.zeros_like(mean_d), mean_d)  # the pass's running sums
         exact_pass = take
@@ -336,8 +348,15 @@ def first_stage(cfg, states: RaceState, ctxs: RaceCtx) -> RaceState:
     alive = jnp.where(bad[:, None], alive_c, kept)
     done = states.done | bad | (jnp.sum(alive, axis=1, dtype=jnp.int32) <= 1)
     new = states._replace(
-        count=count, mean_d=mean_d, m2=m2, m3=m3, alive=alive, done=done, has_nan=states.has_nan | bad,
-        num_evaluations=num_eval, stage=states.stage + (~done).astype(jnp.int32),
+        count=count,
+        mean_d=mean_d,
+        m2=m2,
+        m3=m3,
+        alive=alive,
+        done=done,
+        has_nan=states.has_nan | bad,
+        num_evaluations=num_eval,
+        stage=states.stage + (~done).astype(jnp.int32),
     )
     run = ~states.done
     return jax.tree.map(lambda n, o: jnp.where(run.reshape(run.shape + (1,) * (n.ndim - 1)), n, o), new, states)

@@ -16,7 +16,10 @@ and the constructors are ``jaxsub.dsgld`` and ``jaxsub.cg_dsgld``.
   ``jax.distributed.initialize`` (:func:`multi_device_kernel`);
 * :func:`make_shards` -- padded, masked layout for shards of unequal sizes.
 """
-from jaxsub.sgmcmc import cg_dsgld, dsgld, multi_device as multi_device_module, shards, surrogates
+
+from jaxsub.sgmcmc import cg_dsgld, dsgld, shards, surrogates
+from jaxsub.sgmcmc import multi_device as multi_device_module
+from jaxsub.sgmcmc.cg_dsgld import sample_rounds
 from jaxsub.sgmcmc.multi_device import (
     MultiDeviceFunctions,
     MultiDeviceInfo,
@@ -28,7 +31,6 @@ from jaxsub.sgmcmc.multi_device import (
     multi_device_kernel,
     positions_by_chain,
 )
-from jaxsub.sgmcmc.cg_dsgld import sample_rounds
 from jaxsub.sgmcmc.shards import Shards, make_shards, minibatch_indices
 from jaxsub.sgmcmc.surrogates import (
     ConduciveArrays,
@@ -42,7 +44,6 @@ from jaxsub.sgmcmc.surrogates import (
     laplace_program,
     laplace_surrogates,
 )
-
 
 __all__ = [
     "ConduciveArrays",

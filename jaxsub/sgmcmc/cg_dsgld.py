@@ -17,9 +17,11 @@ towards the shard's local posterior when ``local_steps`` is large. With exact
 Gaussian likelihoods and full minibatches the bracket equals the full-data
 gradient on every shard.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,14 +34,22 @@ from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_sur
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter
 
-__all__ = ["CGDSGLDState", "CGDSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_surrogate_dim",
-           "sample_rounds"]
+__all__ = [
+    "CGDSGLDState",
+    "CGDSGLDInfo",
+    "init",
+    "build_kernel",
+    "as_top_level_api",
+    "check_surrogate_dim",
+    "sample_rounds",
+]
 
 init = dsgld.init
 
 
-def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
-                 shard_size: int | None = None) -> Callable:
+def build_kernel(
+    *, batch_size: int, local_steps: int, return_local_positions: bool = False, shard_size: int | None = None
+) -> Callable:
     """Build the CG-DSGLD round kernel from the algorithm's structure (static settings only).
 
     Parameters
@@ -66,20 +76,41 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
         and scaled by α once per round, not once per local step.
     """
 
-    def kernel(rng_key: PRNGKey, state: CGDSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
-               data: ArrayTree, shard_sizes: Array, shard_probs: Array, arrays: ConduciveArrays, step_size,
-               exploration=1.0) -> tuple[CGDSGLDState, CGDSGLDInfo]:
+    def kernel(
+        rng_key: PRNGKey,
+        state: CGDSGLDState,
+        logprior_fn: Callable,
+        loglikelihood_fn: Callable,
+        data: ArrayTree,
+        shard_sizes: Array,
+        shard_probs: Array,
+        arrays: ConduciveArrays,
+        step_size,
+        exploration=1.0,
+    ) -> tuple[CGDSGLDState, CGDSGLDInfo]:
         def conducive(shard):
             local = shard_arrays(arrays, shard, exploration)
             return lambda position: apply_conducive(position, local)
 
         dsgld.check_layout(data, batch_size, shard_size)
-        new_position, info = dsgld.shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data,
-                                               shard_sizes, shard_probs, step_size, conducive, batch_size=batch_size,
-                                               local_steps=local_steps, return_local_positions=return_local_positions,
-                                               static_shard_size=shard_size)
+        new_position, info = dsgld.shard_round(
+            rng_key,
+            state.position,
+            logprior_fn,
+            loglikelihood_fn,
+            data,
+            shard_sizes,
+            shard_probs,
+            step_size,
+            conducive,
+            batch_size=batch_size,
+            local_steps=local_steps,
+            return_local_positions=return_local_positions,
+            static_shard_size=shard_size,
+        )
         return CGDSGLDState(new_position), info._replace(
-            bad_hyperparameter=dsgld.bad_hyperparameters(step_size, exploration))
+            bad_hyperparameter=dsgld.bad_hyperparameters(step_size, exploration)
+        )
 
     return kernel
 
@@ -107,9 +138,19 @@ def check_surrogate_dim(surrogates, position) -> None:
         )
 
 
-def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
-                     batch_size: int, local_steps: int, surrogates, shard_probs: Any = None,
-                     exploration: float = 1.0, return_local_positions: bool = False) -> SamplingAlgorithm:
+def as_top_level_api(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    shards: Any,
+    *,
+    step_size: float,
+    batch_size: int,
+    local_steps: int,
+    surrogates,
+    shard_probs: Any = None,
+    exploration: float = 1.0,
+    return_local_positions: bool = False,
+) -> SamplingAlgorithm:
     r"""CG-DSGLD: DSGLD rounds with the conducive gradient of Gaussian likelihood surrogates.
 
     Parameters
@@ -141,11 +182,16 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
     El Mekkaoui et al., "Federated stochastic gradient Langevin dynamics", UAI 2021, eq. 6 and Remark 1.
     """
     shards, step_size, batch_size, local_steps, probs = dsgld.validate_config(
-        shards, step_size, batch_size, local_steps, shard_probs)
+        shards, step_size, batch_size, local_steps, shard_probs
+    )
     surrogates = check_surrogates(surrogates, shards.num_shards)
     exploration = check_hyperparameter("exploration", exploration, low=0.0, low_closed=True)
-    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
-                          return_local_positions=bool(return_local_positions), shard_size=dsgld.common_size(shards))
+    kernel = build_kernel(
+        batch_size=batch_size,
+        local_steps=local_steps,
+        return_local_positions=bool(return_local_positions),
+        shard_size=dsgld.common_size(shards),
+    )
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)
@@ -159,15 +205,24 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         return state
 
     def step_fn(rng_key: PRNGKey, state: CGDSGLDState):
-        return kernel(rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, arrays, step_size,
-                      exploration)
+        return kernel(
+            rng_key, state, logprior_fn, loglikelihood_fn, data, sizes, probs_arr, arrays, step_size, exploration
+        )
 
     return SamplingAlgorithm(init_fn, step_fn)
 
 
-def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_size: int, local_steps: int,
-                  num_rounds: int, shard_size: int | None = None, return_local_positions: bool = False,
-                  transform: Callable | None = None) -> Callable:
+def sample_rounds(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    *,
+    batch_size: int,
+    local_steps: int,
+    num_rounds: int,
+    shard_size: int | None = None,
+    return_local_positions: bool = False,
+    transform: Callable | None = None,
+) -> Callable:
     r"""A pure function running CG-DSGLD chains with the data, surrogates and hyperparameters as *arguments*.
 
     ``jaxsub.cg_dsgld(...).step`` closes over the shards and surrogates, so every new data set,
@@ -197,15 +252,29 @@ def sample_rounds(logprior_fn: Callable, loglikelihood_fn: Callable, *, batch_si
     into one key per round. Nothing is validated here (the arguments may be traced): use
     :func:`as_top_level_api` for checked construction.
     """
-    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps, shard_size=shard_size,
-                          return_local_positions=bool(return_local_positions))
+    kernel = build_kernel(
+        batch_size=batch_size,
+        local_steps=local_steps,
+        shard_size=shard_size,
+        return_local_positions=bool(return_local_positions),
+    )
     record = transform if transform is not None else (lambda state, info: state.position)
 
     def run(rng_key, positions, data, shard_sizes, shard_probs, arrays, step_size, exploration):
         def one_chain(key, position):
             def body(state, k):
-                state, info = kernel(k, state, logprior_fn, loglikelihood_fn, data, shard_sizes, shard_probs,
-                                     arrays, step_size, exploration)
+                state, info = kernel(
+                    k,
+                    state,
+                    logprior_fn,
+                    loglikelihood_fn,
+                    data,
+                    shard_sizes,
+                    shard_probs,
+                    arrays,
+                    step_size,
+                    exploration,
+                )
                 return state, record(state, info)
 
             return jax.lax.scan(body, init(position), jax.random.split(key, num_rounds))

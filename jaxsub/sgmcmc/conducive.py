@@ -10,6 +10,7 @@ With ``q = ∏_s q_s`` the conducive gradient on shard ``s`` chosen with probabi
 and ``E_{s∼f}[g_s(θ)] = 0`` for every θ. Precomputing ``M_s = Λ_s/f_s - Λ`` and
 ``c_s = h - h_s/f_s`` makes ``g_s(θ) = M_s θ + c_s`` one matrix-vector product.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -21,8 +22,14 @@ from jax.flatten_util import ravel_pytree
 from jaxsub.sgmcmc.surrogate_types import GaussianSurrogates
 from jaxsub.types import Array, ArrayLikeTree
 
-__all__ = ["ConduciveArrays", "apply_conducive", "conducive_arrays", "conducive_gradient", "curvature_excess",
-           "shard_arrays"]
+__all__ = [
+    "ConduciveArrays",
+    "apply_conducive",
+    "conducive_arrays",
+    "conducive_gradient",
+    "curvature_excess",
+    "shard_arrays",
+]
 
 
 class ConduciveArrays(NamedTuple):
@@ -75,7 +82,9 @@ def conducive_arrays(surrogates: GaussianSurrogates, shard_probs, exploration: f
     """
     probs = np.asarray(shard_probs, np.float64)
     if probs.shape != (surrogates.num_shards,):
-        raise ValueError(f"shard_probs must have one entry per surrogate ({surrogates.num_shards}); got shape {probs.shape}")
+        raise ValueError(
+            f"shard_probs must have one entry per surrogate ({surrogates.num_shards}); got shape {probs.shape}"
+        )
     prec = np.asarray(surrogates.precision, np.float64)
     shift = np.asarray(surrogates.shift, np.float64)
     total_prec, total_shift = prec.sum(0), shift.sum(0)
@@ -141,7 +150,9 @@ def apply_conducive(position: ArrayLikeTree, arrays: ConduciveArrays) -> ArrayLi
     return unravel(out)
 
 
-def conducive_gradient(position: ArrayLikeTree, shard: Array, arrays: ConduciveArrays, exploration=1.0) -> ArrayLikeTree:
+def conducive_gradient(
+    position: ArrayLikeTree, shard: Array, arrays: ConduciveArrays, exploration=1.0
+) -> ArrayLikeTree:
     r"""``α g_s(θ) = α[-(Λθ - h) + (1/f_s)(Λ_s θ - h_s)]`` as a pytree shaped like ``position``.
 
     Parameters
@@ -197,12 +208,14 @@ def curvature_excess(surrogates: GaussianSurrogates, shard_probs) -> np.ndarray:
         u = np.asarray(surrogates.factor, np.float64)
         dim = u.shape[1]
         if dim > 4096:
-            return np.array([np.max(p / f - total) + np.linalg.eigvalsh(us.T @ us).max() / f
-                             for p, us, f in zip(prec, u, probs)])
+            return np.array(
+                [np.max(p / f - total) + np.linalg.eigvalsh(us.T @ us).max() / f for p, us, f in zip(prec, u, probs)]
+            )
         big_u = np.concatenate(list(u), axis=1)
         total_full = np.diag(total) + big_u @ big_u.T
-        return np.array([np.linalg.eigvalsh((np.diag(p) + us @ us.T) / f - total_full).max()
-                         for p, us, f in zip(prec, u, probs)])
+        return np.array(
+            [np.linalg.eigvalsh((np.diag(p) + us @ us.T) / f - total_full).max() for p, us, f in zip(prec, u, probs)]
+        )
     if surrogates.diagonal:
         return np.max(prec / probs[:, None] - total, axis=1)
     return np.array([np.linalg.eigvalsh(p / f - total).max() for p, f in zip(prec, probs)])

@@ -25,9 +25,11 @@ Ahn, Shahbaba & Welling, "Distributed stochastic gradient MCMC", ICML 2014.
 El Mekkaoui, Mesquita, Blomstedt & Kaski, "Federated stochastic gradient
 Langevin dynamics", UAI 2021.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import blackjax
 import jax
@@ -37,13 +39,24 @@ from blackjax.sgmcmc import gradients
 from jax.flatten_util import ravel_pytree
 
 from jaxsub.base import SamplingAlgorithm
-from jaxsub.subsample import permutation_indices
 from jaxsub.sgmcmc.shards import check_batch_size, check_finite_shards, make_shards, minibatch_indices, shard_gather
+from jaxsub.subsample import permutation_indices
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int, check_probability_vector
 
-__all__ = ["DSGLDState", "DSGLDInfo", "init", "build_kernel", "as_top_level_api", "check_position",
-           "promote_position", "shard_gradient_estimator", "local_round", "shard_round", "resolve_shard_probs"]
+__all__ = [
+    "DSGLDState",
+    "DSGLDInfo",
+    "init",
+    "build_kernel",
+    "as_top_level_api",
+    "check_position",
+    "promote_position",
+    "shard_gradient_estimator",
+    "local_round",
+    "shard_round",
+    "resolve_shard_probs",
+]
 
 
 class DSGLDState(NamedTuple):
@@ -103,6 +116,7 @@ def promote_position(position: ArrayLikeTree) -> ArrayTree:
     -------
     The pytree, floating leaves unchanged (same dtype), others as ``jnp.result_type(float)``.
     """
+
     def promote(x):
         x = jnp.asarray(x)
         return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(float))
@@ -125,7 +139,9 @@ def _shapes(tree) -> str:
     return str(jax.tree.map(describe, tree))
 
 
-def check_position(logprior_fn: Callable, loglikelihood_fn: Callable, datum: ArrayTree, position: ArrayLikeTree) -> None:
+def check_position(
+    logprior_fn: Callable, loglikelihood_fn: Callable, datum: ArrayTree, position: ArrayLikeTree
+) -> None:
     """Check once, by tracing shapes only (``jax.eval_shape``), that ``position`` fits the model.
 
     Parameters
@@ -144,8 +160,10 @@ def check_position(logprior_fn: Callable, loglikelihood_fn: Callable, datum: Arr
         or returns something other than a scalar.
     """
     try:
-        outs = {"logprior_fn(position)": jax.eval_shape(logprior_fn, position),
-                "loglikelihood_fn(position, datum)": jax.eval_shape(loglikelihood_fn, position, datum)}
+        outs = {
+            "logprior_fn(position)": jax.eval_shape(logprior_fn, position),
+            "loglikelihood_fn(position, datum)": jax.eval_shape(loglikelihood_fn, position, datum),
+        }
     except Exception as err:  # any failure of the user's model on these shapes
         raise ValueError(
             f"position does not fit the model: position {_shapes(position)}, datum {_shapes(datum)}; "
@@ -209,8 +227,14 @@ def resolve_shard_probs(shard_probs: Any, sizes: np.ndarray) -> np.ndarray:
     return probs
 
 
-def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, shard_size: Array,
-                             shard_prob: Array, dtype, conducive_fn: Callable | None = None) -> Callable:
+def shard_gradient_estimator(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    shard_size: Array,
+    shard_prob: Array,
+    dtype,
+    conducive_fn: Callable | None = None,
+) -> Callable:
     r"""The DSGLD (or, with ``conducive_fn``, CG-DSGLD) gradient estimator on one shard.
 
     ``grad(θ, B) = ∇\log p(θ) + (N_s/(n f_s)) Σ_{x∈B} ∇\log p(x|θ) [+ conducive_fn(θ)]``,
@@ -248,9 +272,20 @@ def shard_gradient_estimator(logprior_fn: Callable, loglikelihood_fn: Callable, 
     return grad_fn
 
 
-def local_round(rng_key: PRNGKey, position: ArrayLikeTree, grad_fn: Callable, data: ArrayTree,
-                shard: Array, shard_size: Array, step_size, *, batch_size: int,
-                local_steps: int, return_local_positions: bool, static_shard_size: int | None = None):
+def local_round(
+    rng_key: PRNGKey,
+    position: ArrayLikeTree,
+    grad_fn: Callable,
+    data: ArrayTree,
+    shard: Array,
+    shard_size: Array,
+    step_size,
+    *,
+    batch_size: int,
+    local_steps: int,
+    return_local_positions: bool,
+    static_shard_size: int | None = None,
+):
     """``local_steps`` SGLD steps (``blackjax.sgld`` kernel) on rows ``[0, shard_size)`` of ``data[shard]``.
 
     ``static_shard_size``: when every shard has this size (structure known at build time) the
@@ -311,10 +346,22 @@ def _is_finite(position) -> Array:
     return jnp.all(jnp.isfinite(ravel_pytree(position)[0]))
 
 
-def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable, loglikelihood_fn: Callable,
-                data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size, conducive: Callable | None, *,
-                batch_size: int, local_steps: int, return_local_positions: bool,
-                static_shard_size: int | None = None):
+def shard_round(
+    rng_key: PRNGKey,
+    position: ArrayLikeTree,
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    data: ArrayTree,
+    shard_sizes: Array,
+    shard_probs: Array,
+    step_size,
+    conducive: Callable | None,
+    *,
+    batch_size: int,
+    local_steps: int,
+    return_local_positions: bool,
+    static_shard_size: int | None = None,
+):
     """One DSGLD round from ``position``: draw ``s ~ Cat(f)``, run ``local_steps`` steps on shard ``s``.
 
     ``conducive(shard) -> (position -> pytree)`` (or ``None``) is called once per round; the
@@ -355,15 +402,25 @@ def shard_round(rng_key: PRNGKey, position: ArrayLikeTree, logprior_fn: Callable
     shard_size, shard_prob = shard_sizes[shard], shard_probs[shard]
     cfn = None if conducive is None else conducive(shard)
     grad_fn = shard_gradient_estimator(logprior_fn, loglikelihood_fn, shard_size, shard_prob, dtype, cfn)
-    new_position, local = local_round(key_local, position, grad_fn, data, shard, shard_size, step_size,
-                                      batch_size=batch_size, local_steps=local_steps,
-                                      return_local_positions=return_local_positions,
-                                      static_shard_size=static_shard_size)
+    new_position, local = local_round(
+        key_local,
+        position,
+        grad_fn,
+        data,
+        shard,
+        shard_size,
+        step_size,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        return_local_positions=return_local_positions,
+        static_shard_size=static_shard_size,
+    )
     return new_position, DSGLDInfo(shard, local, _is_finite(new_position))
 
 
-def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: bool = False,
-                 shard_size: int | None = None) -> Callable:
+def build_kernel(
+    *, batch_size: int, local_steps: int, return_local_positions: bool = False, shard_size: int | None = None
+) -> Callable:
     """Build the DSGLD round kernel from the algorithm's structure (static settings only).
 
     Parameters
@@ -385,13 +442,32 @@ def build_kernel(*, batch_size: int, local_steps: int, return_local_positions: b
     ``shard_size``, or fewer than ``batch_size``, raises ``ValueError`` when traced.
     """
 
-    def kernel(rng_key: PRNGKey, state: DSGLDState, logprior_fn: Callable, loglikelihood_fn: Callable,
-               data: ArrayTree, shard_sizes: Array, shard_probs: Array, step_size) -> tuple[DSGLDState, DSGLDInfo]:
+    def kernel(
+        rng_key: PRNGKey,
+        state: DSGLDState,
+        logprior_fn: Callable,
+        loglikelihood_fn: Callable,
+        data: ArrayTree,
+        shard_sizes: Array,
+        shard_probs: Array,
+        step_size,
+    ) -> tuple[DSGLDState, DSGLDInfo]:
         check_layout(data, batch_size, shard_size)
-        new_position, info = shard_round(rng_key, state.position, logprior_fn, loglikelihood_fn, data, shard_sizes,
-                                         shard_probs, step_size, None, batch_size=batch_size,
-                                         local_steps=local_steps, return_local_positions=return_local_positions,
-                                         static_shard_size=shard_size)
+        new_position, info = shard_round(
+            rng_key,
+            state.position,
+            logprior_fn,
+            loglikelihood_fn,
+            data,
+            shard_sizes,
+            shard_probs,
+            step_size,
+            None,
+            batch_size=batch_size,
+            local_steps=local_steps,
+            return_local_positions=return_local_positions,
+            static_shard_size=shard_size,
+        )
         return DSGLDState(new_position), info._replace(bad_hyperparameter=bad_hyperparameters(step_size))
 
     return kernel
@@ -421,9 +497,17 @@ def validate_config(shards, step_size, batch_size, local_steps, shard_probs):
     return shards, step_size, batch_size, local_steps, probs
 
 
-def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
-                     batch_size: int, local_steps: int, shard_probs: Any = None,
-                     return_local_positions: bool = False) -> SamplingAlgorithm:
+def as_top_level_api(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    shards: Any,
+    *,
+    step_size: float,
+    batch_size: int,
+    local_steps: int,
+    shard_probs: Any = None,
+    return_local_positions: bool = False,
+) -> SamplingAlgorithm:
     r"""Distributed SGLD: each ``step`` is one round of ``local_steps`` SGLD steps on one shard.
 
     Parameters
@@ -462,9 +546,14 @@ def as_top_level_api(logprior_fn: Callable, loglikelihood_fn: Callable, shards: 
         from ``init``: a position the model does not accept.
     """
     shards, step_size, batch_size, local_steps, probs = validate_config(
-        shards, step_size, batch_size, local_steps, shard_probs)
-    kernel = build_kernel(batch_size=batch_size, local_steps=local_steps,
-                          return_local_positions=bool(return_local_positions), shard_size=common_size(shards))
+        shards, step_size, batch_size, local_steps, shard_probs
+    )
+    kernel = build_kernel(
+        batch_size=batch_size,
+        local_steps=local_steps,
+        return_local_positions=bool(return_local_positions),
+        shard_size=common_size(shards),
+    )
     data = jax.tree.map(jnp.asarray, shards.data)
     sizes = jnp.asarray(shards.sizes, jnp.int32)
     probs_arr = jnp.asarray(probs, jnp.float32)

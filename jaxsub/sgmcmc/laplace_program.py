@@ -10,10 +10,12 @@ damped shard objective ``F_s(θ) = -(1/N_s)[Σ_{x∈X_s} \log p(x|θ) + δ_s \lo
 (``'local'``), on ``Σ_s (N_s/N) F_s`` (``'fedsgd'``: the server optimiser on the averaged shard
 gradients) or by FedAvg rounds (``'fedavg'``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -180,7 +182,7 @@ def chunked_masked_sum(fn: Callable, data_s, mask_s, chunk: int, dim: int, dtype
     data_c = jax.tree.map(lambda a: grow(a).reshape((-1, chunk) + a.shape[1:]), data_s)
     mask_c = grow(mask_s).reshape(-1, chunk)
     if pad:
-        mask_c = mask_c.at[-1, chunk - pad:].set(False)
+        mask_c = mask_c.at[-1, chunk - pad :].set(False)
 
     def body(total, xs):
         rows, m = xs
@@ -291,12 +293,18 @@ def run_program(cfg: ProgramConfig, data, mask, sizes, damping_weights, flat0, k
         modes = expansion_points(cfg, data, mask, sizes_j, damping_weights, flat0)
     # sequential over shards (lax.map): per-datum gradients / Hessians of all shards at once may not fit in memory
     grads, curv, factors, grad_norms = jax.lax.map(
-        partial(curvature_one, cfg), (data, mask, modes, keys, sizes_j, damping_weights))
+        partial(curvature_one, cfg), (data, mask, modes, keys, sizes_j, damping_weights)
+    )
     return LaplaceArrays(modes, grads, curv, factors, grad_norms)
 
 
-def laplace_program(logprior_fn: Callable, loglikelihood_fn: Callable, position: ArrayLikeTree,
-                    options: LaplaceOptions | None = None, **option_values) -> Callable:
+def laplace_program(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    position: ArrayLikeTree,
+    options: LaplaceOptions | None = None,
+    **option_values,
+) -> Callable:
     """The compute of :func:`jaxsub.sgmcmc.laplace_surrogates` as a pure function of the data: jit it once, reuse it.
 
     ``laplace_surrogates`` builds this function on every call, so every call compiles it again

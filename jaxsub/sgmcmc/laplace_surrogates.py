@@ -5,10 +5,12 @@ runs the compute of :func:`~jaxsub.sgmcmc.laplace_program.laplace_program` and t
 into the natural parameters of :class:`~jaxsub.sgmcmc.surrogate_types.GaussianSurrogates`
 (:func:`natural_parameters`).
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,8 +65,10 @@ def check_options(options: LaplaceOptions | None, option_values: dict, dim: int)
     curvature = check_choice("curvature", opts.curvature, ("hessian", "fisher", "gauss_newton"))
     gauss_newton = opts.gauss_newton
     if (curvature == "gauss_newton") != (gauss_newton is not None):
-        raise ValueError("curvature='gauss_newton' needs gauss_newton=(model_fn, output_loglikelihood_fn), "
-                         "and gauss_newton is used only with curvature='gauss_newton'")
+        raise ValueError(
+            "curvature='gauss_newton' needs gauss_newton=(model_fn, output_loglikelihood_fn), "
+            "and gauss_newton is used only with curvature='gauss_newton'"
+        )
     if gauss_newton is not None and (len(tuple(gauss_newton)) != 2 or not all(map(callable, gauss_newton))):
         raise ValueError("gauss_newton must be a pair (model_fn, output_loglikelihood_fn) of callables")
     rank, power = opts.rank, opts.num_power_iterations
@@ -72,7 +76,10 @@ def check_options(options: LaplaceOptions | None, option_values: dict, dim: int)
         rank = check_int("rank", rank, low=1, high=dim)
         power = check_int("num_power_iterations", power, low=0)
     return opts._replace(
-        structure=structure, curvature=curvature, rank=rank, num_power_iterations=power,
+        structure=structure,
+        curvature=curvature,
+        rank=rank,
+        num_power_iterations=power,
         damping=check_real("damping", opts.damping, low=0.0, low_closed=True),
         num_steps=check_int("num_steps", opts.num_steps, low=0),
         expansion=check_choice("expansion", opts.expansion, ("fedavg", "fedsgd", "local")),
@@ -94,8 +101,7 @@ def _diagonal_natural(modes, grads, curv, factors, lowrank: bool):
     if lowrank:
         curv = curv - np.sum(factors**2, axis=2)
     prec = np.maximum(curv, 0.0)
-    lin = prec * modes + (np.einsum("sij,sj->si", factors, np.einsum("sij,si->sj", factors, modes))
-                          if lowrank else 0.0)
+    lin = prec * modes + (np.einsum("sij,sj->si", factors, np.einsum("sij,si->sj", factors, modes)) if lowrank else 0.0)
     shift = lin + grads
     if lowrank:
         means = modes  # the expansion point (a dense solve would cost O(d^3))
@@ -141,9 +147,11 @@ def _check_program_output(structure: str, num_shards: int, dim: int, arrays: Lap
     expected = (num_shards, dim, dim) if structure == "full" else (num_shards, dim)
     curv, factors = arrays.curvature, arrays.factor
     if tuple(np.shape(curv)) != expected or (structure == "lowrank") != (np.shape(factors)[-1] > 0):
-        raise ValueError(f"program was built for another structure or dimension than structure={structure!r}, "
-                         f"d={dim} (curvature of shape {np.shape(curv)}): build it with laplace_program and the "
-                         "same settings")
+        raise ValueError(
+            f"program was built for another structure or dimension than structure={structure!r}, "
+            f"d={dim} (curvature of shape {np.shape(curv)}): build it with laplace_program and the "
+            "same settings"
+        )
 
 
 def laplace_surrogates(
@@ -300,7 +308,20 @@ def laplace_surrogates(
     if opts.expansion == "fedavg":
         steps_per_shard = opts.fedavg_local_steps * (-(-opts.num_steps // opts.fedavg_local_steps))
     evaluations = int(shards.num_shards * steps_per_shard * int(np.max(sizes)))
-    info = SurrogateFitInfo(seconds, 0, evaluations, clipped, "laplace", np.asarray(arrays.gradient_norm),
-                            np.asarray(arrays.expansion_point, np.float64))
-    return GaussianSurrogates(host(prec, dtype), host(shift, dtype), host(means, dtype),
-                              opts.structure != "full", info, None if factor_out is None else host(factor_out, dtype))
+    info = SurrogateFitInfo(
+        seconds,
+        0,
+        evaluations,
+        clipped,
+        "laplace",
+        np.asarray(arrays.gradient_norm),
+        np.asarray(arrays.expansion_point, np.float64),
+    )
+    return GaussianSurrogates(
+        host(prec, dtype),
+        host(shift, dtype),
+        host(means, dtype),
+        opts.structure != "full",
+        info,
+        None if factor_out is None else host(factor_out, dtype),
+    )

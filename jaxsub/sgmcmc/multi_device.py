@@ -44,16 +44,19 @@ are checked and what benchmarks/cgdsgld.py times against. Under
 ``jax.distributed.initialize`` the mesh may span processes (hosts) unchanged:
 see ``examples/multihost_dsgld.py``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxsub.base import SamplingAlgorithm
 from jaxsub.sgmcmc import dsgld
@@ -62,8 +65,17 @@ from jaxsub.sgmcmc.surrogates import ConduciveArrays, apply_conducive, check_sur
 from jaxsub.types import Array, ArrayLikeTree, ArrayTree, PRNGKey
 from jaxsub.validation import check_hyperparameter, check_int
 
-__all__ = ["MultiDeviceState", "MultiDeviceInfo", "MultiDeviceInputs", "MultiDeviceFunctions", "multi_device",
-           "multi_device_kernel", "positions_by_chain", "draws_by_chain", "bytes_per_round"]
+__all__ = [
+    "MultiDeviceState",
+    "MultiDeviceInfo",
+    "MultiDeviceInputs",
+    "MultiDeviceFunctions",
+    "multi_device",
+    "multi_device_kernel",
+    "positions_by_chain",
+    "draws_by_chain",
+    "bytes_per_round",
+]
 
 
 class MultiDeviceState(NamedTuple):
@@ -180,7 +192,7 @@ def positions_by_chain(position: ArrayTree, chain_id: Array) -> ArrayTree:
     order = jnp.argsort(flat_ids, axis=-1)
 
     def reorder(x):
-        x = x.reshape(x.shape[:lead] + (-1,) + x.shape[lead + 2:])
+        x = x.reshape(x.shape[:lead] + (-1,) + x.shape[lead + 2 :])
         idx = order.reshape(order.shape + (1,) * (x.ndim - order.ndim))
         return jnp.take_along_axis(x, idx, axis=lead)
 
@@ -233,8 +245,25 @@ def bytes_per_round(position: ArrayLikeTree, num_shards: int, chains_per_shard: 
     return {"bytes_per_chain": per_chain, "worst": worst, "expected": worst * (num_shards - 1) / num_shards}
 
 
-def _device_round(key, positions, logprior_fn, loglikelihood_fn, data, size, prob, act_prob, arrays, active, d,
-                  step_size, exploration, *, batch_size, local_steps, return_local_positions):
+def _device_round(
+    key,
+    positions,
+    logprior_fn,
+    loglikelihood_fn,
+    data,
+    size,
+    prob,
+    act_prob,
+    arrays,
+    active,
+    d,
+    step_size,
+    exploration,
+    *,
+    batch_size,
+    local_steps,
+    return_local_positions,
+):
     """Local rounds of the ``C`` chains resident on device ``d`` (data ``[1, N_max, ...]``, per-shard arrays ``[1]``)."""
     num_chains = jax.tree.leaves(positions)[0].shape[0]
     device_key = jax.random.fold_in(key, d)
@@ -248,9 +277,18 @@ def _device_round(key, positions, logprior_fn, loglikelihood_fn, data, size, pro
         key_act, key_local = jax.random.split(jax.random.fold_in(device_key, j))
         acts = active & (jax.random.uniform(key_act) < act_prob[0])
         grad_fn = dsgld.shard_gradient_estimator(logprior_fn, loglikelihood_fn, size[0], prob[0], dtype, conducive)
-        new, local = dsgld.local_round(key_local, position, grad_fn, data, 0, size[0], step_size,
-                                       batch_size=batch_size, local_steps=local_steps,
-                                       return_local_positions=return_local_positions)
+        new, local = dsgld.local_round(
+            key_local,
+            position,
+            grad_fn,
+            data,
+            0,
+            size[0],
+            step_size,
+            batch_size=batch_size,
+            local_steps=local_steps,
+            return_local_positions=return_local_positions,
+        )
         new = jax.tree.map(lambda a, b: jnp.where(acts, a, b), new, position)
         if return_local_positions:  # an idle chain stayed where it was at every local step
             local = jax.tree.map(lambda a, b: jnp.where(acts, a, b[None]), local, position)
@@ -266,10 +304,17 @@ def _participation(key, num_shards: int, participating: int) -> Array:
     return jnp.zeros((num_shards,), bool).at[chosen].set(True)
 
 
-def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: int, local_steps: int,
-                        mesh: jax.sharding.Mesh | None = None, axis_name: str = "shards",
-                        participating: int | None = None,
-                        return_local_positions: bool = False) -> MultiDeviceFunctions:
+def multi_device_kernel(
+    *,
+    num_shards: int,
+    chains_per_shard: int,
+    batch_size: int,
+    local_steps: int,
+    mesh: jax.sharding.Mesh | None = None,
+    axis_name: str = "shards",
+    participating: int | None = None,
+    return_local_positions: bool = False,
+) -> MultiDeviceFunctions:
     """Build the multi-device round from its structure: ``(init, kernel, make_inputs)`` as a NamedTuple.
 
     Parameters
@@ -314,15 +359,21 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
                 f"the mesh axis {axis_name!r} has {mesh.shape[axis_name]} devices but there are {S} "
                 "shards: multi_device places exactly one shard per device"
             )
-    round_fn = partial(_device_round, batch_size=batch_size, local_steps=local_steps,
-                       return_local_positions=bool(return_local_positions))
+    round_fn = partial(
+        _device_round,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        return_local_positions=bool(return_local_positions),
+    )
     spec = P(axis_name)
 
     def make_inputs(shards: Any, shard_probs: Any = None, surrogates=None) -> MultiDeviceInputs:
         shards = make_shards(shards)
         check_finite_shards(shards)
         if shards.num_shards != S:
-            raise ValueError(f"multi_device was built for num_shards = {S} but the data have {shards.num_shards} shards")
+            raise ValueError(
+                f"multi_device was built for num_shards = {S} but the data have {shards.num_shards} shards"
+            )
         check_batch_size(batch_size, shards.sizes)
         probs = np.full(S, 1.0 / S) if shard_probs is None else dsgld.resolve_shard_probs(shard_probs, shards.sizes)
         act = probs / probs.max()
@@ -331,18 +382,31 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
             arrays = conducive_arrays(check_surrogates(surrogates, S), probs)
         sizes = np.asarray(shards.sizes, np.int32)
         if mesh is None:
-            return MultiDeviceInputs(jax.tree.map(jnp.asarray, shards.data), jnp.asarray(sizes),
-                                     jnp.asarray(probs, jnp.float32), jnp.asarray(act, jnp.float32), arrays)
+            return MultiDeviceInputs(
+                jax.tree.map(jnp.asarray, shards.data),
+                jnp.asarray(sizes),
+                jnp.asarray(probs, jnp.float32),
+                jnp.asarray(act, jnp.float32),
+                arrays,
+            )
 
         def put(x, sp=spec):
             return x if _is_placed(x, mesh, sp) else jax.device_put(x, NamedSharding(mesh, sp))
 
         if arrays is not None:
-            arrays = ConduciveArrays(put(arrays.matrix), put(arrays.offset),
-                                     None if arrays.factor is None else put(arrays.factor),
-                                     None if arrays.global_factor is None else put(arrays.global_factor, P()))
-        return MultiDeviceInputs(jax.tree.map(put, shards.data), put(sizes), put(np.asarray(probs, np.float32)),
-                                 put(np.asarray(act, np.float32)), arrays)
+            arrays = ConduciveArrays(
+                put(arrays.matrix),
+                put(arrays.offset),
+                None if arrays.factor is None else put(arrays.factor),
+                None if arrays.global_factor is None else put(arrays.global_factor, P()),
+            )
+        return MultiDeviceInputs(
+            jax.tree.map(put, shards.data),
+            put(sizes),
+            put(np.asarray(probs, np.float32)),
+            put(np.asarray(act, np.float32)),
+            arrays,
+        )
 
     def init(position: ArrayLikeTree) -> MultiDeviceState:
         leaves = jax.tree.leaves(position)
@@ -366,47 +430,92 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
         cols = jnp.arange(C, dtype=jnp.int32)[None, :]
         return jax.tree.map(lambda x: x[rows, cols], tree)
 
-    def kernel(rng_key: PRNGKey, state: MultiDeviceState, logprior_fn: Callable, loglikelihood_fn: Callable,
-               inputs: MultiDeviceInputs, step_size, exploration=1.0) -> tuple[MultiDeviceState, MultiDeviceInfo]:
+    def kernel(
+        rng_key: PRNGKey,
+        state: MultiDeviceState,
+        logprior_fn: Callable,
+        loglikelihood_fn: Callable,
+        inputs: MultiDeviceInputs,
+        step_size,
+        exploration=1.0,
+    ) -> tuple[MultiDeviceState, MultiDeviceInfo]:
         _check_inputs(inputs, state, S, C, batch_size)
         key_shift, key_local, key_part = jax.random.split(rng_key, 3)
         shifts = jax.random.randint(key_shift, (C,), 0, S, dtype=jnp.int32)
         active = _participation(key_part, S, m)
-        one = partial(round_fn, logprior_fn=logprior_fn, loglikelihood_fn=loglikelihood_fn, step_size=step_size,
-                      exploration=exploration)
+        one = partial(
+            round_fn,
+            logprior_fn=logprior_fn,
+            loglikelihood_fn=loglikelihood_fn,
+            step_size=step_size,
+            exploration=exploration,
+        )
         arrays = inputs.arrays
         if mesh is None:
             local_arrays, arr_axes = None, None
             if arrays is not None:
-                local_arrays = ConduciveArrays(arrays.matrix[:, None], arrays.offset[:, None],
-                                               None if arrays.factor is None else arrays.factor[:, None],
-                                               arrays.global_factor)
+                local_arrays = ConduciveArrays(
+                    arrays.matrix[:, None],
+                    arrays.offset[:, None],
+                    None if arrays.factor is None else arrays.factor[:, None],
+                    arrays.global_factor,
+                )
                 arr_axes = ConduciveArrays(0, 0, None if arrays.factor is None else 0, None)
 
             def per_device(d, pos_d, data_d, size_d, prob_d, act_d, arrays_d, active_d):
-                return one(key_local, pos_d, data=data_d, size=size_d, prob=prob_d, act_prob=act_d, arrays=arrays_d,
-                           active=active_d, d=d)
+                return one(
+                    key_local,
+                    pos_d,
+                    data=data_d,
+                    size=size_d,
+                    prob=prob_d,
+                    act_prob=act_d,
+                    arrays=arrays_d,
+                    active=active_d,
+                    d=d,
+                )
 
             new, local, finite, acted = jax.vmap(per_device, in_axes=(0, 0, 0, 0, 0, 0, arr_axes, 0))(
-                jnp.arange(S), state.position, jax.tree.map(lambda x: x[:, None], inputs.data),
-                inputs.shard_sizes[:, None], inputs.shard_probs[:, None], inputs.act_probs[:, None], local_arrays,
-                active)
+                jnp.arange(S),
+                state.position,
+                jax.tree.map(lambda x: x[:, None], inputs.data),
+                inputs.shard_sizes[:, None],
+                inputs.shard_probs[:, None],
+                inputs.act_probs[:, None],
+                local_arrays,
+                active,
+            )
             new_pos, new_ids = hop_single(shifts, (new, state.chain_id))
         else:
             arrays_spec = None
             if arrays is not None:
-                arrays_spec = ConduciveArrays(spec, spec, None if arrays.factor is None else spec,
-                                              None if arrays.global_factor is None else P())
+                arrays_spec = ConduciveArrays(
+                    spec, spec, None if arrays.factor is None else spec, None if arrays.global_factor is None else P()
+                )
 
             def body(key, positions, chain_id, shifts, active, data_l, size_l, prob_l, act_l, arrays_l, step, alpha):
                 d = jax.lax.axis_index(axis_name)
                 pos = jax.tree.map(lambda x: x[0], positions)
-                new, local, finite, acted = round_fn(key, pos, logprior_fn, loglikelihood_fn, data_l, size_l, prob_l,
-                                                     act_l, arrays_l, active[d], d, step, alpha)
+                new, local, finite, acted = round_fn(
+                    key,
+                    pos,
+                    logprior_fn,
+                    loglikelihood_fn,
+                    data_l,
+                    size_l,
+                    prob_l,
+                    act_l,
+                    arrays_l,
+                    active[d],
+                    d,
+                    step,
+                    alpha,
+                )
                 new = jax.tree.map(lambda x: x[None], new)
                 local = jax.tree.map(lambda x: x[None], local)
                 branches = [lambda t: t] + [
-                    partial(_ppermute_shift, axis_name=axis_name, num_shards=S, shift=i) for i in range(1, S)]
+                    partial(_ppermute_shift, axis_name=axis_name, num_shards=S, shift=i) for i in range(1, S)
+                ]
                 moved = []
                 for j in range(C):
                     slot = jax.tree.map(lambda x: x[:, j], (new, chain_id))
@@ -415,25 +524,56 @@ def multi_device_kernel(*, num_shards: int, chains_per_shard: int, batch_size: i
                 return new_pos, new_ids, local, finite[None], acted[None]
 
             sharded_body = jax.shard_map(
-                body, mesh=mesh,
+                body,
+                mesh=mesh,
                 in_specs=(P(), spec, spec, P(), P(), spec, spec, spec, spec, arrays_spec, P(), P()),
                 out_specs=(spec, spec, spec, spec, spec),
             )
             new_pos, new_ids, local, finite, acted = sharded_body(
-                key_local, state.position, state.chain_id, shifts, active, inputs.data, inputs.shard_sizes,
-                inputs.shard_probs, inputs.act_probs, arrays, jnp.asarray(step_size), jnp.asarray(exploration))
-        info = MultiDeviceInfo(state.chain_id, shifts, local, finite, acted, active,
-                               dsgld.bad_hyperparameters(step_size, None if arrays is None else exploration))
+                key_local,
+                state.position,
+                state.chain_id,
+                shifts,
+                active,
+                inputs.data,
+                inputs.shard_sizes,
+                inputs.shard_probs,
+                inputs.act_probs,
+                arrays,
+                jnp.asarray(step_size),
+                jnp.asarray(exploration),
+            )
+        info = MultiDeviceInfo(
+            state.chain_id,
+            shifts,
+            local,
+            finite,
+            acted,
+            active,
+            dsgld.bad_hyperparameters(step_size, None if arrays is None else exploration),
+        )
         return MultiDeviceState(new_pos, new_ids), info
 
     return MultiDeviceFunctions(init, kernel, make_inputs)
 
 
-def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any, *, step_size: float,
-                 batch_size: int, local_steps: int, surrogates=None, exploration: float = 1.0,
-                 chains_per_shard: int = 1, mesh: jax.sharding.Mesh | None = None, axis_name: str = "shards",
-                 shard_probs: Any = None, participating: int | None = None,
-                 return_local_positions: bool = False) -> SamplingAlgorithm:
+def multi_device(
+    logprior_fn: Callable,
+    loglikelihood_fn: Callable,
+    shards: Any,
+    *,
+    step_size: float,
+    batch_size: int,
+    local_steps: int,
+    surrogates=None,
+    exploration: float = 1.0,
+    chains_per_shard: int = 1,
+    mesh: jax.sharding.Mesh | None = None,
+    axis_name: str = "shards",
+    shard_probs: Any = None,
+    participating: int | None = None,
+    return_local_positions: bool = False,
+) -> SamplingAlgorithm:
     r"""DSGLD (``surrogates=None``) or CG-DSGLD with one shard per device and chains hopping between devices.
 
     Parameters
@@ -477,9 +617,16 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
     shards = make_shards(shards)
     step_size = check_hyperparameter("step_size", step_size, low=0.0)
     exploration = check_hyperparameter("exploration", exploration, low=0.0, low_closed=True)
-    functions = multi_device_kernel(num_shards=shards.num_shards, chains_per_shard=chains_per_shard,
-                                    batch_size=batch_size, local_steps=local_steps, mesh=mesh, axis_name=axis_name,
-                                    participating=participating, return_local_positions=return_local_positions)
+    functions = multi_device_kernel(
+        num_shards=shards.num_shards,
+        chains_per_shard=chains_per_shard,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        mesh=mesh,
+        axis_name=axis_name,
+        participating=participating,
+        return_local_positions=return_local_positions,
+    )
     inputs = functions.make_inputs(shards, shard_probs, surrogates)
 
     def init_fn(position: ArrayLikeTree, rng_key=None):
@@ -487,6 +634,7 @@ def multi_device(logprior_fn: Callable, loglikelihood_fn: Callable, shards: Any,
         one = dsgld.promote_position(jax.tree.map(lambda x: x[0], position))
         if surrogates is not None:
             from jaxsub.sgmcmc.cg_dsgld import check_surrogate_dim
+
             check_surrogate_dim(surrogates, one)
         state = functions.init(position)
         dsgld.check_position(logprior_fn, loglikelihood_fn, dsgld.first_datum(inputs.data), one)
@@ -502,13 +650,17 @@ def _check_inputs(inputs: MultiDeviceInputs, state: MultiDeviceState, S: int, C:
     """``ValueError`` when the inputs or the state were made for another layout than the kernel's."""
     leaves = jax.tree.leaves(inputs.data)
     if not leaves or any(jnp.ndim(x) < 2 or jnp.shape(x)[0] != S for x in leaves):
-        raise ValueError(f"inputs.data must have a leading num_shards = {S} axis (make_inputs of this kernel); "
-                         f"got leaf shapes {[jnp.shape(x) for x in leaves]}")
+        raise ValueError(
+            f"inputs.data must have a leading num_shards = {S} axis (make_inputs of this kernel); "
+            f"got leaf shapes {[jnp.shape(x) for x in leaves]}"
+        )
     if batch_size > jnp.shape(leaves[0])[1]:
         raise ValueError(f"batch_size = {batch_size} exceeds the data's rows per shard ({jnp.shape(leaves[0])[1]})")
     if jnp.shape(state.chain_id) != (S, C):
-        raise ValueError(f"state was made for chain_id shape {jnp.shape(state.chain_id)}; this kernel has "
-                         f"(num_shards, chains_per_shard) = {(S, C)}")
+        raise ValueError(
+            f"state was made for chain_id shape {jnp.shape(state.chain_id)}; this kernel has "
+            f"(num_shards, chains_per_shard) = {(S, C)}"
+        )
 
 
 def _is_placed(x, mesh, spec) -> bool:

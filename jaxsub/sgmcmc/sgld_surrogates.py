@@ -1,8 +1,10 @@
 r"""Gaussian surrogates of the shard likelihoods: exact, or fitted to local SGLD draws (El Mekkaoui et al. 2021, App. E)."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import blackjax
 import jax
@@ -183,7 +185,11 @@ def gaussian_surrogates(
         if any(a is not None for a in fitting) or logprior_fn is not None or prior is not None:
             raise ValueError("give either exact (means, precisions) or the fitting arguments, not both")
         return from_exact(means, precisions)
-    missing = [n for n, a in zip(("shards", "loglikelihood_fn", "rng_key", "position", "step_size", "batch_size"), fitting) if a is None]
+    missing = [
+        n
+        for n, a in zip(("shards", "loglikelihood_fn", "rng_key", "position", "step_size", "batch_size"), fitting)
+        if a is None
+    ]
     if missing:
         raise ValueError(f"fitting surrogates needs {', '.join(missing)} (or pass exact means and precisions)")
     covariance = check_choice("covariance", covariance, ("full", "diag"))
@@ -199,11 +205,14 @@ def gaussian_surrogates(
     shards = make_shards(shards)
     batch_size = check_batch_size(batch_size, shards.sizes)
     if (logprior_fn is None) != (prior is None):
-        raise ValueError("logprior_fn and prior go together: a fit that targets prior x likelihood "
-                         "must say which Gaussian prior (mean, precision) to divide out")
+        raise ValueError(
+            "logprior_fn and prior go together: a fit that targets prior x likelihood "
+            "must say which Gaussian prior (mean, precision) to divide out"
+        )
     if step_sizes.size not in (1, shards.num_shards):
-        raise ValueError(f"step_size must be a scalar or one value per shard ({shards.num_shards}); "
-                         f"got {step_sizes.size} values")
+        raise ValueError(
+            f"step_size must be a scalar or one value per shard ({shards.num_shards}); got {step_sizes.size} values"
+        )
     step_sizes = np.broadcast_to(step_sizes, (shards.num_shards,))
     flat0, unravel = ravel_pytree(position)
     dim = flat0.shape[0]

@@ -8,9 +8,11 @@ a minibatch: minibatch indices are drawn in ``[0, N_s)`` (see
 :func:`minibatch_indices`). ``mask[s, i] = i < N_s`` marks the real rows for
 full-shard computations (e.g. an exact full-data gradient in a test).
 """
+
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -4,6 +4,7 @@
 parameters ``Λ_s`` and ``h_s = Λ_s μ_s`` on the flattened position (``ravel_pytree`` order),
 as NumPy arrays on the host in the sampler's dtype.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple

@@ -34,6 +34,7 @@ This module gathers the public names of the surrogate modules:
   :class:`LaplaceOptions`);
 * :mod:`~jaxsub.sgmcmc.laplace_program` -- :func:`laplace_program` (the jittable compute).
 """
+
 from jaxsub.sgmcmc.conducive import (
     ConduciveArrays,
     apply_conducive,

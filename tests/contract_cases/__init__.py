@@ -32,14 +32,16 @@ lists that is
 An object reachable under several names is keyed by the first name met in a
 breadth-first walk (so ``jaxsub.dsgld`` wins over ``jaxsub.sgmcmc.dsgld``).
 """
+
 import collections.abc
 import importlib
 import inspect
 import pkgutil
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from blackjax.base import SamplingAlgorithm
 
@@ -112,7 +114,7 @@ def _namedtuple_of_functions(cls) -> bool:
 
 
 def _classify(name: str, obj: Any) -> Constructor | None:
-    if hasattr(obj, "as_top_level_api") and callable(getattr(obj, "as_top_level_api")):
+    if hasattr(obj, "as_top_level_api") and callable(obj.as_top_level_api):
         module = obj if isinstance(obj, types.ModuleType) else getattr(obj, "_module", None)
         return Constructor(name, obj, "module", module, None)
     if inspect.isfunction(obj):

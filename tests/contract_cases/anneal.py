@@ -1,4 +1,5 @@
 """Contract cases for jaxsub.anneal."""
+
 import jax.numpy as jnp
 import numpy as np
 

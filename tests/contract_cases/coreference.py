@@ -1,4 +1,5 @@
 """Contract cases for jaxsub.coreference."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,8 +18,17 @@ def _gibbs_case():
         return 0.5 - jnp.abs(xi["a"] - xj["a"])
 
     def make(temperature):
-        return co.gibbs(factor, mentions, blocks, temperature=temperature, delta=0.1, first_batch_size=10,
-                        min_race_size=20, max_candidates=2, race_cost=0.0)
+        return co.gibbs(
+            factor,
+            mentions,
+            blocks,
+            temperature=temperature,
+            delta=0.1,
+            first_batch_size=10,
+            min_race_size=20,
+            max_candidates=2,
+            race_cost=0.0,
+        )
 
     return Case(make, jnp.asarray(blocks.position, jnp.int32), {"temperature": 1.0})
 
@@ -26,8 +36,15 @@ def _gibbs_case():
 def _similarity_case(constructor, **settings):
     co = jaxsub.coreference
     kinds = {"name": "string", "venue": "categorical", "year": "numeric"}
-    enc = co.encode_mentions({"name": ["j smith", "john smith", "m jones"], "venue": ["a", None, "a"],
-                              "year": [2001.0, 2003.0, float("nan")]}, kinds, hash_dim=8)
+    enc = co.encode_mentions(
+        {
+            "name": ["j smith", "john smith", "m jones"],
+            "venue": ["a", None, "a"],
+            "year": [2001.0, 2003.0, float("nan")],
+        },
+        kinds,
+        hash_dim=8,
+    )
 
     def call(sim, key):
         del key
@@ -45,5 +62,8 @@ def _crf_similarity_case():
     return _similarity_case(jaxsub.coreference.crf_similarity, bias=1.0)
 
 
-CASES = {"coreference.gibbs": _gibbs_case, "coreference.packed_similarity": _packed_similarity_case,
-         "coreference.crf_similarity": _crf_similarity_case}  # jaxsub.coreference.gibbs wraps the sampler module coreference.kernel
+CASES = {
+    "coreference.gibbs": _gibbs_case,
+    "coreference.packed_similarity": _packed_similarity_case,
+    "coreference.crf_similarity": _crf_similarity_case,
+}  # jaxsub.coreference.gibbs wraps the sampler module coreference.kernel

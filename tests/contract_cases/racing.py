@@ -5,12 +5,12 @@ temperature ``beta`` (racing_gibbs). ``delta`` is static: it fixes the B_Normal
 thresholds computed with SciPy at construction (jaxsub.discrete.racing_ragged's
 Bonferroni threshold is the traceable alternative).
 """
+
 import jax
 import jax.numpy as jnp
 
 import jaxsub
 from contract_cases import Case
-
 
 #: Racing-Normal's threshold B_Normal(delta', N, m1) is solved on the host (SciPy root finding,
 #: per concrete delta) when the sampler is built; jaxsub.discrete.racing_ragged takes a traced delta.
@@ -30,8 +30,10 @@ def _racing_case(name):
         )
         return Case(make, jnp.zeros(2), {"step_size": 1e-3}, static={"delta": _DELTA_STATIC})
     centres = jnp.asarray([-0.1, 0.0, 0.1])
-    make = lambda beta: jaxsub.racing_gibbs(  # noqa: E731
-        jnp.zeros(3), lambda idx: -0.5 * (y[idx, :1] - centres[None, :]) ** 2, 200, delta=0.05, beta=beta
+    make = (
+        lambda beta: jaxsub.racing_gibbs(  # noqa: E731
+            jnp.zeros(3), lambda idx: -0.5 * (y[idx, :1] - centres[None, :]) ** 2, 200, delta=0.05, beta=beta
+        )
     )
     return Case(make, jnp.asarray(0, jnp.int32), {"beta": 1.0}, static={"delta": _DELTA_STATIC})
 

@@ -1,4 +1,5 @@
 """Contract cases for jaxsub.sgmcmc (dsgld, cg_dsgld, multi_device, multi_device_kernel)."""
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,9 +28,18 @@ def _multi_device_case():
     """Non-uniform f and partial participation: the paths that idle chains."""
 
     def make(step_size, exploration):
-        return jaxsub.sgmcmc.multi_device(*_MODEL, _SHARDS, step_size=step_size, exploration=exploration,
-                                          batch_size=3, local_steps=1, chains_per_shard=1, surrogates=_surrogates(),
-                                          shard_probs=[0.2, 0.3, 0.5], participating=2)
+        return jaxsub.sgmcmc.multi_device(
+            *_MODEL,
+            _SHARDS,
+            step_size=step_size,
+            exploration=exploration,
+            batch_size=3,
+            local_steps=1,
+            chains_per_shard=1,
+            surrogates=_surrogates(),
+            shard_probs=[0.2, 0.3, 0.5],
+            participating=2,
+        )
 
     return Case(make, jnp.zeros((3, 2)), {"step_size": 1e-3, "exploration": 1.0})
 

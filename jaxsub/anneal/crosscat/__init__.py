@@ -63,6 +63,7 @@ References
 Mansinghka et al., "Cross-categorization", NIPS workshop 2009; Obermeyer, Glidden & Jonas,
 AISTATS 2014, section 4; Neal, JCGS 2000 (Algorithm 8).
 """
+
 from __future__ import annotations
 
 from jaxsub.anneal.crosscat.blocks import block_tick
@@ -71,7 +72,14 @@ from jaxsub.anneal.crosscat.fit import FitOptions, fit
 from jaxsub.anneal.crosscat.grids import CrossCatGrids, data_grids, default_crosscat_grids
 from jaxsub.anneal.crosscat.hypers import resample_hypers
 from jaxsub.anneal.crosscat.model import (
-    CrossCatData, CrossCatHypers, CrossCatModel, CrossCatState, encode_table, grow, init, init_hypers,
+    CrossCatData,
+    CrossCatHypers,
+    CrossCatModel,
+    CrossCatState,
+    encode_table,
+    grow,
+    init,
+    init_hypers,
 )
 from jaxsub.anneal.crosscat.partitions import prior_view_partition
 from jaxsub.anneal.crosscat.queries import depends_on, heldout_rows, predictive_samples

@@ -1,4 +1,5 @@
 """The full-data block Gibbs tick of the *Anneal Stepsize* strategy (:func:`block_tick`)."""
+
 from __future__ import annotations
 
 import jax
@@ -33,8 +34,11 @@ def _handful_stats(model, state, data, hand):
         ci = jnp.asarray(model.cat_idx)
         x = data.cat.T  # [Fc, N]
         w = (hand[state.view_of[ci]] & (x >= 0)).astype(state.cat_counts.dtype)
-        cc = jnp.zeros(state.cat_counts.shape[::2], state.cat_counts.dtype).at[
-            jnp.arange(ci.shape[0])[:, None], jnp.maximum(x, 0)].add(w)
+        cc = (
+            jnp.zeros(state.cat_counts.shape[::2], state.cat_counts.dtype)
+            .at[jnp.arange(ci.shape[0])[:, None], jnp.maximum(x, 0)]
+            .add(w)
+        )
     if len(model.real_idx):
         ri = jnp.asarray(model.real_idx)
         x = data.real.T.astype(state.real_stats.dtype)
@@ -134,15 +138,24 @@ def block_tick(u, state: CrossCatState, block, *, model: CrossCatModel, data: Cr
     first = _first_true(~occ, axis=1)[:, None]
     k_occ = jnp.sum(occ, 1).astype(dt)[:, None]
     nc = jnp.where(occ, sizes.astype(dt), 1.0)
-    prior = jnp.where(occ, gammaln(nc + b - d) - gammaln(nc - d),
-                      jnp.where(jnp.arange(C)[None, :] == first,
-                                jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d), -jnp.inf))
+    prior = jnp.where(
+        occ,
+        gammaln(nc + b - d) - gammaln(nc - d),
+        jnp.where(
+            jnp.arange(C)[None, :] == first,
+            jnp.log(h.row_alpha[:, None] + k_occ * d) + gammaln(b - d) - gammaln(1.0 - d),
+            -jnp.inf,
+        ),
+    )
     k_new = jax.vmap(_sample)(bits_to_uniform(u[4:], dt), prior + lik)
     k_new = jnp.where(occ_v, k_new, -1)
     st = _add_handful(model, st, k_new, cc, rs, 1)
     sizes = sizes.at[jnp.arange(V), jnp.maximum(k_new, 0)].add(jnp.where(occ_v, bsz, 0))
     moved = st._replace(sizes=sizes, z=jnp.where(hand, k_new[:, None], state.z))
     new = jax.tree.map(lambda a, b_: jnp.where(go, a, b_), moved, state)
-    new = new._replace(cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
-                       since_hyper=state.since_hyper + go.astype(jnp.int32), halted=state.halted | overflow)
+    new = new._replace(
+        cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
+        since_hyper=state.since_hyper + go.astype(jnp.int32),
+        halted=state.halted | overflow,
+    )
     return new, overflow

@@ -21,10 +21,12 @@ A sweep of one chain also drops the chain axis (:func:`chain_map`), so no batch-
 surrounds each gather, scatter and dynamic-update-slice of a tick (94 -> 78 fusions per tick on the
 flights subset; same operations, same draws).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,8 +65,7 @@ def _apply_row_writes(state: CrossCatState, w: _RowWrites) -> CrossCatState:
     """Apply a tick's pending ``[V, N]``/``[N]`` writes (dynamic-update-slices, in place inside a scan)."""
     z = state.z
     for i in range(w.z_pos.shape[0]):
-        z = jax.lax.dynamic_update_slice(z, w.z_val[i][:, None].astype(z.dtype),
-                                         (jnp.zeros((), jnp.int32), w.z_pos[i]))
+        z = jax.lax.dynamic_update_slice(z, w.z_val[i][:, None].astype(z.dtype), (jnp.zeros((), jnp.int32), w.z_pos[i]))
     order = state.order
     for i in range(w.order_pos.shape[0]):
         order = _set(order, w.order_pos[i], w.order_val[i])
@@ -75,8 +76,12 @@ def _noop_row_writes(state: CrossCatState) -> _RowWrites:
     """Writes that change nothing (element 0 written back), for one chain."""
     zero = jnp.zeros((), jnp.int32)
     col = _get_col(state.z, zero)
-    return _RowWrites(jnp.zeros((2,), jnp.int32), jnp.stack([col, col]), jnp.zeros((4,), jnp.int32),
-                      jnp.full((4,), _get(state.order, zero), jnp.int32))
+    return _RowWrites(
+        jnp.zeros((2,), jnp.int32),
+        jnp.stack([col, col]),
+        jnp.zeros((4,), jnp.int32),
+        jnp.full((4,), _get(state.order, zero), jnp.int32),
+    )
 
 
 def _identity_map(f, in_axes=0):
@@ -126,6 +131,9 @@ def run_ticks(tick: Callable, moves: Callable | None, carry, uniforms, span: int
         carry, _ = jax.lax.scan(tick, carry, uniforms)
         return carry
     needs0 = jnp.zeros(needs_shape, bool)
-    carry, _, _ = jax.lax.while_loop(partial(_span_left, span), partial(_ticks_then_moves, tick, moves, uniforms, span),
-                                     (carry, jnp.int32(0), needs0))
+    carry, _, _ = jax.lax.while_loop(
+        partial(_span_left, span),
+        partial(_ticks_then_moves, tick, moves, uniforms, span),
+        (carry, jnp.int32(0), needs0),
+    )
     return carry

@@ -1,4 +1,5 @@
 """The feature sweep: Algorithm 8 and the new-view MH for every feature, then the hyper step."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from jaxsub.anneal.crosscat.model import CrossCatData, CrossCatState, _window_rows, init_hypers
 from jaxsub.anneal.crosscat.hypers import resample_hypers
+from jaxsub.anneal.crosscat.model import CrossCatData, CrossCatState, _window_rows, init_hypers
 from jaxsub.anneal.crosscat.partitions import _draw_crp_partitions, _draw_partitions
 from jaxsub.anneal.crosscat.views import feature_gibbs, new_view_mh
 from jaxsub.validation import check_int
@@ -30,7 +31,7 @@ def _level_runs(model, penalty: int = 64):
                 best[e], arg[e] = c, b
     runs, e = [], n
     while e > 0:
-        runs.append((arg[e], e, max(L[arg[e]:e])))
+        runs.append((arg[e], e, max(L[arg[e] : e])))
         e = arg[e]
     return tuple(reversed(runs))
 
@@ -43,8 +44,11 @@ def _compact(state: CrossCatState, data: CrossCatData, width: int):
     n = state.order.shape[0]
     rows = state.order[(state.head + jnp.arange(width, dtype=jnp.int32)) % n]
     data_c = CrossCatData(data.cat[rows], data.real[rows], data.real_obs[rows])
-    return state._replace(z=state.z[:, rows], order=jnp.arange(width, dtype=jnp.int32),
-                          head=jnp.zeros_like(state.head)), data_c, rows
+    return (
+        state._replace(z=state.z[:, rows], order=jnp.arange(width, dtype=jnp.int32), head=jnp.zeros_like(state.head)),
+        data_c,
+        rows,
+    )
 
 
 def _expand(state: CrossCatState, state_c: CrossCatState, rows) -> CrossCatState:
@@ -58,8 +62,7 @@ def _check_widths(widths) -> tuple:
         out = tuple(int(w) for w in widths)
     except TypeError:
         raise ValueError(f"feature_widths must be a tuple of ints; got {widths!r}") from None
-    if any(w < 1 for w in out) or any(b <= a for a, b in zip(out, out[1:])) or \
-            any(int(w) != w for w in widths):
+    if any(w < 1 for w in out) or any(b <= a for a, b in zip(out, out[1:])) or any(int(w) != w for w in widths):
         raise ValueError(f"feature_widths must be strictly increasing positive ints; got {widths!r}")
     return out
 
@@ -161,17 +164,28 @@ def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=N
     dt = h.row_alpha.dtype
     init_h = init_hypers(model, V, dt)
     occ = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V) > 0
-    state = state._replace(hypers=h._replace(row_alpha=jnp.where(occ, h.row_alpha, init_h.row_alpha),
-                                             row_d=jnp.where(occ, h.row_d, init_h.row_d)))
+    state = state._replace(
+        hypers=h._replace(
+            row_alpha=jnp.where(occ, h.row_alpha, init_h.row_alpha), row_d=jnp.where(occ, h.row_d, init_h.row_d)
+        )
+    )
     per = num_aux + 1
     num = model.num_features * per
     a0, d0 = jnp.asarray(model.row_prior.alpha, dt), jnp.asarray(model.row_prior.discount, dt)
     if model.row_prior.discount == 0:  # CRP: all partitions at once, no loop over the subsample
-        draws = _draw_crp_partitions(k_draw, _window_rows(state), state.num_assigned, jnp.full((num,), a0),
-                                     state.sizes.shape[1])
+        draws = _draw_crp_partitions(
+            k_draw, _window_rows(state), state.num_assigned, jnp.full((num,), a0), state.sizes.shape[1]
+        )
     else:
-        draws = _draw_partitions(k_draw, _window_rows(state), state.num_assigned, jnp.full((num,), a0),
-                                 jnp.full((num,), d0), state.sizes.shape[1], trip)
+        draws = _draw_partitions(
+            k_draw,
+            _window_rows(state),
+            state.num_assigned,
+            jnp.full((num,), a0),
+            jnp.full((num,), d0),
+            state.sizes.shape[1],
+            trip,
+        )
     ok_all = jnp.asarray(True)
     for kind, count, key in ((0, len(model.cat_idx), k_cat), (1, len(model.real_idx), k_real)):
         if count == 0:
@@ -190,8 +204,7 @@ def _feature_sweep(rng_key, state, *, model, data, num_aux=1, grids=None, trip=N
             g, u = gumbels[j], uniforms[j]
             fj = (kind, j) if levels is None else (kind, j, levels)
             st, ok = feature_gibbs(key, st, fj, model=model, data=data, num_aux=num_aux, fresh=aux, noise=g[0])
-            st, _ = new_view_mh(key, st, fj, model=model, data=data, fresh=prop + (a0, d0),
-                                noise=(u[0], u[1], g[1]))
+            st, _ = new_view_mh(key, st, fj, model=model, data=data, fresh=prop + (a0, d0), noise=(u[0], u[1], g[1]))
             return st, ok_acc & ok
 
         # categorical features in runs of similar level counts, each run's loop over its own max levels (the

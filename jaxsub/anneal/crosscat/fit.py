@@ -1,10 +1,11 @@
 """The host-side driver :func:`fit`: compiled sweeps of chain groups, capacity growth, traces."""
+
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +13,8 @@ import numpy as np
 
 from jaxsub.anneal import mixture as mx
 from jaxsub.anneal import resume
-from jaxsub.anneal.crosscat.options import FitOptions, fit_options
 from jaxsub.anneal.crosscat.model import CrossCatModel, encode_table, grow, init
+from jaxsub.anneal.crosscat.options import FitOptions, fit_options
 from jaxsub.anneal.crosscat.partitions import prior_view_partition
 from jaxsub.anneal.crosscat.queries import heldout_rows
 from jaxsub.anneal.crosscat.result import CrossCatFit
@@ -47,8 +48,9 @@ def _heldout_batched(states, test, *, model):
 
 
 @partial(jax.jit, static_argnames=("model", "capacity", "num_aux", "num_chains", "dtype", "policy"))
-def _init_chains_jit(data, *, model, capacity, num_aux, num_chains, dtype, policy="random", view_keys=None,
-                     order_keys=None):
+def _init_chains_jit(
+    data, *, model, capacity, num_aux, num_chains, dtype, policy="random", view_keys=None, order_keys=None
+):
     """``num_chains`` copies of :func:`init` (empty) as one compiled program instead of op-by-op dispatch;
     with ``view_keys`` ``[chains]`` each chain's view partition is drawn from the view prior; ``order_keys``
     ``[chains]`` draw each chain's FIFO cycle (policy ``"fifo"``)."""
@@ -94,16 +96,35 @@ def _prepare(data, model, schedule, test_data, cache, options, overrides) -> _Ru
         raise ValueError(f"schedule is for {schedule.num_rows} rows but data has {n}")
     o = fit_options(options, overrides, model, n, len(schedule))
     test = encode_table(model, test_data, o.dtype) if test_data is not None else None
-    config = sweep_config(model, span=o.span, energy_ramp=schedule.energy_ramp, grids=o.grids, num_aux=o.num_aux,
-                         hyper_min_rows=o.hyper_min_rows, feature_moves=o.feature_moves,
-                          feature_min_rows=o.feature_min_rows, policy=schedule.policy, blocked=blocked,
-                         feature_widths=o.feature_widths, sweep_growth=o.sweep_growth,
-                         hyper_widths=o.hyper_widths)
+    config = sweep_config(
+        model,
+        span=o.span,
+        energy_ramp=schedule.energy_ramp,
+        grids=o.grids,
+        num_aux=o.num_aux,
+        hyper_min_rows=o.hyper_min_rows,
+        feature_moves=o.feature_moves,
+        feature_min_rows=o.feature_min_rows,
+        policy=schedule.policy,
+        blocked=blocked,
+        feature_widths=o.feature_widths,
+        sweep_growth=o.sweep_growth,
+        hyper_widths=o.hyper_widths,
+    )
     codes = np.asarray(schedule.codes)
     if blocked:  # block sizes ride in the windows: code + 8 * block (int32)
         codes = codes.astype(np.int32) + 8 * np.asarray(schedule.blocks, np.int32)
-    return _Run(model, schedule, o, enc, test, config, codes, np.int32 if blocked else np.int8,
-                SweepCache() if cache is None else cache)
+    return _Run(
+        model,
+        schedule,
+        o,
+        enc,
+        test,
+        config,
+        codes,
+        np.int32 if blocked else np.int8,
+        SweepCache() if cache is None else cache,
+    )
 
 
 def _initial_states(rng_key, run: _Run):
@@ -117,16 +138,27 @@ def _initial_states(rng_key, run: _Run):
     if run.schedule.policy == "fifo":  # each chain's shuffled cycle, again from its own stream
         rng_key, k_order = jax.random.split(rng_key)
         order_keys = jax.random.split(k_order, o.num_chains)
-    states = _init_chains_jit(run.enc, model=run.model, capacity=o.capacity, num_aux=o.num_aux,
-                              num_chains=o.num_chains, dtype=o.dtype, policy=run.schedule.policy, view_keys=view_keys,
-                              order_keys=order_keys)
+    states = _init_chains_jit(
+        run.enc,
+        model=run.model,
+        capacity=o.capacity,
+        num_aux=o.num_aux,
+        num_chains=o.num_chains,
+        dtype=o.dtype,
+        policy=run.schedule.policy,
+        view_keys=view_keys,
+        order_keys=order_keys,
+    )
     return states, jax.random.split(rng_key, o.num_chains)
 
 
 def _executable(run: _Run, states, keys, windows):
     """The compiled sweep for these shapes from ``run.cache`` (compiled now if missing): ``(exe, seconds)``."""
-    sig = ("crosscat", run.config, tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows,
-                                                                                              run.enc))))
+    sig = (
+        "crosscat",
+        run.config,
+        tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves((states, keys, windows, run.enc))),
+    )
     if sig in run.cache.executables:
         return run.cache.executables[sig], 0.0
     t0 = time.perf_counter()
@@ -162,8 +194,13 @@ def _run_span(run: _Run, states, keys):
         out = jax.block_until_ready(exe(groups[0], keys[parts[0]], wins[0], run.enc))
     else:
         with ThreadPoolExecutor(len(parts)) as pool:
-            out = _join(list(pool.map(lambda a: jax.block_until_ready(exe(a[0], keys[a[1]], a[2], run.enc)),
-                                      zip(groups, parts, wins))))
+            out = _join(
+                list(
+                    pool.map(
+                        lambda a: jax.block_until_ready(exe(a[0], keys[a[1]], a[2], run.enc)), zip(groups, parts, wins)
+                    )
+                )
+            )
     return out, time.perf_counter() - t0, compile_seconds
 
 
@@ -173,8 +210,10 @@ def _grow_if_halted(run: _Run, states, capacity: int):
         return states, capacity
     max_capacity = run.options.max_capacity
     if capacity >= max_capacity:
-        raise mx.CapacityError(f"a chain needs more than max_capacity={max_capacity} clusters in a view "
-                               f"at tick {int(np.asarray(states.cursor).min())}; raise max_capacity")
+        raise mx.CapacityError(
+            f"a chain needs more than max_capacity={max_capacity} clusters in a view "
+            f"at tick {int(np.asarray(states.cursor).min())}; raise max_capacity"
+        )
     capacity = min(2 * capacity, max_capacity)
     return grow(states, capacity)._replace(halted=jnp.zeros((run.options.num_chains,), bool)), capacity
 
@@ -195,20 +234,38 @@ def _trace_row(run: _Run, states, elapsed: float, capacity: int):
     nv, nk = _stats(states, model=run.model)
     rows_t = _heldout_batched(states, run.test, model=run.model) if run.test is not None else None
     held = np.asarray(jnp.sum(rows_t, -1)) if rows_t is not None else np.full(run.options.num_chains, np.nan)
-    row = _TraceRow(held, np.asarray(nv), np.asarray(nk), elapsed, capacity,
-                    np.asarray(_log_joint_batched(states, model=run.model)))
+    row = _TraceRow(
+        held, np.asarray(nv), np.asarray(nk), elapsed, capacity, np.asarray(_log_joint_batched(states, model=run.model))
+    )
     return row, rows_t
 
 
 def _result(states, rows: list, rows_t, compile_seconds: float) -> CrossCatFit:
     cols = _TraceRow(*zip(*rows))
-    return CrossCatFit(states, np.stack(cols.heldout), None if rows_t is None else np.asarray(rows_t),
-                       np.stack(cols.num_views), np.stack(cols.num_clusters), np.asarray(cols.seconds),
-                       compile_seconds, np.asarray(cols.capacity), np.stack(cols.log_joint))
+    return CrossCatFit(
+        states,
+        np.stack(cols.heldout),
+        None if rows_t is None else np.asarray(rows_t),
+        np.stack(cols.num_views),
+        np.stack(cols.num_clusters),
+        np.asarray(cols.seconds),
+        compile_seconds,
+        np.asarray(cols.capacity),
+        np.stack(cols.log_joint),
+    )
 
 
-def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, test_data=None,
-        cache: SweepCache | None = None, options: FitOptions | None = None, **overrides) -> CrossCatFit:
+def fit(
+    rng_key: PRNGKey,
+    data,
+    model: CrossCatModel,
+    schedule: Schedule,
+    *,
+    test_data=None,
+    cache: SweepCache | None = None,
+    options: FitOptions | None = None,
+    **overrides,
+) -> CrossCatFit:
     """Run a row schedule for CrossCat on ``num_chains`` vmapped chains.
 
     Row policy ``"random"`` (Anneal, Prior+Gibbs, Sequential+Gibbs, energy annealing, block schedules such as
@@ -261,13 +318,16 @@ def fit(rng_key: PRNGKey, data, model: CrossCatModel, schedule: Schedule, *, tes
     if restored is not None:
         progress = _from_checkpoint(restored[1])
     part = _groups(run)[0]
-    progress = progress._replace(compile_seconds=progress.compile_seconds + _executable(
-        run, _take(progress.states, part), keys[part], _windows(run, _take(progress.states, part)))[1])
+    progress = progress._replace(
+        compile_seconds=progress.compile_seconds
+        + _executable(run, _take(progress.states, part), keys[part], _windows(run, _take(progress.states, part)))[1]
+    )
     bar = _progress_bar(run.options, schedule)
     while not (progress.rows and _finished(run, progress)):
         progress = _step(run, progress, keys)
         if run.options.checkpoint_dir is not None and (
-                len(progress.rows) % run.options.checkpoint_every == 0 or _finished(run, progress)):
+            len(progress.rows) % run.options.checkpoint_every == 0 or _finished(run, progress)
+        ):
             _save(run, progress, meta)
         if bar is not None:
             bar.n = int(np.asarray(progress.states.cursor).min())
@@ -305,9 +365,12 @@ def _meta(rng_key, run: _Run) -> dict:
     """What a checkpoint must match: the run's key, data, model, schedule, test data and draw-changing options."""
     o = run.options._replace(checkpoint_dir=None, checkpoint_every=1, progress_bar=False, time_budget=None)
     s = run.schedule
-    return {"driver": "jaxsub.anneal.crosscat.fit",
-            "run": resume.fingerprint(rng_key, run.enc, run.test, repr(run.model), s.codes, s.blocks, s.policy,
-                                      s.energy_ramp, s.num_rows, repr(o))}
+    return {
+        "driver": "jaxsub.anneal.crosscat.fit",
+        "run": resume.fingerprint(
+            rng_key, run.enc, run.test, repr(run.model), s.codes, s.blocks, s.policy, s.energy_ramp, s.num_rows, repr(o)
+        ),
+    }
 
 
 def _checkpoint_tree(p: _Progress) -> dict:
@@ -325,13 +388,25 @@ def _checkpoint_like(run: _Run, states, capacity: int, num_entries: int) -> dict
 
 def _from_checkpoint(tree: dict) -> _Progress:
     rows = resume.unstack_rows(tree["trace"], _TraceRow)
-    return _Progress(tree["states"], int(rows[-1].capacity), rows, tree.get("rows_t"), float(tree["clock"][0]),
-                     float(tree["clock"][1]))
+    return _Progress(
+        tree["states"],
+        int(rows[-1].capacity),
+        rows,
+        tree.get("rows_t"),
+        float(tree["clock"][0]),
+        float(tree["clock"][1]),
+    )
 
 
 def _save(run: _Run, p: _Progress, meta: dict) -> None:
-    resume.save(run.options.checkpoint_dir, len(p.rows), _checkpoint_tree(p), capacity=p.capacity,
-                num_entries=len(p.rows), meta=meta)
+    resume.save(
+        run.options.checkpoint_dir,
+        len(p.rows),
+        _checkpoint_tree(p),
+        capacity=p.capacity,
+        num_entries=len(p.rows),
+        meta=meta,
+    )
 
 
 def _progress_bar(options: FitOptions, schedule: Schedule):

@@ -1,4 +1,5 @@
 """Hyperparameter grids (uniform or weighted priors) of :func:`~jaxsub.anneal.crosscat.resample_hypers`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,7 +57,9 @@ class CrossCatGrids:
             v = np.atleast_1d(np.asarray(g, np.float64))
             if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
                 raise ValueError(f"grid {name} must be a non-empty 1-D sequence of finite numbers; got {g!r}")
-            lo_ok = (v >= 0) & (v < 1) if name.endswith("_d") else (v > 0 if name != "nix_mu0" else np.ones_like(v, bool))
+            lo_ok = (
+                (v >= 0) & (v < 1) if name.endswith("_d") else (v > 0 if name != "nix_mu0" else np.ones_like(v, bool))
+            )
             if not np.all(lo_ok):
                 raise ValueError(f"grid {name} has values outside its range; got {g!r}")
             object.__setattr__(self, name, tuple(float(x) for x in v))
@@ -90,8 +93,9 @@ def default_crosscat_grids(model: CrossCatModel, num: int = 12) -> CrossCatGrids
     )
 
 
-def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantiles", *,
-               sigma2_weight: bool = True) -> CrossCatGrids:
+def data_grids(
+    model: CrossCatModel, data, num: int = 12, style: str = "quantiles", *, sigma2_weight: bool = True
+) -> CrossCatGrids:
     """:func:`default_crosscat_grids` with the NIX grids set from the data, as pylace (lace) sets its NIX
     hyperprior from each column (``NixHyper::from_data``: ``mu0 ~ N(mean, sd)``, ``kappa0 ~ Gamma(1, 1)``,
     ``nu0 ~ InvGamma(log n, log n)``, ``sigma2 ~ InvGamma(log n, var)``, ``n`` the column's observed cells).
@@ -160,22 +164,42 @@ def data_grids(model: CrossCatModel, data, num: int = 12, style: str = "quantile
         raise ValueError("data_grids needs at least 2 observed, not all equal, cells in every real column")
     m, v = float(np.sum(real[obs]) / obs.sum()), float(np.mean(vars_))
     if np.ptp(means) > 0.5 * math.sqrt(v) or vars_.max() > 4 * vars_.min():
-        raise ValueError(f"data_grids shares one NIX grid across the real columns: their means ({means.round(3)}) and "
-                         f"variances ({vars_.round(3)}) must agree; standardise the real columns first")
+        raise ValueError(
+            f"data_grids shares one NIX grid across the real columns: their means ({means.round(3)}) and "
+            f"variances ({vars_.round(3)}) must agree; standardise the real columns first"
+        )
     a = max(math.log(n), 1.01)
-    pm, pk, pnu, ps2 = (stats.norm(m, math.sqrt(v)), stats.gamma(1.0), stats.invgamma(a, scale=a),
-                        stats.invgamma(a, scale=v))
+    pm, pk, pnu, ps2 = (
+        stats.norm(m, math.sqrt(v)),
+        stats.gamma(1.0),
+        stats.invgamma(a, scale=a),
+        stats.invgamma(a, scale=v),
+    )
     if style == "weights":
         g_m = m + math.sqrt(v) * np.linspace(-2, 2, num)
         g_k, g_nu, g_s2 = np.asarray(base.nix_kappa0), np.asarray(base.nix_nu0), v * np.asarray(base.nix_sigma2)
-        lw = (pm.logpdf(g_m), pk.logpdf(g_k) + np.log(g_k), pnu.logpdf(g_nu) + np.log(g_nu),
-              ps2.logpdf(g_s2) + np.log(g_s2))
+        lw = (
+            pm.logpdf(g_m),
+            pk.logpdf(g_k) + np.log(g_k),
+            pnu.logpdf(g_nu) + np.log(g_nu),
+            ps2.logpdf(g_s2) + np.log(g_s2),
+        )
         lw = tuple(tuple(np.maximum(w - w.max(), -200.0)) for w in lw)  # finite: a point far out keeps weight e^-200
         if not sigma2_weight:
             lw = lw[:3] + (None,)  # sigma2: uniform over its (log-spaced) points
-        return dataclasses.replace(base, nix_mu0=tuple(g_m), nix_kappa0=tuple(g_k), nix_nu0=tuple(g_nu),
-                                   nix_sigma2=tuple(g_s2), nix_logprior=lw)
+        return dataclasses.replace(
+            base,
+            nix_mu0=tuple(g_m),
+            nix_kappa0=tuple(g_k),
+            nix_nu0=tuple(g_nu),
+            nix_sigma2=tuple(g_s2),
+            nix_logprior=lw,
+        )
     q = (np.arange(num) + 0.5) / num
     return dataclasses.replace(
-        base, nix_mu0=tuple(pm.ppf(q)), nix_kappa0=tuple(pk.ppf(q)), nix_nu0=tuple(pnu.ppf(q)),
-        nix_sigma2=tuple(ps2.ppf(q)))
+        base,
+        nix_mu0=tuple(pm.ppf(q)),
+        nix_kappa0=tuple(pk.ppf(q)),
+        nix_nu0=tuple(pnu.ppf(q)),
+        nix_sigma2=tuple(ps2.ppf(q)),
+    )

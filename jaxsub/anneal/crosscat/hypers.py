@@ -1,4 +1,5 @@
 """Grid Gibbs of every hyperparameter given the partitions (:func:`resample_hypers`)."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -36,8 +37,10 @@ def _occupied_bound(model: CrossCatModel, state: CrossCatState) -> jnp.ndarray:
     """``[2]`` int32: the most clusters holding cells of any categorical (0) / real (1) feature, over every
     feature and every leading batch axis (chain) of ``state``: :func:`resample_hypers`' ``occupied``."""
     out = []
-    for idx, occ in ((model.cat_idx, lambda: jnp.sum(state.cat_counts, -1) > 0),
-                     (model.real_idx, lambda: state.real_stats[..., 0] > 0)):
+    for idx, occ in (
+        (model.cat_idx, lambda: jnp.sum(state.cat_counts, -1) > 0),
+        (model.real_idx, lambda: state.real_stats[..., 0] > 0),
+    ):
         out.append(jnp.max(jnp.sum(occ(), -1)).astype(jnp.int32) if len(idx) else jnp.zeros((), jnp.int32))
     return jnp.stack(out)
 
@@ -107,8 +110,9 @@ def _dirichlet_level(d: _DirichletGibbs, i, cp):
     n_f = d.n_s[f]  # [width]
     c_l = d.counts_s[f, :, lvl]  # [width]
     bg = b_rest + d.g  # [G]
-    lp = (jnp.sum(gammaln(bg[:, None]) - gammaln(bg[:, None] + n_f[None, :]), -1)
-          + jnp.sum(gammaln(d.g[:, None] + c_l[None, :]) - d.lg_g[:, None], -1))  # [G]
+    lp = jnp.sum(gammaln(bg[:, None]) - gammaln(bg[:, None] + n_f[None, :]), -1) + jnp.sum(
+        gammaln(d.g[:, None] + c_l[None, :]) - d.lg_g[:, None], -1
+    )  # [G]
     return cp.at[f, lvl].set(d.g[jnp.argmax(lp + d.gumbels[i])])
 
 
@@ -133,9 +137,16 @@ def _dirichlet_hypers(key, model: CrossCatModel, state: CrossCatState, cp, grid,
     pl = np.asarray([lv for i in model.cat_idx for lv in range(model.features[i].num_levels)], np.int32)
     gumbels = jax.random.gumbel(key, (pf.size, g.shape[0]), dt)  # one call for every pair
     by_size = jnp.argsort(-n_c, axis=1)  # [Fc, C]
-    d = _DirichletGibbs(g, gammaln(g), _level_mask(model), jnp.asarray(pf), jnp.asarray(pl), gumbels,
-                        jnp.take_along_axis(counts, by_size[:, :, None], axis=1),
-                        jnp.take_along_axis(n_c, by_size, axis=1))
+    d = _DirichletGibbs(
+        g,
+        gammaln(g),
+        _level_mask(model),
+        jnp.asarray(pf),
+        jnp.asarray(pl),
+        gumbels,
+        jnp.take_along_axis(counts, by_size[:, :, None], axis=1),
+        jnp.take_along_axis(n_c, by_size, axis=1),
+    )
     occ = jnp.max(jnp.sum(n_c > 0, 1)) if occupied is None else jnp.asarray(occupied)[0]
     return _switch_width(widths, counts.shape[1], occ, partial(_dirichlet_at_width, d), cp)
 
@@ -168,8 +179,15 @@ def _nix_hypers(keys, state: CrossCatState, nix, grids: CrossCatGrids, dt, occup
     return _switch_width(widths, rs.shape[1], occ, branch, nix)
 
 
-def resample_hypers(rng_key: PRNGKey, state: CrossCatState, *, model: CrossCatModel, grids: CrossCatGrids,
-                    occupied=None, widths: tuple = HYPER_WIDTHS) -> CrossCatState:
+def resample_hypers(
+    rng_key: PRNGKey,
+    state: CrossCatState,
+    *,
+    model: CrossCatModel,
+    grids: CrossCatGrids,
+    occupied=None,
+    widths: tuple = HYPER_WIDTHS,
+) -> CrossCatState:
     """Grid Gibbs of all hyperparameters given the partitions (cost independent of N).
 
     The view-partition ``(alpha_v, d_v)``, every occupied view's row ``(alpha, d)``, every categorical level's

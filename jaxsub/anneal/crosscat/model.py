@@ -4,6 +4,7 @@
 ``[N, F]`` table, NaN = missing, validated against the model), :class:`CrossCatHypers`,
 :class:`CrossCatState` and the constructors :func:`init_hypers`, :func:`init` and :func:`grow`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,16 @@ from jaxsub.anneal.model import CRP, BetaBernoulli, DirichletCategorical, Normal
 from jaxsub.types import PRNGKey
 from jaxsub.validation import check_int
 
-__all__ = ["CrossCatData", "CrossCatHypers", "CrossCatModel", "CrossCatState", "encode_table", "grow", "init",
-           "init_hypers"]
+__all__ = [
+    "CrossCatData",
+    "CrossCatHypers",
+    "CrossCatModel",
+    "CrossCatState",
+    "encode_table",
+    "grow",
+    "init",
+    "init_hypers",
+]
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,10 @@ class CrossCatModel:
             raise ValueError("features must list at least one feature model")
         for i, f in enumerate(feats):
             if not isinstance(f, (BetaBernoulli, DirichletCategorical, NormalInverseChiSquared)):
-                raise ValueError(f"features[{i}]: unknown column type {f!r}; use BetaBernoulli, "
-                                 "DirichletCategorical or NormalInverseChiSquared")
+                raise ValueError(
+                    f"features[{i}]: unknown column type {f!r}; use BetaBernoulli, "
+                    "DirichletCategorical or NormalInverseChiSquared"
+                )
         object.__setattr__(self, "features", feats)
 
     @property
@@ -126,8 +137,10 @@ def encode_table(model: CrossCatModel, data, dtype=jnp.float32) -> CrossCatData:
         obs = ~miss[:, i]
         v = col[obs]
         if not np.all(np.mod(v, 1) == 0) or v.min() < 0 or v.max() >= feat.num_levels:
-            raise ValueError(f"column {i} ({type(feat).__name__}, {feat.num_levels} levels) holds values "
-                             f"outside {{0..{feat.num_levels - 1}}}")
+            raise ValueError(
+                f"column {i} ({type(feat).__name__}, {feat.num_levels} levels) holds values "
+                f"outside {{0..{feat.num_levels - 1}}}"
+            )
         cats.append(np.where(obs, np.nan_to_num(col), -1).astype(np.int32))
     n = arr.shape[0]
     cat = np.stack(cats, 1) if cats else np.zeros((n, 0), np.int32)
@@ -227,12 +240,18 @@ def init_hypers(model: CrossCatModel, num_views: int, dtype=jnp.float32) -> Cros
     for j, i in enumerate(model.cat_idx):
         pc = model.features[i].pseudo_counts()
         cp[j, : len(pc)] = pc
-    nix = np.asarray([[f.mu0, f.kappa0, f.nu0, f.sigma2] for f in (model.features[i] for i in model.real_idx)],
-                     np.float64).reshape(-1, 4)
+    nix = np.asarray(
+        [[f.mu0, f.kappa0, f.nu0, f.sigma2] for f in (model.features[i] for i in model.real_idx)], np.float64
+    ).reshape(-1, 4)
     rp = model.row_prior
-    return CrossCatHypers(jnp.asarray(model.view_prior.alpha, dtype), jnp.asarray(model.view_prior.discount, dtype),
-                          jnp.full((num_views,), rp.alpha, dtype), jnp.full((num_views,), rp.discount, dtype),
-                          jnp.asarray(cp, dtype), jnp.asarray(nix, dtype))
+    return CrossCatHypers(
+        jnp.asarray(model.view_prior.alpha, dtype),
+        jnp.asarray(model.view_prior.discount, dtype),
+        jnp.full((num_views,), rp.alpha, dtype),
+        jnp.full((num_views,), rp.discount, dtype),
+        jnp.asarray(cp, dtype),
+        jnp.asarray(nix, dtype),
+    )
 
 
 def _feature_stats(model, data, z_of_feature, on, capacity):
@@ -252,10 +271,16 @@ def _feature_stats(model, data, z_of_feature, on, capacity):
         st = jnp.stack([w, x * w, x * x * w], -1)
         return jax.ops.segment_sum(st, seg, capacity + 1)[:capacity]
 
-    cc = (jax.vmap(cat_one, in_axes=(0, 1))(z_of_feature[ci], data.cat) if len(model.cat_idx)
-          else jnp.zeros((0, capacity, L), jnp.int32))
-    rs = (jax.vmap(real_one, in_axes=(0, 1, 1))(z_of_feature[ri], data.real, data.real_obs) if len(model.real_idx)
-          else jnp.zeros((0, capacity, 3), data.real.dtype))
+    cc = (
+        jax.vmap(cat_one, in_axes=(0, 1))(z_of_feature[ci], data.cat)
+        if len(model.cat_idx)
+        else jnp.zeros((0, capacity, L), jnp.int32)
+    )
+    rs = (
+        jax.vmap(real_one, in_axes=(0, 1, 1))(z_of_feature[ri], data.real, data.real_obs)
+        if len(model.real_idx)
+        else jnp.zeros((0, capacity, 3), data.real.dtype)
+    )
     return cc, rs
 
 
@@ -263,8 +288,10 @@ def _check_init(model: CrossCatModel, data: CrossCatData, capacity: int, num_aux
     """:func:`init`'s checks of the data, ``view_of`` and ``z`` (values only when concrete)."""
     n, num_views = data.cat.shape[0], model.num_features + num_aux
     if data.cat.shape != (n, len(model.cat_idx)) or data.real.shape != (n, len(model.real_idx)):
-        raise ValueError(f"data does not match the model's {len(model.cat_idx)} categorical and "
-                         f"{len(model.real_idx)} real features; got shapes {data.cat.shape} and {data.real.shape}")
+        raise ValueError(
+            f"data does not match the model's {len(model.cat_idx)} categorical and "
+            f"{len(model.real_idx)} real features; got shapes {data.cat.shape} and {data.real.shape}"
+        )
     check_data_finite("data.real", data.real)
     check_labels("data.cat", data.cat, data.cat.shape, -1, model.max_levels)
     if view_of is not None:
@@ -278,9 +305,19 @@ def _check_init(model: CrossCatModel, data: CrossCatData, capacity: int, num_aux
                 raise ValueError("z for policy 'fifo' must assign no row or every row")
 
 
-def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=None, z=None,
-         hypers: CrossCatHypers | None = None, num_aux: int = 1, dtype=jnp.float32, policy: str = "random",
-         rng_key: PRNGKey | None = None) -> CrossCatState:
+def init(
+    model: CrossCatModel,
+    data: CrossCatData,
+    capacity: int,
+    *,
+    view_of=None,
+    z=None,
+    hypers: CrossCatHypers | None = None,
+    num_aux: int = 1,
+    dtype=jnp.float32,
+    policy: str = "random",
+    rng_key: PRNGKey | None = None,
+) -> CrossCatState:
     """Initial state of one chain: all features in view 0 and no row assigned, or given views and row labels.
 
     Parameters
@@ -351,8 +388,9 @@ def init(model: CrossCatModel, data: CrossCatData, capacity: int, *, view_of=Non
         order = jnp.argsort(jnp.where(on, 0, 1), stable=True).astype(jnp.int32)
     zero = jnp.zeros((), jnp.int32)
     m = jnp.sum(on).astype(jnp.int32)
-    return CrossCatState(view_of, z, sizes, cc, rs.astype(dtype), hypers, order, m, zero, zero, jnp.zeros((), bool),
-                         zero, m)
+    return CrossCatState(
+        view_of, z, sizes, cc, rs.astype(dtype), hypers, order, m, zero, zero, jnp.zeros((), bool), zero, m
+    )
 
 
 def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
@@ -387,5 +425,6 @@ def grow(state: CrossCatState, new_capacity: int) -> CrossCatState:
         widths[x.ndim + axis] = (0, extra)
         return jnp.pad(x, widths)
 
-    return state._replace(sizes=pad(state.sizes, -1), cat_counts=pad(state.cat_counts, -2),
-                          real_stats=pad(state.real_stats, -2))
+    return state._replace(
+        sizes=pad(state.sizes, -1), cat_counts=pad(state.cat_counts, -2), real_stats=pad(state.real_stats, -2)
+    )

@@ -1,4 +1,5 @@
 """The tuning options of :func:`~jaxsub.anneal.crosscat.fit`, declared once (:class:`FitOptions`)."""
+
 from __future__ import annotations
 
 import math
@@ -101,8 +102,9 @@ def _check_bool(name, value) -> bool:
     return value
 
 
-def fit_options(options: FitOptions | None, overrides: dict, model: CrossCatModel, num_rows: int,
-                num_ticks: int) -> FitOptions:
+def fit_options(
+    options: FitOptions | None, overrides: dict, model: CrossCatModel, num_rows: int, num_ticks: int
+) -> FitOptions:
     """``options`` (default :class:`FitOptions`) with the keyword ``overrides`` applied, validated and resolved.
 
     Defaults that depend on the data are filled in (``span``, ``hyper_min_rows``, ``feature_min_rows``,
@@ -129,8 +131,9 @@ def fit_options(options: FitOptions | None, overrides: dict, model: CrossCatMode
     if num_chains % threads:
         raise ValueError(f"num_chains={num_chains} must be a multiple of threads={threads}")
     num_checkpoints = check_int("num_checkpoints", o.num_checkpoints, low=1)
-    hyper_min_rows = min(num_rows, 20) if o.hyper_min_rows is None else check_int("hyper_min_rows", o.hyper_min_rows,
-                                                                                   low=0)
+    hyper_min_rows = (
+        min(num_rows, 20) if o.hyper_min_rows is None else check_int("hyper_min_rows", o.hyper_min_rows, low=0)
+    )
     grids = o.grids
     if isinstance(grids, str):
         if grids != "default":
@@ -143,13 +146,22 @@ def fit_options(options: FitOptions | None, overrides: dict, model: CrossCatMode
     if o.time_budget is not None:
         check_real("time_budget", o.time_budget, low=0.0)
     return o._replace(
-        num_chains=num_chains, capacity=capacity, max_capacity=check_int("max_capacity", o.max_capacity, low=capacity),
-        grids=grids, num_checkpoints=num_checkpoints,
+        num_chains=num_chains,
+        capacity=capacity,
+        max_capacity=check_int("max_capacity", o.max_capacity, low=capacity),
+        grids=grids,
+        num_checkpoints=num_checkpoints,
         span=math.ceil(num_ticks / num_checkpoints) if o.span is None else check_int("span", o.span, low=1),
-        num_aux=check_int("num_aux", o.num_aux, low=1), hyper_min_rows=hyper_min_rows,
-        feature_min_rows=hyper_min_rows if o.feature_min_rows is None else check_int(
-            "feature_min_rows", o.feature_min_rows, low=0),
-        feature_moves=_check_bool("feature_moves", o.feature_moves), feature_widths=_check_widths(o.feature_widths),
-        sweep_growth=check_sweep_growth(o.sweep_growth), hyper_widths=_check_hyper_widths(o.hyper_widths),
-        threads=threads, progress_bar=_check_bool("progress_bar", o.progress_bar),
-        checkpoint_every=check_int("checkpoint_every", o.checkpoint_every, low=1))
+        num_aux=check_int("num_aux", o.num_aux, low=1),
+        hyper_min_rows=hyper_min_rows,
+        feature_min_rows=hyper_min_rows
+        if o.feature_min_rows is None
+        else check_int("feature_min_rows", o.feature_min_rows, low=0),
+        feature_moves=_check_bool("feature_moves", o.feature_moves),
+        feature_widths=_check_widths(o.feature_widths),
+        sweep_growth=check_sweep_growth(o.sweep_growth),
+        hyper_widths=_check_hyper_widths(o.hyper_widths),
+        threads=threads,
+        progress_bar=_check_bool("progress_bar", o.progress_bar),
+        checkpoint_every=check_int("checkpoint_every", o.checkpoint_every, low=1),
+    )

@@ -1,4 +1,5 @@
 """Draws of Pitman-Yor row partitions of the subsample (auxiliary views, MH proposals) and of the view prior."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -80,8 +81,13 @@ def _draw_partitions(key, order, num_assigned, alpha, d, capacity, trip=None):
     block = min(32, n)  # random words drawn per block of rows (one threefry call, not one per row)
 
     seat = _Seating(key, alpha, d, num_assigned, capacity, pidx, block)
-    init = (jnp.full((num, n + block), -1, jnp.int32), jnp.zeros((num, n), jnp.int32),
-            jnp.zeros((num, capacity), jnp.int32), jnp.zeros((num,), jnp.int32), jnp.zeros((num,), bool))
+    init = (
+        jnp.full((num, n + block), -1, jnp.int32),
+        jnp.zeros((num, n), jnp.int32),
+        jnp.zeros((num, capacity), jnp.int32),
+        jnp.zeros((num,), jnp.int32),
+        jnp.zeros((num,), bool),
+    )
     lab, _, sizes, _, bad = jax.lax.fori_loop(0, (trip + block - 1) // block, partial(_seat_chunk, seat), init)
     lab = lab[:, :n]
     return jnp.full((num, n), -1, jnp.int32).at[:, order].set(lab), sizes, ~bad
@@ -120,15 +126,24 @@ def _draw_crp_partitions(key, order, num_assigned, alpha, capacity):
     lab = jnp.take_along_axis(opened, ptr, axis=1) - 1
     ok = jnp.max(jnp.where(on, opened, 0), axis=1) <= capacity
     lab = jnp.where(on & (lab < capacity), lab, -1)
-    sizes = jnp.zeros((num, capacity), jnp.int32).at[jnp.arange(num)[:, None], jnp.where(lab >= 0, lab, capacity)].add(
-        1, mode="drop")
+    sizes = (
+        jnp.zeros((num, capacity), jnp.int32)
+        .at[jnp.arange(num)[:, None], jnp.where(lab >= 0, lab, capacity)]
+        .add(1, mode="drop")
+    )
     return jnp.full((num, n), -1, jnp.int32).at[:, order].set(lab), sizes, ok
 
 
 def _prior_partition(key, state, alpha, d):
     """A PY(alpha, d) partition of the assigned rows (sequential seating in ``order``): ``(z [N], sizes [C], ok)``."""
-    z, sizes, ok = _draw_partitions(key, _window_rows(state), state.num_assigned, jnp.reshape(alpha, (1,)),
-                                    jnp.reshape(d, (1,)), state.sizes.shape[1])
+    z, sizes, ok = _draw_partitions(
+        key,
+        _window_rows(state),
+        state.num_assigned,
+        jnp.reshape(alpha, (1,)),
+        jnp.reshape(d, (1,)),
+        state.sizes.shape[1],
+    )
     return z[0], sizes[0], ok[0]
 
 
@@ -152,7 +167,12 @@ def prior_view_partition(rng_key: PRNGKey, model: CrossCatModel, num_aux: int = 
     """
     F = model.num_features
     dt = jnp.float32
-    z, _, _ = _draw_partitions(rng_key, jnp.arange(F, dtype=jnp.int32), jnp.asarray(F, jnp.int32),
-                               jnp.full((1,), model.view_prior.alpha, dt), jnp.full((1,), model.view_prior.discount, dt),
-                               F + num_aux)
+    z, _, _ = _draw_partitions(
+        rng_key,
+        jnp.arange(F, dtype=jnp.int32),
+        jnp.asarray(F, jnp.int32),
+        jnp.full((1,), model.view_prior.alpha, dt),
+        jnp.full((1,), model.view_prior.discount, dt),
+        F + num_aux,
+    )
     return z[0]

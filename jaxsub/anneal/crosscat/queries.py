@@ -1,4 +1,5 @@
 """Queries of a fitted state: held-out scores, posterior predictive draws, feature dependence."""
+
 from __future__ import annotations
 
 import jax

@@ -1,4 +1,5 @@
 """What :func:`~jaxsub.anneal.crosscat.fit` returns, and its convergence diagnostic."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -74,8 +75,16 @@ def diagnose(fit_result: CrossCatFit, *, num_test_rows: int | None = None, **kwa
         raise ValueError("fit_result has no log_joint trace (build it with crosscat.fit)")
     k, chains = r.heldout.shape
     zeros = np.zeros((k, chains))
-    trace = _driver.FitTrace(tick=zeros, num_assigned=zeros, num_clusters=np.asarray(r.num_clusters),
-                             log_joint=np.asarray(r.log_joint), heldout=np.asarray(r.heldout), alpha=zeros,
-                             discount=zeros, seconds=np.asarray(r.seconds), compile_seconds=r.compile_seconds,
-                             capacity=np.asarray(r.trace_capacity) if r.trace_capacity is not None else zeros[:, 0])
+    trace = _driver.FitTrace(
+        tick=zeros,
+        num_assigned=zeros,
+        num_clusters=np.asarray(r.num_clusters),
+        log_joint=np.asarray(r.log_joint),
+        heldout=np.asarray(r.heldout),
+        alpha=zeros,
+        discount=zeros,
+        seconds=np.asarray(r.seconds),
+        compile_seconds=r.compile_seconds,
+        capacity=np.asarray(r.trace_capacity) if r.trace_capacity is not None else zeros[:, 0],
+    )
     return _driver.diagnose(trace, num_test_rows=num_test_rows, **kwargs)

@@ -3,6 +3,7 @@
 :func:`row_tick` is the single-view eq. (star) kernel vmapped over views; each occupied view draws
 the added row's cluster from ``(n_vc - d_v) p(x_v | X_vc)^beta`` or ``(alpha_v + K_v d_v) p(x_v)^beta``.
 """
+
 from __future__ import annotations
 
 import jax
@@ -11,7 +12,10 @@ import jax.numpy as jnp
 from jaxsub.anneal.crosscat.copy_avoidance import _apply_row_writes, _get, _get_col, _RowWrites
 from jaxsub.anneal.crosscat.model import CrossCatData, CrossCatModel, CrossCatState
 from jaxsub.anneal.crosscat.score_cache import (
-    _cache_after_update, _cached_view_scores, _score_cache, _static_take,
+    _cache_after_update,
+    _cached_view_scores,
+    _score_cache,
+    _static_take,
 )
 from jaxsub.anneal.crosscat.scores import _prior_logw
 from jaxsub.anneal.moves import _sample_index, _uniform_index_hl, bits_to_uniform, random_churn_reads
@@ -44,8 +48,9 @@ def _update_feature_stats(model, state, data, row, kf, sign):
     return state._replace(cat_counts=cc, real_stats=rs)
 
 
-def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, cache=None,
-              policy: str = "random"):
+def _row_plan(
+    u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, cache=None, policy: str = "random"
+):
     """:func:`row_tick` without its ``[V, N]``/``[N]`` writes: ``(state, writes, overflow, cache)``.
 
     Every read of ``z`` and ``order`` happens here, before any write; :func:`build_sweep` applies
@@ -69,8 +74,9 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         j_r = state.head
     else:
         # the three exact picks in one vectorised op: remove among m, add among n - m or n - m + 1 free rows
-        picks = _uniform_index_hl(u[jnp.asarray([0, 2, 2])], u[jnp.asarray([1, 3, 3])],
-                                  jnp.stack([m, n_rows - m, n_rows - m + 1]))
+        picks = _uniform_index_hl(
+            u[jnp.asarray([0, 2, 2])], u[jnp.asarray([1, 3, 3])], jnp.stack([m, n_rows - m, n_rows - m + 1])
+        )
         j_r = jnp.clip(picks[0], 0, jnp.maximum(m - 1, 0))
     r = _get(order, j_r)
     k_r = _get_col(state.z, r)
@@ -118,9 +124,14 @@ def _row_plan(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data
         writes = _RowWrites(i32(r, a), z_val, i32(j_r, j_r, j_r, j_r), i32(r, r, r, r))
     else:
         writes = _RowWrites(i32(r, a), z_val, order_pos, order_val)
-    new = st._replace(sizes=sizes, num_assigned=m1 + g_add.astype(jnp.int32), head=head,
-                      cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
-                      since_hyper=state.since_hyper + g_add.astype(jnp.int32), halted=state.halted | overflow)
+    new = st._replace(
+        sizes=sizes,
+        num_assigned=m1 + g_add.astype(jnp.int32),
+        head=head,
+        cursor=state.cursor + (~(state.halted | overflow)).astype(jnp.int32),
+        since_hyper=state.since_hyper + g_add.astype(jnp.int32),
+        halted=state.halted | overflow,
+    )
     return new, writes, overflow, cache
 
 
@@ -145,8 +156,7 @@ def tick_words(rng_key: PRNGKey, num_views: int) -> jnp.ndarray:
     return jax.random.bits(rng_key, (TICK_WORDS + num_views,), jnp.uint32)
 
 
-def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData,
-             policy: str = "random"):
+def row_tick(u, state: CrossCatState, code, beta, *, model: CrossCatModel, data: CrossCatData, policy: str = "random"):
     """One schedule tick on one chain, in every view at once (random policy).
 
     ``u``: ``[4 + V]`` uint32 random words (:func:`tick_words`): words 0-1 the remove pick, 2-3 the add pick

@@ -5,6 +5,7 @@ A tick scores one row in every cluster of every view. The Dirichlet-multinomial 
 that cluster, so :class:`_ScoreCache` keeps them and a tick updates them at the clusters it
 touches (no sum over levels and no ``lgamma`` per tick).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -22,7 +23,7 @@ def _static_take(a, idx):
     """``a[idx]`` for a static tuple ``idx``: a slice when it is a contiguous range (no gather kernel)."""
     idx = tuple(int(i) for i in idx)
     if idx == tuple(range(idx[0], idx[0] + len(idx))):
-        return a[idx[0]: idx[0] + len(idx)]
+        return a[idx[0] : idx[0] + len(idx)]
     return a[jnp.asarray(idx)]
 
 
@@ -45,17 +46,20 @@ class _ScoreCache(NamedTuple):
 
 def _score_cache(state: CrossCatState) -> _ScoreCache:
     """The :class:`_ScoreCache` of a state (O(F C L)); leading batch axes allowed."""
-    return _ScoreCache(jnp.sum(state.cat_counts, -1),
-                       _nix_pred_params(state.hypers.nix[..., :, None, :], state.real_stats),
-                       jnp.full(state.real_stats.shape[:-2], -1, jnp.int32))
+    return _ScoreCache(
+        jnp.sum(state.cat_counts, -1),
+        _nix_pred_params(state.hypers.nix[..., :, None, :], state.real_stats),
+        jnp.full(state.real_stats.shape[:-2], -1, jnp.int32),
+    )
 
 
 def _refresh_real(state, real, idx):
     """``real`` ``[Fr, C, 4]`` with the NIX parameters of clusters ``idx`` ``[Fr, P]`` (-1: none) recomputed
     from ``state.real_stats`` (one batched update of ``Fr x P`` clusters)."""
     fr, C = real.shape[0], real.shape[1]
-    p_new = _nix_pred_params(state.hypers.nix[:, None, :],
-                             state.real_stats[jnp.arange(fr)[:, None], jnp.maximum(idx, 0)])  # [Fr, P, 4]
+    p_new = _nix_pred_params(
+        state.hypers.nix[:, None, :], state.real_stats[jnp.arange(fr)[:, None], jnp.maximum(idx, 0)]
+    )  # [Fr, P, 4]
     dest = jnp.where(idx >= 0, idx, C)  # -1 -> out of bounds: dropped (equal indices carry equal values)
     return real.at[jnp.arange(fr)[:, None], dest].set(p_new, mode="drop")
 
@@ -64,8 +68,9 @@ def _fresh_cache(state: CrossCatState, cache: _ScoreCache) -> _ScoreCache:
     """``cache`` with its stale NIX cluster (if any) brought up to date (one chain)."""
     if cache.real.shape[0] == 0:
         return cache
-    return _ScoreCache(cache.cat_n, _refresh_real(state, cache.real, cache.stale[:, None]),
-                       jnp.full_like(cache.stale, -1))
+    return _ScoreCache(
+        cache.cat_n, _refresh_real(state, cache.real, cache.stale[:, None]), jnp.full_like(cache.stale, -1)
+    )
 
 
 def _cache_after_update(model, state, cache, data, row, kf, sign, *, lazy_real=False):

@@ -3,6 +3,7 @@
 Categorical features are Dirichlet-multinomial (per-level pseudo-counts ``cat_prior``), real ones
 Normal-inverse-chi-squared with a Student-t predictive; a missing cell contributes no factor.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,11 @@ def _prior_logw(sizes, alpha, d):
     first = _first_true(~occ)
     k = jnp.sum(occ).astype(alpha.dtype)
     slot = jnp.arange(sizes.shape[0])
-    return jnp.where(occ, jnp.log(jnp.where(occ, sizes.astype(alpha.dtype) - d, 1.0)),
-                     jnp.where((slot == first) & ~jnp.all(occ), jnp.log(alpha + k * d), -jnp.inf))
+    return jnp.where(
+        occ,
+        jnp.log(jnp.where(occ, sizes.astype(alpha.dtype) - d, 1.0)),
+        jnp.where((slot == first) & ~jnp.all(occ), jnp.log(alpha + k * d), -jnp.inf),
+    )
 
 
 def _dm_cluster_marginals(model, beta, counts, mask=None):
@@ -102,8 +106,11 @@ def _dm_cluster_marginals(model, beta, counts, mask=None):
     B = jnp.sum(jnp.where(mask, beta, 0.0), -1)
     c = counts.astype(beta.dtype)
     n = jnp.sum(c, -1)
-    return (gammaln(B[..., None]) - gammaln(B[..., None] + n)
-            + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1))
+    return (
+        gammaln(B[..., None])
+        - gammaln(B[..., None] + n)
+        + jnp.sum(jnp.where(mask[:, None, :], gammaln(bb[..., None, :] + c) - gammaln(bb[..., None, :]), 0.0), -1)
+    )
 
 
 def _dm_marginal(model, beta, counts, mask=None):

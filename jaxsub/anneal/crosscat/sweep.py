@@ -1,4 +1,5 @@
 """Schedule sweeps: ``span`` row ticks of vmapped chains, with the feature and hyper moves when due."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -9,7 +10,11 @@ import jax.numpy as jnp
 
 from jaxsub.anneal.crosscat.blocks import block_tick
 from jaxsub.anneal.crosscat.copy_avoidance import (
-    _apply_row_writes, _noop_row_writes, chain_map, drop_chain_axis, run_ticks,
+    _apply_row_writes,
+    _noop_row_writes,
+    chain_map,
+    drop_chain_axis,
+    run_ticks,
 )
 from jaxsub.anneal.crosscat.features import _check_widths, feature_sweep
 from jaxsub.anneal.crosscat.grids import CrossCatGrids
@@ -53,10 +58,22 @@ class _Span(NamedTuple):
     data: object
 
 
-def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
-                num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                policy: str = "random", blocked: bool = False, feature_widths: tuple = (), sweep_growth: float = 0.0,
-                hyper_widths: tuple = HYPER_WIDTHS):
+def build_sweep(
+    model: CrossCatModel,
+    *,
+    span: int,
+    energy_ramp: int = 0,
+    grids: CrossCatGrids | None = None,
+    num_aux: int = 1,
+    hyper_min_rows: int = 0,
+    feature_moves: bool = True,
+    feature_min_rows: int = 0,
+    policy: str = "random",
+    blocked: bool = False,
+    feature_widths: tuple = (),
+    sweep_growth: float = 0.0,
+    hyper_widths: tuple = HYPER_WIDTHS,
+):
     """``sweep(states, chain_keys, windows, data) -> states``: ``span`` ticks of vmapped chains (``lax.scan``).
 
     ``policy``: the schedule's row policy, ``"random"`` or ``"fifo"`` (states from ``init(..., policy="fifo")``).
@@ -112,9 +129,20 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
         strictly increasing positive ints, or a ``sweep_growth`` that is neither 0 nor > 1.
     """
     config = sweep_config(
-        model, span=span, energy_ramp=energy_ramp, grids=grids, num_aux=num_aux, hyper_min_rows=hyper_min_rows,
-        feature_moves=feature_moves, feature_min_rows=feature_min_rows, policy=policy, blocked=blocked,
-        feature_widths=feature_widths, sweep_growth=sweep_growth, hyper_widths=hyper_widths)
+        model,
+        span=span,
+        energy_ramp=energy_ramp,
+        grids=grids,
+        num_aux=num_aux,
+        hyper_min_rows=hyper_min_rows,
+        feature_moves=feature_moves,
+        feature_min_rows=feature_min_rows,
+        policy=policy,
+        blocked=blocked,
+        feature_widths=feature_widths,
+        sweep_growth=sweep_growth,
+        hyper_widths=hyper_widths,
+    )
 
     def run_sweep(states, chain_keys, windows, data):
         return sweep(config, states, chain_keys, windows, data)
@@ -122,17 +150,40 @@ def build_sweep(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids:
     return run_sweep
 
 
-def sweep_config(model: CrossCatModel, *, span: int, energy_ramp: int = 0, grids: CrossCatGrids | None = None,
-                 num_aux: int = 1, hyper_min_rows: int = 0, feature_moves: bool = True, feature_min_rows: int = 0,
-                 policy: str = "random", blocked: bool = False, feature_widths: tuple = (),
-                 sweep_growth: float = 0.0, hyper_widths: tuple = HYPER_WIDTHS) -> SweepConfig:
+def sweep_config(
+    model: CrossCatModel,
+    *,
+    span: int,
+    energy_ramp: int = 0,
+    grids: CrossCatGrids | None = None,
+    num_aux: int = 1,
+    hyper_min_rows: int = 0,
+    feature_moves: bool = True,
+    feature_min_rows: int = 0,
+    policy: str = "random",
+    blocked: bool = False,
+    feature_widths: tuple = (),
+    sweep_growth: float = 0.0,
+    hyper_widths: tuple = HYPER_WIDTHS,
+) -> SweepConfig:
     """The validated :class:`SweepConfig` of :func:`build_sweep`'s arguments (``ValueError`` naming a bad one)."""
     if policy not in ("random", "fifo"):
         raise ValueError(f"policy must be 'random' or 'fifo'; got {policy!r}")
-    return SweepConfig(model, check_int("span", span, low=1), check_int("energy_ramp", energy_ramp, low=0), grids,
-                       check_int("num_aux", num_aux, low=1), hyper_min_rows, bool(feature_moves), feature_min_rows,
-                       policy, bool(blocked), _check_widths(feature_widths), check_sweep_growth(sweep_growth),
-                       _check_hyper_widths(hyper_widths))
+    return SweepConfig(
+        model,
+        check_int("span", span, low=1),
+        check_int("energy_ramp", energy_ramp, low=0),
+        grids,
+        check_int("num_aux", num_aux, low=1),
+        hyper_min_rows,
+        bool(feature_moves),
+        feature_min_rows,
+        policy,
+        bool(blocked),
+        _check_widths(feature_widths),
+        check_sweep_growth(sweep_growth),
+        _check_hyper_widths(hyper_widths),
+    )
 
 
 def _tick_one(config: SweepConfig, state, cache, u, window, base, data):
@@ -172,7 +223,8 @@ def _tick(sp: _Span, carry, u):
     # the previous tick's [V, N] / [N] writes first, then this tick's reads (no copies)
     states = chain_map(sp.single, _apply_row_writes)(states, pending)
     states, pending, needs, caches = chain_map(sp.single, partial(_tick_one, sp.config), in_axes=(0, 0, 0, 0, 0, None))(
-        states, caches, u, sp.windows, sp.base, sp.data)
+        states, caches, u, sp.windows, sp.base, sp.data
+    )
     return (states, pending, caches), needs
 
 
@@ -199,8 +251,9 @@ def _feature_moves(sp: _Span, need_f, ks, st):
 
 
 def _chain_hypers(config: SweepConfig, k, state, occupied):
-    return resample_hypers(k, state, model=config.model, grids=config.grids, occupied=occupied,
-                           widths=config.hyper_widths)
+    return resample_hypers(
+        k, state, model=config.model, grids=config.grids, occupied=occupied, widths=config.hyper_widths
+    )
 
 
 def _fold_one(k):
@@ -234,8 +287,11 @@ def _run_moves(sp: _Span, need_f, need_h, carry):
     if c.grids is not None:
         st = jax.lax.cond(jnp.any(need_h & ok), partial(_hyper_moves, sp, need_h, ok, ks), _keep, st)
     done = (need_f | need_h) & ok
-    st = st._replace(since_hyper=jnp.where(done, 0, st.since_hyper), halted=st.halted | ~ok,
-                     swept=jnp.where(done, st.num_assigned, st.swept))
+    st = st._replace(
+        since_hyper=jnp.where(done, 0, st.since_hyper),
+        halted=st.halted | ~ok,
+        swept=jnp.where(done, st.num_assigned, st.swept),
+    )
     return st, chain_map(sp.single, _noop_row_writes)(st), _score_cache(st)
 
 

@@ -6,6 +6,7 @@
   partition, or merge a singleton into another view (the acceptance ratios are in the package
   docstring).
 """
+
 from __future__ import annotations
 
 import math
@@ -13,7 +14,14 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxsub.anneal.crosscat.model import CrossCatData, CrossCatModel, CrossCatState, _level_mask, _window_rows, init_hypers
+from jaxsub.anneal.crosscat.model import (
+    CrossCatData,
+    CrossCatModel,
+    CrossCatState,
+    _level_mask,
+    _window_rows,
+    init_hypers,
+)
 from jaxsub.anneal.crosscat.partitions import _draw_partitions, _prior_partition
 from jaxsub.anneal.crosscat.scores import _dm_marginal, _eppf, _nix_marginal
 from jaxsub.types import PRNGKey
@@ -46,6 +54,7 @@ def _stats_of_feature_under(model, state, data, f_kind, j, zrows, levels=None):
             w = (on & ob & (zz >= 0)).astype(x.dtype)
             st = jnp.stack([w, w * x, w * x * x], -1)
             return jax.ops.segment_sum(st, jnp.where(w > 0, zz, C), C + 1)[:C]
+
     return jax.vmap(one)(zrows)
 
 
@@ -64,7 +73,9 @@ def _set_feature(state, f, f_kind, j, w, stats_w):
     view_of = state.view_of.at[f].set(w)
     if f_kind == 0:  # stats_w may cover the first levels only (the rest of the feature's counts are zero)
         return state._replace(view_of=view_of, cat_counts=state.cat_counts.at[j, :, : stats_w.shape[-1]].set(stats_w))
-    return state._replace(view_of=view_of, real_stats=state.real_stats.at[j].set(stats_w.astype(state.real_stats.dtype)))
+    return state._replace(
+        view_of=view_of, real_stats=state.real_stats.at[j].set(stats_w.astype(state.real_stats.dtype))
+    )
 
 
 def _clear_empty_views(model, state, init_h):
@@ -72,10 +83,13 @@ def _clear_empty_views(model, state, init_h):
     V = state.z.shape[0]
     nf = jax.ops.segment_sum(jnp.ones_like(state.view_of), state.view_of, V)
     occ = nf > 0
-    h = state.hypers._replace(row_alpha=jnp.where(occ, state.hypers.row_alpha, init_h.row_alpha),
-                              row_d=jnp.where(occ, state.hypers.row_d, init_h.row_d))
-    return state._replace(z=jnp.where(occ[:, None], state.z, -1), sizes=jnp.where(occ[:, None], state.sizes, 0),
-                          hypers=h)
+    h = state.hypers._replace(
+        row_alpha=jnp.where(occ, state.hypers.row_alpha, init_h.row_alpha),
+        row_d=jnp.where(occ, state.hypers.row_d, init_h.row_d),
+    )
+    return state._replace(
+        z=jnp.where(occ[:, None], state.z, -1), sizes=jnp.where(occ[:, None], state.sizes, 0), hypers=h
+    )
 
 
 def _kind_index(model, f):
@@ -92,8 +106,17 @@ def _kind_index(model, f):
     return kind, (model.cat_idx.index(f) if kind == 0 else model.real_idx.index(f)), f, levels
 
 
-def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
-                  num_aux: int = 1, fresh=None, noise=None):
+def feature_gibbs(
+    rng_key: PRNGKey,
+    state: CrossCatState,
+    f,
+    *,
+    model: CrossCatModel,
+    data: CrossCatData,
+    num_aux: int = 1,
+    fresh=None,
+    noise=None,
+):
     """Neal's Algorithm 8 over views for feature ``f`` (a column index, or ``(kind, j)`` with ``j`` traced:
     the ``j``-th categorical (kind 0) or real (kind 1) feature). Returns ``(state, ok)``.
 
@@ -138,8 +161,9 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     aux = jnp.argsort(rank)[:num_aux]  # first num_aux empty slots, the singleton's own view first
     keys = jax.random.split(rng_key, 2)
     if fresh is None:
-        fresh = _draw_partitions(keys[1], _window_rows(state), state.num_assigned, h.row_alpha[aux], h.row_d[aux],
-                                 state.sizes.shape[1])
+        fresh = _draw_partitions(
+            keys[1], _window_rows(state), state.num_assigned, h.row_alpha[aux], h.row_d[aux], state.sizes.shape[1]
+        )
     keep_own = (aux == v0) & singleton
     aux_z = jnp.where(keep_own[:, None], state.z[aux], fresh[0])
     aux_sizes = jnp.where(keep_own[:, None], state.sizes[aux], fresh[1])
@@ -150,13 +174,17 @@ def feature_gibbs(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatM
     marg = _marg_of(model, state, f_kind, j, stats)
     K = jnp.sum(nf > 0).astype(h.view_alpha.dtype)
     is_aux = jnp.zeros((V,), bool).at[aux].set(True)
-    logw = jnp.where(nf > 0, jnp.log(jnp.maximum(nf.astype(marg.dtype) - h.view_d, 1e-30)),
-                     jnp.where(is_aux, jnp.log(h.view_alpha + K * h.view_d) - math.log(num_aux), -jnp.inf))
+    logw = jnp.where(
+        nf > 0,
+        jnp.log(jnp.maximum(nf.astype(marg.dtype) - h.view_d, 1e-30)),
+        jnp.where(is_aux, jnp.log(h.view_alpha + K * h.view_d) - math.log(num_aux), -jnp.inf),
+    )
     if noise is None:
         noise = jax.random.gumbel(keys[0], (V,), marg.dtype)
     w = jnp.argmax(logw + marg + noise).astype(jnp.int32)  # Gumbel-max: a categorical draw
-    new = state._replace(z=jnp.where((slots == w)[:, None], z_c, state.z),
-                         sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes))
+    new = state._replace(
+        z=jnp.where((slots == w)[:, None], z_c, state.z), sizes=jnp.where((slots == w)[:, None], sizes_c, state.sizes)
+    )
     new = _set_feature(new, f, f_kind, j, w, stats[w])
     new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
     return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
@@ -214,16 +242,19 @@ def _new_view_proposal(rng_key, state, f, *, model, data, fresh=None, noise=None
     corr_old = _eppf(state.sizes[v0], a_q, d_q) - _eppf(state.sizes[v0], a_s, d_s)
     corr = jnp.where(split, corr_new, jnp.where(refresh, corr_new + corr_old, 0.0))
     log_acc = marg[1] - marg[0] + jnp.where(split, lr_split, jnp.where(merge, lr_merge, 0.0)) + corr
-    new = state._replace(z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
-                         sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes))
+    new = state._replace(
+        z=jnp.where(((slots == tgt) & ~merge)[:, None], z_t, state.z),
+        sizes=jnp.where(((slots == tgt) & ~merge)[:, None], sp, state.sizes),
+    )
     new = _set_feature(new, f, f_kind, j, tgt, stats[1])
     new = _clear_empty_views(model, new, init_hypers(model, V, h.row_alpha.dtype))
     valid = ok & (split | refresh | merge)
     return new, log_acc, valid
 
 
-def new_view_mh(rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData,
-                fresh=None, noise=None):
+def new_view_mh(
+    rng_key: PRNGKey, state: CrossCatState, f, *, model: CrossCatModel, data: CrossCatData, fresh=None, noise=None
+):
     """One Metropolis-Hastings step proposing a new feature set (view) for feature ``f``; ``(state, accepted)``.
 
     ``fresh``: optional pre-drawn proposal partition ``(z [N], sizes [C], ok, alpha_q, d_q)`` (see
