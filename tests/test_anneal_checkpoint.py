@@ -109,6 +109,7 @@ def _crosscat_setup():
     return t, model, an.linear_anneal(num_rows=12, num_assignments=36)
 
 
+@pytest.mark.slow  # compiles the CrossCat sweep twice (about 40 s); run with `python -m pytest -m slow`
 def test_crosscat_fit_resumes_from_an_earlier_checkpoint_to_the_same_draws(tmp_path):
     """``crosscat.fit`` with a checkpoint per span; the newest checkpoint is deleted (a run killed after span
     ``k - 1``) and the resumed fit reruns the last span to the uninterrupted result, bit for bit."""

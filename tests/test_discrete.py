@@ -180,7 +180,6 @@ def test_racing_within_delta_in_tv(rng_key, name):
     assert_tv_within(x, exact_probs(table), slack=delta)
 
 
-@pytest.mark.slow  # about a minute; run with `python -m pytest -m slow tests/test_discrete.py`
 def test_exact_pass_taken_exact_in_its_draws_and_within_delta(rng_key):
     """``exact_pass_cost``: a race still running at T >= N/4 reads all N data in
     order for its survivors. Draws that ended earlier are the same draws as
@@ -772,6 +771,7 @@ def test_block_size_bad_configuration():
         discrete.racing(_fn, 3, 100, delta=0.1, block_size=10, first_batch_size=50)
 
 
+@pytest.mark.slow  # about 40 s; the exact pass's law is checked by test_exact_pass_taken_exact_in_its_draws_and_within_delta
 def test_row_exact_pass_of_block_races_matches_the_block_pass(rng_key, monkeypatch):
     """With ``block_size > 1`` the exact pass reads rows in order through the per-row
     functions instead of block sums, and with ``log_factor_states_fn`` evaluates
