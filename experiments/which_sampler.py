@@ -483,71 +483,97 @@ def _summary(values) -> str:
     )
 
 
+def sampler_curve(problem, sampler: str, settings: Settings, seed: int) -> Curve:
+    """One sampler, one seed: compile apart, then ``settings.budget`` seconds on the clock."""
+    key = jax.random.key(100 + seed)
+    if sampler == "hmcecs":
+        chunk, warmup = max(10, int(100 * settings.chunk_scale)), max(50, int(500 * settings.chunk_scale))
+        return hmcecs_curve(problem, key, settings.budget, chunk, num_warmup=warmup)
+    make, steps = RUNNERS[sampler]
+    return run_on_clock(make(problem, key, max(1, int(steps * settings.chunk_scale))), problem, key, settings.budget)
+
+
+def table_rows(metrics: dict) -> list[tuple]:
+    """One row per (posterior, sampler): seconds to target over the seeds, compile, final errors."""
+    rows = []
+    for name, samplers in metrics.items():
+        for sampler, record in samplers.items():
+            curves = record["curves"]
+            rows.append(
+                (
+                    name,
+                    sampler,
+                    _summary(record["seconds_to_target"]),
+                    f"{np.median([c['compile_seconds'] for c in curves]):.3g}",
+                    f"{np.median([c['mean_error'][-1] for c in curves]):.3g}",
+                    f"{np.median([c['sd_ratio'][-1] for c in curves]):.3g}",
+                )
+            )
+    return rows
+
+
+TABLE_HEADER = [
+    "posterior",
+    "sampler",
+    "seconds to target: median [range]",
+    "compile s",
+    "final mean error (sd)",
+    "final worst sd ratio",
+]
+
+
+def plot_curves(metrics: dict):
+    """Mean error (top) and worst sd ratio (bottom) against seconds, seed 0, one column per posterior."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(metrics), figsize=(5 * len(metrics), 7), squeeze=False, sharex="col")
+    for column, (name, samplers) in enumerate(metrics.items()):
+        top, bottom = axes[0, column], axes[1, column]
+        for sampler, record in samplers.items():
+            curve = record["curves"][0]
+            top.plot(curve["seconds"], curve["mean_error"], label=sampler)
+            bottom.plot(curve["seconds"], curve["sd_ratio"], label=sampler)
+        top.set(title=name, ylabel="max |mean error| / posterior sd", yscale="log")
+        top.axhline(TARGET_MEAN_ERROR, color="k", ls=":")
+        bottom.set(xlabel="seconds (compile apart)", ylabel="worst sd ratio", yscale="log")
+        bottom.axhspan(*SD_RATIO_RANGE, color="k", alpha=0.1)
+        top.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def run(out_dir: Path, *, quick: bool) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tqdm.auto import tqdm
 
     settings = QUICK if quick else FULL
     names = ("flights logistic",) if quick else tuple(POSTERIORS)
     report = Report(TITLE, out_dir)
     report.text(__doc__.split("\n\n")[0])
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    metrics, rows = {}, []
-    for ax, name in zip(axes[0], names):
+    metrics = {}
+    bar = tqdm(total=len(names) * len(settings.sampler_names) * settings.seeds, desc="which sampler", unit="run")
+    for name in names:
         problem = make_problem(name, settings, jax.random.key(0))
         print(f"{name}: N = {problem.model.data.shape[0]:,}, d = {problem.ref_mean.shape[0]}")
         metrics[name] = {}
         for sampler in settings.sampler_names:
             curves = []
             for seed in range(settings.seeds):
-                key = jax.random.key(100 + seed)
-                if sampler == "hmcecs":
-                    curve = hmcecs_curve(
-                        problem,
-                        key,
-                        settings.budget,
-                        max(10, int(100 * settings.chunk_scale)),
-                        num_warmup=max(50, int(500 * settings.chunk_scale)),
-                    )
-                else:
-                    make, steps = RUNNERS[sampler]
-                    curve = run_on_clock(
-                        make(problem, key, max(1, int(steps * settings.chunk_scale))), problem, key, settings.budget
-                    )
-                curves.append(curve)
+                curves.append(sampler_curve(problem, sampler, settings, seed))
+                c = curves[-1]
                 print(
-                    f"  {sampler} seed {seed}: compile {curve.compile_seconds:.1f} s, final error "
-                    f"{curve.mean_error[-1]:.3g} sd, sd ratio {curve.sd_ratio[-1]:.3g} after {curve.seconds[-1]:.1f} s"
+                    f"  {sampler} seed {seed}: compile {c.compile_seconds:.1f} s, final error "
+                    f"{c.mean_error[-1]:.3g} sd, sd ratio {c.sd_ratio[-1]:.3g} after {c.seconds[-1]:.1f} s"
                 )
-            ax.plot(curves[0].seconds, curves[0].mean_error, label=sampler)
-            hits = [seconds_to_target(c) for c in curves]
-            rows.append(
-                (
-                    name,
-                    sampler,
-                    _summary(hits),
-                    f"{np.median([c.compile_seconds for c in curves]):.3g}",
-                    f"{np.median([c.mean_error[-1] for c in curves]):.3g}",
-                    f"{np.median([c.sd_ratio[-1] for c in curves]):.3g}",
-                )
-            )
-            metrics[name][sampler] = {"seconds_to_target": hits, "curves": [c._asdict() for c in curves]}
-        ax.set(title=name, xlabel="seconds (compile apart)", ylabel="max |mean error| / posterior sd", yscale="log")
-        ax.axhline(TARGET_MEAN_ERROR, color="k", ls=":")
-        ax.legend(fontsize=7)
-    report.figure(savefig(fig, out_dir, "error_vs_seconds.png"), "Posterior mean error against seconds (seed 0)")
-    report.table(
-        rows,
-        [
-            "posterior",
-            "sampler",
-            "seconds to target: median [range]",
-            "compile s",
-            "final mean error (sd)",
-            "final worst sd ratio",
-        ],
-    )
+                bar.update()
+            metrics[name][sampler] = {
+                "seconds_to_target": [seconds_to_target(c) for c in curves],
+                "curves": [c._asdict() for c in curves],
+            }
+    bar.close()
+    report.figure(savefig(plot_curves(metrics), out_dir, "error_vs_seconds.png"), "Error against seconds (seed 0)")
+    report.table(table_rows(metrics), TABLE_HEADER)
     report.write()
     return metrics

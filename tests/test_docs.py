@@ -1,4 +1,7 @@
-"""Every ```python block of README.md and of the pages under docs/ runs as written (one test per block).
+"""Every ```python block of README.md and of the pages under docs/ runs as written (one test per distinct block).
+
+A block repeated verbatim on another page (the README's quickstart on the Home page)
+runs once, under the id of its first occurrence.
 
 Each block runs in its own subprocess (``python -c``), from a scratch folder, with
 this checkout first on ``PYTHONPATH``. Blocks too slow for the suite carry a
@@ -19,7 +22,9 @@ import time
 import pytest
 from _docblocks import ROOT, SIZE_ENV, all_blocks, doc_files, python_blocks
 
-BLOCKS = all_blocks()
+ALL_BLOCKS = all_blocks()
+BLOCKS = list({(b.code, b.small, b.skip): b for b in ALL_BLOCKS[::-1]}.values())  # first occurrences
+BLOCKS.sort(key=ALL_BLOCKS.index)
 TIMEOUT_S = 300  # generous for a loaded 2-core machine; blocks should take < 20 s when idle
 
 
@@ -46,7 +51,7 @@ def test_doc_block_runs(block, tmp_path):
 def test_every_doc_page_is_collected():
     pages = {str(p.relative_to(ROOT)) for p in doc_files()}
     assert {"README.md", "docs/architecture.md", "docs/index.md", "docs/getting-started.md"} <= pages
-    with_code = {str(b.path.relative_to(ROOT)) for b in BLOCKS}
+    with_code = {str(b.path.relative_to(ROOT)) for b in ALL_BLOCKS}
     assert {"README.md", "docs/architecture.md", "docs/getting-started.md", "docs/index.md"} <= with_code
     assert any(page.startswith("docs/guides/") for page in with_code)
 

@@ -87,3 +87,23 @@ def test_noise_limited_step_adds_one_tenth_to_the_injected_noise(gaussian_proble
     # the cap: a tiny gradient noise cannot push the step past 0.1 of the smallest Laplace variance
     assert ws.noise_limited_step(problem, 1e-30, n) == pytest.approx(0.1 * ws._min_variance(problem))
     assert jnp.isfinite(h)
+
+
+def test_table_and_plot_read_the_metrics_record(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    curve = {"seconds": [1.0, 2.0], "mean_error": [0.3, 0.05], "sd_ratio": [1.3, 1.02], "compile_seconds": 4.0}
+    never = {**curve, "mean_error": [0.3, 0.2]}
+    metrics = {
+        "a": {"nuts": {"seconds_to_target": [2.0, 2.0, 2.0], "curves": [curve] * 3}},
+        "b": {"sgld": {"seconds_to_target": [None] * 3, "curves": [never] * 3}},
+    }
+    rows = ws.table_rows(metrics)
+    assert rows == [
+        ("a", "nuts", "2 [2, 2]", "4", "0.05", "1.02"),
+        ("b", "sgld", "never (0/3 seeds reached)", "4", "0.2", "1.02"),
+    ]
+    fig = ws.plot_curves(metrics)
+    assert len(fig.axes) == 4
+    fig.savefig(tmp_path / "plot.png")
