@@ -512,6 +512,36 @@ def table_rows(metrics: dict) -> list[tuple]:
     return rows
 
 
+OURS = ("racing_mh", "compressed_nuts", "cg_dsgld")
+
+
+def _median_hit(hits) -> float:
+    """Median seconds to target over the seeds, a seed that never reached it counted as infinite."""
+    return float(np.median([np.inf if h is None else h for h in hits]))
+
+
+def verdicts(metrics: dict) -> list[str]:
+    """Per posterior: the fastest jaxsub sampler and the fastest peer to target, and their ratio."""
+    lines = []
+    for name, samplers in metrics.items():
+        medians = {s: _median_hit(r["seconds_to_target"]) for s, r in samplers.items()}
+        ours = min((s for s in medians if s in OURS), key=medians.get, default=None)
+        peer = min((s for s in medians if s not in OURS), key=medians.get, default=None)
+        if ours is None or peer is None:
+            continue
+        a, b = medians[ours], medians[peer]
+        if np.isinf(a) and np.isinf(b):
+            outcome = "neither reaches the target within the budget"
+        elif np.isinf(b):
+            outcome = f"{ours} reaches the target in {a:.3g} s; no peer does within the budget"
+        elif np.isinf(a):
+            outcome = f"the peer {peer} reaches the target in {b:.3g} s; no jaxsub sampler does within the budget"
+        else:
+            outcome = f"{ours} {a:.3g} s against {peer} {b:.3g} s: {b / a:.3g}x sooner"
+        lines.append(f"{name}: {outcome}")
+    return lines
+
+
 TABLE_HEADER = [
     "posterior",
     "sampler",
@@ -575,5 +605,7 @@ def run(out_dir: Path, *, quick: bool) -> dict:
     bar.close()
     report.figure(savefig(plot_curves(metrics), out_dir, "error_vs_seconds.png"), "Error against seconds (seed 0)")
     report.table(table_rows(metrics), TABLE_HEADER)
+    report.text("Best jaxsub sampler against the best peer (median seconds to target):")
+    report.text("\n".join(f"- {line}" for line in verdicts(metrics)))
     report.write()
     return metrics

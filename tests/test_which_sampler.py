@@ -107,3 +107,24 @@ def test_table_and_plot_read_the_metrics_record(tmp_path):
     fig = ws.plot_curves(metrics)
     assert len(fig.axes) == 4
     fig.savefig(tmp_path / "plot.png")
+
+
+def test_verdicts_compare_the_fastest_of_ours_with_the_fastest_peer():
+    def record(hits):
+        return {"seconds_to_target": hits, "curves": []}
+
+    metrics = {
+        "p": {
+            "nuts": record([10.0, 12.0, 11.0]),
+            "hmcecs": record([4.0, 6.0, None]),
+            "racing_mh": record([2.0, 3.0, 2.5]),
+            "cg_dsgld": record([None] * 3),
+        },
+        "q": {"nuts": record([5.0] * 3), "racing_mh": record([None, None, 1.0])},
+        "r": {"sgld": record([None] * 3), "compressed_nuts": record([None] * 3)},
+    }
+    assert ws.verdicts(metrics) == [
+        "p: racing_mh 2.5 s against hmcecs 6 s: 2.4x sooner",
+        "q: the peer nuts reaches the target in 5 s; no jaxsub sampler does within the budget",
+        "r: neither reaches the target within the budget",
+    ]
