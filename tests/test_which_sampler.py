@@ -128,3 +128,13 @@ def test_verdicts_compare_the_fastest_of_ours_with_the_fastest_peer():
         "q: the peer nuts reaches the target in 5 s; no jaxsub sampler does within the budget",
         "r: neither reaches the target within the budget",
     ]
+
+
+def test_reference_moments_are_float64_moments_after_burn_in():
+    rng = np.random.default_rng(1)
+    draws = (1000.0 + 1e-3 * rng.normal(size=(4, 5_000, 2))).astype(np.float32)
+    moments = ws.reference_moments(draws, burn_in=1_000)
+    kept = draws[:, 1_000:].astype(np.float64).reshape(-1, 2)
+    np.testing.assert_allclose(moments["ref_mean"], kept.mean(0), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(moments["ref_sd"], kept.std(0), rtol=1e-9)
+    assert not np.allclose(ws.reference_moments(draws, burn_in=0)["ref_mean"], moments["ref_mean"], rtol=0, atol=1e-9)
