@@ -69,9 +69,7 @@ from experiments._common import Report, savefig
 from jaxsub import datasets
 
 TITLE = "Which sampler: posterior error against seconds on three N >= 1e5 posteriors, one NumPyro model each"
-RUN_TIME = (
-    "quick ~95 s CPU (HMCECS compile + warm-up ~1/3 of it), full > 2 h (7 samplers x 3 seeds x 120 s x 3 posteriors)"
-)
+RUN_TIME = "quick ~95 s CPU (HMCECS compile + warm-up ~1/3 of it); full ~90 min on 2 cores (7 samplers x 3 seeds x 60 s x 3 posteriors)"
 
 TARGET_MEAN_ERROR = 0.1
 SD_RATIO_RANGE = (0.9, 1.1)
