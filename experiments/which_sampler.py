@@ -573,7 +573,7 @@ def plot_curves(metrics: dict):
             bottom.plot(curve["seconds"], curve["sd_ratio"], label=sampler)
         top.set(title=name, ylabel="max |mean error| / posterior sd", yscale="log")
         top.axhline(TARGET_MEAN_ERROR, color="k", ls=":")
-        bottom.set(xlabel="seconds (compile apart)", ylabel="worst sd ratio", yscale="log")
+        bottom.set(xlabel="seconds (compile apart)", ylabel="worst sd ratio", yscale="log", xscale="log")
         bottom.axhspan(*SD_RATIO_RANGE, color="k", alpha=0.1)
         top.legend(fontsize=7)
     fig.tight_layout()
