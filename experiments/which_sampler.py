@@ -468,7 +468,12 @@ def make_problem(name: str, settings: Settings, key) -> Problem:
 
 
 def reference_moments(draws, burn_in: int) -> dict:
-    """Mean and sd of ``draws [chains, steps, d]`` after ``burn_in`` steps, accumulated in float64."""
+    """Mean and sd of ``draws [chains, steps, d]`` after ``burn_in`` steps, accumulated in float64.
+
+    numpy reduces a leading axis row by row; in float32 that biases the mean of draws
+    concentrated far from zero (0.12 posterior sd for 16,000 draws of a slope near 0.988
+    with sd 2.7e-4, the flights linear posterior).
+    """
     flat = np.asarray(draws, np.float64)[:, burn_in:].reshape(-1, draws.shape[-1])
     return {"ref_mean": flat.mean(0), "ref_sd": flat.std(0)}
 
